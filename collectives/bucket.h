@@ -1,0 +1,57 @@
+/*
+ * collectives/bucket.h — gradient fusion buckets (library-private).
+ *
+ * Many small gradients are reduced as a few large all-reduces (Horovod's
+ * fusion buffer, PyTorch DDP's Reducer). Unlike a fusion buffer, acx's
+ * buckets are views: the sharding layer lays gradient storage out so that
+ * each bucket is one contiguous range of a flat buffer, in the order
+ * gradients become ready (reverse registration order), so a bucket is
+ * all-reduced in place with no packing copy.
+ *
+ * A bucket starts (non-blocking) the moment the last unit touching it
+ * reports its gradients ready. The bucket that completes last has nothing
+ * left to overlap with, so it is reduced with the blocking call, which MPI
+ * implementations run with their faster, tuned algorithms.
+ */
+#ifndef ACX_BUCKET_H
+#define ACX_BUCKET_H
+
+#include "collectives/coll.h"
+
+/* One parameter's gradient range inside the flat buffer, in ready order. */
+typedef struct acx_bucket_segment {
+    size_t offset; /* elements from the flat buffer's start */
+    size_t count;  /* elements */
+    int unit;      /* the unit that reports this segment ready (0..num_units-1) */
+} acx_bucket_segment_t;
+
+typedef struct acx_buckets acx_buckets_t;
+
+/* Plan buckets over flat [total] float32 gradients. segs: num_segs segments
+ * in ready order, contiguous and increasing in offset. A bucket closes when
+ * adding the next segment would exceed bucket_bytes (a segment larger than
+ * bucket_bytes gets a bucket of its own). Not collective (every rank plans
+ * the same). Errors: ACX_ERR_INVALID_ARG, ACX_ERR_NO_MEMORY. */
+acx_status_t acx_buckets_create(acx_comm_t *comm, float *flat, size_t total, int num_units,
+                                int num_segs, const acx_bucket_segment_t *segs,
+                                size_t bucket_bytes, acx_buckets_t **buckets_p);
+void acx_buckets_destroy(acx_buckets_t *b);
+
+int acx_buckets_count(const acx_buckets_t *b);
+/* Bucket i's range, for tests and logs. */
+void acx_buckets_range(const acx_buckets_t *b, int i, size_t *offset_p, size_t *count_p);
+
+/* Unit `unit` has its gradients ready. Every bucket this completes is
+ * scaled by `prescale` (e.g. 1/(world_size x micro-steps); 1 = none) and its
+ * all-reduce (sum) started; also drives progress of those in flight.
+ * Collective in effect. Errors: ACX_ERR_STATE (unit reported twice), ACX_ERR_MPI. */
+acx_status_t acx_buckets_unit_ready(acx_buckets_t *b, int unit, float prescale);
+
+/* Wait for every started bucket; error ACX_ERR_STATE if some bucket never
+ * started (a unit did not report). Resets for the next step. Collective. */
+acx_status_t acx_buckets_wait_all(acx_buckets_t *b);
+
+/* Forget reports of this step without communicating (non-sync micro-steps). */
+void acx_buckets_reset(acx_buckets_t *b);
+
+#endif /* ACX_BUCKET_H */

@@ -1,0 +1,86 @@
+/*
+ * collectives/coll.h — the collective backend interface (library-private).
+ *
+ * As in Open MPI's coll framework: one backend = one folder with one table of
+ * function pointers (acx_coll_ops_t), chosen at run time in coll.c, the only
+ * file that knows which backends were compiled in. A communicator
+ * (acx_comm_t) pairs an MPI communicator — always present: bootstrap, status
+ * agreement and host-memory fallbacks use it — with the backend that moves
+ * the data.
+ *
+ * Backend functions are collective over comm, record their own errors and
+ * never abort. Counts are in elements; buffers are host memory for the MPI
+ * backend and device memory for NCCL.
+ */
+#ifndef ACX_COLL_H
+#define ACX_COLL_H
+
+#include <mpi.h>
+#include <stddef.h>
+
+#include "acx/config.h"
+#include "acx/status.h"
+#include "acx/types.h"
+
+typedef struct acx_comm acx_comm_t;
+typedef struct acx_coll_req acx_coll_req_t; /* backend-defined pending operation */
+
+typedef struct acx_coll_ops {
+    const char *name; /* "mpi", "nccl" */
+    acx_status_t (*comm_init)(acx_comm_t *comm);  /* set comm->state */
+    void (*comm_fini)(acx_comm_t *comm);
+    acx_status_t (*all_reduce)(acx_comm_t *comm, const void *sendbuf, void *recvbuf,
+                               size_t count, acx_dtype_t dtype, acx_red_op_t op);
+    /* Start a non-blocking all-reduce; *req_p completes in test/wait. */
+    acx_status_t (*all_reduce_start)(acx_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                     size_t count, acx_dtype_t dtype, acx_red_op_t op,
+                                     acx_coll_req_t **req_p);
+    /* Drive progress; *done_p = 1 when complete (req is then still owned by
+     * the caller until wait). */
+    acx_status_t (*test)(acx_coll_req_t *req, int *done_p);
+    /* Complete and free req. */
+    acx_status_t (*wait)(acx_coll_req_t *req);
+    acx_status_t (*broadcast)(acx_comm_t *comm, void *buf, size_t count, acx_dtype_t dtype,
+                              int root);
+    /* recvbuf [size x count] in rank order. */
+    acx_status_t (*all_gather)(acx_comm_t *comm, const void *sendbuf, void *recvbuf,
+                               size_t count, acx_dtype_t dtype);
+    acx_status_t (*barrier)(acx_comm_t *comm);
+} acx_coll_ops_t;
+
+struct acx_comm {
+    MPI_Comm mpi; /* owned (a dup) */
+    int rank, size;
+    const acx_coll_ops_t *ops;
+    void *state; /* backend-private */
+};
+
+/* Pick the backend for `kind` (AUTO: the highest-priority backend usable
+ * here — NCCL when compiled in and a device is visible, else MPI). Writes
+ * the chosen backend's ops. Errors: ACX_ERR_NOT_SUPPORTED (NCCL requested
+ * but not compiled in / no device; the message says which). */
+acx_status_t acx_coll_select(acx_backend_kind_t kind, const acx_coll_ops_t **ops_p);
+
+/* Duplicate `parent` and bind it to ops. Collective over parent. */
+acx_status_t acx_comm_create(MPI_Comm parent, const acx_coll_ops_t *ops, acx_comm_t **comm_p);
+/* Split like MPI_Comm_split; same backend. Collective over parent. */
+acx_status_t acx_comm_split(acx_comm_t *parent, int color, int key, acx_comm_t **comm_p);
+void acx_comm_destroy(acx_comm_t *comm);
+
+/* The MPI backend's table (collectives/mpi/). */
+extern const acx_coll_ops_t acx_coll_mpi_ops;
+
+/* MPI datatype / op of an acx dtype / op (MPI_DATATYPE_NULL / MPI_OP_NULL if
+ * none: bf16/fp16 reductions arrive with the mixed-precision issue). */
+MPI_Datatype acx_mpi_datatype(acx_dtype_t dtype);
+MPI_Op acx_mpi_op(acx_red_op_t op);
+
+/* Make every rank of comm return the same status: ACX_OK if all passed
+ * `local` == ACX_OK, else the status of the lowest failing rank, whose error
+ * message is broadcast so every rank's acx_last_error() reads
+ * "rank R: <that rank's message>" (ACX_ERR_REMOTE on the others is NOT used:
+ * all ranks return the failing rank's status, so callers can test it).
+ * Collective; uses MPI on host memory whatever the backend. */
+acx_status_t acx_coll_agree(acx_comm_t *comm, acx_status_t local);
+
+#endif /* ACX_COLL_H */

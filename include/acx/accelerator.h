@@ -1,0 +1,111 @@
+/*
+ * acx/accelerator.h — process lifecycle, topology, the training-step
+ * boundaries and main-process helpers.
+ *
+ * One accelerator per process. Every function marked "collective" must be
+ * called by every rank of the world, in the same order.
+ */
+#ifndef ACX_ACCELERATOR_H
+#define ACX_ACCELERATOR_H
+
+#include "acx/config.h"
+#include "acx/status.h"
+#include "acx/types.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- lifecycle ---- */
+
+/* Start acx: initialize MPI with MPI_Init_thread (or adopt an MPI the program
+ * already initialized, whose finalization then stays the program's), find
+ * rank, world size, local rank/size (MPI_Comm_split_type SHARED) and nodes,
+ * resolve the configuration (see acx/config.h), check the launch environment
+ * (N singletons started by srun without PMIx is an error), choose the
+ * collective backend and log the decisions.
+ *
+ * argc/argv: may be NULL. acx removes its own options from them: --config
+ * FILE, --config=FILE and --acx-KEY=VALUE / --acx-KEY VALUE (any config key,
+ * '.' or '-' or '_' separated, e.g. --acx-dataloader.drop_last=1, applied at
+ * the environment level). argv keeps its terminating NULL.
+ * config: the program's choices (ACX_CONFIG_DEFAULT for none), or NULL.
+ * Collective over MPI_COMM_WORLD. On success *acc_p owns the accelerator.
+ * Errors: ACX_ERR_INVALID_CONFIG (message names file:line, key, value and
+ * what was expected), ACX_ERR_MPI, ACX_ERR_STATE (singletons), ACX_ERR_NO_MEMORY. */
+ACX_API acx_status_t acx_init(int *argc, char ***argv, const acx_config_t *config,
+                              acx_accelerator_t **acc_p);
+
+/* Tear down: waits for outstanding communication, frees everything the
+ * accelerator owns (models, optimizers, loaders still open), and calls
+ * MPI_Finalize if acx_init called MPI_Init_thread. Collective. NULL is a no-op. */
+ACX_API acx_status_t acx_finalize(acx_accelerator_t *acc);
+
+/* The only fatal path: log `message` (may be NULL) with this rank's identity,
+ * abort live backend communicators and call MPI_Abort(MPI_COMM_WORLD, code).
+ * Does not return. Not collective: any one rank may call it. acc may be NULL. */
+ACX_API void acx_abort(acx_accelerator_t *acc, int code, const char *message);
+
+/* ---- topology (valid after acx_init; never fail) ---- */
+
+ACX_API int acx_rank(const acx_accelerator_t *acc);       /* 0..world_size-1 */
+ACX_API int acx_world_size(const acx_accelerator_t *acc);
+ACX_API int acx_local_rank(const acx_accelerator_t *acc); /* rank within this node */
+ACX_API int acx_local_size(const acx_accelerator_t *acc); /* ranks on this node */
+ACX_API int acx_num_nodes(const acx_accelerator_t *acc);
+ACX_API int acx_node_rank(const acx_accelerator_t *acc);  /* 0..num_nodes-1 */
+ACX_API int acx_is_main_process(const acx_accelerator_t *acc);       /* rank 0 */
+ACX_API int acx_is_local_main_process(const acx_accelerator_t *acc); /* local rank 0 */
+
+/* The resolved configuration (read-only; owned by acc). */
+ACX_API const acx_config_t *acx_get_config(const acx_accelerator_t *acc);
+
+/* Barrier over all ranks (Accelerate's wait_for_everyone). Collective. */
+ACX_API acx_status_t acx_wait_for_everyone(acx_accelerator_t *acc);
+
+/* ---- training ---- */
+
+/* Plan storage and communication for the model and bind the optimizer:
+ * lay out parameters, gradients and optimizer state for the configured
+ * sharding strategy, initialize parameter values (identical for every world
+ * size), plan gradient buckets (bucket_size_mb, reverse registration order)
+ * and register the loader (may be NULL) for end-of-data detection.
+ * After this, units can be acquired and parameter/gradient pointers are valid.
+ * Collective. Errors: ACX_ERR_STATE (prepared twice, model empty),
+ * ACX_ERR_INVALID_ARG, ACX_ERR_NO_MEMORY, ACX_ERR_MPI. */
+ACX_API acx_status_t acx_prepare(acx_accelerator_t *acc, acx_model_t *model,
+                                 acx_optimizer_t *optimizer, acx_dataloader_t *loader);
+
+/* Start / end one micro-step (Accelerate's `with accelerator.accumulate()`).
+ * accumulate_begin decides whether this micro-step is a synchronization
+ * boundary: every gradient_accumulation_steps-th micro-step, or the last
+ * batch of the prepared loader's epoch. Not collective. */
+ACX_API acx_status_t acx_accumulate_begin(acx_accelerator_t *acc);
+ACX_API acx_status_t acx_accumulate_end(acx_accelerator_t *acc);
+
+/* Nonzero when the current micro-step ends at a synchronization boundary:
+ * gradients are communicated and the optimizer should step. */
+ACX_API int acx_sync_gradients(const acx_accelerator_t *acc);
+
+/* Wait for all gradient communication started by acx_unit_grads_ready.
+ * On a boundary, gradients then hold the mean over ranks and over the
+ * micro-steps since the last zero_grad (acx divides by world_size x
+ * gradient_accumulation_steps, as Accelerate's loss division does).
+ * Collective. Errors: ACX_ERR_STATE (a unit never reported its gradients),
+ * ACX_ERR_MPI. */
+ACX_API acx_status_t acx_backward_end(acx_accelerator_t *acc);
+
+/* Number of optimizer steps taken (boundaries passed), and micro-steps. */
+ACX_API int64_t acx_step(const acx_accelerator_t *acc);
+ACX_API int64_t acx_micro_step(const acx_accelerator_t *acc);
+
+/* ---- printing ---- */
+
+/* printf on the main process only (others do nothing); flushes stdout. */
+ACX_API void acx_print(const acx_accelerator_t *acc, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* ACX_ACCELERATOR_H */

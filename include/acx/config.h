@@ -1,0 +1,100 @@
+/*
+ * acx/config.h — the program's own configuration choices.
+ *
+ * The effective configuration is resolved at acx_init with this precedence,
+ * lowest first:
+ *   1. built-in defaults
+ *   2. a YAML config file: --config FILE on the command line, else
+ *      $ACX_CONFIG_FILE, else ~/.config/acx/default_config.yaml if present
+ *   3. ACX_* environment variables (ACX_MIXED_PRECISION, ACX_SEED, ...,
+ *      ACX_DATALOADER_DROP_LAST for nested keys)
+ *   4. fields the program set in the acx_config_t passed to acx_init
+ *
+ * A field left at its ACX_CONFIG_DEFAULT value means "not set by the program"
+ * and never overrides a lower level. Always start from ACX_CONFIG_DEFAULT so
+ * fields added in later versions keep their "unset" value (the size field
+ * lets acx tell which fields a program compiled against an older header knows).
+ *
+ *   acx_config_t cfg = ACX_CONFIG_DEFAULT;
+ *   cfg.gradient_accumulation_steps = 4;
+ */
+#ifndef ACX_CONFIG_H
+#define ACX_CONFIG_H
+
+#include "acx/types.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define ACX_UNSET (-1)                 /* unset int/enum field */
+#define ACX_UNSET_I64 INT64_MIN        /* unset int64 field */
+#define ACX_UNSET_F (-1.0)             /* unset non-negative double field */
+
+typedef enum acx_mixed_precision {
+    ACX_MP_NO = 0,
+    ACX_MP_BF16 = 1,
+    ACX_MP_FP16 = 2
+} acx_mixed_precision_t;
+
+/* Sharding strategies, as in PyTorch FSDP / DeepSpeed ZeRO. */
+typedef enum acx_sharding_strategy {
+    ACX_NO_SHARD = 0,      /* DDP: everything replicated, gradients all-reduced */
+    ACX_SHARD_GRAD_OP = 1, /* ZeRO-2 */
+    ACX_FULL_SHARD = 2,    /* ZeRO-3 */
+    ACX_HYBRID_SHARD = 3   /* FULL_SHARD in a node, replicated across nodes */
+} acx_sharding_strategy_t;
+
+typedef enum acx_backend_kind {
+    ACX_BACKEND_AUTO = 0, /* NCCL when built and a GPU is visible, else MPI */
+    ACX_BACKEND_MPI = 1,
+    ACX_BACKEND_NCCL = 2
+} acx_backend_kind_t;
+
+typedef enum acx_log_level {
+    ACX_LOG_ERROR = 0,
+    ACX_LOG_WARN = 1,
+    ACX_LOG_INFO = 2,
+    ACX_LOG_DEBUG = 3
+} acx_log_level_t;
+
+typedef struct acx_dataloader_config {
+    int drop_last;     /* 0/1: drop the last incomplete global batch (default 0) */
+    int even_batches;  /* 0/1: pad the last batches so every rank gets as many (default 1) */
+    int split_batches; /* 0/1: batch_size is the global batch, split across ranks (default 0) */
+    int prefetch;      /* batches read ahead by a background thread; 0 = none (default 1) */
+} acx_dataloader_config_t;
+
+typedef struct acx_config {
+    size_t size;             /* sizeof(acx_config_t) as the program saw it */
+    const char *config_file; /* YAML file; overrides --config/ACX_CONFIG_FILE; NULL = unset */
+    int mixed_precision;     /* acx_mixed_precision_t */
+    int sharding_strategy;   /* acx_sharding_strategy_t */
+    int gradient_accumulation_steps; /* >= 1 (default 1) */
+    int64_t seed;            /* any value (default 42) */
+    const char *project_dir; /* checkpoints, logs (default ".") */
+    int log_level;           /* acx_log_level_t (default ACX_LOG_WARN) */
+    double collective_timeout; /* seconds, > 0 (default 600) */
+    double bucket_size_mb;   /* gradient fusion bucket size in MiB, > 0 (default 25) */
+    int backend;             /* acx_backend_kind_t (default AUTO) */
+    acx_dataloader_config_t dataloader;
+} acx_config_t;
+
+#define ACX_CONFIG_DEFAULT                                                     \
+    {                                                                          \
+        .size = sizeof(acx_config_t), .config_file = NULL,                     \
+        .mixed_precision = ACX_UNSET, .sharding_strategy = ACX_UNSET,          \
+        .gradient_accumulation_steps = ACX_UNSET, .seed = ACX_UNSET_I64,       \
+        .project_dir = NULL, .log_level = ACX_UNSET,                           \
+        .collective_timeout = ACX_UNSET_F, .bucket_size_mb = ACX_UNSET_F,      \
+        .backend = ACX_UNSET,                                                  \
+        .dataloader = {.drop_last = ACX_UNSET,                                 \
+                       .even_batches = ACX_UNSET,                              \
+                       .split_batches = ACX_UNSET,                             \
+                       .prefetch = ACX_UNSET }                                 \
+    }
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* ACX_CONFIG_H */

@@ -1,0 +1,122 @@
+/*
+ * acx/data.h — the distributed data loader over HDF5 datasets, and dataset
+ * import.
+ *
+ * A loader reads one or more HDF5 datasets in lockstep (e.g. /train/images
+ * [N x 28 x 28] uint8 and /train/labels [N] uint8): dimension 0 is the sample
+ * index and must be the same for all. Sampling follows PyTorch's
+ * DistributedSampler and Accelerate's BatchSamplerShard:
+ *
+ *   - each epoch, every rank computes the same permutation of 0..N-1 from
+ *     (seed, epoch) (identity when shuffle is off);
+ *   - the permutation is cut into global batches of B = batch_size x world
+ *     size (or B = batch_size with split_batches); rank r takes the r-th
+ *     contiguous slice of each global batch, so shares are disjoint;
+ *   - a last, incomplete global batch is dropped (drop_last), or — with
+ *     even_batches — completed by wrapping around to the start of the
+ *     permutation, so every rank runs the same number of full batches; the
+ *     added samples are marked as padding (acx_batch_t.num_padding, always at
+ *     the end of a rank's batch), which acx_gather_for_metrics removes;
+ *     without even_batches ranks get what is left (possibly nothing).
+ *
+ * Reads are hyperslab selections of just the needed rows; with prefetch > 0
+ * a background thread reads the next batches while the program computes.
+ * The loader makes no MPI calls from that thread.
+ */
+#ifndef ACX_DATA_H
+#define ACX_DATA_H
+
+#include "acx/status.h"
+#include "acx/types.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define ACX_MAX_TENSORS 8
+
+typedef struct acx_dataloader_options {
+    int64_t batch_size; /* per rank; the global batch with split_batches. >= 1 */
+    int shuffle;        /* 0/1 (default 1) */
+    /* ACX_UNSET: take the accelerator's resolved dataloader.* config. */
+    int drop_last, even_batches, split_batches, prefetch;
+} acx_dataloader_options_t;
+
+#define ACX_DATALOADER_OPTIONS_DEFAULT                                                    \
+    ((acx_dataloader_options_t){.batch_size = 1, .shuffle = 1, .drop_last = -1,            \
+                                .even_batches = -1, .split_batches = -1, .prefetch = -1})
+
+/* One rank's batch. Owned by the loader; valid until the next
+ * acx_dataloader_next or acx_dataloader_close. */
+typedef struct acx_batch {
+    int64_t size;          /* samples in this batch on this rank (may be 0 without even_batches) */
+    int64_t num_padding;   /* trailing samples that repeat earlier ones (even_batches) */
+    const int64_t *indices; /* [size] dataset row of each sample */
+    int num_tensors;
+    /* tensors[i]: [size x sample_numel(i)] of dtype(i), row-major, sample-major */
+    const void *tensors[ACX_MAX_TENSORS];
+    acx_dtype_t dtypes[ACX_MAX_TENSORS];
+    int64_t sample_numel[ACX_MAX_TENSORS]; /* elements per sample (product of dims 1..) */
+    int64_t epoch;         /* epoch this batch belongs to */
+    int64_t index;         /* batch index within the epoch, from 0 */
+    int is_last;           /* nonzero for the epoch's last batch on this rank */
+} acx_batch_t;
+
+/* Open `path` and the datasets dataset_names[0..num_datasets-1] (absolute
+ * HDF5 paths) for distributed loading. Supported element types: the integer
+ * and float types of acx_dtype_t (native byte order after reading).
+ * Collective: every rank must call it with the same arguments; if any rank
+ * fails, all return the same error, naming the failing rank, the file, the
+ * dataset and what was expected. The loader is owned by acc.
+ * Errors: ACX_ERR_IO (missing file/dataset), ACX_ERR_FORMAT (first
+ * dimensions differ, unsupported dtype, batch larger than the data),
+ * ACX_ERR_INVALID_ARG, ACX_ERR_HDF5, ACX_ERR_REMOTE (another rank failed). */
+ACX_API acx_status_t acx_dataloader_open(acx_accelerator_t *acc, const char *path,
+                                         int num_datasets, const char *const *dataset_names,
+                                         const acx_dataloader_options_t *opts,
+                                         acx_dataloader_t **loader_p);
+
+/* Next batch of the current epoch. Returns ACX_END_OF_DATA (and no batch)
+ * once the epoch is exhausted; the following call starts the next epoch
+ * (or set it with acx_dataloader_set_epoch). Not collective.
+ * Errors: ACX_ERR_HDF5/ACX_ERR_IO from the read. */
+ACX_API acx_status_t acx_dataloader_next(acx_dataloader_t *loader, const acx_batch_t **batch_p);
+
+/* Restart at the beginning of `epoch` (its permutation depends on seed and
+ * epoch only). */
+ACX_API acx_status_t acx_dataloader_set_epoch(acx_dataloader_t *loader, int64_t epoch);
+
+/* Samples in the dataset; batches per epoch on this rank; the current epoch;
+ * batches consumed in the current epoch (the state a checkpoint saves). */
+ACX_API int64_t acx_dataloader_num_samples(const acx_dataloader_t *loader);
+ACX_API int64_t acx_dataloader_num_batches(const acx_dataloader_t *loader);
+ACX_API int64_t acx_dataloader_epoch(const acx_dataloader_t *loader);
+ACX_API int64_t acx_dataloader_position(const acx_dataloader_t *loader);
+
+/* Shape of dataset i (dims 1.. are a sample's shape): writes up to max_dims
+ * dims into dims and returns the rank of the dataset, or -1 if i is invalid. */
+ACX_API int acx_dataloader_dataset_shape(const acx_dataloader_t *loader, int i, int max_dims,
+                                         int64_t *dims);
+
+/* Close the loader (stops the prefetch thread). Not collective. NULL is a no-op. */
+ACX_API acx_status_t acx_dataloader_close(acx_dataloader_t *loader);
+
+/* ---- import ---- */
+
+/* Convert IDX files (the MNIST family format: magic 0x0000 08 <ndim>, then
+ * ndim big-endian uint32 dims, then uint8 data; gzipped or not, detected from
+ * the content) into an HDF5 file with /train/images [N x rows x cols] uint8,
+ * /train/labels [N] uint8 and /test/images, /test/labels. Any path may be
+ * NULL to skip it. Validates magic, dtype, dims against the file size and
+ * that images and labels agree in N. Written to out_path + ".tmp" and
+ * renamed. Not collective (single process). Errors: ACX_ERR_IO (missing or
+ * truncated file), ACX_ERR_FORMAT (bad magic, dims, N mismatch),
+ * ACX_ERR_ZLIB, ACX_ERR_HDF5. */
+ACX_API acx_status_t acx_import_idx(const char *train_images, const char *train_labels,
+                                    const char *test_images, const char *test_labels,
+                                    const char *out_path);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* ACX_DATA_H */

@@ -1,0 +1,155 @@
+/*
+ * acx/model.h — parameters and units: the storage acx owns for the program.
+ *
+ * The program registers named parameters (float32 tensors, row-major, dim 0
+ * first) grouped into units — the FSDP "wrap unit": the parameters that are
+ * gathered together before use and whose gradients are reduced together.
+ * After acx_prepare the program works only through pointers acx hands out:
+ *
+ *   acx_unit_acquire(u);                 parameters of u valid (gathered if sharded)
+ *   W = acx_param_data(w);               [rows x cols], read-only for the program
+ *   ... forward ... backward, ADDING into acx_param_grad(w) (like autograd's +=)
+ *   acx_unit_grads_ready(u);             gradient reduction of u may start
+ *   acx_unit_release(u);                 W may be freed (sharded strategies)
+ *
+ * Registration order is the forward order; gradients become ready in the
+ * reverse order, which is how buckets are planned.
+ */
+#ifndef ACX_MODEL_H
+#define ACX_MODEL_H
+
+#include <math.h>
+
+#include "acx/status.h"
+#include "acx/types.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define ACX_MAX_DIMS 8
+#define ACX_MAX_NAME 128 /* longest parameter/unit name, including the NUL */
+
+/* ---- initializers (torch.nn.init semantics) ---- */
+
+typedef enum acx_init_kind {
+    ACX_INIT_ZEROS = 0,
+    ACX_INIT_CONSTANT = 1,        /* a */
+    ACX_INIT_UNIFORM = 2,         /* U(a, b) */
+    ACX_INIT_NORMAL = 3,          /* N(mean a, std b) */
+    ACX_INIT_KAIMING_UNIFORM = 4, /* bound = gain(nonlinearity, a) * sqrt(3 / fan) */
+    ACX_INIT_KAIMING_NORMAL = 5,  /* std = gain(nonlinearity, a) / sqrt(fan) */
+    ACX_INIT_XAVIER_UNIFORM = 6,  /* bound = gain * sqrt(6 / (fan_in + fan_out)), gain = a */
+    ACX_INIT_XAVIER_NORMAL = 7,   /* std = gain * sqrt(2 / (fan_in + fan_out)), gain = a */
+    ACX_INIT_ONES = 8
+} acx_init_kind_t;
+
+typedef enum acx_nonlinearity {
+    ACX_NONLIN_LINEAR = 0,     /* gain 1 (also conv*, sigmoid) */
+    ACX_NONLIN_RELU = 1,       /* gain sqrt(2) */
+    ACX_NONLIN_LEAKY_RELU = 2, /* gain sqrt(2 / (1 + a^2)) */
+    ACX_NONLIN_TANH = 3        /* gain 5/3 */
+} acx_nonlinearity_t;
+
+typedef enum acx_fan_mode { ACX_FAN_IN = 0, ACX_FAN_OUT = 1 } acx_fan_mode_t;
+
+/* How to initialize one parameter. fan_in/fan_out follow
+ * torch.nn.init._calculate_fan_in_and_fan_out: for shape [d0, d1, d2...],
+ * receptive = d2*d3*..., fan_in = d1*receptive, fan_out = d0*receptive.
+ * fan_override > 0 replaces the computed fan (needed for a bias, whose
+ * fan_in is its weight's). */
+typedef struct acx_init_spec {
+    acx_init_kind_t kind;
+    double a, b;                    /* kind-specific, see acx_init_kind_t */
+    acx_nonlinearity_t nonlinearity;
+    acx_fan_mode_t mode;
+    int64_t fan_override;
+} acx_init_spec_t;
+
+#define ACX_INIT_SPEC_ZEROS ((acx_init_spec_t){.kind = ACX_INIT_ZEROS})
+#define ACX_INIT_SPEC_CONSTANT(v) ((acx_init_spec_t){.kind = ACX_INIT_CONSTANT, .a = (v)})
+#define ACX_INIT_SPEC_UNIFORM(lo, hi) ((acx_init_spec_t){.kind = ACX_INIT_UNIFORM, .a = (lo), .b = (hi)})
+#define ACX_INIT_SPEC_NORMAL(mean, std) ((acx_init_spec_t){.kind = ACX_INIT_NORMAL, .a = (mean), .b = (std)})
+/* nn.Linear's default weight init: kaiming_uniform_(a=sqrt(5)) => U(-1/sqrt(fan_in), 1/sqrt(fan_in)). */
+#define ACX_INIT_SPEC_LINEAR_WEIGHT                                                     \
+    ((acx_init_spec_t){.kind = ACX_INIT_KAIMING_UNIFORM, .a = 2.23606797749979,          \
+                       .nonlinearity = ACX_NONLIN_LEAKY_RELU, .mode = ACX_FAN_IN})
+/* nn.Linear's default bias init: U(-1/sqrt(fan_in), 1/sqrt(fan_in)) with the weight's fan_in. */
+#define ACX_INIT_SPEC_LINEAR_BIAS(fan_in)                                               \
+    ((acx_init_spec_t){.kind = ACX_INIT_UNIFORM, .a = -1.0 / sqrt((double)(fan_in)),     \
+                       .b = 1.0 / sqrt((double)(fan_in))})
+
+/* ---- registration (before acx_prepare) ---- */
+
+/* Create an empty model bound to acc. Not collective (but every rank must
+ * register the same units and parameters in the same order). The
+ * accelerator owns the model; it is freed by acx_finalize.
+ * Errors: ACX_ERR_INVALID_ARG, ACX_ERR_NO_MEMORY. */
+ACX_API acx_status_t acx_model_create(acx_accelerator_t *acc, acx_model_t **model_p);
+
+/* Append a unit named `name` (unique in the model, < ACX_MAX_NAME bytes).
+ * Errors: ACX_ERR_INVALID_ARG (duplicate or bad name), ACX_ERR_STATE (after
+ * prepare), ACX_ERR_NO_MEMORY. */
+ACX_API acx_status_t acx_model_add_unit(acx_model_t *model, const char *name,
+                                        acx_unit_t **unit_p);
+
+/* Append a float32 parameter to a unit. shape: ndim dims (1..ACX_MAX_DIMS),
+ * each >= 1, copied. name: unique in the model; it keys the initializer's
+ * random stream, so values depend on (seed, name, element index) only —
+ * never on world size, rank or registration order.
+ * Errors: ACX_ERR_INVALID_ARG (duplicate name, bad shape, bad init spec),
+ * ACX_ERR_STATE (after prepare), ACX_ERR_NO_MEMORY. */
+ACX_API acx_status_t acx_unit_add_param(acx_unit_t *unit, const char *name, int ndim,
+                                        const int64_t *shape, acx_init_spec_t init,
+                                        acx_param_t **param_p);
+
+/* ---- use (after acx_prepare) ---- */
+
+/* Make the unit's full parameters available (NO_SHARD: nothing to do;
+ * sharded strategies all-gather). Collective over the ranks that share the
+ * unit's shards. Errors: ACX_ERR_STATE (not prepared), ACX_ERR_MPI. */
+ACX_API acx_status_t acx_unit_acquire(acx_unit_t *unit);
+
+/* The unit's parameters may be freed again; pointers from acx_param_data
+ * become invalid under sharded strategies. */
+ACX_API acx_status_t acx_unit_release(acx_unit_t *unit);
+
+/* The program finished adding this micro-step's gradients into every
+ * parameter of the unit. On a synchronization boundary this may start the
+ * (asynchronous) reduction of the bucket the unit completes; acx_backward_end
+ * waits for it. Each unit must report exactly once per micro-step in which
+ * it took part in backward. Collective in effect (all ranks report the same
+ * units). Errors: ACX_ERR_STATE (reported twice), ACX_ERR_MPI. */
+ACX_API acx_status_t acx_unit_grads_ready(acx_unit_t *unit);
+
+/* Full parameter values, [shape] row-major float32, valid between
+ * acquire and release (always, under NO_SHARD, after prepare). NULL (with
+ * the last error set) when not available. */
+ACX_API float *acx_param_data(acx_param_t *param);
+
+/* The parameter's gradient buffer, same shape; the program ADDS into it
+ * during backward. Zeroed by acx_optimizer_zero_grad. NULL before prepare. */
+ACX_API float *acx_param_grad(acx_param_t *param);
+
+ACX_API const char *acx_param_name(const acx_param_t *param);
+ACX_API int acx_param_ndim(const acx_param_t *param);
+ACX_API const int64_t *acx_param_shape(const acx_param_t *param);
+ACX_API int64_t acx_param_numel(const acx_param_t *param);
+
+/* Number of parameters and total elements in the model. */
+ACX_API int acx_model_num_params(const acx_model_t *model);
+ACX_API int64_t acx_model_numel(const acx_model_t *model);
+/* i-th parameter in registration order (0-based), or NULL if out of range. */
+ACX_API acx_param_t *acx_model_param(acx_model_t *model, int i);
+
+/* Write every parameter to an HDF5 file `path`: one float32 dataset per
+ * parameter named by the parameter's name, with its true shape, plus root
+ * attributes "format" = "acx-weights" and "step". Written to path + ".tmp"
+ * and renamed, so a failure leaves any previous file intact. Collective.
+ * Errors: ACX_ERR_HDF5, ACX_ERR_IO, ACX_ERR_STATE (not prepared). */
+ACX_API acx_status_t acx_model_save_weights(acx_model_t *model, const char *path);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* ACX_MODEL_H */

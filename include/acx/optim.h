@@ -1,0 +1,97 @@
+/*
+ * acx/optim.h — optimizers and learning-rate schedules.
+ *
+ * Semantics are exactly torch.optim's (SGD, Adam, AdamW) and the
+ * transformers get_*_schedule_with_warmup functions; the formulas are in
+ * each doc comment. An optimizer updates the fp32 master weights of the
+ * rank's local shard (the whole model under NO_SHARD) in one fused pass,
+ * after acx_backward_end on a synchronization boundary.
+ */
+#ifndef ACX_OPTIM_H
+#define ACX_OPTIM_H
+
+#include "acx/status.h"
+#include "acx/types.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* torch.optim.SGD. With g = grad + weight_decay * p:
+ *   momentum == 0:   p -= lr * g
+ *   otherwise:       buf = g on the first step, else buf = momentum*buf + (1-dampening)*g
+ *                    d = nesterov ? g + momentum*buf : buf;  p -= lr * d
+ * nesterov requires momentum > 0 and dampening == 0. */
+typedef struct acx_sgd_hparams {
+    double lr, momentum, dampening, weight_decay;
+    int nesterov;
+} acx_sgd_hparams_t;
+#define ACX_SGD_DEFAULT ((acx_sgd_hparams_t){.lr = 1e-3})
+
+/* torch.optim.Adam (weight_decay is L2: g = grad + wd*p) and torch.optim.AdamW
+ * (decoupled, Loshchilov & Hutter 2019: p *= 1 - lr*wd before the Adam update).
+ * With t the step count (from 1):
+ *   m = beta1*m + (1-beta1)*g;   v = beta2*v + (1-beta2)*g^2
+ *   p -= (lr / (1-beta1^t)) * m / (sqrt(v) / sqrt(1-beta2^t) + eps) */
+typedef struct acx_adam_hparams {
+    double lr, beta1, beta2, eps, weight_decay;
+} acx_adam_hparams_t;
+#define ACX_ADAM_DEFAULT ((acx_adam_hparams_t){.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.0})
+#define ACX_ADAMW_DEFAULT ((acx_adam_hparams_t){.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 1e-2})
+
+/* Create an optimizer over every parameter of `model` (before acx_prepare;
+ * its state is allocated there, sharded like the master weights). Owned by
+ * the model's accelerator. Not collective. Errors: ACX_ERR_INVALID_ARG
+ * (negative lr/eps/weight_decay, betas outside [0,1), nesterov without
+ * momentum or with dampening), ACX_ERR_STATE (model already prepared). */
+ACX_API acx_status_t acx_sgd_create(acx_model_t *model, const acx_sgd_hparams_t *hp,
+                                    acx_optimizer_t **opt_p);
+ACX_API acx_status_t acx_adam_create(acx_model_t *model, const acx_adam_hparams_t *hp,
+                                     acx_optimizer_t **opt_p);
+ACX_API acx_status_t acx_adamw_create(acx_model_t *model, const acx_adam_hparams_t *hp,
+                                      acx_optimizer_t **opt_p);
+
+/* Apply one update to the local shard with the current learning rate and
+ * refresh the parameters the program sees. Call after acx_backward_end on a
+ * boundary. Not collective under NO_SHARD (sharded strategies all-gather
+ * inside: then collective). Errors: ACX_ERR_STATE (not prepared). */
+ACX_API acx_status_t acx_optimizer_step(acx_optimizer_t *opt);
+
+/* Zero every gradient the program adds into. Not collective. */
+ACX_API acx_status_t acx_optimizer_zero_grad(acx_optimizer_t *opt);
+
+/* Current learning rate (the schedule's, once one is attached), and set it. */
+ACX_API double acx_optimizer_lr(const acx_optimizer_t *opt);
+ACX_API acx_status_t acx_optimizer_set_lr(acx_optimizer_t *opt, double lr);
+/* Optimizer steps taken so far. */
+ACX_API int64_t acx_optimizer_num_steps(const acx_optimizer_t *opt);
+
+/* ---- schedules (transformers.get_*_schedule_with_warmup, in optimizer steps) ---- */
+
+typedef enum acx_schedule_kind {
+    ACX_SCHED_CONSTANT = 0,             /* factor 1 */
+    ACX_SCHED_CONSTANT_WITH_WARMUP = 1, /* s/w for s < w, then 1 */
+    ACX_SCHED_LINEAR = 2,   /* s/w for s < w, then max(0, (T-s)/max(1, T-w)) */
+    ACX_SCHED_COSINE = 3    /* s/w for s < w, then max(0, 0.5(1+cos(pi*2c*p))), p=(s-w)/max(1,T-w), c=num_cycles */
+} acx_schedule_kind_t;
+
+/* Attach a schedule to opt: lr(s) = base_lr * factor(s), where s counts
+ * acx_scheduler_step calls (0 at creation, as torch's LambdaLR: the first
+ * optimizer step uses factor(0)). base_lr is the optimizer's lr at creation.
+ * warmup_steps >= 0; total_steps >= warmup_steps for LINEAR/COSINE;
+ * num_cycles (COSINE only; 0.5 = half a cosine, the transformers default).
+ * The scheduler is owned by the optimizer. Errors: ACX_ERR_INVALID_ARG. */
+ACX_API acx_status_t acx_scheduler_create(acx_optimizer_t *opt, acx_schedule_kind_t kind,
+                                          int64_t warmup_steps, int64_t total_steps,
+                                          double num_cycles, acx_scheduler_t **sched_p);
+
+/* Advance one optimizer step and set the optimizer's lr. Not collective. */
+ACX_API acx_status_t acx_scheduler_step(acx_scheduler_t *sched);
+
+/* factor(s) of the schedule, for any s >= 0 (pure; used by tests and tools). */
+ACX_API double acx_scheduler_factor(const acx_scheduler_t *sched, int64_t s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* ACX_OPTIM_H */

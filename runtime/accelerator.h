@@ -1,0 +1,55 @@
+/*
+ * runtime/accelerator.h — the accelerator object (library-private to runtime/).
+ *
+ * Owns everything a process has: topology, the resolved configuration, the
+ * world and node communicators, and every model, optimizer and loader the
+ * program created (freed by acx_finalize in reverse order of creation).
+ */
+#ifndef ACX_RUNTIME_ACCELERATOR_H
+#define ACX_RUNTIME_ACCELERATOR_H
+
+#include "acx/acx.h"
+#include "collectives/coll.h"
+#include "runtime/base/config_resolve.h"
+
+#define ACX_HOST_MAX 256
+
+struct acx_accelerator {
+    int rank, world_size;
+    int local_rank, local_size;
+    int node_rank, num_nodes;
+    int mpi_owned; /* acx called MPI_Init_thread, so acx finalizes */
+    char host[ACX_HOST_MAX];
+
+    acx_resolved_config_t config;
+    const acx_coll_ops_t *coll;
+    acx_comm_t *world;
+    acx_comm_t *node;
+
+    /* owned objects, freed in reverse order at finalize */
+    acx_model_t **models;
+    int num_models, cap_models;
+    acx_optimizer_t **optimizers;
+    int num_optimizers, cap_optimizers;
+    acx_dataloader_t **loaders;
+    int num_loaders, cap_loaders;
+
+    /* the prepared training objects */
+    acx_model_t *model;
+    acx_optimizer_t *optimizer;
+    acx_dataloader_t *loader;
+
+    /* step state */
+    int in_micro_step;
+    int sync;               /* current micro-step ends at a boundary */
+    int micro_since_sync;   /* micro-steps accumulated in the gradients, this one included */
+    int64_t micro_step;     /* micro-steps begun */
+    int64_t step;           /* boundaries passed */
+};
+
+/* Optimizer internals needed by the accelerator (runtime/optimizer.c). */
+void acx_optimizer_free(acx_optimizer_t *opt);
+acx_status_t acx_optimizer_bind(acx_optimizer_t *opt); /* allocate state at prepare */
+acx_model_t *acx_optimizer_model(acx_optimizer_t *opt);
+
+#endif /* ACX_RUNTIME_ACCELERATOR_H */

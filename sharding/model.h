@@ -1,0 +1,127 @@
+/*
+ * sharding/model.h — the model, unit and parameter objects, and the
+ * strategy interface (library-private).
+ *
+ * The program registers parameters; a strategy (NO_SHARD here; SHARD_GRAD_OP,
+ * FULL_SHARD, HYBRID_SHARD later) decides at prepare where their storage
+ * lives and how units are gathered and gradients reduced. Whatever the
+ * strategy, the rank's *local shard* is presented to the optimizer the same
+ * way: flat fp32 arrays `master` and `grad` of `shard_numel` elements, with
+ * each parameter's owned rows at param->shard_offset. The optimizer runs one
+ * fused loop over those arrays and never needs to know the strategy.
+ *
+ * Sharding rule (DESIGN.md): parameter with R rows on N ranks, c = ceil(R/N):
+ * rank r owns rows [r*c, min(R, (r+1)*c)) — possibly none.
+ */
+#ifndef ACX_SHARDING_MODEL_H
+#define ACX_SHARDING_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "acx/config.h"
+#include "acx/model.h"
+#include "collectives/coll.h"
+
+/* What the runtime hands the model at creation (so sharding never includes
+ * runtime headers). */
+typedef struct acx_shard_context {
+    acx_comm_t *world; /* all ranks */
+    acx_comm_t *node;  /* ranks of this node (HYBRID_SHARD) */
+    uint64_t seed;
+    int strategy;      /* acx_sharding_strategy_t */
+    size_t bucket_bytes;
+} acx_shard_context_t;
+
+struct acx_param {
+    char name[ACX_MAX_NAME];
+    int ndim;
+    int64_t shape[ACX_MAX_DIMS];
+    int64_t numel;
+    int64_t rows;      /* shape[0] */
+    int64_t row_numel; /* numel / rows */
+    acx_init_spec_t init;
+    int index;         /* registration index in the model */
+    acx_unit_t *unit;
+
+    /* valid after prepare */
+    float *data;         /* full values; valid while the unit is acquired */
+    float *grad;         /* full gradient the program adds into */
+    int64_t row_begin;   /* rows owned by this rank in the local shard */
+    int64_t row_end;
+    size_t shard_offset; /* element offset of the owned rows in the shard arrays */
+};
+
+struct acx_unit {
+    char name[ACX_MAX_NAME];
+    int index;
+    acx_model_t *model;
+    acx_param_t **params;
+    int num_params, cap_params;
+    int acquired;       /* acquire count (nesting allowed) */
+    int grads_reported; /* this micro-step */
+};
+
+typedef struct acx_strategy_ops acx_strategy_ops_t;
+
+struct acx_model {
+    acx_shard_context_t ctx;
+    acx_unit_t **units;
+    int num_units, cap_units;
+    acx_param_t **params;
+    int num_params, cap_params;
+    int64_t numel;
+    int prepared;
+
+    const acx_strategy_ops_t *strategy;
+    void *strategy_state;
+
+    /* the local shard (valid after prepare) */
+    float *master;      /* [shard_numel] fp32 master weights of the owned rows */
+    float *shard_grad;  /* [shard_numel] reduced gradients of the owned rows */
+    size_t shard_numel;
+
+    /* set by the runtime before each micro-step */
+    int sync;           /* this micro-step ends at a boundary */
+    float grad_prescale; /* 1 / (world size x micro-steps accumulated) */
+    int64_t step;       /* optimizer steps taken (written into weight files) */
+};
+
+struct acx_strategy_ops {
+    const char *name;
+    /* Allocate storage, fill the owned rows with initial values
+     * (acx_param_init_fill), set every param's data/grad/row range/
+     * shard_offset and the model's shard arrays; plan communication. Collective. */
+    acx_status_t (*prepare)(acx_model_t *m);
+    acx_status_t (*acquire)(acx_unit_t *u);
+    acx_status_t (*release)(acx_unit_t *u);
+    /* On m->sync, start reducing what this unit completes. */
+    acx_status_t (*grads_ready)(acx_unit_t *u);
+    /* On m->sync, wait for all reductions: shard_grad then holds the mean. */
+    acx_status_t (*backward_end)(acx_model_t *m);
+    /* After the optimizer updated `master`: make data consistent again
+     * (NO_SHARD: nothing; ZeRO-2: all-gather). Collective. */
+    acx_status_t (*after_step)(acx_model_t *m);
+    acx_status_t (*zero_grad)(acx_model_t *m);
+    void (*destroy)(acx_model_t *m);
+};
+
+extern const acx_strategy_ops_t acx_strategy_no_shard;
+
+/* Rows [*begin_p, *end_p) of a parameter with `rows` rows owned by `rank` of
+ * `size` under the dim-0 rule above (empty range: begin == end). */
+void acx_shard_rows(int64_t rows, int rank, int size, int64_t *begin_p, int64_t *end_p);
+
+/* Create/destroy a model (registration functions are public, in model.c). */
+acx_status_t acx_model_new(const acx_shard_context_t *ctx, acx_model_t **model_p);
+void acx_model_free(acx_model_t *m);
+
+/* Pick the strategy from ctx and run its prepare. Collective. */
+acx_status_t acx_model_prepare(acx_model_t *m);
+
+/* Strategy dispatch used by the runtime. */
+acx_status_t acx_model_backward_end(acx_model_t *m);
+acx_status_t acx_model_after_step(acx_model_t *m);
+acx_status_t acx_model_zero_grad(acx_model_t *m);
+
+#endif /* ACX_SHARDING_MODEL_H */
