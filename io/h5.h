@@ -8,6 +8,7 @@
 #define ACX_IO_H5_H
 
 #include <hdf5.h>
+#include <stdint.h>
 
 #include "acx/status.h"
 
@@ -36,5 +37,11 @@ acx_status_t acx_error_h5(const char *call, const char *what, const char *file, 
 int acx_h5_to_dtype(hid_t type);
 /* Native HDF5 type for an acx dtype (not to be closed), or -1. */
 hid_t acx_h5_native(int dtype);
+
+/* Scalar root/object attributes: a fixed-length NUL-terminated ASCII string,
+ * and a 64-bit signed integer (stored little-endian). Take the lock. Return
+ * < 0 on failure with HDF5's error stack kept for ACX_H5_CHECK_GOTO. */
+herr_t acx_h5_write_attr_str(hid_t obj, const char *name, const char *value);
+herr_t acx_h5_write_attr_i64(hid_t obj, const char *name, int64_t value);
 
 #endif /* ACX_IO_H5_H */

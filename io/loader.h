@@ -16,4 +16,13 @@ acx_status_t acx_loader_open(acx_comm_t *world, uint64_t seed, const char *path,
                              int num_datasets, const char *const *dataset_names,
                              const acx_dataloader_options_t *opts, acx_dataloader_t **loader_p);
 
+/* Stop the prefetch thread and release the file and buffers; the object
+ * itself stays valid (every call but free then fails with ACX_ERR_STATE).
+ * Idempotent. The public acx_dataloader_close (runtime/) calls this. */
+acx_status_t acx_loader_close(acx_dataloader_t *loader);
+
+/* Close (if still open) and free the object. Called by acx_finalize for every
+ * loader the accelerator owns. NULL is a no-op. */
+void acx_loader_free(acx_dataloader_t *loader);
+
 #endif /* ACX_IO_LOADER_H */

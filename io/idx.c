@@ -1,0 +1,304 @@
+/*
+ * io/idx.c — acx_import_idx: convert IDX files (the MNIST family format) into
+ * the HDF5 layout the data loader reads. Single process, no MPI.
+ *
+ * IDX (http://yann.lecun.com/exdb/mnist/): 4 magic bytes 0x00 0x00 <type>
+ * <ndim>, then ndim big-endian uint32 dims, then prod(dims) elements. Only
+ * type 0x08 (unsigned byte) is accepted: images are [N x rows x cols], labels
+ * [N]. Files may be gzipped or plain; zlib's gzread reads both transparently.
+ *
+ * Output (contiguous layout, so a batch of random rows costs one seek per
+ * row and no chunk decompression):
+ *   /                attrs: source = "idx"
+ *   /train/images    [N x rows x cols] uint8     /train/labels  [N] uint8
+ *   /test/images     ...                         /test/labels   ...
+ * written to out_path + ".tmp" and renamed, so a failed import never leaves a
+ * half-written file at out_path nor harms one that is already there.
+ *
+ * Left to others: the loader (dataloader.c) that reads the result.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "acx/data.h"
+#include "io/h5.h"
+#include "runtime/base/error.h"
+
+#define IDX_TYPE_UBYTE 0x08
+
+/* One parsed IDX file. */
+typedef struct {
+    const char *path;
+    int ndim;
+    uint32_t dims[3];
+    size_t bytes;   /* prod(dims) */
+    uint8_t *data;  /* [bytes] */
+} idx_file_t;
+
+/* ---- reading ---- */
+
+/* Read up to len bytes (gzread takes an unsigned int count: loop in 1 GiB
+ * pieces). Returns bytes read, or -1 on a zlib error (message recorded). */
+static int64_t gz_read_all(gzFile gz, const char *path, void *buf, size_t len,
+                           acx_status_t *status_p) {
+    size_t done = 0;
+    while (done < len) {
+        size_t want = len - done;
+        if (want > (1u << 30)) want = 1u << 30;
+        int got = gzread(gz, (uint8_t *)buf + done, (unsigned)want);
+        if (got < 0) {
+            int errnum = 0;
+            const char *msg = gzerror(gz, &errnum);
+            if (errnum == Z_ERRNO)
+                *status_p = ACX_ERROR(ACX_ERR_IO, "reading IDX file '%s' failed: %s", path,
+                                      strerror(errno));
+            else
+                *status_p = ACX_ERROR(ACX_ERR_ZLIB, "gzread of IDX file '%s' failed: %s", path,
+                                      msg);
+            return -1;
+        }
+        if (got == 0) break;
+        done += (size_t)got;
+    }
+    return (int64_t)done;
+}
+
+/* Parse `path` as an IDX uint8 file of `ndim` dims (`kind` names it in
+ * messages: "images", "labels"). */
+static acx_status_t idx_read(const char *path, int ndim, const char *kind, idx_file_t *f) {
+    acx_status_t status = ACX_OK;
+    uint8_t head[4 + 4 * 3];
+    int64_t got;
+    *f = (idx_file_t){.path = path, .ndim = ndim};
+
+    errno = 0;
+    gzFile gz = gzopen(path, "rb");
+    if (gz == NULL)
+        return ACX_ERROR(ACX_ERR_IO, "cannot open IDX %s file '%s': %s", kind, path,
+                         errno ? strerror(errno) : "out of memory in zlib");
+    gzbuffer(gz, 1u << 20);
+
+    if ((got = gz_read_all(gz, path, head, 4, &status)) < 0) goto err_close;
+    if (got < 4) {
+        status = ACX_ERROR(ACX_ERR_IO, "IDX %s file '%s' is truncated: %lld bytes, shorter "
+                           "than the 4-byte magic", kind, path, (long long)got);
+        goto err_close;
+    }
+    if (head[0] != 0 || head[1] != 0) {
+        status = ACX_ERROR(ACX_ERR_FORMAT, "'%s' is not an IDX file: magic %02x %02x %02x %02x, "
+                           "expected 00 00 08 %02x", path, head[0], head[1], head[2], head[3],
+                           ndim);
+        goto err_close;
+    }
+    if (head[2] != IDX_TYPE_UBYTE) {
+        status = ACX_ERROR(ACX_ERR_FORMAT, "IDX %s file '%s' has element type 0x%02x; only 0x08 "
+                           "(unsigned byte) is supported", kind, path, head[2]);
+        goto err_close;
+    }
+    if (head[3] != ndim) {
+        status = ACX_ERROR(ACX_ERR_FORMAT, "IDX %s file '%s' has %d dimensions, expected %d",
+                           kind, path, head[3], ndim);
+        goto err_close;
+    }
+    size_t dim_bytes = 4 * (size_t)ndim;
+    if ((got = gz_read_all(gz, path, head + 4, dim_bytes, &status)) < 0) goto err_close;
+    if ((size_t)got < dim_bytes) {
+        status = ACX_ERROR(ACX_ERR_IO, "IDX %s file '%s' is truncated inside its header "
+                           "(%d dims expected)", kind, path, ndim);
+        goto err_close;
+    }
+    size_t bytes = 1;
+    for (int d = 0; d < ndim; d++) {
+        const uint8_t *p = head + 4 + 4 * d;
+        f->dims[d] = (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+        if (f->dims[d] == 0) {
+            status = ACX_ERROR(ACX_ERR_FORMAT, "IDX %s file '%s': dimension %d is 0", kind, path,
+                               d);
+            goto err_close;
+        }
+        if (bytes > SIZE_MAX / f->dims[d]) {
+            status = ACX_ERROR(ACX_ERR_FORMAT, "IDX %s file '%s': dimensions overflow", kind,
+                               path);
+            goto err_close;
+        }
+        bytes *= f->dims[d];
+    }
+    f->bytes = bytes;
+    f->data = acx_malloc(bytes, "IDX data");
+    if (f->data == NULL) {
+        status = ACX_ERR_NO_MEMORY;
+        goto err_close;
+    }
+    if ((got = gz_read_all(gz, path, f->data, bytes, &status)) < 0) goto err_free;
+    if ((size_t)got < bytes) {
+        status = ACX_ERROR(ACX_ERR_IO, "IDX %s file '%s' is truncated: expected %zu data bytes "
+                           "after the header, got %lld", kind, path, bytes, (long long)got);
+        goto err_free;
+    }
+    uint8_t extra;
+    if ((got = gz_read_all(gz, path, &extra, 1, &status)) < 0) goto err_free;
+    if (got != 0) {
+        status = ACX_ERROR(ACX_ERR_FORMAT, "IDX %s file '%s' has data after the %zu bytes its "
+                           "header announces (trailing garbage)", kind, path, bytes);
+        goto err_free;
+    }
+    int ret = gzclose(gz);
+    if (ret != Z_OK) {
+        status = ACX_ERROR(ACX_ERR_ZLIB, "gzclose of IDX file '%s' failed (zlib error %d)", path,
+                           ret);
+        goto err_free_only;
+    }
+    return ACX_OK;
+
+err_free:
+    free(f->data);
+    f->data = NULL;
+err_close:
+    gzclose(gz);
+    return status;
+err_free_only:
+    free(f->data);
+    f->data = NULL;
+    return status;
+}
+
+/* ---- writing ---- */
+
+/* Write one uint8 dataset /<group>/<name> with f's shape. */
+static acx_status_t write_u8(hid_t group, const char *gname, const char *name,
+                             const idx_file_t *f, const char *out) {
+    acx_status_t status = ACX_OK;
+    hsize_t dims[3];
+    char what[512];
+    snprintf(what, sizeof what, "dataset /%s/%s in '%s'", gname, name, out);
+    for (int d = 0; d < f->ndim; d++) dims[d] = f->dims[d];
+    hid_t space = -1, dset = -1;
+    ACX_H5_CHECK_GOTO(space = H5Screate_simple(f->ndim, dims, NULL), what, status, done);
+    /* default creation properties: contiguous layout, no filters */
+    ACX_H5_CHECK_GOTO(dset = H5Dcreate2(group, name, H5T_STD_U8LE, space, H5P_DEFAULT,
+                                        H5P_DEFAULT, H5P_DEFAULT),
+                      what, status, done);
+    ACX_H5_CHECK_GOTO(H5Dwrite(dset, H5T_NATIVE_UCHAR, H5S_ALL, H5S_ALL, H5P_DEFAULT, f->data),
+                      what, status, done);
+    ACX_H5_CHECK_GOTO(H5Dclose(dset), what, status, done);
+    dset = -1;
+done:
+    if (dset >= 0) H5Dclose(dset);
+    if (space >= 0) H5Sclose(space);
+    return status;
+}
+
+/* One split ("train"/"test"): images and labels, either may be absent. */
+typedef struct {
+    const char *name;
+    idx_file_t images, labels;
+} split_t;
+
+static acx_status_t write_h5(const char *tmp, split_t *splits, int nsplits) {
+    acx_status_t status = ACX_OK;
+    char what[512];
+    hid_t fapl = -1, file = -1;
+    snprintf(what, sizeof what, "'%s'", tmp);
+
+    acx_h5_lock();
+    acx_h5_quiet();
+    ACX_H5_CHECK_GOTO(fapl = H5Pcreate(H5P_FILE_ACCESS), what, status, done);
+    ACX_H5_CHECK_GOTO(H5Pset_fapl_sec2(fapl), what, status, done);
+    ACX_H5_CHECK_GOTO(file = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl), what, status,
+                      done);
+    ACX_H5_CHECK_GOTO(acx_h5_write_attr_str(file, "source", "idx"), "attribute /source", status,
+                      done);
+    for (int s = 0; s < nsplits; s++) {
+        split_t *sp = &splits[s];
+        if (sp->images.data == NULL && sp->labels.data == NULL) continue;
+        hid_t group;
+        snprintf(what, sizeof what, "group /%s in '%s'", sp->name, tmp);
+        ACX_H5_CHECK_GOTO(group = H5Gcreate2(file, sp->name, H5P_DEFAULT, H5P_DEFAULT,
+                                             H5P_DEFAULT),
+                          what, status, done);
+        if (sp->images.data != NULL)
+            status = write_u8(group, sp->name, "images", &sp->images, tmp);
+        if (status == ACX_OK && sp->labels.data != NULL)
+            status = write_u8(group, sp->name, "labels", &sp->labels, tmp);
+        if (status != ACX_OK) {
+            H5Gclose(group);
+            goto done;
+        }
+        ACX_H5_CHECK_GOTO(H5Gclose(group), what, status, done);
+    }
+    snprintf(what, sizeof what, "'%s'", tmp);
+    /* H5Fclose flushes: its failure means the file is incomplete */
+    ACX_H5_CHECK_GOTO(H5Fclose(file), what, status, done);
+    file = -1;
+done:
+    if (file >= 0) H5Fclose(file);
+    if (fapl >= 0) H5Pclose(fapl);
+    acx_h5_unlock();
+    return status;
+}
+
+/* ---- the public entry point ---- */
+
+ACX_API acx_status_t acx_import_idx(const char *train_images, const char *train_labels,
+                                    const char *test_images, const char *test_labels,
+                                    const char *out_path) {
+    acx_status_t status = ACX_OK;
+    split_t splits[2] = {{.name = "train"}, {.name = "test"}};
+    const char *paths[2][2] = {{train_images, train_labels}, {test_images, test_labels}};
+    char *tmp = NULL;
+
+    if (out_path == NULL || out_path[0] == '\0')
+        return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_import_idx: no output path");
+    if (!((train_images && train_labels) || (test_images && test_labels)))
+        return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_import_idx: need at least one pair of images "
+                         "and labels files (train or test)");
+
+    /* Read and validate everything before creating any file. */
+    for (int s = 0; s < 2; s++) {
+        split_t *sp = &splits[s];
+        if (paths[s][0] != NULL)
+            ACX_CHECK_GOTO(idx_read(paths[s][0], 3, "images", &sp->images), status, err_free);
+        if (paths[s][1] != NULL)
+            ACX_CHECK_GOTO(idx_read(paths[s][1], 1, "labels", &sp->labels), status, err_free);
+        if (sp->images.data != NULL && sp->labels.data != NULL &&
+            sp->images.dims[0] != sp->labels.dims[0]) {
+            status = ACX_ERROR(ACX_ERR_FORMAT, "%s images '%s' has %u samples but labels '%s' "
+                               "has %u", sp->name, sp->images.path, sp->images.dims[0],
+                               sp->labels.path, sp->labels.dims[0]);
+            goto err_free;
+        }
+    }
+
+    size_t len = strlen(out_path);
+    tmp = acx_malloc(len + 5, "temporary path");
+    if (tmp == NULL) {
+        status = ACX_ERR_NO_MEMORY;
+        goto err_free;
+    }
+    memcpy(tmp, out_path, len);
+    memcpy(tmp + len, ".tmp", 5);
+
+    status = write_h5(tmp, splits, 2);
+    if (status != ACX_OK) goto err_unlink;
+    if (rename(tmp, out_path) != 0) {
+        status = ACX_ERROR(ACX_ERR_IO, "rename('%s', '%s') failed: %s", tmp, out_path,
+                           strerror(errno));
+        goto err_unlink;
+    }
+    goto out;
+
+err_unlink:
+    unlink(tmp);
+err_free:
+out:
+    for (int s = 0; s < 2; s++) {
+        free(splits[s].images.data);
+        free(splits[s].labels.data);
+    }
+    free(tmp);
+    return status;
+}
