@@ -1,0 +1,261 @@
+/*
+ * runtime/optimizer.c — the optimizer object: SGD, Adam and AdamW over a
+ * model's local shard, with their hyperparameters, learning rate, step count
+ * and state arrays.
+ *
+ * The arithmetic is runtime/optim_kernels.c's; where the shard lives and how
+ * updated master weights reach the program (all-gather under ZeRO) is the
+ * strategy's (sharding/, through acx_model_after_step); the schedule is
+ * runtime/scheduler.c's, owned by the optimizer and freed with it. The
+ * optimizer itself belongs to the model's accelerator, which frees it at
+ * acx_finalize.
+ *
+ * State, sharded exactly like the master weights (each array holds the
+ * model's shard_numel elements, element i belonging to master[i]):
+ *   SGD with momentum   state[0] = momentum_buffer
+ *   Adam, AdamW         state[0] = exp_avg, state[1] = exp_avg_sq
+ * (torch's state names, which the checkpoint uses as group names).
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/accelerator.h"
+#include "runtime/base/error.h"
+#include "runtime/base/log.h"
+#include "runtime/optim_kernels.h"
+#include "sharding/model.h"
+
+#define ACX_OPTIM_MAX_STATE 2
+
+typedef enum acx_optimizer_kind {
+    ACX_OPTIM_SGD = 0,
+    ACX_OPTIM_ADAM = 1,
+    ACX_OPTIM_ADAMW = 2
+} acx_optimizer_kind_t;
+
+static const char *const kind_names[] = {"SGD", "Adam", "AdamW"};
+
+struct acx_optimizer {
+    acx_optimizer_kind_t kind;
+    acx_sgd_hparams_t sgd;   /* kind == ACX_OPTIM_SGD */
+    acx_adam_hparams_t adam; /* kind == ACX_OPTIM_ADAM or ACX_OPTIM_ADAMW */
+    double lr;               /* current learning rate (the schedule's once attached) */
+    int64_t num_steps;       /* steps taken; the next Adam step uses t = num_steps + 1 */
+    acx_model_t *model;
+    acx_scheduler_t *sched; /* owned; NULL without a schedule */
+
+    /* valid after acx_optimizer_bind: num_state arrays of model->shard_numel
+     * floats, 64-byte aligned */
+    int bound;
+    int num_state;
+    float *state[ACX_OPTIM_MAX_STATE];
+};
+
+/* ---- creation ---- */
+
+/* Hyperparameter checks, after torch.optim's (same conditions; the messages
+ * name the function, the field and the value). NaN fails every check. */
+static acx_status_t check_nonneg(const char *fn, const char *field, double x) {
+    if (!(x >= 0.0) || isinf(x))
+        return ACX_ERROR(ACX_ERR_INVALID_ARG, "%s: invalid %s %g: expected a finite value >= 0", fn,
+                         field, x);
+    return ACX_OK;
+}
+
+static acx_status_t check_beta(const char *fn, const char *field, double x) {
+    if (!(x >= 0.0 && x < 1.0))
+        return ACX_ERROR(ACX_ERR_INVALID_ARG, "%s: invalid %s %g: expected 0 <= %s < 1", fn, field,
+                         x, field);
+    return ACX_OK;
+}
+
+static acx_status_t check_sgd(const acx_sgd_hparams_t *hp) {
+    const char *fn = "acx_sgd_create";
+    ACX_CHECK(check_nonneg(fn, "lr", hp->lr));
+    ACX_CHECK(check_nonneg(fn, "momentum", hp->momentum));
+    ACX_CHECK(check_nonneg(fn, "weight_decay", hp->weight_decay));
+    if (!isfinite(hp->dampening))
+        return ACX_ERROR(ACX_ERR_INVALID_ARG, "%s: invalid dampening %g: expected a finite value",
+                         fn, hp->dampening);
+    if (hp->nesterov && (hp->momentum <= 0.0 || hp->dampening != 0.0))
+        return ACX_ERROR(ACX_ERR_INVALID_ARG,
+                         "%s: nesterov requires momentum > 0 and dampening == 0 (got momentum %g, "
+                         "dampening %g)",
+                         fn, hp->momentum, hp->dampening);
+    return ACX_OK;
+}
+
+static acx_status_t check_adam(const char *fn, const acx_adam_hparams_t *hp) {
+    ACX_CHECK(check_nonneg(fn, "lr", hp->lr));
+    /* torch accepts eps == 0; an element whose gradients were all zero then
+     * becomes 0/0 = NaN, as in torch. */
+    ACX_CHECK(check_nonneg(fn, "eps", hp->eps));
+    ACX_CHECK(check_beta(fn, "beta1", hp->beta1));
+    ACX_CHECK(check_beta(fn, "beta2", hp->beta2));
+    ACX_CHECK(check_nonneg(fn, "weight_decay", hp->weight_decay));
+    return ACX_OK;
+}
+
+/* Common tail of the create functions: checks the model, allocates the
+ * object and hands it to the model's accelerator. */
+static acx_status_t optimizer_new(const char *fn, acx_model_t *model, acx_optimizer_kind_t kind,
+                                  double lr, acx_optimizer_t **opt_p) {
+    if (model->prepared)
+        return ACX_ERROR(
+            ACX_ERR_STATE,
+            "%s: the model is already prepared (create the optimizer before acx_prepare)", fn);
+    acx_optimizer_t *opt = acx_calloc(1, sizeof *opt, "optimizer");
+    if (opt == NULL) return ACX_ERR_NO_MEMORY;
+    opt->kind = kind;
+    opt->lr = lr;
+    opt->model = model;
+    /* A model made by acx_model_create knows its accelerator, which frees the
+     * optimizer at acx_finalize. One built directly with acx_model_new (unit
+     * tests) has no owner: its creator calls acx_optimizer_free. */
+    acx_accelerator_t *acc = model->ctx.owner;
+    if (acc != NULL) {
+        acx_status_t status = acx_accelerator_adopt_optimizer(acc, opt);
+        if (status != ACX_OK) {
+            free(opt);
+            return status;
+        }
+    }
+    *opt_p = opt;
+    return ACX_OK;
+}
+
+ACX_API acx_status_t acx_sgd_create(acx_model_t *model, const acx_sgd_hparams_t *hp,
+                                    acx_optimizer_t **opt_p) {
+    if (model == NULL || hp == NULL || opt_p == NULL)
+        return ACX_ERROR(ACX_ERR_INVALID_ARG,
+                         "acx_sgd_create: model, hp and opt_p must not be NULL");
+    ACX_CHECK(check_sgd(hp));
+    acx_optimizer_t *opt = NULL;
+    ACX_CHECK(optimizer_new("acx_sgd_create", model, ACX_OPTIM_SGD, hp->lr, &opt));
+    opt->sgd = *hp;
+    *opt_p = opt;
+    return ACX_OK;
+}
+
+static acx_status_t adam_create(const char *fn, acx_optimizer_kind_t kind, acx_model_t *model,
+                                const acx_adam_hparams_t *hp, acx_optimizer_t **opt_p) {
+    if (model == NULL || hp == NULL || opt_p == NULL)
+        return ACX_ERROR(ACX_ERR_INVALID_ARG, "%s: model, hp and opt_p must not be NULL", fn);
+    ACX_CHECK(check_adam(fn, hp));
+    acx_optimizer_t *opt = NULL;
+    ACX_CHECK(optimizer_new(fn, model, kind, hp->lr, &opt));
+    opt->adam = *hp;
+    *opt_p = opt;
+    return ACX_OK;
+}
+
+ACX_API acx_status_t acx_adam_create(acx_model_t *model, const acx_adam_hparams_t *hp,
+                                     acx_optimizer_t **opt_p) {
+    return adam_create("acx_adam_create", ACX_OPTIM_ADAM, model, hp, opt_p);
+}
+
+ACX_API acx_status_t acx_adamw_create(acx_model_t *model, const acx_adam_hparams_t *hp,
+                                      acx_optimizer_t **opt_p) {
+    return adam_create("acx_adamw_create", ACX_OPTIM_ADAMW, model, hp, opt_p);
+}
+
+/* ---- accelerator hooks (runtime/accelerator.h) ---- */
+
+acx_status_t acx_optimizer_bind(acx_optimizer_t *opt) {
+    acx_model_t *m = opt->model;
+    if (!m->prepared)
+        return ACX_ERROR(ACX_ERR_INTERNAL, "acx_optimizer_bind: the model is not prepared");
+    if (opt->bound)
+        return ACX_ERROR(ACX_ERR_STATE, "the %s optimizer is already bound to a prepared model",
+                         kind_names[opt->kind]);
+    int num_state = opt->kind == ACX_OPTIM_SGD ? (opt->sgd.momentum != 0.0 ? 1 : 0) : 2;
+    /* Zeroed: Adam's moments start at 0; SGD's buffer is overwritten on the
+     * first step but starts defined for checkpoints written before it. */
+    size_t bytes = m->shard_numel * sizeof(float);
+    for (int i = 0; i < num_state; i++) {
+        opt->state[i] = acx_aligned_alloc(bytes, "optimizer state");
+        if (opt->state[i] == NULL) {
+            for (int j = 0; j < i; j++) {
+                free(opt->state[j]);
+                opt->state[j] = NULL;
+            }
+            return ACX_ERR_NO_MEMORY;
+        }
+        memset(opt->state[i], 0, bytes);
+    }
+    opt->num_state = num_state;
+    opt->bound = 1;
+    ACX_DEBUG(ACX_SUBSYS_OPTIM, "%s bound: %zu shard elements, %d state arrays (%zu bytes)",
+              kind_names[opt->kind], m->shard_numel, num_state, (size_t)num_state * bytes);
+    return ACX_OK;
+}
+
+acx_model_t *acx_optimizer_model(acx_optimizer_t *opt) { return opt->model; }
+
+void acx_optimizer_free(acx_optimizer_t *opt) {
+    if (opt == NULL) return;
+    acx_scheduler_free(opt->sched);
+    for (int i = 0; i < opt->num_state; i++)
+        free(opt->state[i]);
+    free(opt);
+}
+
+/* ---- scheduler hook (runtime/optim_kernels.h) ---- */
+
+acx_status_t acx_optimizer_attach_scheduler(acx_optimizer_t *opt, acx_scheduler_t *sched) {
+    if (opt->sched != NULL)
+        return ACX_ERROR(ACX_ERR_STATE,
+                         "acx_scheduler_create: the %s optimizer already has a schedule",
+                         kind_names[opt->kind]);
+    opt->sched = sched;
+    return ACX_OK;
+}
+
+/* ---- training ---- */
+
+ACX_API acx_status_t acx_optimizer_step(acx_optimizer_t *opt) {
+    if (opt == NULL) return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_optimizer_step: opt is NULL");
+    acx_model_t *m = opt->model;
+    if (!opt->bound || !m->prepared)
+        return ACX_ERROR(
+            ACX_ERR_STATE,
+            "acx_optimizer_step before acx_prepare (the %s optimizer has no state yet)",
+            kind_names[opt->kind]);
+    opt->num_steps++;
+    /* One fused pass over the local shard: master[n], shard_grad[n], state[k][n]. */
+    size_t n = m->shard_numel;
+    switch (opt->kind) {
+    case ACX_OPTIM_SGD:
+        acx_kernel_sgd(m->master, m->shard_grad, opt->state[0], n, &opt->sgd, opt->lr,
+                       opt->num_steps == 1);
+        break;
+    case ACX_OPTIM_ADAM:
+    case ACX_OPTIM_ADAMW:
+        acx_kernel_adam(m->master, m->shard_grad, opt->state[0], opt->state[1], n, &opt->adam,
+                        opt->lr, opt->num_steps, opt->kind == ACX_OPTIM_ADAMW);
+        break;
+    }
+    m->step = opt->num_steps;
+    /* Make the parameters the program sees consistent with the new master
+     * weights (NO_SHARD: nothing to do; ZeRO: all-gather, collective). */
+    return acx_model_after_step(m);
+}
+
+ACX_API acx_status_t acx_optimizer_zero_grad(acx_optimizer_t *opt) {
+    if (opt == NULL) return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_optimizer_zero_grad: opt is NULL");
+    return acx_model_zero_grad(opt->model);
+}
+
+ACX_API double acx_optimizer_lr(const acx_optimizer_t *opt) { return opt != NULL ? opt->lr : 0.0; }
+
+ACX_API acx_status_t acx_optimizer_set_lr(acx_optimizer_t *opt, double lr) {
+    if (opt == NULL) return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_optimizer_set_lr: opt is NULL");
+    ACX_CHECK(check_nonneg("acx_optimizer_set_lr", "lr", lr));
+    opt->lr = lr;
+    return ACX_OK;
+}
+
+ACX_API int64_t acx_optimizer_num_steps(const acx_optimizer_t *opt) {
+    return opt != NULL ? opt->num_steps : 0;
+}
