@@ -27,9 +27,9 @@
  *   the same per-element function: the tail rounds exactly like the body.
  * - sqrtf may set errno (on a negative input), so under the default
  *   -fmath-errno the Adam loop keeps a scalar libm call and is not vectorized
- *   (4x slower). Its argument v is never negative, so this file redeclares
- *   sqrtf as const: GCC and clang then emit sqrtps, correctly rounded like
- *   sqrtss and the libm call. (-fno-math-errno has the same effect.)
+ *   (4x slower). The library is built with -fno-math-errno (configure.ac;
+ *   acx never reads errno after a math call): the compiler then emits
+ *   sqrtps, correctly rounded like sqrtss and the libm call.
  * - The loops sit in noinline functions: MXCSR is switched around a call, so
  *   the compiler cannot move float arithmetic across the switch.
  */
@@ -47,9 +47,8 @@
 #define M_PI 3.14159265358979323846
 #endif
 
-/* See the header comment: lets the compiler vectorize sqrtf under -fmath-errno. */
 #if defined(__GNUC__) && !defined(__NO_MATH_ERRNO__)
-float sqrtf(float x) __attribute__((const, nothrow));
+#warning "build with -fno-math-errno: otherwise the Adam loop is not vectorized (see above)"
 #endif
 
 /* a*b + c with torch's rounding: one rounding where the target has FMA. */
