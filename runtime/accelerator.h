@@ -52,4 +52,7 @@ void acx_optimizer_free(acx_optimizer_t *opt);
 acx_status_t acx_optimizer_bind(acx_optimizer_t *opt); /* allocate state at prepare */
 acx_model_t *acx_optimizer_model(acx_optimizer_t *opt);
 
+/* Register an optimizer for cleanup at acx_finalize (runtime/accelerator.c). */
+acx_status_t acx_accelerator_adopt_optimizer(acx_accelerator_t *acc, acx_optimizer_t *opt);
+
 #endif /* ACX_RUNTIME_ACCELERATOR_H */

@@ -31,6 +31,7 @@ typedef struct acx_shard_context {
     uint64_t seed;
     int strategy;      /* acx_sharding_strategy_t */
     size_t bucket_bytes;
+    void *owner;       /* the runtime's accelerator (opaque here) */
 } acx_shard_context_t;
 
 struct acx_param {

@@ -1,0 +1,454 @@
+/*
+ * runtime/accelerator.c — the accelerator: MPI bootstrap and topology,
+ * configuration, ownership of the program's objects, acx_prepare and the
+ * micro-step / synchronization-boundary bookkeeping.
+ *
+ * What it leaves to others: storage and communication of parameters and
+ * gradients (sharding/), collectives (collectives/), reading data (io/),
+ * launcher detection (slurm/), the optimizer math (optimizer.c).
+ *
+ * Bootstrap order (DESIGN.md "Bootstrap and devices"):
+ *   1. strip acx's options from argv; MPI_Init_thread(FUNNELED) unless the
+ *      program already initialized MPI (then the program finalizes it);
+ *   2. rank and world size; the launcher check (N singletons is an error);
+ *   3. node topology: MPI_Comm_split_type(SHARED) gives local rank/size;
+ *      a node's index is the number of node leaders (local rank 0) with a
+ *      lower world rank (MPI_Exscan), broadcast inside the node;
+ *   4. resolve the configuration (every rank reads the same sources; the
+ *      outcome is agreed so a bad file fails every rank the same way);
+ *   5. choose the collective backend and build the world/node communicators.
+ */
+#include <mpi.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "io/loader.h"
+#include "runtime/accelerator.h"
+#include "runtime/base/error.h"
+#include "runtime/base/log.h"
+#include "sharding/model.h"
+#include "slurm/launch_env.h"
+
+#define ACX_MAX_OVERRIDES 64
+
+/* ---- argv ---- */
+
+/* Keys compare equal when they differ only in '.', '-' and '_' and case, so
+ * --acx-dataloader-drop-last and --acx-dataloader.drop_last both work. */
+static int key_equal(const char *a, const char *b, size_t bn) {
+    size_t i = 0;
+    for (; a[i] != '\0' && i < bn; i++) {
+        char x = a[i], y = b[i];
+        if (x == '-' || x == '.') x = '_';
+        if (y == '-' || y == '.') y = '_';
+        if (x >= 'A' && x <= 'Z') x = (char)(x - 'A' + 'a');
+        if (y >= 'A' && y <= 'Z') y = (char)(y - 'A' + 'a');
+        if (x != y) return 0;
+    }
+    return a[i] == '\0' && i == bn;
+}
+
+typedef struct argv_opts {
+    const char *config_file;
+    int n_overrides;
+    char *overrides[ACX_MAX_OVERRIDES]; /* "canonical.key=value", malloc'd */
+} argv_opts_t;
+
+static void argv_opts_free(argv_opts_t *o) {
+    for (int i = 0; i < o->n_overrides; i++) free(o->overrides[i]);
+    o->n_overrides = 0;
+}
+
+/* Remove --config FILE / --config=FILE / --acx-KEY=VALUE / --acx-KEY VALUE
+ * from argv (keeping argv[argc] == NULL). */
+static acx_status_t argv_strip(int *argc, char ***argv, argv_opts_t *o) {
+    if (argc == NULL || argv == NULL || *argv == NULL) return ACX_OK;
+    char **v = *argv;
+    int out = 1;
+    for (int i = 1; i < *argc; i++) {
+        const char *a = v[i];
+        if (strcmp(a, "--") == 0) { /* the program's own options follow */
+            while (i < *argc) v[out++] = v[i++];
+            break;
+        }
+        if (strcmp(a, "--config") == 0 || strncmp(a, "--config=", 9) == 0) {
+            if (a[8] == '=')
+                o->config_file = a + 9;
+            else if (i + 1 < *argc)
+                o->config_file = v[++i];
+            else
+                return ACX_ERROR(ACX_ERR_INVALID_CONFIG, "option --config needs a FILE argument");
+            continue;
+        }
+        if (strncmp(a, "--acx-", 6) == 0) {
+            const char *key = a + 6, *eq = strchr(key, '=');
+            size_t klen = eq ? (size_t)(eq - key) : strlen(key);
+            const char *value;
+            if (eq)
+                value = eq + 1;
+            else if (i + 1 < *argc)
+                value = v[++i];
+            else
+                return ACX_ERROR(ACX_ERR_INVALID_CONFIG, "option %s needs a value", a);
+            const char *canon = NULL;
+            for (int k = 0; k < acx_config_num_keys(); k++)
+                if (key_equal(acx_config_key_name(k), key, klen)) canon = acx_config_key_name(k);
+            if (canon == NULL)
+                return ACX_ERROR(ACX_ERR_INVALID_CONFIG,
+                                 "unknown option --acx-%.*s: no configuration key of that name "
+                                 "(see docs/config.md; e.g. --acx-seed=1, --acx-dataloader.drop_last=true)",
+                                 (int)klen, key);
+            if (o->n_overrides == ACX_MAX_OVERRIDES)
+                return ACX_ERROR(ACX_ERR_INVALID_CONFIG, "more than %d --acx-* options", ACX_MAX_OVERRIDES);
+            size_t n = strlen(canon) + strlen(value) + 2;
+            char *s = acx_malloc(n, "option");
+            if (s == NULL) return ACX_ERR_NO_MEMORY;
+            snprintf(s, n, "%s=%s", canon, value);
+            o->overrides[o->n_overrides++] = s;
+            continue;
+        }
+        v[out++] = v[i];
+    }
+    *argc = out;
+    v[out] = NULL;
+    return ACX_OK;
+}
+
+/* ---- topology ---- */
+
+static acx_status_t discover_topology(acx_accelerator_t *acc) {
+    MPI_Comm node;
+    ACX_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &acc->rank));
+    ACX_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &acc->world_size));
+    ACX_MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, acc->rank,
+                                      MPI_INFO_NULL, &node));
+    MPI_Comm_rank(node, &acc->local_rank);
+    MPI_Comm_size(node, &acc->local_size);
+    int leader = acc->local_rank == 0, before = 0;
+    acx_status_t status = ACX_OK;
+    ACX_MPI_CHECK_GOTO(MPI_Exscan(&leader, &before, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD), status, out);
+    if (acc->rank == 0) before = 0; /* MPI_Exscan leaves rank 0's result undefined */
+    ACX_MPI_CHECK_GOTO(MPI_Bcast(&before, 1, MPI_INT, 0, node), status, out);
+    acc->node_rank = before;
+    ACX_MPI_CHECK_GOTO(MPI_Allreduce(&leader, &acc->num_nodes, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD),
+                       status, out);
+out:
+    MPI_Comm_free(&node);
+    return status;
+}
+
+static const char *env_lookup(const char *name) { return getenv(name); }
+
+/* ---- lifecycle ---- */
+
+static void accelerator_free(acx_accelerator_t *acc);
+
+ACX_API acx_status_t acx_init(int *argc, char ***argv, const acx_config_t *config,
+                              acx_accelerator_t **acc_p) {
+    acx_status_t status = ACX_OK;
+    argv_opts_t opts = {0};
+    if (acc_p == NULL) return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_init: acc_p must not be NULL");
+    if (config != NULL && config->size == 0)
+        return ACX_ERROR(ACX_ERR_INVALID_ARG,
+                         "acx_init: config->size is 0: initialize the struct with ACX_CONFIG_DEFAULT");
+
+    acx_accelerator_t *acc = acx_calloc(1, sizeof *acc, "accelerator");
+    if (acc == NULL) return ACX_ERR_NO_MEMORY;
+    if (gethostname(acc->host, sizeof acc->host) != 0) snprintf(acc->host, sizeof acc->host, "?");
+    acc->host[sizeof acc->host - 1] = '\0';
+    char *dot = strchr(acc->host, '.');
+    if (dot) *dot = '\0';
+
+    /* An argv error is reported after MPI is up, so every rank agrees. */
+    acx_status_t argv_status = argv_strip(argc, argv, &opts);
+    char argv_error[ACX_ERRMSG_MAX];
+    snprintf(argv_error, sizeof argv_error, "%s", acx_last_error());
+
+    int initialized = 0;
+    MPI_Initialized(&initialized);
+    if (!initialized) {
+        int provided = 0;
+        int ret = MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+        if (ret != MPI_SUCCESS) {
+            status = acx_error_mpi(ret, "MPI_Init_thread", __FILE__, __LINE__);
+            goto err_free;
+        }
+        acc->mpi_owned = 1;
+    }
+    /* Return MPI errors as codes instead of aborting, so they become acx statuses. */
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    ACX_CHECK_GOTO(discover_topology(acc), status, err_mpi);
+    acx_log_setup(acc->rank, acc->world_size, ACX_LOG_WARN, getenv("ACX_LOG_SUBSYS"));
+
+    /* The world communicator exists before the config is known because the
+     * config outcome is agreed over it; it speaks MPI, as agreement always does. */
+    ACX_CHECK_GOTO(acx_comm_create(MPI_COMM_WORLD, &acx_coll_mpi_ops, &acc->world), status, err_mpi);
+
+    acx_launch_env_t env;
+    acx_launch_env_detect(env_lookup, &env);
+    status = acx_launch_env_check(&env, acc->world_size);
+    if (status == ACX_OK && argv_status != ACX_OK) status = acx_error_set_raw(argv_status, argv_error);
+    if (status == ACX_OK)
+        status = acx_config_resolve(config, opts.config_file, opts.n_overrides,
+                                    (const char *const *)opts.overrides, env_lookup, &acc->config);
+    ACX_CHECK_GOTO(acx_coll_agree(acc->world, status), status, err_comm);
+
+    const acx_config_t *c = &acc->config.values;
+    acx_log_setup(acc->rank, acc->world_size, c->log_level, getenv("ACX_LOG_SUBSYS"));
+    ACX_CHECK_GOTO(acx_coll_select((acx_backend_kind_t)c->backend, &acc->coll), status, err_comm);
+    status = acx_coll_agree(acc->world, status);
+    if (status != ACX_OK) goto err_comm;
+    if (acc->coll != &acx_coll_mpi_ops) {
+        acx_comm_t *w = NULL;
+        ACX_CHECK_GOTO(acx_comm_create(MPI_COMM_WORLD, acc->coll, &w), status, err_comm);
+        acx_comm_destroy(acc->world);
+        acc->world = w;
+    }
+    ACX_CHECK_GOTO(acx_comm_split(acc->world, acc->node_rank, acc->local_rank, &acc->node), status,
+                   err_comm);
+
+    ACX_INFO(ACX_SUBSYS_INIT, "acx %s: rank %d/%d, local rank %d/%d, node %d/%d on %s; launcher %s; backend %s; MPI %s",
+             acx_version(), acc->rank, acc->world_size, acc->local_rank, acc->local_size,
+             acc->node_rank, acc->num_nodes, acc->host, env.launcher, acc->coll->name,
+             acc->mpi_owned ? "initialized by acx" : "adopted from the program");
+    if (acx_log_enabled(ACX_LOG_DEBUG, ACX_SUBSYS_INIT)) {
+        for (int k = 0; k < acx_config_num_keys(); k++) {
+            char value[256];
+            acx_config_format_value(&acc->config, k, value, sizeof value);
+            const acx_config_origin_t *o = &acc->config.origin[k];
+            ACX_DEBUG(ACX_SUBSYS_INIT, "config %s = %s (%s%s%s)", acx_config_key_name(k), value,
+                      o->source == ACX_SRC_DEFAULT ? "default" : "from ", o->where, "");
+        }
+    }
+    argv_opts_free(&opts);
+    acc->sync = 1;
+    *acc_p = acc;
+    return ACX_OK;
+
+err_comm:
+    acx_comm_destroy(acc->node);
+    acx_comm_destroy(acc->world);
+    acc->node = acc->world = NULL;
+err_mpi:
+    if (acc->mpi_owned) MPI_Finalize();
+err_free:
+    argv_opts_free(&opts);
+    free(acc);
+    return status;
+}
+
+static void accelerator_free(acx_accelerator_t *acc) {
+    for (int i = acc->num_loaders - 1; i >= 0; i--) acx_loader_free(acc->loaders[i]);
+    for (int i = acc->num_optimizers - 1; i >= 0; i--) acx_optimizer_free(acc->optimizers[i]);
+    for (int i = acc->num_models - 1; i >= 0; i--) acx_model_free(acc->models[i]);
+    free(acc->loaders);
+    free(acc->optimizers);
+    free(acc->models);
+    acx_comm_destroy(acc->node);
+    acx_comm_destroy(acc->world);
+    free(acc);
+}
+
+ACX_API acx_status_t acx_finalize(acx_accelerator_t *acc) {
+    if (acc == NULL) return ACX_OK;
+    acx_status_t status = ACX_OK;
+    if (acc->world != NULL) status = acc->world->ops->barrier(acc->world);
+    int owned = acc->mpi_owned;
+    accelerator_free(acc);
+    if (owned) {
+        int ret = MPI_Finalize();
+        if (ret != MPI_SUCCESS && status == ACX_OK)
+            status = acx_error_mpi(ret, "MPI_Finalize", __FILE__, __LINE__);
+    }
+    return status;
+}
+
+ACX_API void acx_abort(acx_accelerator_t *acc, int code, const char *message) {
+    acx_log_write(ACX_LOG_ERROR, ACX_SUBSYS_ALL, "aborting the job (code %d): %s", code,
+                  message ? message : "(no message)");
+    /* Live backend communicators (NCCL) are aborted here once they exist. */
+    int initialized = 0, finalized = 0;
+    MPI_Initialized(&initialized);
+    MPI_Finalized(&finalized);
+    if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, code ? code : 1);
+    _exit(code ? code : 1); /* MPI_Abort does not return; without MPI there is nothing else */
+}
+
+/* ---- topology accessors ---- */
+
+ACX_API int acx_rank(const acx_accelerator_t *acc) { return acc->rank; }
+ACX_API int acx_world_size(const acx_accelerator_t *acc) { return acc->world_size; }
+ACX_API int acx_local_rank(const acx_accelerator_t *acc) { return acc->local_rank; }
+ACX_API int acx_local_size(const acx_accelerator_t *acc) { return acc->local_size; }
+ACX_API int acx_num_nodes(const acx_accelerator_t *acc) { return acc->num_nodes; }
+ACX_API int acx_node_rank(const acx_accelerator_t *acc) { return acc->node_rank; }
+ACX_API int acx_is_main_process(const acx_accelerator_t *acc) { return acc->rank == 0; }
+ACX_API int acx_is_local_main_process(const acx_accelerator_t *acc) { return acc->local_rank == 0; }
+ACX_API const acx_config_t *acx_get_config(const acx_accelerator_t *acc) { return &acc->config.values; }
+
+ACX_API acx_status_t acx_wait_for_everyone(acx_accelerator_t *acc) {
+    if (acc == NULL) return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_wait_for_everyone: acc is NULL");
+    return acc->world->ops->barrier(acc->world);
+}
+
+/* ---- owned objects ---- */
+
+static acx_status_t push(void ***arr, int *n, int *cap, void *obj) {
+    if (*n == *cap) {
+        int nc = *cap ? 2 * *cap : 4;
+        void **p = realloc(*arr, (size_t)nc * sizeof *p);
+        if (p == NULL) return ACX_ERROR(ACX_ERR_NO_MEMORY, "cannot grow the accelerator's object list");
+        *arr = p;
+        *cap = nc;
+    }
+    (*arr)[(*n)++] = obj;
+    return ACX_OK;
+}
+
+ACX_API acx_status_t acx_model_create(acx_accelerator_t *acc, acx_model_t **model_p) {
+    if (acc == NULL || model_p == NULL)
+        return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_model_create: acc and model_p must not be NULL");
+    const acx_config_t *c = &acc->config.values;
+    acx_shard_context_t ctx = {
+        .world = acc->world,
+        .node = acc->node,
+        .seed = (uint64_t)c->seed,
+        .strategy = c->sharding_strategy,
+        .bucket_bytes = (size_t)(c->bucket_size_mb * 1024.0 * 1024.0),
+        .owner = acc,
+    };
+    if (ctx.bucket_bytes < sizeof(float)) ctx.bucket_bytes = sizeof(float);
+    acx_model_t *m = NULL;
+    ACX_CHECK(acx_model_new(&ctx, &m));
+    acx_status_t status = push((void ***)&acc->models, &acc->num_models, &acc->cap_models, m);
+    if (status != ACX_OK) {
+        acx_model_free(m);
+        return status;
+    }
+    *model_p = m;
+    return ACX_OK;
+}
+
+/* Called by runtime/optimizer.c when an optimizer is created. */
+acx_status_t acx_accelerator_adopt_optimizer(acx_accelerator_t *acc, acx_optimizer_t *opt) {
+    return push((void ***)&acc->optimizers, &acc->num_optimizers, &acc->cap_optimizers, opt);
+}
+
+static int resolve_flag(int requested, int configured) {
+    return requested == ACX_UNSET ? configured : requested;
+}
+
+ACX_API acx_status_t acx_dataloader_open(acx_accelerator_t *acc, const char *path, int num_datasets,
+                                         const char *const *dataset_names,
+                                         const acx_dataloader_options_t *opts,
+                                         acx_dataloader_t **loader_p) {
+    if (acc == NULL || loader_p == NULL || opts == NULL)
+        return ACX_ERROR(ACX_ERR_INVALID_ARG,
+                         "acx_dataloader_open: acc, opts and loader_p must not be NULL");
+    const acx_dataloader_config_t *dc = &acc->config.values.dataloader;
+    acx_dataloader_options_t o = *opts;
+    o.drop_last = resolve_flag(o.drop_last, dc->drop_last);
+    o.even_batches = resolve_flag(o.even_batches, dc->even_batches);
+    o.split_batches = resolve_flag(o.split_batches, dc->split_batches);
+    o.prefetch = resolve_flag(o.prefetch, dc->prefetch);
+    acx_dataloader_t *l = NULL;
+    ACX_CHECK(acx_loader_open(acc->world, (uint64_t)acc->config.values.seed, path, num_datasets,
+                              dataset_names, &o, &l));
+    acx_status_t status = push((void ***)&acc->loaders, &acc->num_loaders, &acc->cap_loaders, l);
+    if (status != ACX_OK) {
+        acx_loader_free(l);
+        return status;
+    }
+    *loader_p = l;
+    return ACX_OK;
+}
+
+ACX_API acx_status_t acx_dataloader_close(acx_dataloader_t *loader) {
+    /* The loader stays registered with its accelerator until acx_finalize
+     * (which frees it); closing stops its thread and releases its file now. */
+    return acx_loader_close(loader);
+}
+
+/* ---- training ---- */
+
+ACX_API acx_status_t acx_prepare(acx_accelerator_t *acc, acx_model_t *model,
+                                 acx_optimizer_t *optimizer, acx_dataloader_t *loader) {
+    if (acc == NULL || model == NULL)
+        return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_prepare: acc and model must not be NULL");
+    if (model->ctx.owner != acc)
+        return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_prepare: the model belongs to another accelerator");
+    if (acc->model != NULL)
+        return ACX_ERROR(ACX_ERR_STATE, "acx_prepare was already called (one prepared model per accelerator)");
+    if (optimizer != NULL && acx_optimizer_model(optimizer) != model)
+        return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_prepare: the optimizer was created for another model");
+    acx_status_t status = acx_model_prepare(model);
+    if (status == ACX_OK && optimizer != NULL) status = acx_optimizer_bind(optimizer);
+    /* Storage failures are local (out of memory on one rank): agree, so no
+     * rank goes on to train alone. */
+    ACX_CHECK(acx_coll_agree(acc->world, status));
+    acc->model = model;
+    acc->optimizer = optimizer;
+    acc->loader = loader;
+    acc->sync = 1;
+    model->sync = 1;
+    model->grad_prescale = 1.0f / (float)acc->world_size;
+    return ACX_OK;
+}
+
+ACX_API acx_status_t acx_accumulate_begin(acx_accelerator_t *acc) {
+    if (acc == NULL) return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_accumulate_begin: acc is NULL");
+    if (acc->model == NULL) return ACX_ERROR(ACX_ERR_STATE, "acx_accumulate_begin before acx_prepare");
+    if (acc->in_micro_step)
+        return ACX_ERROR(ACX_ERR_STATE, "acx_accumulate_begin twice without acx_accumulate_end");
+    int k = acc->config.values.gradient_accumulation_steps;
+    acc->in_micro_step = 1;
+    acc->micro_step++;
+    acc->micro_since_sync++;
+    /* The end of the loader's epoch is a boundary too (Accelerate's
+     * end_of_dataloader), so no gradients leak into the next epoch. */
+    int end_of_data = acc->loader != NULL && acx_dataloader_position(acc->loader) > 0 &&
+                      acx_dataloader_position(acc->loader) == acx_dataloader_num_batches(acc->loader);
+    acc->sync = acc->micro_since_sync >= k || end_of_data;
+    acc->model->sync = acc->sync;
+    /* Mean over ranks and over the micro-steps actually accumulated (a short
+     * last window at the end of data divides by its own length). */
+    acc->model->grad_prescale = 1.0f / ((float)acc->world_size * (float)acc->micro_since_sync);
+    return ACX_OK;
+}
+
+ACX_API acx_status_t acx_accumulate_end(acx_accelerator_t *acc) {
+    if (acc == NULL) return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_accumulate_end: acc is NULL");
+    if (!acc->in_micro_step)
+        return ACX_ERROR(ACX_ERR_STATE, "acx_accumulate_end without acx_accumulate_begin");
+    acc->in_micro_step = 0;
+    if (acc->sync) {
+        acc->micro_since_sync = 0;
+        acc->step++;
+    }
+    return ACX_OK;
+}
+
+ACX_API int acx_sync_gradients(const acx_accelerator_t *acc) { return acc->sync; }
+
+ACX_API acx_status_t acx_backward_end(acx_accelerator_t *acc) {
+    if (acc == NULL) return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_backward_end: acc is NULL");
+    if (acc->model == NULL) return ACX_ERROR(ACX_ERR_STATE, "acx_backward_end before acx_prepare");
+    return acx_model_backward_end(acc->model);
+}
+
+ACX_API int64_t acx_step(const acx_accelerator_t *acc) { return acc->step; }
+ACX_API int64_t acx_micro_step(const acx_accelerator_t *acc) { return acc->micro_step; }
+
+/* ---- printing ---- */
+
+ACX_API void acx_print(const acx_accelerator_t *acc, const char *fmt, ...) {
+    if (acc != NULL && acc->rank != 0) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vprintf(fmt, ap);
+    va_end(ap);
+    fflush(stdout);
+}

@@ -1,0 +1,151 @@
+/*
+ * runtime/collectives_api.c — the public collectives over the world
+ * (acx/collectives.h) and the metrics helpers built on them.
+ *
+ * Thin: argument checks, then the accelerator's backend. gather_for_metrics
+ * is the one with logic: it drops exactly the even_batches padding, so a
+ * metric over the test set counts every sample once (Accelerate's
+ * gather_for_metrics, which truncates by the loader's remainder; here each
+ * rank knows its own padding count, so nothing global is needed).
+ */
+#include <limits.h>
+#include <mpi.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/accelerator.h"
+#include "runtime/base/error.h"
+
+struct acx_request {
+    const acx_coll_ops_t *ops;
+    acx_coll_req_t *req;
+};
+
+static acx_status_t check_args(acx_accelerator_t *acc, const void *buf, size_t count,
+                               acx_dtype_t dtype, const char *fn) {
+    if (acc == NULL) return ACX_ERROR(ACX_ERR_INVALID_ARG, "%s: acc is NULL", fn);
+    if (acx_dtype_size(dtype) == 0)
+        return ACX_ERROR(ACX_ERR_INVALID_ARG, "%s: invalid dtype %d", fn, (int)dtype);
+    if (buf == NULL && count > 0) return ACX_ERROR(ACX_ERR_INVALID_ARG, "%s: buffer is NULL", fn);
+    return ACX_OK;
+}
+
+ACX_API acx_status_t acx_all_reduce(acx_accelerator_t *acc, const void *sendbuf, void *recvbuf,
+                                    size_t count, acx_dtype_t dtype, acx_red_op_t op) {
+    ACX_CHECK(check_args(acc, recvbuf, count, dtype, "acx_all_reduce"));
+    if (sendbuf == NULL) sendbuf = recvbuf;
+    return acc->world->ops->all_reduce(acc->world, sendbuf, recvbuf, count, dtype, op);
+}
+
+ACX_API acx_status_t acx_all_reduce_async(acx_accelerator_t *acc, const void *sendbuf,
+                                          void *recvbuf, size_t count, acx_dtype_t dtype,
+                                          acx_red_op_t op, acx_request_t **req_p) {
+    ACX_CHECK(check_args(acc, recvbuf, count, dtype, "acx_all_reduce_async"));
+    if (req_p == NULL) return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_all_reduce_async: req_p is NULL");
+    if (sendbuf == NULL) sendbuf = recvbuf;
+    acx_request_t *r = acx_malloc(sizeof *r, "request");
+    if (r == NULL) return ACX_ERR_NO_MEMORY;
+    r->ops = acc->world->ops;
+    acx_status_t st =
+        r->ops->all_reduce_start(acc->world, sendbuf, recvbuf, count, dtype, op, &r->req);
+    if (st != ACX_OK) {
+        free(r);
+        return st;
+    }
+    *req_p = r;
+    return ACX_OK;
+}
+
+ACX_API acx_status_t acx_request_wait(acx_request_t *req) {
+    if (req == NULL) return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_request_wait: req is NULL");
+    acx_status_t st = req->ops->wait(req->req);
+    free(req);
+    return st;
+}
+
+ACX_API acx_status_t acx_broadcast(acx_accelerator_t *acc, void *buf, size_t count,
+                                   acx_dtype_t dtype, int root) {
+    ACX_CHECK(check_args(acc, buf, count, dtype, "acx_broadcast"));
+    if (root < 0 || root >= acc->world_size)
+        return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_broadcast: root %d outside 0..%d", root,
+                         acc->world_size - 1);
+    return acc->world->ops->broadcast(acc->world, buf, count, dtype, root);
+}
+
+ACX_API acx_status_t acx_all_gather(acx_accelerator_t *acc, const void *sendbuf, void *recvbuf,
+                                    size_t count, acx_dtype_t dtype) {
+    ACX_CHECK(check_args(acc, recvbuf, count, dtype, "acx_all_gather"));
+    ACX_CHECK(check_args(acc, sendbuf, count, dtype, "acx_all_gather"));
+    return acc->world->ops->all_gather(acc->world, sendbuf, recvbuf, count, dtype);
+}
+
+/* ---- metrics ---- */
+
+ACX_API acx_status_t acx_reduce_scalar(acx_accelerator_t *acc, double value, acx_red_op_t op,
+                                       double *out_p) {
+    if (acc == NULL || out_p == NULL)
+        return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_reduce_scalar: acc and out_p must not be NULL");
+    double v = value;
+    /* Metrics are host scalars: always MPI, whatever the data backend. */
+    ACX_CHECK(acx_coll_mpi_ops.all_reduce(acc->world, &v, &v, 1, ACX_DTYPE_FLOAT64, op));
+    *out_p = v;
+    return ACX_OK;
+}
+
+ACX_API acx_status_t acx_gather_for_metrics(acx_accelerator_t *acc, const acx_batch_t *batch,
+                                            const void *local, size_t sample_bytes, void *out,
+                                            int64_t out_capacity, int to_main_only,
+                                            int64_t *count_p) {
+    if (acc == NULL || batch == NULL || count_p == NULL || sample_bytes == 0)
+        return ACX_ERROR(ACX_ERR_INVALID_ARG,
+                         "acx_gather_for_metrics: acc, batch, count_p must not be NULL and sample_bytes > 0");
+    int n = acc->world_size;
+    MPI_Comm comm = acc->world->mpi;
+    int64_t real = batch->size - batch->num_padding;
+    if (real < 0 || (real > 0 && local == NULL))
+        return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_gather_for_metrics: local is NULL or the batch is inconsistent");
+    int64_t *counts = acx_malloc((size_t)n * sizeof *counts, "gather counts");
+    int *rcounts = acx_malloc((size_t)n * sizeof *rcounts, "gather counts");
+    int *displs = acx_malloc((size_t)n * sizeof *displs, "gather displacements");
+    acx_status_t status = ACX_OK;
+    if (counts == NULL || rcounts == NULL || displs == NULL) {
+        status = ACX_ERR_NO_MEMORY;
+        goto out;
+    }
+    ACX_MPI_CHECK_GOTO(MPI_Allgather(&real, 1, MPI_INT64_T, counts, 1, MPI_INT64_T, comm), status, out);
+    int64_t total = 0;
+    for (int r = 0; r < n; r++) {
+        int64_t bytes = counts[r] * (int64_t)sample_bytes, at = total * (int64_t)sample_bytes;
+        if (bytes > INT_MAX || at > INT_MAX) {
+            status = ACX_ERROR(ACX_ERR_NOT_SUPPORTED,
+                               "acx_gather_for_metrics: more than 2 GiB gathered in one call; gather in smaller pieces");
+            goto out;
+        }
+        rcounts[r] = (int)bytes;
+        displs[r] = (int)at;
+        total += counts[r];
+    }
+    int receives = !to_main_only || acc->rank == 0;
+    /* Capacity is checked on every rank against the same total, so either
+     * all ranks go on to the collective or none does. */
+    if (receives && total > out_capacity) {
+        status = ACX_ERROR(ACX_ERR_INVALID_ARG,
+                           "acx_gather_for_metrics: output holds %lld samples but %lld are gathered",
+                           (long long)out_capacity, (long long)total);
+    }
+    status = acx_coll_agree(acc->world, status);
+    if (status != ACX_OK) goto out;
+    int sendbytes = (int)(real * (int64_t)sample_bytes);
+    if (to_main_only)
+        ACX_MPI_CHECK_GOTO(MPI_Gatherv(local, sendbytes, MPI_BYTE, out, rcounts, displs, MPI_BYTE, 0, comm),
+                           status, out);
+    else
+        ACX_MPI_CHECK_GOTO(MPI_Allgatherv(local, sendbytes, MPI_BYTE, out, rcounts, displs, MPI_BYTE, comm),
+                           status, out);
+    *count_p = receives ? total : 0;
+out:
+    free(counts);
+    free(rcounts);
+    free(displs);
+    return status;
+}

@@ -1,0 +1,262 @@
+/*
+ * sharding/model.c — registering units and parameters, the dim-0 ownership
+ * rule, and dispatch to the configured strategy.
+ *
+ * This file owns the objects' bookkeeping; where storage lives and how units
+ * are gathered and gradients reduced is the strategy's business
+ * (no_shard.c today; shard_grad_op.c, full_shard.c, hybrid_shard.c later).
+ * Initial values come from runtime/base/param_init.c, keyed by parameter name,
+ * so they never depend on the strategy or the world size.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/base/error.h"
+#include "runtime/base/log.h"
+#include "runtime/base/param_init.h"
+#include "sharding/model.h"
+
+/* ---- ownership ---- */
+
+void acx_shard_rows(int64_t rows, int rank, int size, int64_t *begin_p, int64_t *end_p) {
+    /* c = ceil(R/N); rank r owns [r*c, min(R, (r+1)*c)). Trailing ranks may
+     * own nothing (R=3, N=4: 1,1,1,0) — never "R must divide by N". */
+    int64_t c = (rows + size - 1) / size;
+    int64_t b = (int64_t)rank * c, e = b + c;
+    if (b > rows) b = rows;
+    if (e > rows) e = rows;
+    *begin_p = b;
+    *end_p = e;
+}
+
+/* ---- lifecycle ---- */
+
+acx_status_t acx_model_new(const acx_shard_context_t *ctx, acx_model_t **model_p) {
+    acx_model_t *m = acx_calloc(1, sizeof *m, "model");
+    if (m == NULL) return ACX_ERR_NO_MEMORY;
+    m->ctx = *ctx;
+    m->grad_prescale = 1.0f;
+    *model_p = m;
+    return ACX_OK;
+}
+
+void acx_model_free(acx_model_t *m) {
+    if (m == NULL) return;
+    if (m->strategy != NULL && m->strategy->destroy != NULL) m->strategy->destroy(m);
+    for (int i = 0; i < m->num_units; i++) {
+        free(m->units[i]->params);
+        free(m->units[i]);
+    }
+    for (int i = 0; i < m->num_params; i++) free(m->params[i]);
+    free(m->units);
+    free(m->params);
+    free(m);
+}
+
+/* Grow *arr (of elements of `size` bytes) to hold n+1 entries. */
+static acx_status_t grow(void **arr, int *cap, int n, size_t size, const char *what) {
+    if (n < *cap) return ACX_OK;
+    int nc = *cap ? 2 * *cap : 8;
+    void *p = realloc(*arr, (size_t)nc * size);
+    if (p == NULL) return ACX_ERROR(ACX_ERR_NO_MEMORY, "cannot grow the %s list to %d", what, nc);
+    *arr = p;
+    *cap = nc;
+    return ACX_OK;
+}
+
+static acx_status_t check_name(const char *name, const char *what) {
+    if (name == NULL || name[0] == '\0')
+        return ACX_ERROR(ACX_ERR_INVALID_ARG, "%s name is NULL or empty", what);
+    if (strlen(name) >= ACX_MAX_NAME)
+        return ACX_ERROR(ACX_ERR_INVALID_ARG, "%s name '%.40s...' is %zu bytes; at most %d allowed",
+                         what, name, strlen(name), ACX_MAX_NAME - 1);
+    return ACX_OK;
+}
+
+/* ---- registration (public) ---- */
+
+ACX_API acx_status_t acx_model_add_unit(acx_model_t *model, const char *name, acx_unit_t **unit_p) {
+    if (model == NULL || unit_p == NULL)
+        return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_model_add_unit: model and unit_p must not be NULL");
+    if (model->prepared)
+        return ACX_ERROR(ACX_ERR_STATE, "cannot add unit '%s': the model is already prepared",
+                         name ? name : "(null)");
+    ACX_CHECK(check_name(name, "unit"));
+    for (int i = 0; i < model->num_units; i++)
+        if (strcmp(model->units[i]->name, name) == 0)
+            return ACX_ERROR(ACX_ERR_INVALID_ARG, "unit '%s' is already registered", name);
+    ACX_CHECK(grow((void **)&model->units, &model->cap_units, model->num_units,
+                   sizeof *model->units, "unit"));
+    acx_unit_t *u = acx_calloc(1, sizeof *u, "unit");
+    if (u == NULL) return ACX_ERR_NO_MEMORY;
+    strcpy(u->name, name);
+    u->model = model;
+    u->index = model->num_units;
+    model->units[model->num_units++] = u;
+    *unit_p = u;
+    return ACX_OK;
+}
+
+ACX_API acx_status_t acx_unit_add_param(acx_unit_t *unit, const char *name, int ndim,
+                                        const int64_t *shape, acx_init_spec_t init,
+                                        acx_param_t **param_p) {
+    if (unit == NULL || param_p == NULL || shape == NULL)
+        return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_unit_add_param: unit, shape and param_p must not be NULL");
+    acx_model_t *m = unit->model;
+    if (m->prepared)
+        return ACX_ERROR(ACX_ERR_STATE, "cannot add parameter '%s': the model is already prepared",
+                         name ? name : "(null)");
+    ACX_CHECK(check_name(name, "parameter"));
+    if (ndim < 1 || ndim > ACX_MAX_DIMS)
+        return ACX_ERROR(ACX_ERR_INVALID_ARG, "parameter '%s': ndim %d is outside 1..%d", name, ndim,
+                         ACX_MAX_DIMS);
+    int64_t numel = 1;
+    for (int d = 0; d < ndim; d++) {
+        if (shape[d] < 1)
+            return ACX_ERROR(ACX_ERR_INVALID_ARG, "parameter '%s': dimension %d is %lld; must be >= 1",
+                             name, d, (long long)shape[d]);
+        if (numel > INT64_MAX / shape[d])
+            return ACX_ERROR(ACX_ERR_INVALID_ARG, "parameter '%s': element count overflows", name);
+        numel *= shape[d];
+    }
+    for (int i = 0; i < m->num_params; i++)
+        if (strcmp(m->params[i]->name, name) == 0)
+            return ACX_ERROR(ACX_ERR_INVALID_ARG, "parameter '%s' is already registered (unit '%s')",
+                             name, m->params[i]->unit->name);
+    ACX_CHECK(acx_param_init_check(name, &init, ndim, shape));
+    ACX_CHECK(grow((void **)&m->params, &m->cap_params, m->num_params, sizeof *m->params, "parameter"));
+    ACX_CHECK(grow((void **)&unit->params, &unit->cap_params, unit->num_params, sizeof *unit->params,
+                   "unit parameter"));
+    acx_param_t *p = acx_calloc(1, sizeof *p, "parameter");
+    if (p == NULL) return ACX_ERR_NO_MEMORY;
+    strcpy(p->name, name);
+    p->ndim = ndim;
+    memcpy(p->shape, shape, (size_t)ndim * sizeof *shape);
+    p->numel = numel;
+    p->rows = shape[0];
+    p->row_numel = numel / shape[0];
+    p->init = init;
+    p->index = m->num_params;
+    p->unit = unit;
+    m->params[m->num_params++] = p;
+    unit->params[unit->num_params++] = p;
+    m->numel += numel;
+    *param_p = p;
+    return ACX_OK;
+}
+
+/* ---- accessors (public) ---- */
+
+ACX_API float *acx_param_data(acx_param_t *param) {
+    if (param == NULL) {
+        ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_param_data: param is NULL");
+        return NULL;
+    }
+    if (!param->unit->model->prepared) {
+        ACX_ERROR(ACX_ERR_STATE, "parameter '%s': no data before acx_prepare", param->name);
+        return NULL;
+    }
+    if (param->data == NULL) {
+        ACX_ERROR(ACX_ERR_STATE, "parameter '%s': unit '%s' is not acquired", param->name,
+                  param->unit->name);
+        return NULL;
+    }
+    return param->data;
+}
+
+ACX_API float *acx_param_grad(acx_param_t *param) {
+    if (param == NULL) {
+        ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_param_grad: param is NULL");
+        return NULL;
+    }
+    if (param->grad == NULL) {
+        ACX_ERROR(ACX_ERR_STATE, "parameter '%s': no gradient buffer before acx_prepare", param->name);
+        return NULL;
+    }
+    return param->grad;
+}
+
+ACX_API const char *acx_param_name(const acx_param_t *param) { return param ? param->name : NULL; }
+ACX_API int acx_param_ndim(const acx_param_t *param) { return param ? param->ndim : 0; }
+ACX_API const int64_t *acx_param_shape(const acx_param_t *param) { return param ? param->shape : NULL; }
+ACX_API int64_t acx_param_numel(const acx_param_t *param) { return param ? param->numel : 0; }
+ACX_API int acx_model_num_params(const acx_model_t *model) { return model ? model->num_params : 0; }
+ACX_API int64_t acx_model_numel(const acx_model_t *model) { return model ? model->numel : 0; }
+ACX_API acx_param_t *acx_model_param(acx_model_t *model, int i) {
+    if (model == NULL || i < 0 || i >= model->num_params) return NULL;
+    return model->params[i];
+}
+
+/* ---- strategy dispatch ---- */
+
+acx_status_t acx_model_prepare(acx_model_t *m) {
+    if (m->prepared) return ACX_ERROR(ACX_ERR_STATE, "the model is already prepared");
+    if (m->num_params == 0)
+        return ACX_ERROR(ACX_ERR_STATE, "the model has no parameters: register units and parameters before acx_prepare");
+    for (int i = 0; i < m->num_units; i++)
+        if (m->units[i]->num_params == 0)
+            return ACX_ERROR(ACX_ERR_STATE, "unit '%s' has no parameters", m->units[i]->name);
+    switch (m->ctx.strategy) {
+    case ACX_NO_SHARD:
+        m->strategy = &acx_strategy_no_shard;
+        break;
+    default:
+        return ACX_ERROR(ACX_ERR_NOT_SUPPORTED,
+                         "sharding_strategy %d is not implemented yet; use no_shard", m->ctx.strategy);
+    }
+    ACX_CHECK(m->strategy->prepare(m));
+    m->prepared = 1;
+    ACX_INFO(ACX_SUBSYS_SHARD, "model prepared: %d units, %d parameters, %lld elements, strategy %s, local shard %zu elements",
+             m->num_units, m->num_params, (long long)m->numel, m->strategy->name, m->shard_numel);
+    return ACX_OK;
+}
+
+static acx_status_t require_prepared(const acx_model_t *m, const char *what) {
+    if (!m->prepared) return ACX_ERROR(ACX_ERR_STATE, "%s before acx_prepare", what);
+    return ACX_OK;
+}
+
+ACX_API acx_status_t acx_unit_acquire(acx_unit_t *unit) {
+    if (unit == NULL) return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_unit_acquire: unit is NULL");
+    ACX_CHECK(require_prepared(unit->model, "acx_unit_acquire"));
+    if (unit->acquired++ > 0) return ACX_OK; /* nested acquire: already gathered */
+    acx_status_t st = unit->model->strategy->acquire(unit);
+    if (st != ACX_OK) unit->acquired--;
+    return st;
+}
+
+ACX_API acx_status_t acx_unit_release(acx_unit_t *unit) {
+    if (unit == NULL) return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_unit_release: unit is NULL");
+    ACX_CHECK(require_prepared(unit->model, "acx_unit_release"));
+    if (unit->acquired == 0)
+        return ACX_ERROR(ACX_ERR_STATE, "unit '%s' released without being acquired", unit->name);
+    if (--unit->acquired > 0) return ACX_OK;
+    return unit->model->strategy->release(unit);
+}
+
+ACX_API acx_status_t acx_unit_grads_ready(acx_unit_t *unit) {
+    if (unit == NULL) return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_unit_grads_ready: unit is NULL");
+    ACX_CHECK(require_prepared(unit->model, "acx_unit_grads_ready"));
+    if (unit->grads_reported)
+        return ACX_ERROR(ACX_ERR_STATE, "unit '%s' reported its gradients twice in one micro-step",
+                         unit->name);
+    unit->grads_reported = 1;
+    return unit->model->strategy->grads_ready(unit);
+}
+
+acx_status_t acx_model_backward_end(acx_model_t *m) {
+    ACX_CHECK(require_prepared(m, "acx_backward_end"));
+    acx_status_t st = m->strategy->backward_end(m);
+    for (int i = 0; i < m->num_units; i++) m->units[i]->grads_reported = 0;
+    return st;
+}
+
+acx_status_t acx_model_after_step(acx_model_t *m) {
+    ACX_CHECK(require_prepared(m, "optimizer step"));
+    return m->strategy->after_step(m);
+}
+
+acx_status_t acx_model_zero_grad(acx_model_t *m) {
+    ACX_CHECK(require_prepared(m, "zero_grad"));
+    return m->strategy->zero_grad(m);
+}

@@ -1,0 +1,124 @@
+/*
+ * sharding/no_shard.c — NO_SHARD (DDP): every rank holds all parameters,
+ * gradients and optimizer state; gradients are averaged with bucketed
+ * all-reduces that overlap the rest of backward.
+ *
+ * Storage layout. Parameters and gradients live in two flat fp32 arrays laid
+ * out in *ready order* — reverse registration order, the order backward
+ * produces gradients — so that every fusion bucket is one contiguous range of
+ * the gradient array and is all-reduced in place (PyTorch DDP's
+ * gradient_as_bucket_view, without its copy-in fallback):
+ *
+ *   flat_grad: [ p_last ... | ... p_1 | p_0 ]   bucket 0 starts at p_last
+ *
+ * The local shard the optimizer sees is the whole model: master == the flat
+ * parameter array, shard_grad == the flat gradient array, so the optimizer
+ * updates the parameters the program reads, with no copy after the step.
+ * (Mixed precision will add separate low-precision compute copies.)
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "collectives/bucket.h"
+#include "runtime/base/error.h"
+#include "runtime/base/log.h"
+#include "runtime/base/param_init.h"
+#include "sharding/model.h"
+
+typedef struct no_shard_state {
+    float *flat_param; /* [numel] in ready order */
+    float *flat_grad;  /* [numel] in ready order */
+    acx_buckets_t *buckets;
+} no_shard_state_t;
+
+static acx_status_t no_shard_prepare(acx_model_t *m) {
+    acx_status_t status = ACX_OK;
+    size_t n = (size_t)m->numel;
+    no_shard_state_t *s = acx_calloc(1, sizeof *s, "NO_SHARD state");
+    acx_bucket_segment_t *segs = NULL;
+    if (s == NULL) return ACX_ERR_NO_MEMORY;
+    m->strategy_state = s;
+    s->flat_param = acx_aligned_alloc(n * sizeof(float), "parameters");
+    s->flat_grad = acx_aligned_alloc(n * sizeof(float), "gradients");
+    segs = acx_malloc((size_t)m->num_params * sizeof *segs, "bucket segments");
+    if (s->flat_param == NULL || s->flat_grad == NULL || segs == NULL) {
+        status = ACX_ERR_NO_MEMORY;
+        goto out;
+    }
+    memset(s->flat_grad, 0, n * sizeof(float));
+
+    size_t off = 0;
+    for (int i = m->num_params - 1, k = 0; i >= 0; i--, k++) {
+        acx_param_t *p = m->params[i];
+        p->data = s->flat_param + off;
+        p->grad = s->flat_grad + off;
+        p->row_begin = 0;
+        p->row_end = p->rows;
+        p->shard_offset = off;
+        /* Every rank computes every value itself: the initializer is keyed
+         * by (seed, name, element), so no broadcast from rank 0 is needed
+         * for the replicas to agree. */
+        acx_param_init_fill(&p->init, p->ndim, p->shape, m->ctx.seed, p->name, 0, p->rows, p->data);
+        segs[k] = (acx_bucket_segment_t){.offset = off, .count = (size_t)p->numel,
+                                         .unit = p->unit->index};
+        off += (size_t)p->numel;
+    }
+    m->master = s->flat_param;
+    m->shard_grad = s->flat_grad;
+    m->shard_numel = n;
+    status = acx_buckets_create(m->ctx.world, s->flat_grad, n, m->num_units, m->num_params, segs,
+                                m->ctx.bucket_bytes, &s->buckets);
+    if (status == ACX_OK)
+        ACX_INFO(ACX_SUBSYS_SHARD, "NO_SHARD: %zu parameters' elements in %d gradient bucket(s) of <= %zu bytes",
+                 n, acx_buckets_count(s->buckets), m->ctx.bucket_bytes);
+out:
+    free(segs);
+    return status;
+}
+
+/* Parameters are always resident: acquire and release have nothing to do. */
+static acx_status_t no_shard_acquire(acx_unit_t *u) { return ACX_OK; }
+static acx_status_t no_shard_release(acx_unit_t *u) { return ACX_OK; }
+
+static acx_status_t no_shard_grads_ready(acx_unit_t *u) {
+    acx_model_t *m = u->model;
+    if (!m->sync) return ACX_OK; /* accumulate locally; nothing to communicate */
+    no_shard_state_t *s = m->strategy_state;
+    return acx_buckets_unit_ready(s->buckets, u->index, m->grad_prescale);
+}
+
+static acx_status_t no_shard_backward_end(acx_model_t *m) {
+    no_shard_state_t *s = m->strategy_state;
+    if (!m->sync) return ACX_OK;
+    return acx_buckets_wait_all(s->buckets);
+}
+
+static acx_status_t no_shard_after_step(acx_model_t *m) { return ACX_OK; }
+
+static acx_status_t no_shard_zero_grad(acx_model_t *m) {
+    no_shard_state_t *s = m->strategy_state;
+    memset(s->flat_grad, 0, (size_t)m->numel * sizeof(float));
+    return ACX_OK;
+}
+
+static void no_shard_destroy(acx_model_t *m) {
+    no_shard_state_t *s = m->strategy_state;
+    if (s == NULL) return;
+    acx_buckets_destroy(s->buckets);
+    free(s->flat_param);
+    free(s->flat_grad);
+    free(s);
+    m->strategy_state = NULL;
+}
+
+const acx_strategy_ops_t acx_strategy_no_shard = {
+    .name = "no_shard",
+    .prepare = no_shard_prepare,
+    .acquire = no_shard_acquire,
+    .release = no_shard_release,
+    .grads_ready = no_shard_grads_ready,
+    .backward_end = no_shard_backward_end,
+    .after_step = no_shard_after_step,
+    .zero_grad = no_shard_zero_grad,
+    .destroy = no_shard_destroy,
+};
