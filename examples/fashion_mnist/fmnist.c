@@ -1,0 +1,414 @@
+/*
+ * examples/fashion_mnist/fmnist.c — acx-fmnist, the main job: an MLP
+ * 784-256-128-10 trained on Fashion-MNIST with AdamW, written the way a user
+ * writes a single-process C trainer. Every distributed concern — ranks, data
+ * sharding, gradient averaging, metrics across ranks, saving — goes through
+ * acx; the model code (mlp.c) knows nothing about it.
+ *
+ *   acx data import-idx /usr/share/datasets/fashion-mnist -o fmnist.h5
+ *   mpirun -np 2 acx-fmnist --data fmnist.h5 --metrics metrics.jsonl
+ */
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <acx/acx.h>
+
+#include "mlp.h"
+
+typedef struct options {
+    const char *data, *metrics, *save, *schedule, *optimizer;
+    int epochs, log_every, quiet;
+    int64_t batch_size, warmup;
+    double lr, weight_decay, momentum;
+    int64_t seed;
+} options_t;
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: acx-fmnist --data FILE.h5 [options]\n"
+            "Train an MLP (784-256-128-10) on Fashion-MNIST on every rank of the job.\n\n"
+            "  --data FILE.h5        dataset from `acx data import-idx` (/train, /test)\n"
+            "  --epochs N            epochs (default 10)\n"
+            "  --batch-size N        samples per rank per step (default 64)\n"
+            "  --lr X                peak learning rate (default 1e-3)\n"
+            "  --weight-decay X      AdamW decoupled weight decay (default 0.01)\n"
+            "  --optimizer NAME      adamw | sgd (default adamw; sgd uses --momentum)\n"
+            "  --momentum X          SGD momentum (default 0.9)\n"
+            "  --schedule NAME       constant | linear | cosine (default constant)\n"
+            "  --warmup N            warmup optimizer steps (default 0)\n"
+            "  --seed N              seed for initialization and shuffling (default: config, 42)\n"
+            "  --metrics FILE.jsonl  append one JSON object per logged step and per epoch\n"
+            "  --log-every N         log the training loss every N steps (default 100)\n"
+            "  --save FILE.h5        trained weights (default PROJECT_DIR/fmnist-weights.h5)\n"
+            "  --quiet               no progress output (final line only)\n"
+            "  --config FILE, --acx-KEY=VALUE   acx configuration (see docs/config.md)\n");
+}
+
+static int parse_options(int argc, char **argv, options_t *o) {
+    *o = (options_t){.epochs = 10, .batch_size = 64, .lr = 1e-3, .weight_decay = 0.01,
+                     .momentum = 0.9, .schedule = "constant", .optimizer = "adamw",
+                     .log_every = 100, .seed = ACX_UNSET_I64};
+    static const struct option longopts[] = {
+        {"data", required_argument, 0, 'd'},        {"epochs", required_argument, 0, 'e'},
+        {"batch-size", required_argument, 0, 'b'},  {"lr", required_argument, 0, 'l'},
+        {"weight-decay", required_argument, 0, 'w'}, {"optimizer", required_argument, 0, 'o'},
+        {"momentum", required_argument, 0, 'm'},    {"schedule", required_argument, 0, 's'},
+        {"warmup", required_argument, 0, 'W'},      {"seed", required_argument, 0, 'S'},
+        {"metrics", required_argument, 0, 'M'},     {"log-every", required_argument, 0, 'L'},
+        {"save", required_argument, 0, 'O'},        {"quiet", no_argument, 0, 'q'},
+        {"help", no_argument, 0, 'h'},              {0, 0, 0, 0}};
+    int c, idx = 0;
+    char *end;
+    while ((c = getopt_long(argc, argv, "h", longopts, &idx)) != -1) {
+        switch (c) {
+        case 'd': o->data = optarg; break;
+        case 'e': o->epochs = (int)strtol(optarg, &end, 10); if (*end || o->epochs < 1) goto bad; break;
+        case 'b': o->batch_size = strtoll(optarg, &end, 10); if (*end || o->batch_size < 1) goto bad; break;
+        case 'l': o->lr = strtod(optarg, &end); if (*end || !(o->lr >= 0)) goto bad; break;
+        case 'w': o->weight_decay = strtod(optarg, &end); if (*end || !(o->weight_decay >= 0)) goto bad; break;
+        case 'o': o->optimizer = optarg; break;
+        case 'm': o->momentum = strtod(optarg, &end); if (*end || !(o->momentum >= 0)) goto bad; break;
+        case 's': o->schedule = optarg; break;
+        case 'W': o->warmup = strtoll(optarg, &end, 10); if (*end || o->warmup < 0) goto bad; break;
+        case 'S': o->seed = strtoll(optarg, &end, 10); if (*end) goto bad; break;
+        case 'M': o->metrics = optarg; break;
+        case 'L': o->log_every = (int)strtol(optarg, &end, 10); if (*end || o->log_every < 1) goto bad; break;
+        case 'O': o->save = optarg; break;
+        case 'q': o->quiet = 1; break;
+        case 'h': usage(stdout); return 1;
+        default: usage(stderr); return -1;
+        }
+        continue;
+    bad:
+        fprintf(stderr, "acx-fmnist: invalid value '%s' for --%s\n", optarg, longopts[idx].name);
+        return -1;
+    }
+    if (optind < argc) {
+        fprintf(stderr, "acx-fmnist: unexpected argument '%s'\n", argv[optind]);
+        return -1;
+    }
+    if (o->data == NULL) {
+        fprintf(stderr, "acx-fmnist: --data FILE.h5 is required (create it with `acx data import-idx`)\n");
+        return -1;
+    }
+    if (strcmp(o->optimizer, "adamw") != 0 && strcmp(o->optimizer, "sgd") != 0) {
+        fprintf(stderr, "acx-fmnist: --optimizer must be adamw or sgd, not '%s'\n", o->optimizer);
+        return -1;
+    }
+    if (strcmp(o->schedule, "constant") != 0 && strcmp(o->schedule, "linear") != 0 &&
+        strcmp(o->schedule, "cosine") != 0) {
+        fprintf(stderr, "acx-fmnist: --schedule must be constant, linear or cosine, not '%s'\n", o->schedule);
+        return -1;
+    }
+    return 0;
+}
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* The model as acx sees it: one unit per layer (the FSDP wrap unit), each
+ * with nn.Linear's weight and bias and nn.Linear's default initialization. */
+typedef struct model {
+    mlp_dims_t dims;
+    acx_model_t *m;
+    acx_unit_t *unit[MLP_LAYERS];
+    acx_param_t *w[MLP_LAYERS], *b[MLP_LAYERS];
+} model_t;
+
+static acx_status_t model_register(acx_accelerator_t *acc, model_t *md) {
+    static const char *const names[MLP_LAYERS] = {"fc1", "fc2", "fc3"};
+    md->dims = (mlp_dims_t){784, 256, 128, 10};
+    ACX_TRY(acx_model_create(acc, &md->m));
+    for (int l = 0; l < MLP_LAYERS; l++) {
+        int64_t fi = mlp_fan_in(&md->dims, l), fo = mlp_fan_out(&md->dims, l);
+        char wname[32], bname[32];
+        snprintf(wname, sizeof wname, "%s.weight", names[l]);
+        snprintf(bname, sizeof bname, "%s.bias", names[l]);
+        ACX_TRY(acx_model_add_unit(md->m, names[l], &md->unit[l]));
+        ACX_TRY(acx_unit_add_param(md->unit[l], wname, 2, (int64_t[]){fo, fi},
+                                   ACX_INIT_SPEC_LINEAR_WEIGHT, &md->w[l]));
+        ACX_TRY(acx_unit_add_param(md->unit[l], bname, 1, (int64_t[]){fo},
+                                   ACX_INIT_SPEC_LINEAR_BIAS(fi), &md->b[l]));
+    }
+    return ACX_OK;
+}
+
+/* Pointers for this step: valid between acquire and release (under
+ * NO_SHARD, always). */
+static void model_tensors(model_t *md, mlp_tensors_t *p, mlp_tensors_t *g) {
+    for (int l = 0; l < MLP_LAYERS; l++) {
+        p->w[l] = acx_param_data(md->w[l]);
+        p->b[l] = acx_param_data(md->b[l]);
+        g->w[l] = acx_param_grad(md->w[l]);
+        g->b[l] = acx_param_grad(md->b[l]);
+    }
+}
+
+/* One micro-step: forward, loss, backward layer by layer, telling acx as
+ * soon as each unit's gradients are complete so their all-reduce overlaps
+ * the backward of the layers below. */
+static acx_status_t train_step(acx_accelerator_t *acc, model_t *md, mlp_workspace_t *ws,
+                               const acx_batch_t *batch, double *loss_p) {
+    int n = (int)batch->size;
+    mlp_tensors_t p, g;
+    for (int l = 0; l < MLP_LAYERS; l++) ACX_TRY(acx_unit_acquire(md->unit[l]));
+    model_tensors(md, &p, &g);
+    mlp_load_input(ws, &md->dims, batch->tensors[0], n);
+    mlp_forward(&md->dims, &p, ws, n);
+    *loss_p = mlp_loss(&md->dims, ws, batch->tensors[1], n);
+    for (int l = MLP_LAYERS - 1; l >= 0; l--) {
+        mlp_backward_layer(&md->dims, &p, &g, ws, l, n);
+        ACX_TRY(acx_unit_grads_ready(md->unit[l]));
+        ACX_TRY(acx_unit_release(md->unit[l]));
+    }
+    return acx_backward_end(acc);
+}
+
+/* Accuracy over the whole test set: every rank evaluates its share, and
+ * gather_for_metrics drops the samples even_batches repeated, so each test
+ * image counts exactly once. */
+static acx_status_t evaluate(acx_accelerator_t *acc, model_t *md, acx_dataloader_t *test,
+                             mlp_workspace_t *ws, double *accuracy_p) {
+    int64_t n_test = acx_dataloader_num_samples(test);
+    uint8_t *all = acx_is_main_process(acc) ? malloc((size_t)n_test) : NULL;
+    uint8_t *mine = malloc((size_t)ws->max_batch);
+    int64_t hits = 0, seen = 0;
+    acx_status_t st = ACX_OK;
+    const acx_batch_t *batch;
+    mlp_tensors_t p, g;
+    if ((acx_is_main_process(acc) && all == NULL) || mine == NULL) {
+        fprintf(stderr, "acx-fmnist: out of memory\n");
+        st = ACX_ERR_NO_MEMORY;
+        goto out;
+    }
+    ACX_TRY(acx_dataloader_set_epoch(test, 0));
+    while ((st = acx_dataloader_next(test, &batch)) == ACX_OK) {
+        int n = (int)batch->size;
+        for (int l = 0; l < MLP_LAYERS; l++) ACX_TRY(acx_unit_acquire(md->unit[l]));
+        model_tensors(md, &p, &g);
+        mlp_load_input(ws, &md->dims, batch->tensors[0], n);
+        mlp_forward(&md->dims, &p, ws, n);
+        for (int l = 0; l < MLP_LAYERS; l++) ACX_TRY(acx_unit_release(md->unit[l]));
+        mlp_count_correct(&md->dims, ws, batch->tensors[1], n, mine);
+        int64_t got = 0;
+        st = acx_gather_for_metrics(acc, batch, mine, 1, all ? all + seen : NULL, n_test - seen, 1, &got);
+        if (st != ACX_OK) goto out;
+        for (int64_t i = 0; i < got; i++) hits += all[seen + i];
+        seen += got;
+    }
+    if (st != ACX_END_OF_DATA) goto out;
+    st = ACX_OK;
+    if (acx_is_main_process(acc) && seen != n_test)
+        fprintf(stderr, "acx-fmnist: warning: evaluated %lld of %lld test samples\n", (long long)seen,
+                (long long)n_test);
+    double acc_local = seen > 0 ? (double)hits / (double)seen : 0.0;
+    /* Only the main process gathered; share the value so every rank returns it. */
+    st = acx_broadcast(acc, &acc_local, 1, ACX_DTYPE_FLOAT64, 0);
+    *accuracy_p = acc_local;
+out:
+    free(all);
+    free(mine);
+    return st;
+}
+
+static void progress(const acx_accelerator_t *acc, const options_t *o, int tty, int epoch, int64_t i,
+                     int64_t n, double loss) {
+    /* a terminal gets a bar redrawn every 1/30 of the epoch; logs get the epoch lines only */
+    if (o->quiet || !tty || !acx_is_main_process(acc)) return;
+    if ((i + 1) % (n / 30 > 0 ? n / 30 : 1) != 0 && i + 1 != n) return;
+    int width = 30, fill = (int)(width * (i + 1) / (n > 0 ? n : 1));
+    printf("\repoch %2d [%.*s%*s] %5lld/%lld loss %.4f", epoch + 1, fill,
+           "==============================", width - fill, "", (long long)(i + 1), (long long)n, loss);
+    fflush(stdout);
+}
+
+static int run(int argc, char **argv) {
+    acx_config_t cfg = ACX_CONFIG_DEFAULT;
+    acx_accelerator_t *acc = NULL;
+    options_t o;
+    /* --seed is the program's own choice, so it goes into the config struct
+     * (highest precedence) before acx_init; acx_init then removes --config
+     * and --acx-* from argv, and getopt parses what is left. */
+    for (int i = 1; i < argc; i++) {
+        const char *v = strncmp(argv[i], "--seed=", 7) == 0 ? argv[i] + 7
+                        : strcmp(argv[i], "--seed") == 0 && i + 1 < argc ? argv[i + 1] : NULL;
+        char *end;
+        if (v != NULL) {
+            long long seed = strtoll(v, &end, 10);
+            if (*v != '\0' && *end == '\0') cfg.seed = seed;
+        }
+    }
+    acx_status_t st = acx_init(&argc, &argv, &cfg, &acc);
+    if (st != ACX_OK) {
+        fprintf(stderr, "acx-fmnist: %s\n", acx_last_error());
+        return 1;
+    }
+    int parsed = parse_options(argc, argv, &o);
+    if (parsed != 0) { /* every rank parsed the same arguments: finalize together */
+        acx_finalize(acc);
+        return parsed < 0 ? 2 : 0;
+    }
+    int rc = 1, tty = isatty(STDOUT_FILENO), training = 0;
+    FILE *metrics = NULL;
+    model_t md;
+    mlp_workspace_t ws = {0};
+    acx_optimizer_t *opt = NULL;
+    acx_scheduler_t *sched = NULL;
+    acx_dataloader_t *train = NULL, *test = NULL;
+    const char *const train_sets[] = {"/train/images", "/train/labels"};
+    const char *const test_sets[] = {"/test/images", "/test/labels"};
+
+#define CHECK(call)                                                                \
+    do {                                                                           \
+        if ((st = (call)) != ACX_OK) goto fail;                                    \
+    } while (0)
+
+    CHECK(model_register(acc, &md));
+    if (strcmp(o.optimizer, "adamw") == 0) {
+        acx_adam_hparams_t hp = ACX_ADAMW_DEFAULT;
+        hp.lr = o.lr;
+        hp.weight_decay = o.weight_decay;
+        CHECK(acx_adamw_create(md.m, &hp, &opt));
+    } else {
+        acx_sgd_hparams_t hp = ACX_SGD_DEFAULT;
+        hp.lr = o.lr;
+        hp.momentum = o.momentum;
+        hp.weight_decay = o.weight_decay;
+        CHECK(acx_sgd_create(md.m, &hp, &opt));
+    }
+    acx_dataloader_options_t lo = ACX_DATALOADER_OPTIONS_DEFAULT;
+    lo.batch_size = o.batch_size;
+    CHECK(acx_dataloader_open(acc, o.data, 2, train_sets, &lo, &train));
+    acx_dataloader_options_t to = ACX_DATALOADER_OPTIONS_DEFAULT;
+    to.batch_size = 500;
+    to.shuffle = 0;
+    to.drop_last = 0;
+    to.even_batches = 1;
+    CHECK(acx_dataloader_open(acc, o.data, 2, test_sets, &to, &test));
+    int64_t steps_per_epoch = acx_dataloader_num_batches(train);
+    int64_t total_steps = steps_per_epoch * o.epochs;
+    if (strcmp(o.schedule, "constant") != 0)
+        CHECK(acx_scheduler_create(opt,
+                                   strcmp(o.schedule, "linear") == 0 ? ACX_SCHED_LINEAR : ACX_SCHED_COSINE,
+                                   o.warmup, total_steps, 0.5, &sched));
+    else if (o.warmup > 0)
+        CHECK(acx_scheduler_create(opt, ACX_SCHED_CONSTANT_WITH_WARMUP, o.warmup, total_steps, 0.5, &sched));
+    CHECK(acx_prepare(acc, md.m, opt, train));
+
+    int max_batch = (int)(o.batch_size > 500 ? o.batch_size : 500);
+    if (mlp_workspace_init(&ws, &md.dims, max_batch) != 0) {
+        fprintf(stderr, "acx-fmnist: out of memory for a batch of %d\n", max_batch);
+        goto fail_quiet;
+    }
+    if (o.metrics && acx_is_main_process(acc) && (metrics = fopen(o.metrics, "a")) == NULL) {
+        fprintf(stderr, "acx-fmnist: cannot open metrics file '%s'\n", o.metrics);
+        acx_abort(acc, 1, "cannot open the metrics file");
+    }
+    const acx_config_t *c = acx_get_config(acc);
+    acx_print(acc, "acx-fmnist: %d rank(s) on %d node(s), %lld train / %lld test samples, "
+                   "batch %lld per rank (global %lld), %lld steps per epoch, %s lr %g, seed %lld\n",
+              acx_world_size(acc), acx_num_nodes(acc), (long long)acx_dataloader_num_samples(train),
+              (long long)acx_dataloader_num_samples(test), (long long)o.batch_size,
+              (long long)(o.batch_size * acx_world_size(acc)), (long long)steps_per_epoch,
+              o.optimizer, o.lr, (long long)c->seed);
+
+    training = 1; /* from here a failure may be local to one rank */
+    double accuracy = 0.0, train_time = 0.0;
+    int64_t samples = 0;
+    for (int epoch = 0; epoch < o.epochs; epoch++) {
+        CHECK(acx_dataloader_set_epoch(train, epoch));
+        const acx_batch_t *batch;
+        double loss_sum = 0.0, window_loss = 0.0, t0 = now_s(), tw = t0;
+        int64_t nb = 0, window = 0, window_samples = 0;
+        while ((st = acx_dataloader_next(train, &batch)) == ACX_OK) {
+            double loss;
+            CHECK(acx_accumulate_begin(acc));
+            CHECK(train_step(acc, &md, &ws, batch, &loss));
+            if (acx_sync_gradients(acc)) {
+                CHECK(acx_optimizer_step(opt));
+                if (sched) CHECK(acx_scheduler_step(sched));
+                CHECK(acx_optimizer_zero_grad(opt));
+            }
+            CHECK(acx_accumulate_end(acc));
+            loss_sum += loss;
+            window_loss += loss;
+            nb++;
+            window++;
+            window_samples += batch->size * acx_world_size(acc);
+            progress(acc, &o, tty, epoch, nb - 1, steps_per_epoch, loss_sum / (double)nb);
+            /* Every rank reaches the same step counts, so all take part in this reduction. */
+            if (acx_sync_gradients(acc) && acx_step(acc) % o.log_every == 0) {
+                double mean;
+                CHECK(acx_reduce_scalar(acc, window_loss / (double)window, ACX_OP_AVG, &mean));
+                double t = now_s();
+                if (metrics)
+                    fprintf(metrics,
+                            "{\"epoch\": %d, \"step\": %lld, \"train_loss\": %.6f, \"lr\": %.6g, \"samples_per_s\": %.1f}\n",
+                            epoch, (long long)acx_step(acc), mean, acx_optimizer_lr(opt),
+                            (double)window_samples / (t - tw));
+                window_loss = 0.0;
+                window = 0;
+                window_samples = 0;
+                tw = t;
+            }
+        }
+        if (st != ACX_END_OF_DATA) goto fail;
+        double epoch_time = now_s() - t0;
+        train_time += epoch_time;
+        int64_t epoch_samples = acx_dataloader_num_batches(train) * o.batch_size * acx_world_size(acc);
+        samples += epoch_samples;
+        double mean_loss;
+        CHECK(acx_reduce_scalar(acc, loss_sum / (double)(nb > 0 ? nb : 1), ACX_OP_AVG, &mean_loss));
+        CHECK(evaluate(acc, &md, test, &ws, &accuracy));
+        if (!o.quiet) {
+            if (tty) acx_print(acc, "\n");
+            acx_print(acc, "epoch %d: train_loss %.4f  test_accuracy %.4f  %.0f samples/s\n", epoch + 1,
+                      mean_loss, accuracy, (double)epoch_samples / epoch_time);
+        }
+        if (metrics) {
+            fprintf(metrics,
+                    "{\"epoch\": %d, \"step\": %lld, \"train_loss\": %.6f, \"test_accuracy\": %.6f, \"samples_per_s\": %.1f}\n",
+                    epoch, (long long)acx_step(acc), mean_loss, accuracy, (double)epoch_samples / epoch_time);
+            fflush(metrics);
+        }
+    }
+
+    char path[4096];
+    if (o.save)
+        snprintf(path, sizeof path, "%s", o.save);
+    else
+        snprintf(path, sizeof path, "%s/fmnist-weights.h5", c->project_dir);
+    CHECK(acx_model_save_weights(md.m, path));
+    acx_print(acc, "saved weights to %s; %.0f samples/s over %d epoch(s)\n", path,
+              (double)samples / train_time, o.epochs);
+    acx_print(acc, "final test_accuracy=%.4f\n", accuracy);
+    rc = 0;
+    goto done;
+
+fail:
+    fprintf(stderr, "acx-fmnist: rank %d: %s\n", acx_rank(acc), acx_last_error());
+fail_quiet:
+    rc = 1;
+done:
+    if (metrics) fclose(metrics);
+    mlp_workspace_free(&ws);
+    if (rc != 0 && training) {
+        /* A failure in the loop may be local to this rank (a read error):
+         * the others would wait for it in their next collective, so end the
+         * job. Setup failures are agreed by every rank and finalize cleanly. */
+        acx_abort(acc, rc, "acx-fmnist failed");
+    }
+    st = acx_finalize(acc);
+    return st == ACX_OK ? rc : 1;
+#undef CHECK
+}
+
+int main(int argc, char **argv) { return run(argc, argv); }
