@@ -142,6 +142,28 @@ out:
 
 static const char *env_lookup(const char *name) { return getenv(name); }
 
+/* Values the configuration accepts but this version cannot honour yet are
+ * refused here, naming where they came from, rather than silently ignored. */
+static acx_status_t check_implemented(const acx_resolved_config_t *rc) {
+    const acx_config_t *c = &rc->values;
+    static const struct { const char *key; const char *todo; } later[] = {
+        {"mixed_precision", "mixed precision"}, {"sharding_strategy", "sharded strategies"}};
+    int bad[2] = {c->mixed_precision != ACX_MP_NO, c->sharding_strategy != ACX_NO_SHARD};
+    for (int i = 0; i < 2; i++) {
+        if (!bad[i]) continue;
+        int k = 0;
+        while (k < acx_config_num_keys() && strcmp(acx_config_key_name(k), later[i].key) != 0) k++;
+        char value[64];
+        acx_config_format_value(rc, k, value, sizeof value);
+        return ACX_ERROR(ACX_ERR_NOT_SUPPORTED,
+                         "%s=%s (from %s) is not implemented in acx %s yet (%s: planned for a later "
+                         "version); use %s",
+                         later[i].key, value, rc->origin[k].source == ACX_SRC_DEFAULT ? "default" : rc->origin[k].where,
+                         acx_version(), later[i].todo, i == 0 ? "no" : "no_shard");
+    }
+    return ACX_OK;
+}
+
 /* ---- lifecycle ---- */
 
 static void accelerator_free(acx_accelerator_t *acc);
@@ -198,6 +220,7 @@ ACX_API acx_status_t acx_init(int *argc, char ***argv, const acx_config_t *confi
 
     const acx_config_t *c = &acc->config.values;
     acx_log_setup(acc->rank, acc->world_size, c->log_level, getenv("ACX_LOG_SUBSYS"));
+    ACX_CHECK_GOTO(acx_coll_agree(acc->world, check_implemented(&acc->config)), status, err_comm);
     ACX_CHECK_GOTO(acx_coll_select((acx_backend_kind_t)c->backend, &acc->coll), status, err_comm);
     status = acx_coll_agree(acc->world, status);
     if (status != ACX_OK) goto err_comm;

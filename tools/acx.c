@@ -1,0 +1,365 @@
+/*
+ * tools/acx.c — the `acx` command: a dispatcher over subcommands.
+ *
+ * Owns: argument parsing, usage texts and exit codes of the command line
+ * tool. Now: `acx version` and `acx data import-idx`. `launch`, `config`,
+ * `env`, `ckpt`, `estimate-memory` and `slurm` slot into the command table
+ * below as they are written (a name, a handler, a one-line summary); the
+ * top-level help lists exactly the table, so it never advertises a command
+ * that does not exist.
+ * Leaves to others: all real work, done through the public API (acx/acx.h)
+ * only — the tool is a program like any user's, and links libacx.so.
+ *
+ * Conventions (every subcommand follows them):
+ *   - `acx <cmd> --help` / `-h` and `acx help <cmd> ...` print the command's
+ *     usage on stdout and exit 0;
+ *   - a usage error (unknown command or option, missing or extra argument)
+ *     prints one line naming it on stderr plus a hint, and exits 2;
+ *   - a failed acx call prints `acx: <acx_last_error()>` and exits 1.
+ * The usage texts are written next to the parser that implements them; keep
+ * the two in step.
+ */
+#include <errno.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "acx/acx.h"
+
+enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2 };
+
+/* ---- shared helpers ---- */
+
+static int is_help(const char *arg) { return strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0; }
+
+/* A usage error: "acx <where>: <what>" and a hint at the right --help. */
+static int usage_error(const char *where, const char *fmt, const char *arg) {
+    fprintf(stderr, "acx%s%s: ", where[0] ? " " : "", where);
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, "\nRun 'acx%s%s --help' for usage.\n", where[0] ? " " : "", where);
+    return EXIT_USAGE;
+}
+
+/* A failed acx call: the library's own message, which names file:line, the
+ * file and what was expected. */
+static int acx_failure(acx_status_t status) {
+    const char *msg = acx_last_error();
+    fprintf(stderr, "acx: %s\n", msg[0] ? msg : acx_status_string(status));
+    return EXIT_FAIL;
+}
+
+/* Match argv[*i] against a value-taking option: "--name VALUE",
+ * "--name=VALUE", or the short alias "-x VALUE" (short may be NULL).
+ * Returns 1 and sets *value_p (consuming the value's argument), 0 if
+ * argv[*i] is another option, -1 if the value is missing or empty. */
+static int take_option(int argc, char **argv, int *i, const char *long_name,
+                       const char *short_name, const char **value_p) {
+    const char *arg = argv[*i];
+    size_t n = strlen(long_name);
+    if (strncmp(arg, long_name, n) == 0 && arg[n] == '=') {
+        if (arg[n + 1] == '\0') return -1;
+        *value_p = arg + n + 1;
+        return 1;
+    }
+    if (strcmp(arg, long_name) != 0 && (short_name == NULL || strcmp(arg, short_name) != 0))
+        return 0;
+    if (*i + 1 >= argc || argv[*i + 1][0] == '\0') return -1;
+    *i += 1;
+    *value_p = argv[*i];
+    return 1;
+}
+
+/* ---- acx version ---- */
+
+static const char version_usage[] =
+    "usage: acx version\n"
+    "\n"
+    "Print the acx version and the MPI library acx runs on (the first line of\n"
+    "MPI_Get_library_version). Does not start MPI.\n";
+
+static int cmd_version(int argc, char **argv) {
+    for (int i = 1; i < argc; i++) {
+        if (is_help(argv[i])) {
+            fputs(version_usage, stdout);
+            return EXIT_OK;
+        }
+    }
+    if (argc > 1)
+        return usage_error("version", argv[1][0] == '-' ? "unknown option '%s'"
+                                                        : "unexpected argument '%s'",
+                           argv[1]);
+
+    /* MPI_Get_library_version is one of the few MPI calls allowed before
+     * MPI_Init: `acx version` works without a launcher. */
+    char lib[MPI_MAX_LIBRARY_VERSION_STRING] = "";
+    int len = 0;
+    printf("acx %s\n", acx_version());
+    if (MPI_Get_library_version(lib, &len) == MPI_SUCCESS) {
+        lib[strcspn(lib, "\r\n")] = '\0';
+        printf("MPI: %s\n", lib);
+    } else {
+        printf("MPI: (MPI_Get_library_version failed)\n");
+    }
+    return EXIT_OK;
+}
+
+/* ---- acx data import-idx ---- */
+
+static const char import_idx_usage[] =
+    "usage: acx data import-idx DIR -o OUT.h5\n"
+    "       acx data import-idx --train-images FILE --train-labels FILE\n"
+    "                           [--test-images FILE --test-labels FILE] -o OUT.h5\n"
+    "\n"
+    "Convert IDX files (the MNIST / Fashion-MNIST format, gzipped or not) into an\n"
+    "HDF5 file holding /train/images [N x rows x cols] uint8, /train/labels [N]\n"
+    "uint8 and, with a test pair, /test/images and /test/labels. The output is\n"
+    "written to OUT.h5.tmp and renamed: an existing OUT.h5 is replaced only on\n"
+    "success. Single process; no launcher needed.\n"
+    "\n"
+    "With DIR, the files are looked up there by their standard names, the\n"
+    "gzipped one first when both exist:\n"
+    "  train-images-idx3-ubyte[.gz]  train-labels-idx1-ubyte[.gz]  (required)\n"
+    "  t10k-images-idx3-ubyte[.gz]   t10k-labels-idx1-ubyte[.gz]   (optional pair)\n"
+    "\n"
+    "options:\n"
+    "  -o, --output FILE      the HDF5 file to write (required)\n"
+    "  --train-images FILE    training images (IDX, N x rows x cols)\n"
+    "  --train-labels FILE    training labels (IDX, N)\n"
+    "  --test-images FILE     test images (needs --test-labels)\n"
+    "  --test-labels FILE     test labels (needs --test-images)\n"
+    "  -h, --help             show this text\n"
+    "\n"
+    "A long option's value may also follow '=' (--output=OUT.h5); '--' ends the\n"
+    "options. DIR and the file options are mutually exclusive.\n"
+    "Exit status: 0 imported, 1 the import failed, 2 usage error.\n";
+
+#define IDX_PATH_MAX 4096
+
+/* Look for dir/base.gz, then dir/base; the path found goes into path.
+ * Returns 1 if found, 0 if neither exists, -1 if the path is too long. */
+static int find_idx(const char *dir, const char *base, char *path, size_t size) {
+    static const char *const suffixes[] = {".gz", ""};
+    size_t dl = strlen(dir);
+    const char *sep = (dl > 0 && dir[dl - 1] == '/') ? "" : "/";
+    for (int k = 0; k < 2; k++) {
+        struct stat st;
+        int n = snprintf(path, size, "%s%s%s%s", dir, sep, base, suffixes[k]);
+        if (n < 0 || (size_t)n >= size) return -1;
+        if (stat(path, &st) == 0 && S_ISREG(st.st_mode)) return 1;
+    }
+    path[0] = '\0';
+    return 0;
+}
+
+/* Resolve DIR into the four paths (test ones left empty when the test pair
+ * is absent). Returns EXIT_OK or EXIT_FAIL after printing why. */
+static int resolve_idx_dir(const char *dir, char paths[4][IDX_PATH_MAX]) {
+    static const char *const bases[4] = {"train-images-idx3-ubyte", "train-labels-idx1-ubyte",
+                                         "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"};
+    struct stat st;
+    if (stat(dir, &st) != 0) {
+        fprintf(stderr, "acx: data import-idx: cannot read directory '%s': %s\n", dir,
+                strerror(errno));
+        return EXIT_FAIL;
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        fprintf(stderr, "acx: data import-idx: '%s' is not a directory\n", dir);
+        return EXIT_FAIL;
+    }
+    int found[4];
+    for (int k = 0; k < 4; k++) {
+        found[k] = find_idx(dir, bases[k], paths[k], IDX_PATH_MAX);
+        if (found[k] < 0) {
+            fprintf(stderr, "acx: data import-idx: path too long: '%s/%s'\n", dir, bases[k]);
+            return EXIT_FAIL;
+        }
+    }
+    int failed = 0;
+    for (int k = 0; k < 2; k++) {
+        if (!found[k]) {
+            fprintf(stderr, "acx: data import-idx: no %s.gz or %s in '%s'\n", bases[k],
+                    bases[k], dir);
+            failed = 1;
+        }
+    }
+    /* Half a test pair is almost certainly a mistake (a failed download):
+     * say so rather than silently importing no test set. */
+    if (found[2] != found[3]) {
+        int have = found[2] ? 2 : 3, miss = found[2] ? 3 : 2;
+        fprintf(stderr, "acx: data import-idx: found '%s' but no %s.gz or %s in '%s'\n",
+                paths[have], bases[miss], bases[miss], dir);
+        failed = 1;
+    }
+    return failed ? EXIT_FAIL : EXIT_OK;
+}
+
+static int cmd_data_import_idx(int argc, char **argv) {
+    static const char where[] = "data import-idx";
+    static const char *const names[4] = {"--train-images", "--train-labels", "--test-images",
+                                         "--test-labels"};
+    const char *files[4] = {NULL, NULL, NULL, NULL};
+    const char *out = NULL, *dir = NULL;
+    int options_done = 0;
+
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i], *value = NULL;
+        int r;
+        if (!options_done && is_help(arg)) {
+            fputs(import_idx_usage, stdout);
+            return EXIT_OK;
+        }
+        if (!options_done && strcmp(arg, "--") == 0) {
+            options_done = 1;
+            continue;
+        }
+        if (options_done || arg[0] != '-' || arg[1] == '\0') {
+            if (dir != NULL) return usage_error(where, "unexpected argument '%s'", arg);
+            dir = arg;
+            continue;
+        }
+        if ((r = take_option(argc, argv, &i, "--output", "-o", &value)) != 0) {
+            if (r < 0) return usage_error(where, "option '%s' needs a FILE", arg);
+            if (out != NULL) return usage_error(where, "option '%s' given twice", arg);
+            out = value;
+            continue;
+        }
+        int matched = 0;
+        for (int k = 0; k < 4 && !matched; k++) {
+            if ((r = take_option(argc, argv, &i, names[k], NULL, &value)) == 0) continue;
+            matched = 1;
+            if (r < 0) return usage_error(where, "option '%s' needs a FILE", arg);
+            if (files[k] != NULL) return usage_error(where, "option '%s' given twice", names[k]);
+            files[k] = value;
+        }
+        if (!matched) return usage_error(where, "unknown option '%s'", arg);
+    }
+
+    int any_file = files[0] || files[1] || files[2] || files[3];
+    if (dir != NULL && any_file)
+        return usage_error(where, "give either DIR ('%s') or the --train-/--test- file options, "
+                                  "not both",
+                           dir);
+    if (dir == NULL && !any_file)
+        return usage_error(where, "%s", "missing DIR or --train-images/--train-labels");
+    if (out == NULL) return usage_error(where, "%s", "missing -o OUT.h5");
+    if (any_file) {
+        for (int k = 0; k < 2; k++)
+            if (files[k] == NULL) return usage_error(where, "missing %s FILE", names[k]);
+        if ((files[2] == NULL) != (files[3] == NULL))
+            return usage_error(where, "%s",
+                               "--test-images and --test-labels go together: give both or "
+                               "neither");
+    }
+
+    char paths[4][IDX_PATH_MAX];
+    if (dir != NULL) {
+        int rc = resolve_idx_dir(dir, paths);
+        if (rc != EXIT_OK) return rc;
+        for (int k = 0; k < 4; k++) files[k] = paths[k][0] ? paths[k] : NULL;
+    }
+
+    acx_status_t status = acx_import_idx(files[0], files[1], files[2], files[3], out);
+    if (status != ACX_OK) return acx_failure(status);
+    printf("%s: ok (%s)\n", out, files[2] ? "train and test sets" : "train set only");
+    return EXIT_OK;
+}
+
+/* ---- acx data ---- */
+
+static const char data_usage[] =
+    "usage: acx data <subcommand> [<args>]\n"
+    "\n"
+    "Prepare datasets for acx's data loader.\n"
+    "\n"
+    "subcommands:\n"
+    "  import-idx   convert IDX files (MNIST, Fashion-MNIST) into an HDF5 file\n"
+    "\n"
+    "Run 'acx data <subcommand> --help' for its options.\n";
+
+static int cmd_data(int argc, char **argv) {
+    if (argc < 2) {
+        fputs(data_usage, stderr);
+        return EXIT_USAGE;
+    }
+    if (is_help(argv[1])) {
+        fputs(data_usage, stdout);
+        return EXIT_OK;
+    }
+    if (strcmp(argv[1], "import-idx") == 0) return cmd_data_import_idx(argc - 1, argv + 1);
+    return usage_error("data", argv[1][0] == '-' ? "unknown option '%s'"
+                                                 : "unknown subcommand '%s'",
+                       argv[1]);
+}
+
+/* ---- the command table ---- */
+
+typedef struct tool_command {
+    const char *name;
+    int (*run)(int argc, char **argv); /* argv[0] is the command's name */
+    const char *summary;               /* one line for `acx --help` */
+} tool_command_t;
+
+static int cmd_help(int argc, char **argv);
+
+/* In the order `acx --help` lists them. */
+static const tool_command_t commands[] = {
+    {"version", cmd_version, "print the acx version and the MPI library it runs on"},
+    {"data", cmd_data, "prepare datasets (data import-idx: IDX files to HDF5)"},
+    {"help", cmd_help, "show this text, or a command's usage (acx help <command>)"},
+};
+#define NUM_COMMANDS ((int)(sizeof commands / sizeof commands[0]))
+
+static void print_usage(FILE *f) {
+    fputs("usage: acx <command> [<args>]\n"
+          "\n"
+          "The command-line tool of acx, an MPI-based training runtime.\n"
+          "\n"
+          "commands:\n",
+          f);
+    for (int k = 0; k < NUM_COMMANDS; k++)
+        fprintf(f, "  %-10s %s\n", commands[k].name, commands[k].summary);
+    fputs("\n"
+          "Run 'acx <command> --help' for a command's usage; -h, --help alone show this.\n",
+          f);
+}
+
+static const tool_command_t *find_command(const char *name) {
+    for (int k = 0; k < NUM_COMMANDS; k++)
+        if (strcmp(commands[k].name, name) == 0) return &commands[k];
+    return NULL;
+}
+
+/* `acx help CMD [SUB...]` is `acx CMD [SUB...] --help`. */
+static int cmd_help(int argc, char **argv) {
+    if (argc < 2 || is_help(argv[1]) || strcmp(argv[1], "help") == 0) {
+        print_usage(stdout);
+        return EXIT_OK;
+    }
+    const tool_command_t *cmd = find_command(argv[1]);
+    if (cmd == NULL) return usage_error("", "unknown command '%s'", argv[1]);
+    char *args[64];
+    if (argc > 62) return usage_error("help", "%s", "too many arguments");
+    int n = 0;
+    for (int i = 1; i < argc; i++) args[n++] = argv[i];
+    args[n++] = (char *)"--help";
+    args[n] = NULL;
+    return cmd->run(n, args);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        print_usage(stderr);
+        return EXIT_USAGE;
+    }
+    if (is_help(argv[1])) {
+        print_usage(stdout);
+        return EXIT_OK;
+    }
+    const tool_command_t *cmd = find_command(argv[1]);
+    if (cmd == NULL)
+        return usage_error("", argv[1][0] == '-' ? "unknown option '%s'" : "unknown command '%s'",
+                           argv[1]);
+    return cmd->run(argc - 1, argv + 1);
+}
