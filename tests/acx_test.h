@@ -5,9 +5,10 @@
  * hang into a failure.
  *
  * Exit codes follow automake: 0 pass, 77 skip, 1 fail, 99 hard error.
- * A test file: acx_test_begin(argc, argv, timeout_s); each case
- *   TESTING("what"); ... CHECK(...) ...; PASSED(); continue-on-failure via
- *   `error:` label per case function returning int (0 ok, 1 failed).
+ * A test file calls acx_test_watchdog(seconds) first (MPI tests also set
+ * acx_test_rank_); each case is a function returning 0 (ok) or 1 (failed)
+ * with an `error:` label that CHECK jumps to, announced with TESTING("what")
+ * and closed with PASSED() or FAILED().
  */
 #ifndef ACX_TEST_H
 #define ACX_TEST_H
