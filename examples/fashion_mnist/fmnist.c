@@ -394,7 +394,7 @@ static int run(int argc, char **argv) {
     goto done;
 
 fail:
-    fprintf(stderr, "acx-fmnist: rank %d: %s\n", acx_rank(acc), acx_last_error());
+    fprintf(stderr, "acx-fmnist (rank %d): %s\n", acx_rank(acc), acx_last_error());
 fail_quiet:
     rc = 1;
 done:
