@@ -18,6 +18,7 @@
  *      outcome is agreed so a bad file fails every rank the same way);
  *   5. choose the collective backend and build the world/node communicators.
  */
+#include <limits.h>
 #include <mpi.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -81,6 +82,15 @@ static acx_status_t argv_strip(int *argc, char ***argv, argv_opts_t *o) {
                 o->config_file = v[++i];
             else
                 return ACX_ERROR(ACX_ERR_INVALID_CONFIG, "option --config needs a FILE argument");
+            continue;
+        }
+        if (strcmp(a, "--debug") == 0) {
+            if (o->n_overrides == ACX_MAX_OVERRIDES)
+                return ACX_ERROR(ACX_ERR_INVALID_CONFIG, "more than %d acx options", ACX_MAX_OVERRIDES);
+            char *s = acx_malloc(sizeof "log_level=debug", "option");
+            if (s == NULL) return ACX_ERR_NO_MEMORY;
+            memcpy(s, "log_level=debug", sizeof "log_level=debug");
+            o->overrides[o->n_overrides++] = s;
             continue;
         }
         if (strncmp(a, "--acx-", 6) == 0) {
@@ -474,4 +484,77 @@ ACX_API void acx_print(const acx_accelerator_t *acc, const char *fmt, ...) {
     vprintf(fmt, ap);
     va_end(ap);
     fflush(stdout);
+}
+
+ACX_API void acx_print_local(const acx_accelerator_t *acc, const char *fmt, ...) {
+    if (acc != NULL && acc->local_rank != 0) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vprintf(fmt, ap);
+    va_end(ap);
+    fflush(stdout);
+}
+
+#define ACX_PRINT_MAX (64 * 1024)
+
+/* Gather every rank's text to the main process, which prints them in rank
+ * order: the only way to get ordered output, since launchers forward each
+ * rank's stdout independently. */
+ACX_API acx_status_t acx_print_ordered(acx_accelerator_t *acc, const char *fmt, ...) {
+    if (acc == NULL || fmt == NULL)
+        return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_print_ordered: acc and fmt must not be NULL");
+    acx_status_t status = ACX_OK;
+    char *text = acx_malloc(ACX_PRINT_MAX, "ordered print");
+    char *mine = acx_malloc(2 * ACX_PRINT_MAX, "ordered print"), *all = NULL;
+    int *lens = NULL, *displs = NULL, n = 0;
+    if (text != NULL && mine != NULL) {
+        va_list ap;
+        va_start(ap, fmt);
+        int len = vsnprintf(text, ACX_PRINT_MAX, fmt, ap);
+        va_end(ap);
+        if (len < 0) len = 0;
+        if (len >= ACX_PRINT_MAX) len = ACX_PRINT_MAX - 1;
+        /* each rank prefixes its own lines: only it knows its host */
+        char prefix[ACX_HOST_MAX + 48];
+        int plen = snprintf(prefix, sizeof prefix, "[rank %d/%d %s] ", acc->rank, acc->world_size, acc->host);
+        for (int i = 0; i < len && n < 2 * ACX_PRINT_MAX - plen - 2;) {
+            memcpy(mine + n, prefix, (size_t)plen);
+            n += plen;
+            while (i < len && text[i] != '\n' && n < 2 * ACX_PRINT_MAX - 2) mine[n++] = text[i++];
+            mine[n++] = '\n';
+            if (i < len && text[i] == '\n') i++;
+        }
+    } else {
+        status = ACX_ERR_NO_MEMORY;
+    }
+    MPI_Comm comm = acc->world->mpi;
+    if (status == ACX_OK && acc->rank == 0) {
+        lens = acx_malloc((size_t)acc->world_size * sizeof *lens, "ordered print lengths");
+        displs = acx_malloc((size_t)acc->world_size * sizeof *displs, "ordered print offsets");
+        if (lens == NULL || displs == NULL) status = ACX_ERR_NO_MEMORY;
+    }
+    ACX_CHECK_GOTO(acx_coll_agree(acc->world, status), status, out);
+    ACX_MPI_CHECK_GOTO(MPI_Gather(&n, 1, MPI_INT, lens, 1, MPI_INT, 0, comm), status, out);
+    long total = 0;
+    if (acc->rank == 0) {
+        for (int r = 0; r < acc->world_size; r++) {
+            displs[r] = (int)total;
+            total += lens[r];
+        }
+        if (total > INT_MAX) status = ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_print_ordered: %ld bytes in all; too much", total);
+        else if ((all = acx_malloc((size_t)total + 1, "ordered print text")) == NULL) status = ACX_ERR_NO_MEMORY;
+    }
+    ACX_CHECK_GOTO(acx_coll_agree(acc->world, status), status, out);
+    ACX_MPI_CHECK_GOTO(MPI_Gatherv(mine, n, MPI_CHAR, all, lens, displs, MPI_CHAR, 0, comm), status, out);
+    if (acc->rank == 0) {
+        fwrite(all, 1, (size_t)total, stdout);
+        fflush(stdout);
+    }
+out:
+    free(text);
+    free(mine);
+    free(all);
+    free(lens);
+    free(displs);
+    return status;
 }

@@ -22,7 +22,7 @@
 
 #include "acx/acx.h"
 
-static int acx_test_rank_ = 0;
+static int acx_test_rank_ __attribute__((unused)) = 0;
 
 static void acx_test_alarm_(int sig) {
     (void)sig;

@@ -26,9 +26,11 @@ extern "C" {
  * collective backend and log the decisions.
  *
  * argc/argv: may be NULL. acx removes its own options from them: --config
- * FILE, --config=FILE and --acx-KEY=VALUE / --acx-KEY VALUE (any config key,
- * '.' or '-' or '_' separated, e.g. --acx-dataloader.drop_last=1, applied at
- * the environment level). argv keeps its terminating NULL.
+ * FILE, --config=FILE, --debug (= --acx-log_level=debug: every decision made
+ * at init is logged) and --acx-KEY=VALUE / --acx-KEY VALUE (any config key,
+ * '.' or '-' or '_' separated, e.g. --acx-dataloader.drop_last=1, applied
+ * above the environment). Options after "--" are left alone. argv keeps its
+ * terminating NULL.
  * config: the program's choices (ACX_CONFIG_DEFAULT for none), or NULL.
  * Collective over MPI_COMM_WORLD. On success *acc_p owns the accelerator.
  * Errors: ACX_ERR_INVALID_CONFIG (message names file:line, key, value and
@@ -101,8 +103,21 @@ ACX_API int64_t acx_micro_step(const acx_accelerator_t *acc);
 
 /* ---- printing ---- */
 
-/* printf on the main process only (others do nothing); flushes stdout. */
+/* printf on the main process only (others do nothing); flushes stdout.
+ * Not collective. */
 ACX_API void acx_print(const acx_accelerator_t *acc, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* printf on each node's local main process only (local rank 0). Not collective. */
+ACX_API void acx_print_local(const acx_accelerator_t *acc, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* In-rank-order printing for debugging: every rank formats its message, the
+ * main process prints them all in rank order, each line prefixed with
+ * "[rank R/N host] ", so output never interleaves. Collective (every rank
+ * must call it). A message longer than 64 KiB is truncated.
+ * Errors: ACX_ERR_MPI, ACX_ERR_NO_MEMORY. */
+ACX_API acx_status_t acx_print_ordered(acx_accelerator_t *acc, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
 #ifdef __cplusplus
