@@ -100,7 +100,7 @@ static acx_status_t idx_read(const char *path, int ndim, const char *kind, idx_f
         goto err_close;
     }
     if (head[3] != ndim) {
-        status = ACX_ERROR(ACX_ERR_FORMAT, "IDX %s file '%s' has %d dimensions, expected %d",
+        status = ACX_ERROR(ACX_ERR_FORMAT, "IDX %s file '%s' has %d dimension(s), expected %d",
                            kind, path, head[3], ndim);
         goto err_close;
     }

@@ -96,13 +96,14 @@ static acx_status_t argv_strip(int *argc, char ***argv, argv_opts_t *o) {
         if (strncmp(a, "--acx-", 6) == 0) {
             const char *key = a + 6, *eq = strchr(key, '=');
             size_t klen = eq ? (size_t)(eq - key) : strlen(key);
-            const char *value;
+            /* --acx-KEY alone (last, or followed by another option) is
+             * "KEY" with no value, which the config accepts for bool keys
+             * (meaning true) and refuses, naming the key, for the others. */
+            const char *value = NULL;
             if (eq)
                 value = eq + 1;
-            else if (i + 1 < *argc)
+            else if (i + 1 < *argc && strncmp(v[i + 1], "--", 2) != 0)
                 value = v[++i];
-            else
-                return ACX_ERROR(ACX_ERR_INVALID_CONFIG, "option %s needs a value", a);
             const char *canon = NULL;
             for (int k = 0; k < acx_config_num_keys(); k++)
                 if (key_equal(acx_config_key_name(k), key, klen)) canon = acx_config_key_name(k);
@@ -113,10 +114,13 @@ static acx_status_t argv_strip(int *argc, char ***argv, argv_opts_t *o) {
                                  (int)klen, key);
             if (o->n_overrides == ACX_MAX_OVERRIDES)
                 return ACX_ERROR(ACX_ERR_INVALID_CONFIG, "more than %d --acx-* options", ACX_MAX_OVERRIDES);
-            size_t n = strlen(canon) + strlen(value) + 2;
+            size_t n = strlen(canon) + (value ? strlen(value) : 0) + 2;
             char *s = acx_malloc(n, "option");
             if (s == NULL) return ACX_ERR_NO_MEMORY;
-            snprintf(s, n, "%s=%s", canon, value);
+            if (value)
+                snprintf(s, n, "%s=%s", canon, value);
+            else
+                snprintf(s, n, "%s", canon);
             o->overrides[o->n_overrides++] = s;
             continue;
         }
@@ -152,14 +156,109 @@ out:
 
 static const char *env_lookup(const char *name) { return getenv(name); }
 
+extern char **environ;
+
+/* Levenshtein distance of two short strings (capped inputs), for "did you mean". */
+static int edit_distance(const char *a, const char *b) {
+    int la = (int)strlen(a), lb = (int)strlen(b), row[128];
+    if (la > 120 || lb > 120) return 99;
+    for (int j = 0; j <= lb; j++) row[j] = j;
+    for (int i = 1; i <= la; i++) {
+        int diag = row[0];
+        row[0] = i;
+        for (int j = 1; j <= lb; j++) {
+            int up = row[j], best = diag + (a[i - 1] != b[j - 1]);
+            if (up + 1 < best) best = up + 1;
+            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+            diag = up;
+            row[j] = best;
+        }
+    }
+    return row[lb];
+}
+
+/* The environment variable of config key k: ACX_ + upper case, '.' -> '_'. */
+static void key_env_name(int k, char *buf, size_t n) {
+    const char *key = acx_config_key_name(k);
+    size_t i = 0;
+    snprintf(buf, n, "ACX_");
+    for (i = 4; *key && i + 1 < n; key++, i++)
+        buf[i] = *key == '.' ? '_' : (char)(*key >= 'a' && *key <= 'z' ? *key - 'a' + 'A' : *key);
+    buf[i] = '\0';
+}
+
+/* An ACX_* variable that is no config key is most likely a typo (ACX_SEEED),
+ * silently ignored otherwise: warn once, on the main process. Variables
+ * read elsewhere and the ACX_TEST_ prefix (the test suite's) are known. */
+static void warn_unknown_env(const acx_accelerator_t *acc) {
+    static const char *const other[] = {"ACX_CONFIG_FILE", "ACX_LOG_SUBSYS", "ACX_LOG_FILE"};
+    if (acc->rank != 0 || environ == NULL) return;
+    for (char **e = environ; *e != NULL; e++) {
+        if (strncmp(*e, "ACX_", 4) != 0 || strncmp(*e, "ACX_TEST_", 9) == 0) continue;
+        char name[128], env[128], best[128] = "";
+        size_t len = strcspn(*e, "=");
+        if (len >= sizeof name) continue;
+        memcpy(name, *e, len);
+        name[len] = '\0';
+        int known = 0, best_d = 3;
+        for (size_t i = 0; i < sizeof other / sizeof *other && !known; i++) known = strcmp(name, other[i]) == 0;
+        for (int k = 0; k < acx_config_num_keys() && !known; k++) {
+            key_env_name(k, env, sizeof env);
+            known = strcmp(name, env) == 0;
+            int d = edit_distance(name, env);
+            if (d < best_d) {
+                best_d = d;
+                snprintf(best, sizeof best, "%s", env);
+            }
+        }
+        if (!known)
+            ACX_WARN(ACX_SUBSYS_INIT, "ignoring environment variable %s: not an acx setting%s%s%s", name,
+                     best[0] ? " (did you mean " : "", best, best[0] ? "?)" : " (see docs/config.md)");
+    }
+}
+
+/* Every rank must resolve the same configuration (a different ACX_* value
+ * or config file on one rank would silently change, e.g., its data order).
+ * Compare a hash of each key's value across ranks; on a mismatch every rank
+ * reports its own value and origin for the first differing key. log_level
+ * may differ per rank (debugging one rank is legitimate). Collective. */
+static acx_status_t check_config_agrees(acx_accelerator_t *acc) {
+    uint64_t h[ACX_CONFIG_MAX_KEYS], lo[ACX_CONFIG_MAX_KEYS], hi[ACX_CONFIG_MAX_KEYS];
+    int nk = acx_config_num_keys();
+    for (int k = 0; k < nk; k++) {
+        char value[1024];
+        acx_config_format_value(&acc->config, k, value, sizeof value);
+        uint64_t x = 1469598103934665603ull;
+        for (const char *p = value; *p; p++) x = (x ^ (unsigned char)*p) * 1099511628211ull;
+        h[k] = strcmp(acx_config_key_name(k), "log_level") == 0 ? 0 : x;
+    }
+    ACX_MPI_CHECK(MPI_Allreduce(h, lo, nk, MPI_UINT64_T, MPI_MIN, acc->world->mpi));
+    ACX_MPI_CHECK(MPI_Allreduce(h, hi, nk, MPI_UINT64_T, MPI_MAX, acc->world->mpi));
+    for (int k = 0; k < nk; k++) {
+        if (lo[k] == hi[k]) continue;
+        char value[256];
+        acx_config_format_value(&acc->config, k, value, sizeof value);
+        const acx_config_origin_t *o = &acc->config.origin[k];
+        return ACX_ERROR(ACX_ERR_INVALID_CONFIG,
+                         "ranks resolved different values for '%s' (rank %d has %s, from %s): every "
+                         "rank must see the same config file, ACX_* environment and --acx options",
+                         acx_config_key_name(k), acc->rank, value,
+                         o->source == ACX_SRC_DEFAULT ? "default" : o->where);
+    }
+    return ACX_OK;
+}
+
 /* Values the configuration accepts but this version cannot honour yet are
  * refused here, naming where they came from, rather than silently ignored. */
 static acx_status_t check_implemented(const acx_resolved_config_t *rc) {
     const acx_config_t *c = &rc->values;
-    static const struct { const char *key; const char *todo; } later[] = {
-        {"mixed_precision", "mixed precision"}, {"sharding_strategy", "sharded strategies"}};
-    int bad[2] = {c->mixed_precision != ACX_MP_NO, c->sharding_strategy != ACX_NO_SHARD};
-    for (int i = 0; i < 2; i++) {
+    static const struct { const char *key; const char *todo; const char *instead; } later[] = {
+        {"mixed_precision", "mixed precision", "no"},
+        {"sharding_strategy", "sharded strategies", "no_shard"},
+        {"backend", "the NCCL backend", "auto or mpi"}};
+    int bad[3] = {c->mixed_precision != ACX_MP_NO, c->sharding_strategy != ACX_NO_SHARD,
+                  c->backend == ACX_BACKEND_NCCL};
+    for (int i = 0; i < 3; i++) {
         if (!bad[i]) continue;
         int k = 0;
         while (k < acx_config_num_keys() && strcmp(acx_config_key_name(k), later[i].key) != 0) k++;
@@ -169,7 +268,7 @@ static acx_status_t check_implemented(const acx_resolved_config_t *rc) {
                          "%s=%s (from %s) is not implemented in acx %s yet (%s: planned for a later "
                          "version); use %s",
                          later[i].key, value, rc->origin[k].source == ACX_SRC_DEFAULT ? "default" : rc->origin[k].where,
-                         acx_version(), later[i].todo, i == 0 ? "no" : "no_shard");
+                         acx_version(), later[i].todo, later[i].instead);
     }
     return ACX_OK;
 }
@@ -213,7 +312,7 @@ ACX_API acx_status_t acx_init(int *argc, char ***argv, const acx_config_t *confi
     /* Return MPI errors as codes instead of aborting, so they become acx statuses. */
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     ACX_CHECK_GOTO(discover_topology(acc), status, err_mpi);
-    acx_log_setup(acc->rank, acc->world_size, ACX_LOG_WARN, getenv("ACX_LOG_SUBSYS"));
+    acx_log_setup(acc->rank, acc->world_size, ACX_LOG_WARN, NULL); /* subsystems once the level is known */
 
     /* The world communicator exists before the config is known because the
      * config outcome is agreed over it; it speaks MPI, as agreement always does. */
@@ -230,7 +329,9 @@ ACX_API acx_status_t acx_init(int *argc, char ***argv, const acx_config_t *confi
 
     const acx_config_t *c = &acc->config.values;
     acx_log_setup(acc->rank, acc->world_size, c->log_level, getenv("ACX_LOG_SUBSYS"));
+    ACX_CHECK_GOTO(check_config_agrees(acc), status, err_comm);
     ACX_CHECK_GOTO(acx_coll_agree(acc->world, check_implemented(&acc->config)), status, err_comm);
+    warn_unknown_env(acc);
     ACX_CHECK_GOTO(acx_coll_select((acx_backend_kind_t)c->backend, &acc->coll), status, err_comm);
     status = acx_coll_agree(acc->world, status);
     if (status != ACX_OK) goto err_comm;
@@ -243,6 +344,16 @@ ACX_API acx_status_t acx_init(int *argc, char ***argv, const acx_config_t *confi
     ACX_CHECK_GOTO(acx_comm_split(acc->world, acc->node_rank, acc->local_rank, &acc->node), status,
                    err_comm);
 
+    if (acx_log_enabled(ACX_LOG_INFO, ACX_SUBSYS_LAUNCH)) {
+        char line[2048];
+        acx_launch_env_format(&env, line, sizeof line);
+        ACX_INFO(ACX_SUBSYS_LAUNCH, "%s", line);
+    } else if (env.warnings[0] != '\0') {
+        ACX_WARN(ACX_SUBSYS_LAUNCH, "launcher environment: %s", env.warnings);
+    }
+    char mismatch[512];
+    if (acx_launch_env_check_rank(&env, acc->rank, acc->local_rank, mismatch, sizeof mismatch))
+        ACX_WARN(ACX_SUBSYS_LAUNCH, "%s", mismatch);
     ACX_INFO(ACX_SUBSYS_INIT, "acx %s: rank %d/%d, local rank %d/%d, node %d/%d on %s; launcher %s; backend %s; MPI %s",
              acx_version(), acc->rank, acc->world_size, acc->local_rank, acc->local_size,
              acc->node_rank, acc->num_nodes, acc->host, env.launcher, acc->coll->name,

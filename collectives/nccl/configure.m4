@@ -47,7 +47,7 @@ AS_IF([test "x$with_nccl" != xno && test $acx_have_cuda = 1], [
   AS_IF([test $acx_have_nccl = 1], [
       AS_IF([test "$acx_nccl_dir" != "$acx_cuda_dir"], [CUDA_CPPFLAGS="$CUDA_CPPFLAGS -I$acx_nccl_dir/include"; CUDA_LDFLAGS="$CUDA_LDFLAGS -L$acx_nccl_dir/lib64 -L$acx_nccl_dir/lib"])
       NCCL_LIBS="-lnccl"
-      acx_nccl_summary="detected ($acx_nccl_dir); backend not implemented yet (issue: GPU path)"],
+      acx_nccl_summary="detected ($acx_nccl_dir); the NCCL backend is not implemented yet"],
     [test "x$with_nccl" != xauto],
       [AC_MSG_ERROR([--with-nccl=$with_nccl requested but nccl.h/libnccl were not found in $acx_nccl_dir])])
 ])

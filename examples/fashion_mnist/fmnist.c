@@ -8,6 +8,7 @@
  *   acx data import-idx /usr/share/datasets/fashion-mnist -o fmnist.h5
  *   mpirun -np 2 acx-fmnist --data fmnist.h5 --metrics metrics.jsonl
  */
+#include <errno.h>
 #include <getopt.h>
 #include <math.h>
 #include <stdio.h>
@@ -22,7 +23,7 @@
 
 typedef struct options {
     const char *data, *metrics, *save, *schedule, *optimizer;
-    int epochs, log_every, quiet;
+    int epochs, log_every, quiet, progress;
     int64_t batch_size, warmup;
     double lr, weight_decay, momentum;
     int64_t seed;
@@ -46,13 +47,15 @@ static void usage(FILE *f) {
             "  --log-every N         log the training loss every N steps (default 100)\n"
             "  --save FILE.h5        trained weights (default PROJECT_DIR/fmnist-weights.h5)\n"
             "  --quiet               no progress output (final line only)\n"
+            "  --progress, --no-progress  force the progress bar on/off (default: on a terminal\n"
+            "                        when not started by mpirun/srun)\n"
             "  --config FILE, --acx-KEY=VALUE   acx configuration (see docs/config.md)\n");
 }
 
 static int parse_options(int argc, char **argv, options_t *o) {
     *o = (options_t){.epochs = 10, .batch_size = 64, .lr = 1e-3, .weight_decay = 0.01,
                      .momentum = 0.9, .schedule = "constant", .optimizer = "adamw",
-                     .log_every = 100, .seed = ACX_UNSET_I64};
+                     .log_every = 100, .seed = ACX_UNSET_I64, .progress = -1};
     static const struct option longopts[] = {
         {"data", required_argument, 0, 'd'},        {"epochs", required_argument, 0, 'e'},
         {"batch-size", required_argument, 0, 'b'},  {"lr", required_argument, 0, 'l'},
@@ -61,6 +64,7 @@ static int parse_options(int argc, char **argv, options_t *o) {
         {"warmup", required_argument, 0, 'W'},      {"seed", required_argument, 0, 'S'},
         {"metrics", required_argument, 0, 'M'},     {"log-every", required_argument, 0, 'L'},
         {"save", required_argument, 0, 'O'},        {"quiet", no_argument, 0, 'q'},
+        {"progress", no_argument, 0, 'P'},          {"no-progress", no_argument, 0, 'N'},
         {"help", no_argument, 0, 'h'},              {0, 0, 0, 0}};
     int c, idx = 0;
     char *end;
@@ -80,6 +84,8 @@ static int parse_options(int argc, char **argv, options_t *o) {
         case 'L': o->log_every = (int)strtol(optarg, &end, 10); if (*end || o->log_every < 1) goto bad; break;
         case 'O': o->save = optarg; break;
         case 'q': o->quiet = 1; break;
+        case 'P': o->progress = 1; break;
+        case 'N': o->progress = 0; break;
         case 'h': usage(stdout); return 1;
         default: usage(stderr); return -1;
         }
@@ -106,6 +112,30 @@ static int parse_options(int argc, char **argv, options_t *o) {
         return -1;
     }
     return 0;
+}
+
+/* Whether the directory that will hold `path` exists and is writable (errno set if not). */
+static int dir_writable(const char *path) {
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash == NULL)
+        snprintf(dir, sizeof dir, ".");
+    else if (slash == dir)
+        dir[1] = '\0';
+    else
+        *slash = '\0';
+    return access(dir, W_OK | X_OK) == 0;
+}
+
+/* A progress bar needs a terminal; under mpirun/srun every rank's stdout is a
+ * pseudo-terminal even when the job's output goes to a file, so "auto" shows
+ * the bar only when no launcher is involved. */
+static int want_progress(int setting) {
+    if (setting >= 0) return setting;
+    if (!isatty(STDOUT_FILENO)) return 0;
+    return getenv("OMPI_COMM_WORLD_SIZE") == NULL && getenv("PMI_SIZE") == NULL &&
+           getenv("PMIX_RANK") == NULL && getenv("SLURM_STEP_ID") == NULL;
 }
 
 static double now_s(void) {
@@ -256,7 +286,7 @@ static int run(int argc, char **argv) {
         acx_finalize(acc);
         return parsed < 0 ? 2 : 0;
     }
-    int rc = 1, tty = isatty(STDOUT_FILENO), training = 0;
+    int rc = 1, tty = want_progress(o.progress), training = 0;
     FILE *metrics = NULL;
     model_t md;
     mlp_workspace_t ws = {0};
@@ -293,8 +323,13 @@ static int run(int argc, char **argv) {
     to.drop_last = 0;
     to.even_batches = 1;
     CHECK(acx_dataloader_open(acc, o.data, 2, test_sets, &to, &test));
+    /* The schedule counts optimizer steps: one per gradient_accumulation_steps
+     * batches, plus one for a shorter last window (the end of the epoch is a
+     * synchronization boundary). */
     int64_t steps_per_epoch = acx_dataloader_num_batches(train);
-    int64_t total_steps = steps_per_epoch * o.epochs;
+    int64_t accum = acx_get_config(acc)->gradient_accumulation_steps;
+    int64_t opt_steps_per_epoch = (steps_per_epoch + accum - 1) / accum;
+    int64_t total_steps = opt_steps_per_epoch * o.epochs;
     if (strcmp(o.schedule, "constant") != 0)
         CHECK(acx_scheduler_create(opt,
                                    strcmp(o.schedule, "linear") == 0 ? ACX_SCHED_LINEAR : ACX_SCHED_COSINE,
@@ -308,17 +343,32 @@ static int run(int argc, char **argv) {
         fprintf(stderr, "acx-fmnist: out of memory for a batch of %d\n", max_batch);
         goto fail_quiet;
     }
-    if (o.metrics && acx_is_main_process(acc) && (metrics = fopen(o.metrics, "a")) == NULL) {
-        fprintf(stderr, "acx-fmnist: cannot open metrics file '%s'\n", o.metrics);
-        acx_abort(acc, 1, "cannot open the metrics file");
-    }
     const acx_config_t *c = acx_get_config(acc);
+    char path[4096];
+    if (o.save)
+        snprintf(path, sizeof path, "%s", o.save);
+    else
+        snprintf(path, sizeof path, "%s/fmnist-weights.h5", c->project_dir);
+    /* Find unusable output paths now, not after hours of training; every rank
+     * learns the outcome, so all stop together. */
+    double bad = 0.0;
+    if (o.metrics && acx_is_main_process(acc) && (metrics = fopen(o.metrics, "a")) == NULL) {
+        fprintf(stderr, "acx-fmnist: cannot open metrics file '%s': %s\n", o.metrics, strerror(errno));
+        bad = 1.0;
+    }
+    if (acx_is_main_process(acc) && !dir_writable(path)) {
+        fprintf(stderr, "acx-fmnist: cannot write weights to '%s': %s\n", path, strerror(errno));
+        bad = 1.0;
+    }
+    CHECK(acx_reduce_scalar(acc, bad, ACX_OP_MAX, &bad));
+    if (bad != 0.0) goto fail_quiet;
     acx_print(acc, "acx-fmnist: %d rank(s) on %d node(s), %lld train / %lld test samples, "
-                   "batch %lld per rank (global %lld), %lld steps per epoch, %s lr %g, seed %lld\n",
+                   "batch %lld per rank (global %lld), %lld batches and %lld optimizer steps per epoch, "
+                   "%s lr %g, seed %lld\n",
               acx_world_size(acc), acx_num_nodes(acc), (long long)acx_dataloader_num_samples(train),
               (long long)acx_dataloader_num_samples(test), (long long)o.batch_size,
               (long long)(o.batch_size * acx_world_size(acc)), (long long)steps_per_epoch,
-              o.optimizer, o.lr, (long long)c->seed);
+              (long long)opt_steps_per_epoch, o.optimizer, o.lr, (long long)c->seed);
 
     training = 1; /* from here a failure may be local to one rank */
     double accuracy = 0.0, train_time = 0.0;
@@ -381,11 +431,6 @@ static int run(int argc, char **argv) {
         }
     }
 
-    char path[4096];
-    if (o.save)
-        snprintf(path, sizeof path, "%s", o.save);
-    else
-        snprintf(path, sizeof path, "%s/fmnist-weights.h5", c->project_dir);
     CHECK(acx_model_save_weights(md.m, path));
     acx_print(acc, "saved weights to %s; %.0f samples/s over %d epoch(s)\n", path,
               (double)samples / train_time, o.epochs);

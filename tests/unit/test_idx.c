@@ -250,7 +250,7 @@ static int test_failures(void) {
                              ACX_ERR_FORMAT, "element type 0x0d", bad);
     /* a labels file (ndim 1) given as images */
     failed |= expect_failure("import_idx: wrong ndim -> ACX_ERR_FORMAT", tl, tl, ACX_ERR_FORMAT,
-                             "has 1 dimensions, expected 3", tl);
+                             "has 1 dimension(s), expected 3", tl);
     /* zero dimension */
     write_idx(bad, 0, 0x08, 3, (uint32_t[]){4, 0, 3}, data, 0);
     failed |= expect_failure("import_idx: zero dimension -> ACX_ERR_FORMAT", bad, tl,
