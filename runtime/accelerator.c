@@ -329,6 +329,7 @@ ACX_API acx_status_t acx_init(int *argc, char ***argv, const acx_config_t *confi
 
     const acx_config_t *c = &acc->config.values;
     acx_log_setup(acc->rank, acc->world_size, c->log_level, getenv("ACX_LOG_SUBSYS"));
+    if (acc->rank == 0) acx_config_log_warnings(&acc->config, acc->world_size);
     ACX_CHECK_GOTO(check_config_agrees(acc), status, err_comm);
     ACX_CHECK_GOTO(acx_coll_agree(acc->world, check_implemented(&acc->config)), status, err_comm);
     warn_unknown_env(acc);

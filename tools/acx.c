@@ -2,8 +2,8 @@
  * tools/acx.c — the `acx` command: a dispatcher over subcommands.
  *
  * Owns: argument parsing, usage texts and exit codes of the command line
- * tool. Now: `acx version` and `acx data import-idx`. `launch`, `config`,
- * `env`, `ckpt`, `estimate-memory` and `slurm` slot into the command table
+ * tool. Now: `acx version`, `acx config show` and `acx data import-idx`.
+ * `launch`, `env`, `ckpt`, `estimate-memory` and `slurm` slot into the command table
  * below as they are written (a name, a handler, a one-line summary); the
  * top-level help lists exactly the table, so it never advertises a command
  * that does not exist.
@@ -293,6 +293,123 @@ static int cmd_data(int argc, char **argv) {
                        argv[1]);
 }
 
+/* ---- acx config show ---- */
+
+static const char config_show_usage[] =
+    "usage: acx config show [--config FILE] [--acx-KEY=VALUE ...]\n"
+    "\n"
+    "Print the configuration a program started here would get from acx_init:\n"
+    "every key with its resolved value and where the value came from (default,\n"
+    "FILE:LINE, an ACX_* environment variable, an --acx-KEY option), then the\n"
+    "launch information of the config file (num_processes, main_process_ip, ...\n"
+    "of an Accelerate default_config.yaml) and the settings of the file acx\n"
+    "cannot honour. The sources are acx_init's, lowest first: defaults, the\n"
+    "config file (--config FILE, else $ACX_CONFIG_FILE, else\n"
+    "~/.config/acx/default_config.yaml), ACX_* environment variables, --acx-KEY\n"
+    "options. A program's own acx_config_t settings, which come last, are not\n"
+    "known here. Does not start MPI.\n"
+    "\n"
+    "options:\n"
+    "  --config FILE          the config file: acx's keys or an Accelerate\n"
+    "                         default_config.yaml (see docs/config.md)\n"
+    "  --acx-KEY=VALUE        set KEY as on a program's command line; also\n"
+    "                         --acx-KEY VALUE ('-', '_' and '.' alike in KEY)\n"
+    "  -h, --help             show this text\n"
+    "\n"
+    "Exit status: 0 shown, 1 the configuration is invalid (the message names\n"
+    "file:line, key, value and accepted values), 2 usage error.\n";
+
+static int cmd_config_show(int argc, char **argv) {
+    static const char where[] = "config show";
+    const char *config_file = NULL;
+    int status = EXIT_OK, n = 0;
+    char **opts = calloc((size_t)argc, sizeof *opts); /* "--acx-KEY=VALUE" strings */
+    if (opts == NULL) {
+        fprintf(stderr, "acx: config show: out of memory\n");
+        return EXIT_FAIL;
+    }
+
+    for (int i = 1; i < argc && status == EXIT_OK; i++) {
+        const char *arg = argv[i], *value = NULL;
+        int r;
+        if (is_help(arg)) {
+            fputs(config_show_usage, stdout);
+            goto out;
+        }
+        if ((r = take_option(argc, argv, &i, "--config", NULL, &value)) != 0) {
+            if (r < 0)
+                status = usage_error(where, "option '%s' needs a FILE", arg);
+            else if (config_file != NULL)
+                status = usage_error(where, "option '%s' given twice", "--config");
+            else
+                config_file = value;
+            continue;
+        }
+        if (strncmp(arg, "--acx-", 6) == 0 && arg[6] != '\0' && arg[6] != '=') {
+            /* As acx_init reads them: the value after '=' or in the next argument. */
+            if (strchr(arg, '=') == NULL) {
+                if (i + 1 >= argc) {
+                    status = usage_error(where, "option '%s' needs a VALUE", arg);
+                    continue;
+                }
+                value = argv[++i];
+            }
+            size_t len = strlen(arg) + (value ? strlen(value) + 1 : 0) + 1;
+            if ((opts[n] = malloc(len)) == NULL) {
+                fprintf(stderr, "acx: config show: out of memory\n");
+                status = EXIT_FAIL;
+                continue;
+            }
+            snprintf(opts[n++], len, "%s%s%s", arg, value ? "=" : "", value ? value : "");
+            continue;
+        }
+        status = usage_error(where, arg[0] == '-' ? "unknown option '%s'"
+                                                  : "unexpected argument '%s'",
+                             arg);
+    }
+    if (status != EXIT_OK) goto out;
+
+    char *text = NULL;
+    acx_status_t st = acx_config_describe(NULL, config_file, n, (const char *const *)opts, &text);
+    if (st != ACX_OK) {
+        status = acx_failure(st);
+        goto out;
+    }
+    fputs(text, stdout);
+    free(text);
+out:
+    for (int k = 0; k < n; k++) free(opts[k]);
+    free(opts);
+    return status;
+}
+
+/* ---- acx config ---- */
+
+static const char config_usage[] =
+    "usage: acx config <subcommand> [<args>]\n"
+    "\n"
+    "Inspect acx's configuration (keys, files, environment: docs/config.md).\n"
+    "\n"
+    "subcommands:\n"
+    "  show   print the resolved configuration and where each value came from\n"
+    "\n"
+    "Run 'acx config <subcommand> --help' for its options.\n";
+
+static int cmd_config(int argc, char **argv) {
+    if (argc < 2) {
+        fputs(config_usage, stderr);
+        return EXIT_USAGE;
+    }
+    if (is_help(argv[1])) {
+        fputs(config_usage, stdout);
+        return EXIT_OK;
+    }
+    if (strcmp(argv[1], "show") == 0) return cmd_config_show(argc - 1, argv + 1);
+    return usage_error("config", argv[1][0] == '-' ? "unknown option '%s'"
+                                                   : "unknown subcommand '%s'",
+                       argv[1]);
+}
+
 /* ---- the command table ---- */
 
 typedef struct tool_command {
@@ -306,6 +423,7 @@ static int cmd_help(int argc, char **argv);
 /* In the order `acx --help` lists them. */
 static const tool_command_t commands[] = {
     {"version", cmd_version, "print the acx version and the MPI library it runs on"},
+    {"config", cmd_config, "show the resolved configuration and where each value came from"},
     {"data", cmd_data, "prepare datasets (data import-idx: IDX files to HDF5)"},
     {"help", cmd_help, "show this text, or a command's usage (acx help <command>)"},
 };

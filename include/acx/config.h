@@ -5,10 +5,13 @@
  * lowest first:
  *   1. built-in defaults
  *   2. a YAML config file: --config FILE on the command line, else
- *      $ACX_CONFIG_FILE, else ~/.config/acx/default_config.yaml if present
+ *      $ACX_CONFIG_FILE, else ~/.config/acx/default_config.yaml if present;
+ *      acx's own keys, or an Accelerate default_config.yaml as it is (its
+ *      keys are mapped onto acx's; docs/config.md has the table)
  *   3. ACX_* environment variables (ACX_MIXED_PRECISION, ACX_SEED, ...,
  *      ACX_DATALOADER_DROP_LAST for nested keys)
- *   4. fields the program set in the acx_config_t passed to acx_init
+ *   4. --acx-KEY=VALUE options on the command line (and --debug)
+ *   5. fields the program set in the acx_config_t passed to acx_init
  *
  * A field left at its ACX_CONFIG_DEFAULT value means "not set by the program"
  * and never overrides a lower level. Always start from ACX_CONFIG_DEFAULT so
@@ -21,6 +24,7 @@
 #ifndef ACX_CONFIG_H
 #define ACX_CONFIG_H
 
+#include "acx/status.h"
 #include "acx/types.h"
 
 #ifdef __cplusplus
@@ -58,12 +62,24 @@ typedef enum acx_log_level {
     ACX_LOG_DEBUG = 3
 } acx_log_level_t;
 
+/* Where metrics go. Accelerate's trackers (tensorboard, wandb, ...) are not
+ * available: acx writes JSONL that any of them can import. */
+typedef enum acx_log_with {
+    ACX_LOG_WITH_NONE = 0, /* no metrics file */
+    ACX_LOG_WITH_JSONL = 1 /* one JSON object per logged step, main process only */
+} acx_log_with_t;
+
 typedef struct acx_dataloader_config {
     int drop_last;     /* 0/1: drop the last incomplete global batch (default 0) */
     int even_batches;  /* 0/1: pad the last batches so every rank gets as many (default 1) */
     int split_batches; /* 0/1: batch_size is the global batch, split across ranks (default 0) */
     int prefetch;      /* batches read ahead by a background thread; 0 = none (default 1) */
 } acx_dataloader_config_t;
+
+typedef struct acx_checkpoint_config {
+    int total_limit;          /* keep the newest K checkpoints; 0 = keep all (default 0) */
+    int64_t save_every_steps; /* save every N optimizer steps; 0 = off (default 0) */
+} acx_checkpoint_config_t;
 
 typedef struct acx_config {
     size_t size;             /* sizeof(acx_config_t) as the program saw it */
@@ -78,6 +94,10 @@ typedef struct acx_config {
     double bucket_size_mb;   /* gradient fusion bucket size in MiB, > 0 (default 25) */
     int backend;             /* acx_backend_kind_t (default AUTO) */
     acx_dataloader_config_t dataloader;
+    /* New fields go at the end: a program built against an older header
+     * passes a smaller size, and acx reads only the fields it holds. */
+    int log_with; /* acx_log_with_t (default ACX_LOG_WITH_NONE) */
+    acx_checkpoint_config_t checkpoint;
 } acx_config_t;
 
 #define ACX_CONFIG_DEFAULT                                                     \
@@ -91,8 +111,36 @@ typedef struct acx_config {
         .dataloader = {.drop_last = ACX_UNSET,                                 \
                        .even_batches = ACX_UNSET,                              \
                        .split_batches = ACX_UNSET,                             \
-                       .prefetch = ACX_UNSET }                                 \
+                       .prefetch = ACX_UNSET },                                \
+        .log_with = ACX_UNSET,                                                 \
+        .checkpoint = {.total_limit = ACX_UNSET,                               \
+                       .save_every_steps = ACX_UNSET_I64 }                     \
     }
+
+/* Resolve the configuration the way acx_init would, without starting MPI,
+ * and describe it as text: one line per key with its value and where the
+ * value came from ("default", "run.yaml:3", "ACX_SEED", "--acx-seed",
+ * "program"), then the read-only launch information of the config file
+ * (num_processes, main_process_ip, ... from an Accelerate file), then the
+ * warning naming the file's settings acx cannot honour, if any. This is
+ * what `acx config show` prints. Not collective; any process may call it.
+ *
+ * program: the program's choices, as passed to acx_init; NULL = none.
+ * config_file: like --config FILE; NULL = the usual lookup
+ *   ($ACX_CONFIG_FILE, then ~/.config/acx/default_config.yaml);
+ *   program->config_file, when set, still wins as it does in acx_init.
+ * n_options, options: command-line overrides, each "--acx-KEY=VALUE" or
+ *   "KEY=VALUE" ('-', '_' and '.' alike in KEY; a bool KEY alone = true).
+ * text_p: on success, a NUL-terminated text allocated with malloc; the
+ *   caller frees it with free(). Untouched on failure.
+ * Returns ACX_OK; ACX_ERR_INVALID_ARG (text_p NULL, options NULL with
+ * n_options > 0); ACX_ERR_INVALID_CONFIG, ACX_ERR_YAML, ACX_ERR_IO,
+ * ACX_ERR_NOT_SUPPORTED as acx_init would for the same sources (the message,
+ * from acx_last_error(), names file:line, key, value and accepted values);
+ * ACX_ERR_NO_MEMORY. */
+ACX_API acx_status_t acx_config_describe(const acx_config_t *program, const char *config_file,
+                                         int n_options, const char *const *options,
+                                         char **text_p);
 
 #ifdef __cplusplus
 }

@@ -2,12 +2,17 @@
  * tests/unit/test_config.c — configuration resolution: defaults, YAML file
  * (nested and dotted keys), environment, --acx-* options and the program's
  * struct in precedence order, the origin of every value, the choice of the
- * file, errors (file:line, key, bad value, accepted values), and the YAML
- * rendering reading back to the same values.
+ * file, errors (file:line, key, bad value, accepted values), the YAML
+ * rendering reading back to the same values, Accelerate default_config.yaml
+ * files (an FSDP, a multi-GPU and a DeepSpeed ZeRO-3 one as `accelerate
+ * config` writes them, then one case per mapping rule) with their exact
+ * warning, and acx_config_describe (`acx config show`).
  *
  * The environment is a fake lookup table, so the test never depends on the
- * caller's ACX_* variables or $HOME.
+ * caller's ACX_* variables or $HOME (acx_config_describe reads the real
+ * environment: its test sets and clears the variables it needs).
  */
+#include <ctype.h>
 #include <errno.h>
 #include <stddef.h>
 #include <stdlib.h>
@@ -17,6 +22,7 @@
 
 #include "acx_test.h"
 #include "runtime/base/config_resolve.h"
+#include "runtime/base/log.h"
 
 /* ---- fixtures ---- */
 
@@ -35,7 +41,7 @@ static const char *fake_env(const char *name) {
     return NULL;
 }
 
-#define MAX_TMP 64
+#define MAX_TMP 256
 static char tmp_files[MAX_TMP][64];
 static int tmp_count;
 
@@ -90,7 +96,7 @@ static acx_status_t resolve(const acx_config_t *program, const char *file, int n
 
 static int test_table(void) {
     TESTING("key table, names, formatting");
-    CHECK(acx_config_num_keys() == 13);
+    CHECK(acx_config_num_keys() == 16);
     CHECK(strcmp(acx_config_key_name(0), "mixed_precision") == 0);
     CHECK(acx_config_key_name(-1) == NULL);
     CHECK(acx_config_key_name(acx_config_num_keys()) == NULL);
@@ -102,6 +108,12 @@ static int test_table(void) {
     CHECK(strcmp(acx_mixed_precision_name(ACX_MP_FP16), "fp16") == 0);
     CHECK(strcmp(acx_backend_name(ACX_BACKEND_NCCL), "nccl") == 0);
     CHECK(strcmp(acx_backend_name(99), "invalid") == 0);
+    CHECK(strcmp(acx_log_with_name(ACX_LOG_WITH_NONE), "none") == 0);
+    CHECK(strcmp(acx_log_with_name(ACX_LOG_WITH_JSONL), "jsonl") == 0);
+    CHECK(acx_config_num_info() == 6);
+    CHECK(strcmp(acx_config_info_name(0), "num_processes") == 0);
+    CHECK(strcmp(acx_config_info_name(5), "fsdp.backward_prefetch") == 0);
+    CHECK(acx_config_info_name(6) == NULL);
     PASSED();
     return 0;
 error:
@@ -128,7 +140,17 @@ static int test_defaults(void) {
     CHECK(cfg.values.dataloader.even_batches == 1);
     CHECK(cfg.values.dataloader.split_batches == 0);
     CHECK(cfg.values.dataloader.prefetch == 1);
+    CHECK(cfg.values.log_with == ACX_LOG_WITH_NONE);
+    CHECK(cfg.values.checkpoint.total_limit == 0);
+    CHECK(cfg.values.checkpoint.save_every_steps == 0);
     CHECK(cfg.config_file[0] == '\0' && cfg.values.config_file == NULL);
+    CHECK(cfg.accelerate == 0 && cfg.warning[0] == '\0');
+    CHECK(cfg.info.num_processes == ACX_UNSET && cfg.info.backward_prefetch == ACX_UNSET);
+    CHECK(cfg.info.main_process_ip[0] == '\0');
+    for (int i = 0; i < acx_config_num_info(); i++) {
+        char buf[64];
+        CHECK(acx_config_format_info(&cfg, i, buf, sizeof buf) == 0 && buf[0] == '\0');
+    }
     for (int i = 0; i < acx_config_num_keys(); i++)
         CHECK(cfg.origin[i].source == ACX_SRC_DEFAULT && cfg.origin[i].where[0] == '\0');
     CHECK(has_value(&cfg, "mixed_precision", "no"));
@@ -137,6 +159,9 @@ static int test_defaults(void) {
     CHECK(has_value(&cfg, "bucket_size_mb", "25"));
     CHECK(has_value(&cfg, "dataloader.even_batches", "true"));
     CHECK(has_value(&cfg, "project_dir", "."));
+    CHECK(has_value(&cfg, "log_with", "none"));
+    CHECK(has_value(&cfg, "checkpoint.total_limit", "0"));
+    CHECK(has_value(&cfg, "checkpoint.save_every_steps", "0"));
 
     /* $HOME without ~/.config/acx/default_config.yaml: skipped silently. */
     char home[] = "/tmp/acx_home_XXXXXX";
@@ -191,7 +216,11 @@ static const char *full_yaml = "# a complete config\n"             /* 1 */
                                "dataloader:\n"                     /* 11 */
                                "  drop_last: yes\n"                /* 12 */
                                "  even_batches: OFF\n"             /* 13 */
-                               "dataloader.prefetch: 3\n";         /* 14 */
+                               "dataloader.prefetch: 3\n"          /* 14 */
+                               "log_with: JSONL\n"                 /* 15 */
+                               "checkpoint:\n"                     /* 16 */
+                               "  total_limit: 3\n"                /* 17 */
+                               "  save_every_steps: 500\n";        /* 18 */
 
 static int test_file(void) {
     TESTING("YAML file: values, nested and dotted keys, origins");
@@ -211,7 +240,11 @@ static int test_file(void) {
     CHECK(cfg.values.dataloader.even_batches == 0);
     CHECK(cfg.values.dataloader.split_batches == 0); /* not in the file */
     CHECK(cfg.values.dataloader.prefetch == 3);
+    CHECK(cfg.values.log_with == ACX_LOG_WITH_JSONL);
+    CHECK(cfg.values.checkpoint.total_limit == 3);
+    CHECK(cfg.values.checkpoint.save_every_steps == 500);
     CHECK(strcmp(cfg.config_file, path) == 0);
+    CHECK(cfg.accelerate == 0 && cfg.warning[0] == '\0');
 
     char where[128];
     snprintf(where, sizeof where, "%s:3", path);
@@ -221,6 +254,8 @@ static int test_file(void) {
     CHECK(strcmp(origin(&cfg, "dataloader.drop_last")->where, where) == 0);
     snprintf(where, sizeof where, "%s:14", path);
     CHECK(strcmp(origin(&cfg, "dataloader.prefetch")->where, where) == 0);
+    snprintf(where, sizeof where, "%s:18", path);
+    CHECK(strcmp(origin(&cfg, "checkpoint.save_every_steps")->where, where) == 0);
     CHECK(origin(&cfg, "dataloader.split_batches")->source == ACX_SRC_DEFAULT);
     CHECK(has_value(&cfg, "sharding_strategy", "full_shard"));
     CHECK(has_value(&cfg, "collective_timeout", "30.5"));
@@ -231,10 +266,15 @@ static int test_file(void) {
     CHECK(cfg.values.seed == 42 && cfg.values.backend == ACX_BACKEND_AUTO);
     CHECK(origin(&cfg, "seed")->source == ACX_SRC_DEFAULT);
 
-    /* An empty file is an empty config. */
+    /* An empty file (or comments only) is an empty config. */
     path = write_yaml("# nothing here\n");
     CHECK_OK(resolve(NULL, path, 0, NULL));
     CHECK(cfg.values.seed == 42);
+    path = write_yaml("");
+    CHECK_OK(resolve(NULL, path, 0, NULL));
+    CHECK(cfg.values.seed == 42 && strcmp(cfg.config_file, path) == 0);
+    for (int i = 0; i < acx_config_num_keys(); i++)
+        CHECK(cfg.origin[i].source == ACX_SRC_DEFAULT);
     PASSED();
     return 0;
 error:
@@ -277,7 +317,12 @@ static int test_precedence(void) {
     env_set("ACX_DATALOADER_DROP_LAST", "false");
     env_set("ACX_BACKEND", ""); /* empty = unset */
     env_set("ACX_GRADIENT_ACCUMULATION_STEPS", "16");
+    env_set("ACX_CHECKPOINT_TOTAL_LIMIT", "4");
     CHECK_OK(resolve(NULL, path, 0, NULL));
+    CHECK(cfg.values.checkpoint.total_limit == 4); /* env over file (3) */
+    CHECK(cfg.values.checkpoint.save_every_steps == 500);
+    CHECK(strcmp(origin(&cfg, "checkpoint.total_limit")->where, "ACX_CHECKPOINT_TOTAL_LIMIT") == 0);
+    CHECK(origin(&cfg, "checkpoint.save_every_steps")->source == ACX_SRC_FILE);
     CHECK(cfg.values.seed == 100);
     CHECK(cfg.values.mixed_precision == ACX_MP_FP16);
     CHECK(cfg.values.dataloader.drop_last == 0);
@@ -288,9 +333,19 @@ static int test_precedence(void) {
     CHECK(strcmp(origin(&cfg, "dataloader.drop_last")->where, "ACX_DATALOADER_DROP_LAST") == 0);
     CHECK(origin(&cfg, "backend")->source == ACX_SRC_FILE);
 
-    const char *ov[] = {"seed=5", "mixed-precision=no", "dataloader.split_batches",
-                        "--acx-backend=nccl"};
-    CHECK_OK(resolve(NULL, path, 4, ov));
+    const char *ov[] = {"seed=5",
+                        "mixed-precision=no",
+                        "dataloader.split_batches",
+                        "--acx-backend=nccl",
+                        "checkpoint.total_limit=5",
+                        "--acx-Checkpoint-Save-Every-Steps=7"};
+    CHECK_OK(resolve(NULL, path, 6, ov));
+    CHECK(cfg.values.checkpoint.total_limit == 5); /* option over env */
+    CHECK(cfg.values.checkpoint.save_every_steps == 7);
+    CHECK(strcmp(origin(&cfg, "checkpoint.total_limit")->where, "--acx-checkpoint.total_limit") ==
+          0);
+    CHECK(strcmp(origin(&cfg, "checkpoint.save_every_steps")->where,
+                 "--acx-Checkpoint-Save-Every-Steps") == 0);
     CHECK(cfg.values.seed == 5);
     CHECK(cfg.values.mixed_precision == ACX_MP_NO);
     CHECK(cfg.values.dataloader.split_batches == 1);
@@ -307,7 +362,14 @@ static int test_precedence(void) {
     prog.dataloader.prefetch = 0;
     prog.project_dir = "out";
     prog.collective_timeout = 5.0;
-    CHECK_OK(resolve(&prog, path, 4, ov));
+    prog.checkpoint.total_limit = 6;
+    prog.log_with = ACX_LOG_WITH_NONE; /* a set field that equals the default still counts */
+    CHECK_OK(resolve(&prog, path, 6, ov));
+    CHECK(cfg.values.checkpoint.total_limit == 6); /* program over option */
+    CHECK(cfg.values.checkpoint.save_every_steps == 7);
+    CHECK(cfg.values.log_with == ACX_LOG_WITH_NONE); /* over the file's jsonl */
+    CHECK(origin(&cfg, "log_with")->source == ACX_SRC_PROGRAM);
+    CHECK(origin(&cfg, "checkpoint.total_limit")->source == ACX_SRC_PROGRAM);
     CHECK(cfg.values.seed == 9);
     CHECK(cfg.values.gradient_accumulation_steps == 8);
     CHECK(cfg.values.dataloader.prefetch == 0);
@@ -332,6 +394,22 @@ static int test_program_size(void) {
     TESTING("program->size: fields beyond it are ignored");
     env_clear();
     acx_config_t prog = ACX_CONFIG_DEFAULT;
+    /* A program built before log_with and checkpoint existed: its struct
+     * ends at dataloader, and what lies beyond (here: garbage) is not read. */
+    prog.seed = 3;
+    prog.log_with = 12345;
+    prog.checkpoint.total_limit = -99;
+    prog.checkpoint.save_every_steps = -5;
+    prog.size = offsetof(acx_config_t, log_with);
+    CHECK_OK(resolve(&prog, NULL, 0, NULL));
+    CHECK(cfg.values.seed == 3);
+    CHECK(cfg.values.log_with == ACX_LOG_WITH_NONE && cfg.values.checkpoint.total_limit == 0);
+    CHECK(cfg.values.checkpoint.save_every_steps == 0);
+    CHECK(origin(&cfg, "log_with")->source == ACX_SRC_DEFAULT);
+    prog.size = sizeof prog; /* the same struct, now read whole */
+    CHECK_STATUS(resolve(&prog, NULL, 0, NULL), ACX_ERR_INVALID_CONFIG,
+                 "field 'log_with' set by the program: invalid value 12345");
+    prog = (acx_config_t)ACX_CONFIG_DEFAULT;
     prog.seed = 11;
     prog.backend = ACX_BACKEND_NCCL; /* beyond the older struct */
     prog.dataloader.drop_last = 1;   /* beyond too */
@@ -420,6 +498,32 @@ static int test_file_errors(void) {
                             "key 'dataloader' must be a mapping", NULL));
     CHECK(expect_file_error("- seed\n- 1\n", ACX_ERR_INVALID_CONFIG, 1,
                             "expected a mapping of keys", "got a list"));
+    CHECK(expect_file_error("# a stray word\nbf16\n", ACX_ERR_INVALID_CONFIG, 2,
+                            "expected a mapping of keys (key: value) at the top level, got a "
+                            "scalar",
+                            NULL));
+    CHECK(expect_file_error("checkpoint:\n  total_limit: -1\n", ACX_ERR_INVALID_CONFIG, 2,
+                            "key 'checkpoint.total_limit': invalid value '-1' (expected an "
+                            "integer >= 0)",
+                            NULL));
+    CHECK(expect_file_error("checkpoint.save_every_steps: ten\n", ACX_ERR_INVALID_CONFIG, 1,
+                            "key 'checkpoint.save_every_steps': invalid value 'ten' (expected an "
+                            "integer >= 0)",
+                            NULL));
+    CHECK(expect_file_error("bucket_size_mb: -5\n", ACX_ERR_INVALID_CONFIG, 1,
+                            "key 'bucket_size_mb': invalid value '-5' (expected a number > 0)",
+                            NULL));
+    CHECK(expect_file_error("checkpoint: [1, 2]\n", ACX_ERR_INVALID_CONFIG, 1,
+                            "key 'checkpoint' must be a mapping of its sub-keys", "got a list"));
+    /* An Accelerate tracker is not an acx value: an error in acx's own file. */
+    CHECK(expect_file_error("log_with: wandb\n", ACX_ERR_INVALID_CONFIG, 1,
+                            "key 'log_with': invalid value 'wandb' (expected one of: none, "
+                            "jsonl; acx writes metrics as JSONL; Accelerate's trackers "
+                            "(tensorboard, wandb, ...) are not available)",
+                            NULL));
+    /* An Accelerate key name in an acx file is still suggested. */
+    CHECK(expect_file_error("seed: 1\ndistributed_typ: FSDP\n", ACX_ERR_INVALID_CONFIG, 2,
+                            "unknown key 'distributed_typ'", "did you mean 'distributed_type'?"));
     CHECK(expect_file_error("seed: 1\nseed: 2\n", ACX_ERR_INVALID_CONFIG, 2,
                             "key 'seed' given twice", NULL));
     CHECK(expect_file_error("dataloader.drop_last: true\ndataloader:\n  drop_last: false\n",
@@ -467,6 +571,15 @@ static int test_other_errors(void) {
     CHECK_STATUS(resolve(NULL, NULL, 0, NULL), ACX_ERR_INVALID_CONFIG,
                  "ACX_SHARDING_STRATEGY='zero3': expected one of: no_shard, shard_grad_op, "
                  "full_shard, hybrid_shard");
+    env_clear();
+    env_set("ACX_CHECKPOINT_SAVE_EVERY_STEPS", "-3");
+    CHECK_STATUS(resolve(NULL, NULL, 0, NULL), ACX_ERR_INVALID_CONFIG,
+                 "environment variable ACX_CHECKPOINT_SAVE_EVERY_STEPS='-3': expected an integer "
+                 ">= 0");
+    env_clear();
+    env_set("ACX_LOG_WITH", "tensorboard");
+    CHECK_STATUS(resolve(NULL, NULL, 0, NULL), ACX_ERR_INVALID_CONFIG,
+                 "environment variable ACX_LOG_WITH='tensorboard': expected one of: none, jsonl");
     env_clear();
 
     const char *bad1[] = {"nosuch=1"};
@@ -555,6 +668,644 @@ error:
     return 1;
 }
 
+/* ---- Accelerate files ---- */
+
+/* origin(key) is "PATH:LINE" or "PATH:LINE (via)". */
+static int from_file(const acx_resolved_config_t *c, const char *path, const char *key, int line,
+                     const char *via) {
+    char want[256];
+    if (via)
+        snprintf(want, sizeof want, "%s:%d (%s)", path, line, via);
+    else
+        snprintf(want, sizeof want, "%s:%d", path, line);
+    const acx_config_origin_t *o = origin(c, key);
+    if (o->source != ACX_SRC_FILE || strcmp(o->where, want) != 0) {
+        fprintf(stderr, "\n%s from '%s' (source %d), expected '%s'\n", key, o->where,
+                (int)o->source, want);
+        return 0;
+    }
+    return 1;
+}
+
+static int info_index(const char *name) {
+    for (int i = 0; i < acx_config_num_info(); i++)
+        if (strcmp(acx_config_info_name(i), name) == 0) return i;
+    fprintf(stderr, "no info %s\n", name);
+    exit(99);
+}
+
+/* Info item `name` is `want` ("" = not given), from PATH:LINE when given. */
+static int has_info(const acx_resolved_config_t *c, const char *path, const char *name,
+                    const char *want, int line) {
+    char buf[256], where[256];
+    int i = info_index(name);
+    int set = acx_config_format_info(c, i, buf, sizeof buf);
+    if (strcmp(buf, want) != 0 || set != (want[0] != '\0')) {
+        fprintf(stderr, "\ninfo %s = '%s' (set %d), expected '%s'\n", name, buf, set, want);
+        return 0;
+    }
+    if (!set) return c->info_origin[i].source == ACX_SRC_DEFAULT;
+    snprintf(where, sizeof where, "%s:%d", path, line);
+    if (strncmp(c->info_origin[i].where, where, strlen(where)) != 0) {
+        fprintf(stderr, "\ninfo %s from '%s', expected '%s'\n", name, c->info_origin[i].where,
+                where);
+        return 0;
+    }
+    return 1;
+}
+
+/* The warning is exactly "PATH: settings acx cannot honour: <entries>", or
+ * empty when entries is NULL. */
+static int warning_is(const acx_resolved_config_t *c, const char *path, const char *entries) {
+    char want[ACX_CONFIG_WARNING_MAX];
+    if (entries == NULL)
+        want[0] = '\0';
+    else
+        snprintf(want, sizeof want, "%s: settings acx cannot honour: %s", path, entries);
+    if (strcmp(c->warning, want) != 0) {
+        fprintf(stderr, "\nwarning:  '%s'\nexpected: '%s'\n", c->warning, want);
+        return 0;
+    }
+    return 1;
+}
+
+/* As `accelerate config` writes them (keys sorted, PyYAML's quoting of
+ * 'no'), for Accelerate 1.x: FSDP on two nodes of 8 GPUs... */
+static const char *accel_fsdp = "compute_environment: LOCAL_MACHINE\n"                 /* 1 */
+                                "debug: false\n"                                       /* 2 */
+                                "distributed_type: FSDP\n"                             /* 3 */
+                                "downcast_bf16: 'no'\n"                                /* 4 */
+                                "enable_cpu_affinity: false\n"                         /* 5 */
+                                "fsdp_config:\n"                                       /* 6 */
+                                "  fsdp_activation_checkpointing: false\n"             /* 7 */
+                                "  fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP\n"    /* 8 */
+                                "  fsdp_backward_prefetch: BACKWARD_PRE\n"             /* 9 */
+                                "  fsdp_cpu_ram_efficient_loading: true\n"             /* 10 */
+                                "  fsdp_forward_prefetch: false\n"                     /* 11 */
+                                "  fsdp_offload_params: true\n"                        /* 12 */
+                                "  fsdp_sharding_strategy: FULL_SHARD\n"               /* 13 */
+                                "  fsdp_state_dict_type: SHARDED_STATE_DICT\n"         /* 14 */
+                                "  fsdp_sync_module_states: true\n"                    /* 15 */
+                                "  fsdp_transformer_layer_cls_to_wrap: DecoderBlock\n" /* 16 */
+                                "  fsdp_use_orig_params: true\n"                       /* 17 */
+                                "  fsdp_version: 1\n"                                  /* 18 */
+                                "machine_rank: 0\n"                                    /* 19 */
+                                "main_process_ip: 10.0.0.1\n"                          /* 20 */
+                                "main_process_port: 29500\n"                           /* 21 */
+                                "main_training_function: main\n"                       /* 22 */
+                                "mixed_precision: bf16\n"                              /* 23 */
+                                "num_machines: 2\n"                                    /* 24 */
+                                "num_processes: 16\n"                                  /* 25 */
+                                "rdzv_backend: static\n"                               /* 26 */
+                                "same_network: true\n"                                 /* 27 */
+                                "tpu_env: []\n"                                        /* 28 */
+                                "tpu_use_cluster: false\n"                             /* 29 */
+                                "tpu_use_sudo: false\n"                                /* 30 */
+                                "use_cpu: false\n";                                    /* 31 */
+
+/* ... plain multi-GPU data parallel, in the older (0.1x-0.2x) layout with
+ * empty plugin sections and null launch settings ... */
+static const char *accel_multi_gpu = "command_file: null\n"                 /* 1 */
+                                     "commands: null\n"                     /* 2 */
+                                     "compute_environment: LOCAL_MACHINE\n" /* 3 */
+                                     "deepspeed_config: {}\n"               /* 4 */
+                                     "distributed_type: MULTI_GPU\n"        /* 5 */
+                                     "downcast_bf16: 'no'\n"                /* 6 */
+                                     "dynamo_backend: 'NO'\n"               /* 7 */
+                                     "fsdp_config: {}\n"                    /* 8 */
+                                     "gpu_ids: all\n"                       /* 9 */
+                                     "machine_rank: 0\n"                    /* 10 */
+                                     "main_process_ip: null\n"              /* 11 */
+                                     "main_process_port: null\n"            /* 12 */
+                                     "main_training_function: main\n"       /* 13 */
+                                     "megatron_lm_config: {}\n"             /* 14 */
+                                     "mixed_precision: fp16\n"              /* 15 */
+                                     "num_machines: 1\n"                    /* 16 */
+                                     "num_processes: 4\n"                   /* 17 */
+                                     "rdzv_backend: static\n"               /* 18 */
+                                     "same_network: true\n"                 /* 19 */
+                                     "tpu_name: null\n"                     /* 20 */
+                                     "tpu_zone: null\n"                     /* 21 */
+                                     "use_cpu: false\n";                    /* 22 */
+
+/* ... and DeepSpeed ZeRO-3 over two nodes, optimizer offloaded to CPU. */
+static const char *accel_zero3 = "compute_environment: LOCAL_MACHINE\n"       /* 1 */
+                                 "debug: false\n"                             /* 2 */
+                                 "deepspeed_config:\n"                        /* 3 */
+                                 "  deepspeed_multinode_launcher: standard\n" /* 4 */
+                                 "  gradient_accumulation_steps: 8\n"         /* 5 */
+                                 "  gradient_clipping: 1.0\n"                 /* 6 */
+                                 "  offload_optimizer_device: cpu\n"          /* 7 */
+                                 "  offload_param_device: none\n"             /* 8 */
+                                 "  zero3_init_flag: true\n"                  /* 9 */
+                                 "  zero3_save_16bit_model: true\n"           /* 10 */
+                                 "  zero_stage: 3\n"                          /* 11 */
+                                 "distributed_type: DEEPSPEED\n"              /* 12 */
+                                 "downcast_bf16: 'no'\n"                      /* 13 */
+                                 "enable_cpu_affinity: false\n"               /* 14 */
+                                 "machine_rank: 1\n"                          /* 15 */
+                                 "main_process_ip: 192.168.1.10\n"            /* 16 */
+                                 "main_process_port: 6000\n"                  /* 17 */
+                                 "main_training_function: main\n"             /* 18 */
+                                 "mixed_precision: bf16\n"                    /* 19 */
+                                 "num_machines: 2\n"                          /* 20 */
+                                 "num_processes: 16\n"                        /* 21 */
+                                 "rdzv_backend: static\n"                     /* 22 */
+                                 "same_network: true\n"                       /* 23 */
+                                 "tpu_env: []\n"                              /* 24 */
+                                 "tpu_use_cluster: false\n"                   /* 25 */
+                                 "tpu_use_sudo: false\n"                      /* 26 */
+                                 "use_cpu: false\n";                          /* 27 */
+
+static int test_accelerate_files(void) {
+    TESTING("Accelerate files: FSDP, multi-GPU, DeepSpeed ZeRO-3");
+    env_clear();
+
+    const char *p = write_yaml(accel_fsdp);
+    CHECK_OK(resolve(NULL, p, 0, NULL));
+    CHECK(cfg.accelerate == 1);
+    CHECK(has_value(&cfg, "sharding_strategy", "full_shard"));
+    CHECK(from_file(&cfg, p, "sharding_strategy", 13, "fsdp_config.fsdp_sharding_strategy"));
+    CHECK(has_value(&cfg, "mixed_precision", "bf16"));
+    CHECK(from_file(&cfg, p, "mixed_precision", 23, NULL));
+    CHECK(has_value(&cfg, "backend", "auto")); /* use_cpu: false changes nothing */
+    CHECK(origin(&cfg, "backend")->source == ACX_SRC_DEFAULT);
+    CHECK(origin(&cfg, "gradient_accumulation_steps")->source == ACX_SRC_DEFAULT);
+    CHECK(has_info(&cfg, p, "num_processes", "16", 25));
+    CHECK(has_info(&cfg, p, "num_machines", "2", 24));
+    CHECK(has_info(&cfg, p, "machine_rank", "0", 19));
+    CHECK(has_info(&cfg, p, "main_process_ip", "10.0.0.1", 20));
+    CHECK(has_info(&cfg, p, "main_process_port", "29500", 21));
+    CHECK(has_info(&cfg, p, "fsdp.backward_prefetch", "pre", 9));
+    CHECK(cfg.info.num_processes == 16 && cfg.info.backward_prefetch == ACX_BACKWARD_PRE);
+    CHECK(warning_is(&cfg, p,
+                     "fsdp_config.fsdp_offload_params=true (line 12, ignored: acx does not "
+                     "offload to CPU or NVMe)"));
+    /* Every acx key not mapped stays at its default. */
+    for (int i = 0; i < acx_config_num_keys(); i++) {
+        const char *k = acx_config_key_name(i);
+        if (strcmp(k, "sharding_strategy") != 0 && strcmp(k, "mixed_precision") != 0)
+            CHECK(cfg.origin[i].source == ACX_SRC_DEFAULT);
+    }
+
+    p = write_yaml(accel_multi_gpu);
+    CHECK_OK(resolve(NULL, p, 0, NULL));
+    CHECK(cfg.accelerate == 1);
+    CHECK(has_value(&cfg, "sharding_strategy", "no_shard"));
+    CHECK(from_file(&cfg, p, "sharding_strategy", 5, "distributed_type"));
+    CHECK(has_value(&cfg, "mixed_precision", "fp16"));
+    CHECK(from_file(&cfg, p, "mixed_precision", 15, NULL));
+    CHECK(has_info(&cfg, p, "num_processes", "4", 17));
+    CHECK(has_info(&cfg, p, "num_machines", "1", 16));
+    CHECK(has_info(&cfg, p, "machine_rank", "0", 10));
+    CHECK(has_info(&cfg, p, "main_process_ip", "", 0)); /* null: not given */
+    CHECK(has_info(&cfg, p, "main_process_port", "", 0));
+    CHECK(has_info(&cfg, p, "fsdp.backward_prefetch", "", 0));
+    CHECK(warning_is(&cfg, p, NULL));
+
+    p = write_yaml(accel_zero3);
+    CHECK_OK(resolve(NULL, p, 0, NULL));
+    CHECK(has_value(&cfg, "sharding_strategy", "full_shard"));
+    CHECK(from_file(&cfg, p, "sharding_strategy", 11, "deepspeed_config.zero_stage"));
+    CHECK(has_value(&cfg, "gradient_accumulation_steps", "8"));
+    CHECK(from_file(&cfg, p, "gradient_accumulation_steps", 5,
+                    "deepspeed_config.gradient_accumulation_steps"));
+    CHECK(has_value(&cfg, "mixed_precision", "bf16"));
+    CHECK(has_info(&cfg, p, "num_processes", "16", 21));
+    CHECK(has_info(&cfg, p, "num_machines", "2", 20));
+    CHECK(has_info(&cfg, p, "machine_rank", "1", 15));
+    CHECK(has_info(&cfg, p, "main_process_ip", "192.168.1.10", 16));
+    CHECK(has_info(&cfg, p, "main_process_port", "6000", 17));
+    CHECK(warning_is(&cfg, p,
+                     "deepspeed_config.gradient_clipping=1.0 (line 6, ignored: the program clips "
+                     "with acx_clip_grad_norm), deepspeed_config.offload_optimizer_device=cpu "
+                     "(line 7, ignored: acx does not offload to CPU or NVMe)"));
+
+    /* The file is one layer: the environment and the program still win
+     * over what it maps to, and keep its launch information. */
+    env_set("ACX_SHARDING_STRATEGY", "no_shard");
+    env_set("ACX_GRADIENT_ACCUMULATION_STEPS", "2");
+    acx_config_t prog = ACX_CONFIG_DEFAULT;
+    prog.gradient_accumulation_steps = 3;
+    CHECK_OK(resolve(&prog, p, 0, NULL));
+    CHECK(has_value(&cfg, "sharding_strategy", "no_shard"));
+    CHECK(strcmp(origin(&cfg, "sharding_strategy")->where, "ACX_SHARDING_STRATEGY") == 0);
+    CHECK(has_value(&cfg, "gradient_accumulation_steps", "3"));
+    CHECK(origin(&cfg, "gradient_accumulation_steps")->source == ACX_SRC_PROGRAM);
+    CHECK(has_value(&cfg, "mixed_precision", "bf16"));
+    CHECK(has_info(&cfg, p, "num_processes", "16", 21));
+    CHECK(cfg.warning[0] != '\0');
+    env_clear();
+    PASSED();
+    return 0;
+error:
+    env_clear();
+    FAILED();
+    return 1;
+}
+
+/* One mapping rule: a short Accelerate file, the sharding strategy it gives
+ * (with its origin's via text, NULL = the default), and the warning
+ * entries (NULL = none). */
+typedef struct accel_case {
+    const char *yaml;
+    const char *strategy;
+    int line;
+    const char *via;
+    const char *warning;
+} accel_case_t;
+
+#define CE "compute_environment: LOCAL_MACHINE\n"
+
+static const accel_case_t accel_cases[] = {
+    {CE "distributed_type: 'NO'\n", "no_shard", 2, "distributed_type", NULL},
+    {CE "distributed_type: MULTI_CPU\n", "no_shard", 2, "distributed_type", NULL},
+    {CE "distributed_type: MULTI_NPU\n", "no_shard", 2, "distributed_type", NULL},
+    {CE "distributed_type: multi_xpu\n", "no_shard", 2, "distributed_type", NULL},
+    /* FSDP strategies by name and by number. */
+    {CE "distributed_type: FSDP\nfsdp_config:\n  fsdp_sharding_strategy: 1\n", "full_shard", 4,
+     "fsdp_config.fsdp_sharding_strategy", NULL},
+    {CE "distributed_type: FSDP\nfsdp_config:\n  fsdp_sharding_strategy: 2\n", "shard_grad_op", 4,
+     "fsdp_config.fsdp_sharding_strategy", NULL},
+    {CE "distributed_type: FSDP\nfsdp_config:\n  fsdp_sharding_strategy: SHARD_GRAD_OP\n",
+     "shard_grad_op", 4, "fsdp_config.fsdp_sharding_strategy", NULL},
+    {CE "distributed_type: FSDP\nfsdp_config:\n  fsdp_sharding_strategy: NO_SHARD\n", "no_shard", 4,
+     "fsdp_config.fsdp_sharding_strategy", NULL},
+    {CE "distributed_type: FSDP\nfsdp_config:\n  fsdp_sharding_strategy: 3\n", "no_shard", 4,
+     "fsdp_config.fsdp_sharding_strategy", NULL},
+    {CE "distributed_type: FSDP\nfsdp_config:\n  fsdp_sharding_strategy: HYBRID_SHARD\n",
+     "hybrid_shard", 4, "fsdp_config.fsdp_sharding_strategy", NULL},
+    {CE "distributed_type: FSDP\nfsdp_config:\n  fsdp_sharding_strategy: 4\n", "hybrid_shard", 4,
+     "fsdp_config.fsdp_sharding_strategy", NULL},
+    {CE "distributed_type: FSDP\nfsdp_config:\n  fsdp_sharding_strategy: HYBRID_SHARD_ZERO2\n",
+     "no_shard", 0, NULL,
+     "fsdp_config.fsdp_sharding_strategy=HYBRID_SHARD_ZERO2 (line 4, ignored: acx has no "
+     "HYBRID_SHARD_ZERO2; sharding_strategy not set from it)"},
+    {CE "distributed_type: FSDP\nfsdp_config:\n  fsdp_sharding_strategy: 5\n", "no_shard", 0, NULL,
+     "fsdp_config.fsdp_sharding_strategy=5 (line 4, ignored: acx has no HYBRID_SHARD_ZERO2; "
+     "sharding_strategy not set from it)"},
+    /* FSDP without a strategy: Accelerate's default, FULL_SHARD. */
+    {CE "distributed_type: FSDP\n", "full_shard", 2, "distributed_type: FSDP", NULL},
+    {CE "distributed_type: FSDP\nfsdp_config: {}\n", "full_shard", 2, "distributed_type: FSDP",
+     NULL},
+    /* FSDP2: reshard_after_forward true = FULL_SHARD, false = SHARD_GRAD_OP. */
+    {CE "distributed_type: FSDP\nfsdp_config:\n  fsdp_reshard_after_forward: false\n"
+        "  fsdp_version: 2\n",
+     "shard_grad_op", 4, "fsdp_config.fsdp_reshard_after_forward", NULL},
+    {CE "distributed_type: FSDP\nfsdp_config:\n  fsdp_reshard_after_forward: true\n"
+        "  fsdp_version: 2\n",
+     "full_shard", 4, "fsdp_config.fsdp_reshard_after_forward", NULL},
+    {CE "distributed_type: FSDP\nfsdp_config:\n  fsdp_reshard_after_forward: SHARD_GRAD_OP\n",
+     "shard_grad_op", 4, "fsdp_config.fsdp_reshard_after_forward", NULL},
+    /* FSDP extras: activation checkpointing and the older prefetch key. */
+    {CE "distributed_type: FSDP\nfsdp_config:\n  fsdp_activation_checkpointing: true\n"
+        "  fsdp_backward_prefetch_policy: NO_PREFETCH\n",
+     "full_shard", 2, "distributed_type: FSDP",
+     "fsdp_config.fsdp_activation_checkpointing=true (line 4, ignored: the forward pass is the "
+     "program's own code)"},
+    /* ZeRO stages. */
+    {CE "deepspeed_config:\n  zero_stage: 0\ndistributed_type: DEEPSPEED\n", "no_shard", 3,
+     "deepspeed_config.zero_stage", NULL},
+    {CE "deepspeed_config:\n  zero_stage: 1\ndistributed_type: DEEPSPEED\n", "shard_grad_op", 3,
+     "deepspeed_config.zero_stage",
+     "deepspeed_config.zero_stage=1 (line 3, runs as shard_grad_op (ZeRO-2), the nearest: same "
+     "update and traffic, less memory)"},
+    {CE "deepspeed_config:\n  zero_stage: 2\ndistributed_type: DEEPSPEED\n", "shard_grad_op", 3,
+     "deepspeed_config.zero_stage", NULL},
+    /* DEEPSPEED without a stage: Accelerate's default stage 2 ... */
+    {CE "deepspeed_config:\n  gradient_accumulation_steps: auto\ndistributed_type: DEEPSPEED\n",
+     "shard_grad_op", 4, "distributed_type: DEEPSPEED, ZeRO stage 2 by default", NULL},
+    /* ... unless a DeepSpeed JSON file, which acx does not read, decides. */
+    {CE "deepspeed_config:\n  deepspeed_config_file: ds_z3.json\n  zero3_init_flag: true\n"
+        "distributed_type: DEEPSPEED\n",
+     "no_shard", 0, NULL,
+     "deepspeed_config.deepspeed_config_file=ds_z3.json (line 3, ignored: acx does not read "
+     "DeepSpeed JSON files)"},
+    /* A section that distributed_type does not select is ignored whole,
+     * as Accelerate ignores it. */
+    {CE "distributed_type: MULTI_GPU\nfsdp_config:\n  fsdp_offload_params: true\n"
+        "  fsdp_sharding_strategy: FULL_SHARD\n",
+     "no_shard", 2, "distributed_type", NULL},
+    /* Cannot honour, anywhere in the file; entries in file order. */
+    {"compute_environment: AMAZON_SAGEMAKER\ndistributed_type: MULTI_GPU\ngpu_ids: 0,1\n"
+     "mixed_precision: fp8\nlog_with: wandb\ntp_config:\n  tp_size: 2\n"
+     "fancy_new_option: 3\n",
+     "no_shard", 2, "distributed_type",
+     "compute_environment=AMAZON_SAGEMAKER (line 1, ignored: acx runs under mpirun, srun or acx "
+     "launch), gpu_ids=0,1 (line 3, ignored: acx uses the devices the launcher makes visible), "
+     "mixed_precision=fp8 (line 4, ignored), log_with=wandb (line 5, ignored), tp_config={...} "
+     "(line 6, ignored: acx has no tensor parallelism), fancy_new_option=3 (line 8, unknown to "
+     "acx, ignored)"},
+};
+
+static int test_accelerate_rules(void) {
+    TESTING("Accelerate mapping: one case per rule, exact warnings");
+    env_clear();
+    for (size_t i = 0; i < sizeof accel_cases / sizeof accel_cases[0]; i++) {
+        const accel_case_t *c = &accel_cases[i];
+        const char *p = write_yaml(c->yaml);
+        acx_status_t st = resolve(NULL, p, 0, NULL);
+        if (st != ACX_OK) fprintf(stderr, "\ncase %zu: %s\n", i, acx_last_error());
+        CHECK(st == ACX_OK);
+        CHECK(cfg.accelerate == 1);
+        if (!has_value(&cfg, "sharding_strategy", c->strategy) ||
+            (c->via != NULL && !from_file(&cfg, p, "sharding_strategy", c->line, c->via)) ||
+            (c->via == NULL && origin(&cfg, "sharding_strategy")->source != ACX_SRC_DEFAULT) ||
+            !warning_is(&cfg, p, c->warning)) {
+            fprintf(stderr, "case %zu:\n%s", i, c->yaml);
+            CHECK(0);
+        }
+    }
+
+    /* use_cpu: true -> the MPI backend; the backward prefetch policy is kept. */
+    const char *p = write_yaml(CE "distributed_type: MULTI_CPU\nuse_cpu: true\n");
+    CHECK_OK(resolve(NULL, p, 0, NULL));
+    CHECK(has_value(&cfg, "backend", "mpi"));
+    CHECK(from_file(&cfg, p, "backend", 3, "use_cpu"));
+    p = write_yaml(CE "distributed_type: FSDP\nfsdp_config:\n  fsdp_backward_prefetch_policy: "
+                      "BACKWARD_POST\n");
+    CHECK_OK(resolve(NULL, p, 0, NULL));
+    CHECK(cfg.info.backward_prefetch == ACX_BACKWARD_POST);
+    CHECK(has_info(&cfg, p, "fsdp.backward_prefetch", "post", 4));
+    CHECK(strstr(cfg.info_origin[info_index("fsdp.backward_prefetch")].where,
+                 "(fsdp_config.fsdp_backward_prefetch_policy)") != NULL);
+
+    /* acx's own keys in an Accelerate file; an agreeing repetition. */
+    p = write_yaml(CE "deepspeed_config:\n  gradient_accumulation_steps: 4\n  zero_stage: 3\n"
+                      "distributed_type: DEEPSPEED\ngradient_accumulation_steps: 4\nseed: 5\n"
+                      "sharding_strategy: full_shard\n");
+    CHECK_OK(resolve(NULL, p, 0, NULL));
+    CHECK(cfg.values.gradient_accumulation_steps == 4 && cfg.values.seed == 5);
+    CHECK(from_file(&cfg, p, "gradient_accumulation_steps", 6, NULL)); /* the first one */
+    CHECK(from_file(&cfg, p, "sharding_strategy", 8, NULL));
+    CHECK(cfg.warning[0] == '\0');
+
+    /* Not an Accelerate file: no compute_environment/distributed_type. The
+     * launch keys still count as launch information. */
+    p = write_yaml("seed: 1\nnum_processes: 8\n");
+    CHECK_OK(resolve(NULL, p, 0, NULL));
+    CHECK(cfg.accelerate == 0);
+    CHECK(has_info(&cfg, p, "num_processes", "8", 2));
+    PASSED();
+    return 0;
+error:
+    FAILED();
+    return 1;
+}
+
+static int test_accelerate_errors(void) {
+    TESTING("Accelerate errors name file:line, key, value, accepted values");
+    env_clear();
+    CHECK(expect_file_error(CE "distributed_type: MULTI_TPU\n", ACX_ERR_INVALID_CONFIG, 2,
+                            "key 'distributed_type': invalid value 'MULTI_TPU' (expected one of: "
+                            "NO, MULTI_CPU, MULTI_GPU, MULTI_NPU, MULTI_XPU, MULTI_MLU, "
+                            "MULTI_MUSA, MULTI_SDAA, MULTI_HPU, FSDP, DEEPSPEED, TPU, XLA, "
+                            "MEGATRON_LM)",
+                            NULL));
+    CHECK(expect_file_error(CE "distributed_type: XLA\n", ACX_ERR_NOT_SUPPORTED, 2,
+                            "key 'distributed_type': acx cannot run 'XLA' (TPU/XLA and "
+                            "Megatron-LM are not supported",
+                            NULL));
+    CHECK(expect_file_error(CE "distributed_type: MEGATRON_LM\n", ACX_ERR_NOT_SUPPORTED, 2,
+                            "acx cannot run 'MEGATRON_LM'", NULL));
+    CHECK(expect_file_error(CE "distributed_type: FSDP\nfsdp_config:\n  fsdp_sharding_strategy: "
+                               "7\n",
+                            ACX_ERR_INVALID_CONFIG, 4,
+                            "key 'fsdp_config.fsdp_sharding_strategy': invalid value '7' "
+                            "(expected one of: FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD, "
+                            "HYBRID_SHARD_ZERO2, 1, 2, 3, 4, 5)",
+                            NULL));
+    CHECK(expect_file_error(CE "deepspeed_config:\n  zero_stage: 4\ndistributed_type: DEEPSPEED\n",
+                            ACX_ERR_INVALID_CONFIG, 3,
+                            "key 'deepspeed_config.zero_stage': invalid value '4' (expected one "
+                            "of: 0, 1, 2, 3)",
+                            NULL));
+    CHECK(expect_file_error(CE "distributed_type: NO\nuse_cpu: maybe\n", ACX_ERR_INVALID_CONFIG, 3,
+                            "key 'use_cpu': invalid value 'maybe' (expected true or false)", NULL));
+    CHECK(expect_file_error(CE "distributed_type: FSDP\nfsdp_config:\n  fsdp_offload_params: "
+                               "sometimes\n",
+                            ACX_ERR_INVALID_CONFIG, 4,
+                            "key 'fsdp_config.fsdp_offload_params': invalid value 'sometimes' "
+                            "(expected true or false)",
+                            NULL));
+    CHECK(expect_file_error(CE "distributed_type: NO\nnum_processes: 0\n", ACX_ERR_INVALID_CONFIG,
+                            3, "key 'num_processes': invalid value '0' (expected an integer >= 1)",
+                            NULL));
+    CHECK(expect_file_error(CE "distributed_type: NO\nmain_process_port: 70000\n",
+                            ACX_ERR_INVALID_CONFIG, 3,
+                            "key 'main_process_port': invalid value '70000' (expected an integer "
+                            "between 0 and 65535)",
+                            NULL));
+    CHECK(expect_file_error(CE "distributed_type: NO\nmachine_rank: 2\nnum_machines: 2\n",
+                            ACX_ERR_INVALID_CONFIG, 3,
+                            "key 'machine_rank': invalid value '2' (expected an integer between 0 "
+                            "and num_machines - 1 = 1)",
+                            NULL));
+    CHECK(expect_file_error(CE "distributed_type: NO\nnum_processes: [1, 2]\n",
+                            ACX_ERR_INVALID_CONFIG, 3,
+                            "key 'num_processes': expected an integer >= 1, got a list", NULL));
+    CHECK(expect_file_error(CE "distributed_type: FSDP\nfsdp_config: 5\n", ACX_ERR_INVALID_CONFIG,
+                            3, "key 'fsdp_config' must be a mapping of its sub-keys, got a scalar",
+                            NULL));
+    CHECK(expect_file_error(CE "distributed_type: FSDP\nfsdp_config:\n  fsdp_state_dict_type: "
+                               "PICKLE\n",
+                            ACX_ERR_INVALID_CONFIG, 4,
+                            "key 'fsdp_config.fsdp_state_dict_type': invalid value 'PICKLE' "
+                            "(expected one of: FULL_STATE_DICT, LOCAL_STATE_DICT, "
+                            "SHARDED_STATE_DICT, 1, 2, 3)",
+                            NULL));
+    CHECK(expect_file_error(CE "distributed_type: FSDP\ndistributed_type: FSDP\n",
+                            ACX_ERR_INVALID_CONFIG, 3,
+                            "key 'distributed_type' given twice (first at ", NULL));
+    /* A typo of a known key is an error even in an Accelerate file. */
+    CHECK(expect_file_error(CE "distributed_type: FSDP\nfsdp_config:\n  fsdp_sharding_stratgy: "
+                               "1\n",
+                            ACX_ERR_INVALID_CONFIG, 4,
+                            "unknown key 'fsdp_config.fsdp_sharding_stratgy'; did you mean "
+                            "'fsdp_config.fsdp_sharding_strategy'?",
+                            NULL));
+    CHECK(expect_file_error(CE "distributed_type: NO\nmixed_precison: bf16\n",
+                            ACX_ERR_INVALID_CONFIG, 3,
+                            "unknown key 'mixed_precison'; did you mean 'mixed_precision'?", NULL));
+    /* acx values Accelerate does not have stay errors. */
+    CHECK(expect_file_error(CE "distributed_type: NO\nmixed_precision: fp32\n",
+                            ACX_ERR_INVALID_CONFIG, 3,
+                            "key 'mixed_precision': invalid value 'fp32' (expected one of: no, "
+                            "bf16, fp16)",
+                            NULL));
+    /* Two settings of one acx key that disagree. */
+    CHECK(expect_file_error("gradient_accumulation_steps: 2\n" CE
+                            "deepspeed_config:\n  gradient_accumulation_steps: 4\n"
+                            "distributed_type: DEEPSPEED\n",
+                            ACX_ERR_INVALID_CONFIG, 4,
+                            "key 'deepspeed_config.gradient_accumulation_steps' means "
+                            "gradient_accumulation_steps=4, but ",
+                            ":1 already set it to 2"));
+    CHECK(expect_file_error("sharding_strategy: no_shard\n" CE "distributed_type: FSDP\n",
+                            ACX_ERR_INVALID_CONFIG, 3,
+                            "key 'distributed_type: FSDP' means sharding_strategy=full_shard, "
+                            "but ",
+                            ":1 already set it to no_shard"));
+    CHECK(expect_file_error(CE "deepspeed_config:\n  gradient_accumulation_steps: many\n"
+                               "distributed_type: DEEPSPEED\n",
+                            ACX_ERR_INVALID_CONFIG, 3,
+                            "key 'deepspeed_config.gradient_accumulation_steps': invalid value "
+                            "'many' (expected an integer >= 1, or auto)",
+                            NULL));
+    PASSED();
+    return 0;
+error:
+    FAILED();
+    return 1;
+}
+
+/* Reading the log file written through ACX_LOG_FILE. */
+static int test_log_warnings(void) {
+    TESTING("acx_config_log_warnings: the one warning, num_processes");
+    env_clear();
+    char log[] = "/tmp/acx_cfg_log_XXXXXX";
+    int fd = mkstemp(log);
+    CHECK(fd >= 0);
+    close(fd);
+    const char *p = write_yaml(accel_fsdp);
+    CHECK_OK(resolve(NULL, p, 0, NULL));
+    setenv("ACX_LOG_FILE", log, 1);
+    acx_log_setup(0, 4, ACX_LOG_WARN, NULL);
+    acx_config_log_warnings(&cfg, 4);  /* 16 in the file, 4 running */
+    acx_config_log_warnings(&cfg, 16); /* agrees: the file's warning only */
+    unsetenv("ACX_LOG_FILE");
+    acx_log_setup(-1, 0, ACX_LOG_WARN, NULL); /* back to stderr */
+    static char text[8192];
+    FILE *f = fopen(log, "r");
+    CHECK(f != NULL);
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    unlink(log);
+    text[n] = '\0';
+    static char want[ACX_CONFIG_WARNING_MAX + 64];
+    snprintf(want, sizeof want, "WARN  init: %s\n", cfg.warning);
+    const char *first = strstr(text, want);
+    CHECK(first != NULL && strstr(first + 1, want) != NULL); /* logged by both calls */
+    snprintf(want, sizeof want,
+             "init: num_processes=16 (%s:25) but the job runs 4 ranks: acx uses the launcher's "
+             "count\n",
+             p);
+    CHECK(strstr(text, want) != NULL);
+    CHECK(strstr(strstr(text, want) + strlen(want), "num_processes=16") == NULL); /* once */
+    PASSED();
+    return 0;
+error:
+    unsetenv("ACX_LOG_FILE");
+    FAILED();
+    return 1;
+}
+
+/* ---- acx_config_describe ---- */
+
+/* The text has a line "KEY  VALUE  SOURCE" (columns separated by blanks). */
+static int has_row(const char *text, const char *key, const char *value, const char *source) {
+    for (const char *line = text; *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : "") {
+        size_t kl = strlen(key), vl = strlen(value);
+        const char *q = line;
+        if (strncmp(q, key, kl) != 0 || q[kl] != ' ') continue;
+        for (q += kl; *q == ' '; q++) {
+        }
+        if (strncmp(q, value, vl) != 0 || q[vl] != ' ') continue;
+        for (q += vl; *q == ' '; q++) {
+        }
+        const char *end = strchr(q, '\n');
+        size_t sl = end ? (size_t)(end - q) : strlen(q);
+        if (sl == strlen(source) && strncmp(q, source, sl) == 0) return 1;
+    }
+    fprintf(stderr, "\nno row '%s %s %s' in:\n%s", key, value, source, text);
+    return 0;
+}
+
+static int test_describe(void) {
+    TESTING("acx_config_describe: values and sources, info, warning");
+    char *text = NULL;
+    /* The real environment: clear what could leak in, set what is tested. */
+    for (int i = 0; i < acx_config_num_keys(); i++) {
+        char var[128], *o = var + 4;
+        snprintf(var, sizeof var, "ACX_%s", acx_config_key_name(i));
+        for (; *o; o++)
+            *o = *o == '.' ? '_' : (char)toupper((unsigned char)*o);
+        unsetenv(var);
+    }
+    unsetenv("ACX_CONFIG_FILE");
+    char home[] = "/tmp/acx_home_XXXXXX";
+    CHECK(mkdtemp(home) != NULL);
+    setenv("HOME", home, 1);
+
+    CHECK_OK(acx_config_describe(NULL, NULL, 0, NULL, &text));
+    CHECK(strncmp(text, "config file: none\n", 18) == 0);
+    CHECK(has_row(text, "KEY", "VALUE", "SOURCE"));
+    CHECK(has_row(text, "mixed_precision", "no", "default"));
+    CHECK(has_row(text, "dataloader.prefetch", "1", "default"));
+    CHECK(strstr(text, "launch information") == NULL && strstr(text, "warning") == NULL);
+    free(text);
+    text = NULL;
+
+    const char *p = write_yaml(accel_zero3);
+    setenv("ACX_SEED", "7", 1);
+    setenv("ACX_LOG_LEVEL", "info", 1);
+    acx_config_t prog = ACX_CONFIG_DEFAULT;
+    prog.bucket_size_mb = 50;
+    const char *opts[] = {"--acx-log-level=debug", "dataloader.drop_last"};
+    CHECK_OK(acx_config_describe(&prog, p, 2, opts, &text));
+    char line[256], where[256];
+    snprintf(line, sizeof line, "config file: %s (Accelerate default_config.yaml)\n", p);
+    CHECK(strncmp(text, line, strlen(line)) == 0);
+    snprintf(where, sizeof where, "%s:11 (deepspeed_config.zero_stage)", p);
+    CHECK(has_row(text, "sharding_strategy", "full_shard", where));
+    snprintf(where, sizeof where, "%s:19", p);
+    CHECK(has_row(text, "mixed_precision", "bf16", where));
+    CHECK(has_row(text, "seed", "7", "ACX_SEED"));
+    CHECK(has_row(text, "log_level", "debug", "--acx-log-level")); /* over ACX_LOG_LEVEL */
+    CHECK(has_row(text, "dataloader.drop_last", "true", "--acx-dataloader.drop_last"));
+    CHECK(has_row(text, "bucket_size_mb", "50", "program"));
+    CHECK(has_row(text, "project_dir", ".", "default"));
+    CHECK(strstr(text, "\nlaunch information (read-only, not acted on by acx_init):\n") != NULL);
+    snprintf(where, sizeof where, "%s:21", p);
+    CHECK(has_row(text, "num_processes", "16", where));
+    snprintf(where, sizeof where, "%s:16", p);
+    CHECK(has_row(text, "main_process_ip", "192.168.1.10", where));
+    CHECK(strstr(text, "fsdp.backward_prefetch") == NULL); /* not given */
+    snprintf(line, sizeof line, "\nwarning: %s: settings acx cannot honour: ", p);
+    CHECK(strstr(text, line) != NULL);
+    CHECK(text[strlen(text) - 1] == '\n');
+    free(text);
+    text = NULL;
+
+    /* Errors: as acx_init would report them; text_p untouched. */
+    char *untouched = (char *)"x";
+    text = untouched;
+    CHECK_STATUS(acx_config_describe(NULL, "/nonexistent/run.yaml", 0, NULL, &text), ACX_ERR_IO,
+                 "cannot open config file '/nonexistent/run.yaml'");
+    setenv("ACX_SEED", "seven", 1);
+    CHECK_STATUS(acx_config_describe(NULL, NULL, 0, NULL, &text), ACX_ERR_INVALID_CONFIG,
+                 "environment variable ACX_SEED='seven'");
+    unsetenv("ACX_SEED");
+    const char *bad[] = {"--acx-sead=1"};
+    CHECK_STATUS(acx_config_describe(NULL, NULL, 1, bad, &text), ACX_ERR_INVALID_CONFIG,
+                 "option --acx-sead: unknown key 'sead'");
+    CHECK(text == untouched);
+    CHECK_STATUS(acx_config_describe(NULL, NULL, 0, NULL, NULL), ACX_ERR_INVALID_ARG, "text_p");
+    CHECK_STATUS(acx_config_describe(NULL, NULL, 1, NULL, &text), ACX_ERR_INVALID_ARG,
+                 "overrides but no array");
+    unsetenv("ACX_LOG_LEVEL");
+    rmdir(home);
+    PASSED();
+    return 0;
+error:
+    if (text != NULL && strcmp(text, "x") != 0) free(text);
+    unsetenv("ACX_SEED");
+    unsetenv("ACX_LOG_LEVEL");
+    rmdir(home);
+    FAILED();
+    return 1;
+}
+
 int main(void) {
     acx_test_watchdog(60);
     int failed = 0;
@@ -567,6 +1318,11 @@ int main(void) {
     failed += test_file_errors();
     failed += test_other_errors();
     failed += test_yaml_roundtrip();
+    failed += test_accelerate_files();
+    failed += test_accelerate_rules();
+    failed += test_accelerate_errors();
+    failed += test_log_warnings();
+    failed += test_describe();
     for (int i = 0; i < tmp_count; i++)
         unlink(tmp_files[i]);
     return failed ? 1 : 0;
