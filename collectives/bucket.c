@@ -1,6 +1,6 @@
 /*
- * collectives/bucket.c — gradient fusion buckets over one flat float32
- * gradient buffer: the plan (which contiguous range each bucket covers),
+ * collectives/bucket.c — gradient fusion buckets over one flat gradient
+ * buffer of any dtype: the plan (which contiguous range each bucket covers),
  * per-step bookkeeping of which units reported, and starting/finishing the
  * buckets' all-reduces.
  *
@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "collectives/bucket.h"
+#include "collectives/half.h"
 #include "runtime/base/error.h"
 #include "runtime/base/log.h"
 
@@ -41,7 +42,9 @@ typedef struct bucket {
 
 struct acx_buckets {
     acx_comm_t *comm;
-    float *flat; /* [total] gradients, not owned */
+    void *flat; /* [total] gradients of dtype, not owned */
+    acx_dtype_t dtype;
+    size_t esize; /* bytes per element */
     size_t total;
     int num_units, num_segs, num_buckets;
     acx_bucket_segment_t *segs; /* [num_segs] copy, ready order */
@@ -83,7 +86,7 @@ static void plan_buckets(acx_buckets_t *b, size_t bucket_bytes) {
     int nb = 0;
     size_t bytes = 0;
     for (int i = 0; i < b->num_segs; i++) {
-        size_t seg_bytes = b->segs[i].count * sizeof(float);
+        size_t seg_bytes = b->segs[i].count * b->esize;
         bucket_t *cur = nb > 0 ? &b->buckets[nb - 1] : NULL;
         if (cur == NULL || bytes + seg_bytes > bucket_bytes) {
             cur = &b->buckets[nb++];
@@ -146,9 +149,9 @@ static void step_reset(acx_buckets_t *b) {
     b->num_started = 0;
 }
 
-acx_status_t acx_buckets_create(acx_comm_t *comm, float *flat, size_t total, int num_units,
-                                int num_segs, const acx_bucket_segment_t *segs, size_t bucket_bytes,
-                                acx_buckets_t **buckets_p) {
+acx_status_t acx_buckets_create(acx_comm_t *comm, void *flat, acx_dtype_t dtype, size_t total,
+                                int num_units, int num_segs, const acx_bucket_segment_t *segs,
+                                size_t bucket_bytes, acx_buckets_t **buckets_p) {
     acx_status_t status = ACX_OK;
     if (comm == NULL || buckets_p == NULL || (total > 0 && flat == NULL) ||
         (num_segs > 0 && segs == NULL))
@@ -162,12 +165,17 @@ acx_status_t acx_buckets_create(acx_comm_t *comm, float *flat, size_t total, int
                          num_units, num_segs);
     if (bucket_bytes == 0)
         return ACX_ERROR(ACX_ERR_INVALID_ARG, "buckets create: bucket size is 0 bytes");
+    if (acx_dtype_size(dtype) == 0)
+        return ACX_ERROR(ACX_ERR_INVALID_ARG, "buckets create: dtype %d is not an acx_dtype_t",
+                         (int)dtype);
     ACX_CHECK(check_segments(total, num_units, num_segs, segs));
 
     acx_buckets_t *b = acx_calloc(1, sizeof *b, "gradient buckets");
     if (b == NULL) return ACX_ERR_NO_MEMORY;
     b->comm = comm;
     b->flat = flat;
+    b->dtype = dtype;
+    b->esize = acx_dtype_size(dtype);
     b->total = total;
     b->num_units = num_units;
     b->num_segs = num_segs;
@@ -254,25 +262,43 @@ static acx_status_t drive_progress(acx_buckets_t *b) {
     return ACX_OK;
 }
 
+/* x [n] of dtype *= prescale, in the dtype's own precision (16-bit floats:
+ * the exact product, rounded once). */
+static acx_status_t bucket_scale(const acx_buckets_t *b, void *x, size_t n, float prescale) {
+    switch (b->dtype) {
+    case ACX_DTYPE_FLOAT32:
+        for (size_t k = 0; k < n; k++)
+            ((float *)x)[k] *= prescale;
+        return ACX_OK;
+    case ACX_DTYPE_FLOAT64:
+        for (size_t k = 0; k < n; k++)
+            ((double *)x)[k] *= (double)prescale;
+        return ACX_OK;
+    case ACX_DTYPE_FLOAT16:
+    case ACX_DTYPE_BFLOAT16: acx_half_scale_n(b->dtype, x, prescale, n); return ACX_OK;
+    default:
+        return ACX_ERROR(ACX_ERR_INVALID_ARG,
+                         "gradient bucket of %s: prescale %g cannot apply to integers (use 1)",
+                         acx_dtype_name(b->dtype), (double)prescale);
+    }
+}
+
 /* Scale bucket i and start its SUM all-reduce in place. The last bucket of
  * the step has nothing left to overlap with, so it runs blocking: MPI
  * implementations pick tuned algorithms for blocking all-reduce (Open MPI's
  * coll/tuned) but a generic schedule for the non-blocking one (libnbc). */
 static acx_status_t bucket_start(acx_buckets_t *b, int i, float prescale) {
     bucket_t *bk = &b->buckets[i];
-    float *x = b->flat + bk->offset; /* [bk->count] */
-    if (prescale != 1.0f)
-        for (size_t k = 0; k < bk->count; k++)
-            x[k] *= prescale;
+    void *x = (char *)b->flat + bk->offset * b->esize; /* [bk->count] of dtype */
+    if (prescale != 1.0f && bk->count > 0) ACX_CHECK(bucket_scale(b, x, bk->count, prescale));
     b->num_started++;
     if (b->num_started == b->num_buckets) {
-        ACX_CHECK(
-            b->comm->ops->all_reduce(b->comm, x, x, bk->count, ACX_DTYPE_FLOAT32, ACX_OP_SUM));
+        ACX_CHECK(b->comm->ops->all_reduce(b->comm, x, x, bk->count, b->dtype, ACX_OP_SUM));
         bk->state = BUCKET_DONE;
         return ACX_OK;
     }
-    ACX_CHECK(b->comm->ops->all_reduce_start(b->comm, x, x, bk->count, ACX_DTYPE_FLOAT32,
-                                             ACX_OP_SUM, &bk->req));
+    ACX_CHECK(
+        b->comm->ops->all_reduce_start(b->comm, x, x, bk->count, b->dtype, ACX_OP_SUM, &bk->req));
     bk->state = BUCKET_IN_FLIGHT;
     return ACX_OK;
 }

@@ -27,13 +27,14 @@ typedef struct acx_bucket_segment {
 
 typedef struct acx_buckets acx_buckets_t;
 
-/* Plan buckets over flat [total] float32 gradients. segs: num_segs segments
- * in ready order, contiguous and increasing in offset. A bucket closes when
- * adding the next segment would exceed bucket_bytes (a segment larger than
- * bucket_bytes gets a bucket of its own). Not collective (every rank plans
- * the same). Errors: ACX_ERR_INVALID_ARG, ACX_ERR_NO_MEMORY. */
-acx_status_t acx_buckets_create(acx_comm_t *comm, float *flat, size_t total, int num_units,
-                                int num_segs, const acx_bucket_segment_t *segs,
+/* Plan buckets over flat [total] gradients of dtype (any acx dtype; offsets
+ * and counts are in elements). segs: num_segs segments in ready order,
+ * contiguous and increasing in offset. A bucket closes when adding the next
+ * segment would exceed bucket_bytes (a segment larger than bucket_bytes gets
+ * a bucket of its own). Not collective (every rank plans the same).
+ * Errors: ACX_ERR_INVALID_ARG, ACX_ERR_NO_MEMORY. */
+acx_status_t acx_buckets_create(acx_comm_t *comm, void *flat, acx_dtype_t dtype, size_t total,
+                                int num_units, int num_segs, const acx_bucket_segment_t *segs,
                                 size_t bucket_bytes, acx_buckets_t **buckets_p);
 void acx_buckets_destroy(acx_buckets_t *b);
 
@@ -44,7 +45,11 @@ void acx_buckets_range(const acx_buckets_t *b, int i, size_t *offset_p, size_t *
 /* Unit `unit` has its gradients ready. Every bucket this completes is
  * scaled by `prescale` (e.g. 1/(world_size x micro-steps); 1 = none) and its
  * all-reduce (sum) started; also drives progress of those in flight.
- * Collective in effect. Errors: ACX_ERR_STATE (unit reported twice), ACX_ERR_MPI. */
+ * The scaling is float32 x prescale for float32, float64 for float64, and
+ * for float16/bfloat16 the exact product rounded once to the 16-bit format;
+ * integer buckets take prescale 1 only. Collective in effect.
+ * Errors: ACX_ERR_STATE (unit reported twice), ACX_ERR_INVALID_ARG (prescale
+ * != 1 on integers), ACX_ERR_MPI. */
 acx_status_t acx_buckets_unit_ready(acx_buckets_t *b, int unit, float prescale);
 
 /* Wait for every started bucket; error ACX_ERR_STATE if some bucket never

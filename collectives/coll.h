@@ -26,26 +26,55 @@ typedef struct acx_comm acx_comm_t;
 typedef struct acx_coll_req acx_coll_req_t; /* backend-defined pending operation */
 
 typedef struct acx_coll_ops {
-    const char *name; /* "mpi", "nccl" */
-    acx_status_t (*comm_init)(acx_comm_t *comm);  /* set comm->state */
+    const char *name;                            /* "mpi", "nccl" */
+    acx_status_t (*comm_init)(acx_comm_t *comm); /* set comm->state */
     void (*comm_fini)(acx_comm_t *comm);
-    acx_status_t (*all_reduce)(acx_comm_t *comm, const void *sendbuf, void *recvbuf,
-                               size_t count, acx_dtype_t dtype, acx_red_op_t op);
-    /* Start a non-blocking all-reduce; *req_p completes in test/wait. */
+
+    /* recvbuf [count] = op over ranks of sendbuf [count]; sendbuf == recvbuf
+     * is in place. Every dtype takes SUM, MAX, MIN (and PROD); AVG needs a
+     * float dtype. */
+    acx_status_t (*all_reduce)(acx_comm_t *comm, const void *sendbuf, void *recvbuf, size_t count,
+                               acx_dtype_t dtype, acx_red_op_t op);
+    /* recvbuf [count] on rank r = op over ranks of block r of sendbuf
+     * [size x count] (blocks in rank order). In place (NCCL's rule): recvbuf
+     * == sendbuf + r * count elements; any other overlap is an error. */
+    acx_status_t (*reduce_scatter)(acx_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                   size_t count, acx_dtype_t dtype, acx_red_op_t op);
+    acx_status_t (*broadcast)(acx_comm_t *comm, void *buf, size_t count, acx_dtype_t dtype,
+                              int root);
+    /* recvbuf [size x count] in rank order. In place: sendbuf == recvbuf +
+     * rank * count elements. */
+    acx_status_t (*all_gather)(acx_comm_t *comm, const void *sendbuf, void *recvbuf, size_t count,
+                               acx_dtype_t dtype);
+    /* On root, recvbuf [size x count] gets every rank's sendbuf [count] in
+     * rank order (in place: root's sendbuf == recvbuf + root * count);
+     * recvbuf is not used on the other ranks (may be NULL). */
+    acx_status_t (*gather)(acx_comm_t *comm, const void *sendbuf, void *recvbuf, size_t count,
+                           acx_dtype_t dtype, int root);
+    acx_status_t (*barrier)(acx_comm_t *comm);
+
+    /* Non-blocking forms of the above, same arguments: each starts the
+     * operation and writes *req_p, which completes in test/wait. Buffers
+     * belong to the operation until then. Every rank must start collectives
+     * on a communicator in the same order, blocking and non-blocking alike. */
     acx_status_t (*all_reduce_start)(acx_comm_t *comm, const void *sendbuf, void *recvbuf,
                                      size_t count, acx_dtype_t dtype, acx_red_op_t op,
                                      acx_coll_req_t **req_p);
+    acx_status_t (*reduce_scatter_start)(acx_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                         size_t count, acx_dtype_t dtype, acx_red_op_t op,
+                                         acx_coll_req_t **req_p);
+    acx_status_t (*broadcast_start)(acx_comm_t *comm, void *buf, size_t count, acx_dtype_t dtype,
+                                    int root, acx_coll_req_t **req_p);
+    acx_status_t (*all_gather_start)(acx_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                     size_t count, acx_dtype_t dtype, acx_coll_req_t **req_p);
+    acx_status_t (*gather_start)(acx_comm_t *comm, const void *sendbuf, void *recvbuf, size_t count,
+                                 acx_dtype_t dtype, int root, acx_coll_req_t **req_p);
+    acx_status_t (*barrier_start)(acx_comm_t *comm, acx_coll_req_t **req_p);
     /* Drive progress; *done_p = 1 when complete (req is then still owned by
      * the caller until wait). */
     acx_status_t (*test)(acx_coll_req_t *req, int *done_p);
-    /* Complete and free req. */
+    /* Complete and free req (also when it fails). */
     acx_status_t (*wait)(acx_coll_req_t *req);
-    acx_status_t (*broadcast)(acx_comm_t *comm, void *buf, size_t count, acx_dtype_t dtype,
-                              int root);
-    /* recvbuf [size x count] in rank order. */
-    acx_status_t (*all_gather)(acx_comm_t *comm, const void *sendbuf, void *recvbuf,
-                               size_t count, acx_dtype_t dtype);
-    acx_status_t (*barrier)(acx_comm_t *comm);
 } acx_coll_ops_t;
 
 struct acx_comm {
@@ -70,8 +99,10 @@ void acx_comm_destroy(acx_comm_t *comm);
 /* The MPI backend's table (collectives/mpi/). */
 extern const acx_coll_ops_t acx_coll_mpi_ops;
 
-/* MPI datatype / op of an acx dtype / op (MPI_DATATYPE_NULL / MPI_OP_NULL if
- * none: bf16/fp16 reductions arrive with the mixed-precision issue). */
+/* MPI datatype / op of an acx dtype / op: the predefined ones only
+ * (MPI_DATATYPE_NULL for float16/bfloat16, which MPI has no type for — the
+ * MPI backend moves them as MPI_UINT16_T and reduces them with its own ops;
+ * MPI_OP_NULL for ACX_OP_AVG, a sum followed by a division). */
 MPI_Datatype acx_mpi_datatype(acx_dtype_t dtype);
 MPI_Op acx_mpi_op(acx_red_op_t op);
 

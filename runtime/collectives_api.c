@@ -2,7 +2,9 @@
  * runtime/collectives_api.c — the public collectives over the world
  * (acx/collectives.h) and the metrics helpers built on them.
  *
- * Thin: argument checks, then the accelerator's backend. gather_for_metrics
+ * Thin: argument checks, then the accelerator's backend (its table of
+ * blocking and non-blocking collectives, collectives/coll.h); a public
+ * request wraps the backend's one. gather_for_metrics
  * is the one with logic: it drops exactly the even_batches padding, so a
  * metric over the test set counts every sample once (Accelerate's
  * gather_for_metrics, which truncates by the loader's remainder; here each
@@ -16,6 +18,7 @@
 #include "runtime/accelerator.h"
 #include "runtime/base/error.h"
 
+/* A public request: the backend's request and the table that completes it. */
 struct acx_request {
     const acx_coll_ops_t *ops;
     acx_coll_req_t *req;
@@ -30,6 +33,38 @@ static acx_status_t check_args(acx_accelerator_t *acc, const void *buf, size_t c
     return ACX_OK;
 }
 
+static acx_status_t check_root(acx_accelerator_t *acc, int root, const char *fn) {
+    if (root < 0 || root >= acc->world_size)
+        return ACX_ERROR(ACX_ERR_INVALID_ARG, "%s: root %d outside 0..%d", fn, root,
+                         acc->world_size - 1);
+    return ACX_OK;
+}
+
+/* The wrapper for a backend request: allocated before the start so that a
+ * started collective never has to be abandoned for lack of memory. */
+static acx_status_t request_new(acx_accelerator_t *acc, acx_request_t **req_p, const char *fn,
+                                acx_request_t **r_p) {
+    if (req_p == NULL) return ACX_ERROR(ACX_ERR_INVALID_ARG, "%s: req_p is NULL", fn);
+    acx_request_t *r = acx_malloc(sizeof *r, "request");
+    if (r == NULL) return ACX_ERR_NO_MEMORY;
+    r->ops = acc->world->ops;
+    r->req = NULL;
+    *r_p = r;
+    return ACX_OK;
+}
+
+/* Hand r out when the start (status) succeeded, else free it. */
+static acx_status_t request_finish(acx_status_t status, acx_request_t *r, acx_request_t **req_p) {
+    if (status != ACX_OK) {
+        free(r);
+        return status;
+    }
+    *req_p = r;
+    return ACX_OK;
+}
+
+/* ---- all-reduce, reduce-scatter ---- */
+
 ACX_API acx_status_t acx_all_reduce(acx_accelerator_t *acc, const void *sendbuf, void *recvbuf,
                                     size_t count, acx_dtype_t dtype, acx_red_op_t op) {
     ACX_CHECK(check_args(acc, recvbuf, count, dtype, "acx_all_reduce"));
@@ -40,21 +75,102 @@ ACX_API acx_status_t acx_all_reduce(acx_accelerator_t *acc, const void *sendbuf,
 ACX_API acx_status_t acx_all_reduce_async(acx_accelerator_t *acc, const void *sendbuf,
                                           void *recvbuf, size_t count, acx_dtype_t dtype,
                                           acx_red_op_t op, acx_request_t **req_p) {
+    acx_request_t *r;
     ACX_CHECK(check_args(acc, recvbuf, count, dtype, "acx_all_reduce_async"));
-    if (req_p == NULL) return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_all_reduce_async: req_p is NULL");
+    ACX_CHECK(request_new(acc, req_p, "acx_all_reduce_async", &r));
     if (sendbuf == NULL) sendbuf = recvbuf;
-    acx_request_t *r = acx_malloc(sizeof *r, "request");
-    if (r == NULL) return ACX_ERR_NO_MEMORY;
-    r->ops = acc->world->ops;
-    acx_status_t st =
-        r->ops->all_reduce_start(acc->world, sendbuf, recvbuf, count, dtype, op, &r->req);
-    if (st != ACX_OK) {
-        free(r);
-        return st;
-    }
-    *req_p = r;
-    return ACX_OK;
+    return request_finish(
+        r->ops->all_reduce_start(acc->world, sendbuf, recvbuf, count, dtype, op, &r->req), r,
+        req_p);
 }
+
+ACX_API acx_status_t acx_reduce_scatter(acx_accelerator_t *acc, const void *sendbuf, void *recvbuf,
+                                        size_t count, acx_dtype_t dtype, acx_red_op_t op) {
+    ACX_CHECK(check_args(acc, recvbuf, count, dtype, "acx_reduce_scatter"));
+    ACX_CHECK(check_args(acc, sendbuf, count, dtype, "acx_reduce_scatter"));
+    return acc->world->ops->reduce_scatter(acc->world, sendbuf, recvbuf, count, dtype, op);
+}
+
+ACX_API acx_status_t acx_reduce_scatter_async(acx_accelerator_t *acc, const void *sendbuf,
+                                              void *recvbuf, size_t count, acx_dtype_t dtype,
+                                              acx_red_op_t op, acx_request_t **req_p) {
+    acx_request_t *r;
+    ACX_CHECK(check_args(acc, recvbuf, count, dtype, "acx_reduce_scatter_async"));
+    ACX_CHECK(check_args(acc, sendbuf, count, dtype, "acx_reduce_scatter_async"));
+    ACX_CHECK(request_new(acc, req_p, "acx_reduce_scatter_async", &r));
+    return request_finish(
+        r->ops->reduce_scatter_start(acc->world, sendbuf, recvbuf, count, dtype, op, &r->req), r,
+        req_p);
+}
+
+/* ---- broadcast, all-gather, gather, barrier ---- */
+
+ACX_API acx_status_t acx_broadcast(acx_accelerator_t *acc, void *buf, size_t count,
+                                   acx_dtype_t dtype, int root) {
+    ACX_CHECK(check_args(acc, buf, count, dtype, "acx_broadcast"));
+    ACX_CHECK(check_root(acc, root, "acx_broadcast"));
+    return acc->world->ops->broadcast(acc->world, buf, count, dtype, root);
+}
+
+ACX_API acx_status_t acx_broadcast_async(acx_accelerator_t *acc, void *buf, size_t count,
+                                         acx_dtype_t dtype, int root, acx_request_t **req_p) {
+    acx_request_t *r;
+    ACX_CHECK(check_args(acc, buf, count, dtype, "acx_broadcast_async"));
+    ACX_CHECK(check_root(acc, root, "acx_broadcast_async"));
+    ACX_CHECK(request_new(acc, req_p, "acx_broadcast_async", &r));
+    return request_finish(r->ops->broadcast_start(acc->world, buf, count, dtype, root, &r->req), r,
+                          req_p);
+}
+
+ACX_API acx_status_t acx_all_gather(acx_accelerator_t *acc, const void *sendbuf, void *recvbuf,
+                                    size_t count, acx_dtype_t dtype) {
+    ACX_CHECK(check_args(acc, recvbuf, count, dtype, "acx_all_gather"));
+    ACX_CHECK(check_args(acc, sendbuf, count, dtype, "acx_all_gather"));
+    return acc->world->ops->all_gather(acc->world, sendbuf, recvbuf, count, dtype);
+}
+
+ACX_API acx_status_t acx_all_gather_async(acx_accelerator_t *acc, const void *sendbuf,
+                                          void *recvbuf, size_t count, acx_dtype_t dtype,
+                                          acx_request_t **req_p) {
+    acx_request_t *r;
+    ACX_CHECK(check_args(acc, recvbuf, count, dtype, "acx_all_gather_async"));
+    ACX_CHECK(check_args(acc, sendbuf, count, dtype, "acx_all_gather_async"));
+    ACX_CHECK(request_new(acc, req_p, "acx_all_gather_async", &r));
+    return request_finish(
+        r->ops->all_gather_start(acc->world, sendbuf, recvbuf, count, dtype, &r->req), r, req_p);
+}
+
+ACX_API acx_status_t acx_gather(acx_accelerator_t *acc, const void *sendbuf, void *recvbuf,
+                                size_t count, acx_dtype_t dtype, int root) {
+    ACX_CHECK(check_args(acc, sendbuf, count, dtype, "acx_gather"));
+    ACX_CHECK(check_root(acc, root, "acx_gather"));
+    return acc->world->ops->gather(acc->world, sendbuf, recvbuf, count, dtype, root);
+}
+
+ACX_API acx_status_t acx_gather_async(acx_accelerator_t *acc, const void *sendbuf, void *recvbuf,
+                                      size_t count, acx_dtype_t dtype, int root,
+                                      acx_request_t **req_p) {
+    acx_request_t *r;
+    ACX_CHECK(check_args(acc, sendbuf, count, dtype, "acx_gather_async"));
+    ACX_CHECK(check_root(acc, root, "acx_gather_async"));
+    ACX_CHECK(request_new(acc, req_p, "acx_gather_async", &r));
+    return request_finish(
+        r->ops->gather_start(acc->world, sendbuf, recvbuf, count, dtype, root, &r->req), r, req_p);
+}
+
+ACX_API acx_status_t acx_barrier(acx_accelerator_t *acc) {
+    if (acc == NULL) return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_barrier: acc is NULL");
+    return acc->world->ops->barrier(acc->world);
+}
+
+ACX_API acx_status_t acx_barrier_async(acx_accelerator_t *acc, acx_request_t **req_p) {
+    acx_request_t *r;
+    if (acc == NULL) return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_barrier_async: acc is NULL");
+    ACX_CHECK(request_new(acc, req_p, "acx_barrier_async", &r));
+    return request_finish(r->ops->barrier_start(acc->world, &r->req), r, req_p);
+}
+
+/* ---- requests ---- */
 
 ACX_API acx_status_t acx_request_wait(acx_request_t *req) {
     if (req == NULL) return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_request_wait: req is NULL");
@@ -63,20 +179,11 @@ ACX_API acx_status_t acx_request_wait(acx_request_t *req) {
     return st;
 }
 
-ACX_API acx_status_t acx_broadcast(acx_accelerator_t *acc, void *buf, size_t count,
-                                   acx_dtype_t dtype, int root) {
-    ACX_CHECK(check_args(acc, buf, count, dtype, "acx_broadcast"));
-    if (root < 0 || root >= acc->world_size)
-        return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_broadcast: root %d outside 0..%d", root,
-                         acc->world_size - 1);
-    return acc->world->ops->broadcast(acc->world, buf, count, dtype, root);
-}
-
-ACX_API acx_status_t acx_all_gather(acx_accelerator_t *acc, const void *sendbuf, void *recvbuf,
-                                    size_t count, acx_dtype_t dtype) {
-    ACX_CHECK(check_args(acc, recvbuf, count, dtype, "acx_all_gather"));
-    ACX_CHECK(check_args(acc, sendbuf, count, dtype, "acx_all_gather"));
-    return acc->world->ops->all_gather(acc->world, sendbuf, recvbuf, count, dtype);
+ACX_API acx_status_t acx_request_test(acx_request_t *req, int *done_p) {
+    if (req == NULL || done_p == NULL)
+        return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_request_test: %s is NULL",
+                         req == NULL ? "req" : "done_p");
+    return req->ops->test(req->req, done_p);
 }
 
 /* ---- metrics ---- */

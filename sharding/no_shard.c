@@ -66,8 +66,8 @@ static acx_status_t no_shard_prepare(acx_model_t *m) {
     m->master = s->flat_param;
     m->shard_grad = s->flat_grad;
     m->shard_numel = n;
-    status = acx_buckets_create(m->ctx.world, s->flat_grad, n, m->num_units, m->num_params, segs,
-                                m->ctx.bucket_bytes, &s->buckets);
+    status = acx_buckets_create(m->ctx.world, s->flat_grad, ACX_DTYPE_FLOAT32, n, m->num_units,
+                                m->num_params, segs, m->ctx.bucket_bytes, &s->buckets);
     if (status == ACX_OK)
         ACX_INFO(ACX_SUBSYS_SHARD, "NO_SHARD: %zu parameters' elements in %d gradient bucket(s) of <= %zu bytes",
                  n, acx_buckets_count(s->buckets), m->ctx.bucket_bytes);

@@ -72,26 +72,26 @@ static int test_plan(void) {
     }
 
     static const size_t want40[3][2] = {{5, 10}, {15, 20}, {35, 6}};
-    CHECK_OK(acx_buckets_create(world, flat, 41, 3, 7, segs, 40, &b));
+    CHECK_OK(acx_buckets_create(world, flat, ACX_DTYPE_FLOAT32, 41, 3, 7, segs, 40, &b));
     CHECK(check_plan(b, 3, want40) == 0);
     acx_buckets_destroy(b);
     b = NULL;
 
     static const size_t want4[7][2] = {{5, 3},  {8, 5},  {13, 2}, {15, 20},
                                        {35, 1}, {36, 1}, {37, 4}};
-    CHECK_OK(acx_buckets_create(world, flat, 41, 3, 7, segs, 4, &b));
+    CHECK_OK(acx_buckets_create(world, flat, ACX_DTYPE_FLOAT32, 41, 3, 7, segs, 4, &b));
     CHECK(check_plan(b, 7, want4) == 0);
     acx_buckets_destroy(b);
     b = NULL;
 
     static const size_t want_big[1][2] = {{5, 36}};
-    CHECK_OK(acx_buckets_create(world, flat, 41, 3, 7, segs, 1u << 20, &b));
+    CHECK_OK(acx_buckets_create(world, flat, ACX_DTYPE_FLOAT32, 41, 3, 7, segs, 1u << 20, &b));
     CHECK(check_plan(b, 1, want_big) == 0);
     acx_buckets_destroy(b);
     b = NULL;
 
     /* 44 bytes = 11 floats: 3+5+2 = 10, + 20 exceeds; 20 alone; 1+1+4 */
-    CHECK_OK(acx_buckets_create(world, flat, 41, 3, 7, segs, 44, &b));
+    CHECK_OK(acx_buckets_create(world, flat, ACX_DTYPE_FLOAT32, 41, 3, 7, segs, 44, &b));
     CHECK(check_plan(b, 3, want40) == 0);
     acx_buckets_destroy(b);
     b = NULL;
@@ -99,13 +99,13 @@ static int test_plan(void) {
     /* 36 bytes = 9 floats: 3+5 = 8, + 2 exceeds -> [5, +8); 2 then +20 exceeds
      * -> [13, +2); 20 alone; 1+1+4 */
     static const size_t want36[4][2] = {{5, 8}, {13, 2}, {15, 20}, {35, 6}};
-    CHECK_OK(acx_buckets_create(world, flat, 41, 3, 7, segs, 36, &b));
+    CHECK_OK(acx_buckets_create(world, flat, ACX_DTYPE_FLOAT32, 41, 3, 7, segs, 36, &b));
     CHECK(check_plan(b, 4, want36) == 0);
     acx_buckets_destroy(b);
     b = NULL;
 
     /* no segments: no buckets, and a step is trivially complete */
-    CHECK_OK(acx_buckets_create(world, flat, 41, 1, 0, NULL, 40, &b));
+    CHECK_OK(acx_buckets_create(world, flat, ACX_DTYPE_FLOAT32, 41, 1, 0, NULL, 40, &b));
     CHECK(acx_buckets_count(b) == 0);
     CHECK_OK(acx_buckets_unit_ready(b, 0, 1.0f));
     CHECK_OK(acx_buckets_wait_all(b));
@@ -124,28 +124,28 @@ static int test_plan_invalid(void) {
     acx_buckets_t *const sentinel = b;
 
     segs[2].offset = 9; /* a gap */
-    CHECK_STATUS(acx_buckets_create(world, flat, 41, 2, 3, segs, 40, &b), ACX_ERR_INVALID_ARG,
-                 "segment 2 starts at element 9, expected 8");
+    CHECK_STATUS(acx_buckets_create(world, flat, ACX_DTYPE_FLOAT32, 41, 2, 3, segs, 40, &b),
+                 ACX_ERR_INVALID_ARG, "segment 2 starts at element 9, expected 8");
     segs[2].offset = 7; /* an overlap */
-    CHECK_STATUS(acx_buckets_create(world, flat, 41, 2, 3, segs, 40, &b), ACX_ERR_INVALID_ARG,
-                 "segment 2");
+    CHECK_STATUS(acx_buckets_create(world, flat, ACX_DTYPE_FLOAT32, 41, 2, 3, segs, 40, &b),
+                 ACX_ERR_INVALID_ARG, "segment 2");
     segs[2].offset = 8;
     segs[1].unit = 2; /* unit out of range */
-    CHECK_STATUS(acx_buckets_create(world, flat, 41, 2, 3, segs, 40, &b), ACX_ERR_INVALID_ARG,
-                 "unit 2 is not in 0..1");
+    CHECK_STATUS(acx_buckets_create(world, flat, ACX_DTYPE_FLOAT32, 41, 2, 3, segs, 40, &b),
+                 ACX_ERR_INVALID_ARG, "unit 2 is not in 0..1");
     segs[1].unit = -1;
-    CHECK_STATUS(acx_buckets_create(world, flat, 41, 2, 3, segs, 40, &b), ACX_ERR_INVALID_ARG,
-                 "unit -1");
+    CHECK_STATUS(acx_buckets_create(world, flat, ACX_DTYPE_FLOAT32, 41, 2, 3, segs, 40, &b),
+                 ACX_ERR_INVALID_ARG, "unit -1");
     segs[1].unit = 1;
-    CHECK_STATUS(acx_buckets_create(world, flat, 11, 2, 3, segs, 40, &b), ACX_ERR_INVALID_ARG,
-                 "runs past");
-    CHECK_STATUS(acx_buckets_create(world, flat, 41, 2, 3, segs, 0, &b), ACX_ERR_INVALID_ARG,
-                 "bucket size");
-    CHECK_STATUS(acx_buckets_create(NULL, flat, 41, 2, 3, segs, 40, &b), ACX_ERR_INVALID_ARG,
-                 "comm");
+    CHECK_STATUS(acx_buckets_create(world, flat, ACX_DTYPE_FLOAT32, 11, 2, 3, segs, 40, &b),
+                 ACX_ERR_INVALID_ARG, "runs past");
+    CHECK_STATUS(acx_buckets_create(world, flat, ACX_DTYPE_FLOAT32, 41, 2, 3, segs, 0, &b),
+                 ACX_ERR_INVALID_ARG, "bucket size");
+    CHECK_STATUS(acx_buckets_create(NULL, flat, ACX_DTYPE_FLOAT32, 41, 2, 3, segs, 40, &b),
+                 ACX_ERR_INVALID_ARG, "comm");
     CHECK(b == sentinel);
 
-    CHECK_OK(acx_buckets_create(world, flat, 41, 2, 3, segs, 40, &b));
+    CHECK_OK(acx_buckets_create(world, flat, ACX_DTYPE_FLOAT32, 41, 2, 3, segs, 40, &b));
     CHECK_STATUS(acx_buckets_unit_ready(b, 2, 1.0f), ACX_ERR_INVALID_ARG, "unit 2");
     CHECK_STATUS(acx_buckets_unit_ready(b, -1, 1.0f), ACX_ERR_INVALID_ARG, "unit -1");
     acx_buckets_destroy(b);
@@ -237,7 +237,8 @@ static int test_model_plan(void) {
     static const size_t want[5][2] = {{0, 7}, {7, 4096}, {4103, 317}, {4420, 5000}, {9420, 1021}};
     acx_buckets_t *b = NULL;
     CHECK(model_total == 10441);
-    CHECK_OK(acx_buckets_create(world, flat, model_total, NUNIT, NPARAM, model_segs, 4096, &b));
+    CHECK_OK(acx_buckets_create(world, flat, ACX_DTYPE_FLOAT32, model_total, NUNIT, NPARAM,
+                                model_segs, 4096, &b));
     CHECK(check_plan(b, 5, want) == 0);
     acx_buckets_destroy(b);
     return 0;
@@ -254,8 +255,8 @@ static int test_steps(void) {
     static const float prescale[4] = {0.25f, 1.0f, 0.5f, 0.125f};
     acx_buckets_t *b = NULL;
     for (int k = 0; k < 3; k++) {
-        CHECK_OK(acx_buckets_create(world, flat, model_total, NUNIT, NPARAM, model_segs,
-                                    bucket_bytes[k], &b));
+        CHECK_OK(acx_buckets_create(world, flat, ACX_DTYPE_FLOAT32, model_total, NUNIT, NPARAM,
+                                    model_segs, bucket_bytes[k], &b));
         for (int step = 0; step < 4; step++)
             CHECK(full_step(b, 10 * k + step, prescale[step]) == 0);
         acx_buckets_destroy(b);
@@ -271,7 +272,8 @@ error:
  * completes normally (prescale applied once). */
 static int test_double_report(void) {
     acx_buckets_t *b = NULL;
-    CHECK_OK(acx_buckets_create(world, flat, model_total, NUNIT, NPARAM, model_segs, 4096, &b));
+    CHECK_OK(acx_buckets_create(world, flat, ACX_DTYPE_FLOAT32, model_total, NUNIT, NPARAM,
+                                model_segs, 4096, &b));
     fill_grads(100);
     CHECK_OK(acx_buckets_unit_ready(b, 3, 0.25f));
     CHECK_OK(acx_buckets_unit_ready(b, 2, 0.25f));
@@ -293,7 +295,8 @@ error:
  * the buckets that did start started everywhere), then the next step works. */
 static int test_missing_unit(void) {
     acx_buckets_t *b = NULL;
-    CHECK_OK(acx_buckets_create(world, flat, model_total, NUNIT, NPARAM, model_segs, 4096, &b));
+    CHECK_OK(acx_buckets_create(world, flat, ACX_DTYPE_FLOAT32, model_total, NUNIT, NPARAM,
+                                model_segs, 4096, &b));
     fill_grads(200);
     CHECK_OK(acx_buckets_unit_ready(b, 3, 1.0f));
     CHECK_OK(acx_buckets_unit_ready(b, 2, 1.0f));
@@ -317,7 +320,8 @@ error:
  * step starts from scratch. */
 static int test_reset(void) {
     acx_buckets_t *b = NULL;
-    CHECK_OK(acx_buckets_create(world, flat, model_total, NUNIT, NPARAM, model_segs, 4096, &b));
+    CHECK_OK(acx_buckets_create(world, flat, ACX_DTYPE_FLOAT32, model_total, NUNIT, NPARAM,
+                                model_segs, 4096, &b));
     acx_buckets_reset(b); /* nothing reported: a no-op */
     fill_grads(300);
     CHECK_OK(acx_buckets_unit_ready(b, 3, 1.0f)); /* buckets 0 and 1 start */

@@ -256,10 +256,10 @@ static int test_unsupported(void) {
     CHECK_STATUS(world->ops->all_reduce_start(world, iv, iv, 4, ACX_DTYPE_INT32, ACX_OP_AVG, &req),
                  ACX_ERR_NOT_SUPPORTED, "int32");
     CHECK(req == NULL); /* output argument untouched on failure */
-    CHECK_STATUS(world->ops->all_reduce(world, hv, hv, 4, ACX_DTYPE_BFLOAT16, ACX_OP_SUM),
-                 ACX_ERR_NOT_SUPPORTED, "bfloat16");
-    CHECK_STATUS(world->ops->all_reduce(world, hv, hv, 4, ACX_DTYPE_FLOAT16, ACX_OP_MAX),
-                 ACX_ERR_NOT_SUPPORTED, "float16");
+    /* float16/bfloat16 reductions work now (tests/mpi/test_coll_full.c);
+     * an op outside acx_red_op_t is still refused for them */
+    CHECK_STATUS(world->ops->all_reduce(world, hv, hv, 4, ACX_DTYPE_BFLOAT16, (acx_red_op_t)7),
+                 ACX_ERR_INVALID_ARG, "op 7");
     CHECK_STATUS(world->ops->all_reduce(world, iv, iv, 4, (acx_dtype_t)42, ACX_OP_SUM),
                  ACX_ERR_INVALID_ARG, "dtype 42");
     CHECK_STATUS(world->ops->all_reduce(world, NULL, iv, 4, ACX_DTYPE_INT32, ACX_OP_SUM),
