@@ -39,32 +39,95 @@ typedef struct {
     uint8_t *data;  /* [bytes] */
 } idx_file_t;
 
+/* ---- zlib errors ---- */
+
+/* zlib is used only in this file, so its checking macro lives here and not
+ * in runtime/base/error.h. The calls fail in different ways:
+ *   gzopen    NULL; errno as set by open(2) or malloc, still 0 when zlib
+ *             failed on its own (idx_read clears errno before the call)
+ *   gzread    < 0; the reason in gzerror(gz), Z_ERRNO meaning read(2)
+ *             failed and errno says why
+ *   gzbuffer  -1 when called after the first read or with a bad size; no
+ *             reason is recorded
+ *   gzclose   a zlib code (Z_OK = 0, errors < 0) and the handle is freed
+ *             either way, so the code is all there is: Z_ERRNO = close(2)
+ *             failed (errno), the others are named by zError()
+ * An errno reason is ACX_ERR_IO, as for any file that cannot be read;
+ * zlib's own reasons (a corrupt stream, ...) are ACX_ERR_ZLIB. The message
+ * is "<zlib function> of <what> failed: <reason>" at the call site's
+ * file:line. */
+static acx_status_t zlib_error(const char *call, gzFile gz, int ret, const char *what,
+                               const char *file, int line) {
+    int err = errno; /* before anything here can change it */
+    /* "got = gzread(gz, buf, n)" -> "gzread" */
+    const char *name = call, *eq = strstr(call, " = "), *paren = strchr(call, '(');
+    if (eq != NULL && (paren == NULL || eq < paren)) name = eq + 3;
+    int name_len = (int)strcspn(name, "( ");
+
+    if (gz != NULL) { /* a live handle: zlib kept the reason */
+        int errnum = Z_OK;
+        const char *msg = gzerror(gz, &errnum);
+        if (errnum == Z_ERRNO)
+            return acx_error_set(ACX_ERR_IO, file, line, "%.*s of %s failed: %s", name_len, name,
+                                 what, strerror(err));
+        if (errnum != Z_OK && msg != NULL && msg[0] != '\0')
+            return acx_error_set(ACX_ERR_ZLIB, file, line, "%.*s of %s failed: %s", name_len,
+                                 name, what, msg);
+        return acx_error_set(ACX_ERR_ZLIB, file, line, "%.*s of %s failed: zlib returned %d "
+                             "and recorded no reason", name_len, name, what, ret);
+    }
+    if (ret == Z_ERRNO) { /* gzopen, or gzclose's close(2) */
+        if (err == 0)
+            return acx_error_set(ACX_ERR_NO_MEMORY, file, line, "%.*s of %s failed: out of "
+                                 "memory in zlib", name_len, name, what);
+        return acx_error_set(err == ENOMEM ? ACX_ERR_NO_MEMORY : ACX_ERR_IO, file, line,
+                             "%.*s of %s failed: %s", name_len, name, what, strerror(err));
+    }
+    return acx_error_set(ACX_ERR_ZLIB, file, line, "%.*s of %s failed: %s (zlib error %d)",
+                         name_len, name, what, zError(ret), ret);
+}
+
+/* Calls returning an int (gzread, gzbuffer, gzclose): negative is failure.
+ * `gz` is the handle whose gzerror() holds the reason; NULL for gzclose,
+ * which frees it. `call` may assign the result: `got = gzread(...)`. */
+#define ACX_ZLIB_CHECK_GOTO(call, gz, what, status, label)                     \
+    do {                                                                       \
+        int acx_zlib_ret_ = (call);                                            \
+        if (acx_zlib_ret_ < 0) {                                               \
+            (status) = zlib_error(#call, (gz), acx_zlib_ret_, (what), __FILE__, __LINE__); \
+            goto label;                                                        \
+        }                                                                      \
+    } while (0)
+
+/* gzopen: NULL is failure and errno holds the reason. */
+#define ACX_ZLIB_CHECK_PTR_GOTO(call, what, status, label)                     \
+    do {                                                                       \
+        if ((call) == NULL) {                                                  \
+            (status) = zlib_error(#call, NULL, Z_ERRNO, (what), __FILE__, __LINE__); \
+            goto label;                                                        \
+        }                                                                      \
+    } while (0)
+
 /* ---- reading ---- */
 
 /* Read up to len bytes (gzread takes an unsigned int count: loop in 1 GiB
- * pieces). Returns bytes read, or -1 on a zlib error (message recorded). */
-static int64_t gz_read_all(gzFile gz, const char *path, void *buf, size_t len,
-                           acx_status_t *status_p) {
+ * pieces) into *got_p. `what` names the file in messages. */
+static acx_status_t gz_read_all(gzFile gz, const char *what, void *buf, size_t len,
+                                int64_t *got_p) {
+    acx_status_t status = ACX_OK;
     size_t done = 0;
     while (done < len) {
         size_t want = len - done;
         if (want > (1u << 30)) want = 1u << 30;
-        int got = gzread(gz, (uint8_t *)buf + done, (unsigned)want);
-        if (got < 0) {
-            int errnum = 0;
-            const char *msg = gzerror(gz, &errnum);
-            if (errnum == Z_ERRNO)
-                *status_p = ACX_ERROR(ACX_ERR_IO, "reading IDX file '%s' failed: %s", path,
-                                      strerror(errno));
-            else
-                *status_p = ACX_ERROR(ACX_ERR_ZLIB, "gzread of IDX file '%s' failed: %s", path,
-                                      msg);
-            return -1;
-        }
+        int got;
+        ACX_ZLIB_CHECK_GOTO(got = gzread(gz, (uint8_t *)buf + done, (unsigned)want), gz, what,
+                            status, out);
         if (got == 0) break;
         done += (size_t)got;
     }
-    return (int64_t)done;
+    *got_p = (int64_t)done;
+out:
+    return status;
 }
 
 /* Parse `path` as an IDX uint8 file of `ndim` dims (`kind` names it in
@@ -73,16 +136,16 @@ static acx_status_t idx_read(const char *path, int ndim, const char *kind, idx_f
     acx_status_t status = ACX_OK;
     uint8_t head[4 + 4 * 3];
     int64_t got;
+    char what[512];
     *f = (idx_file_t){.path = path, .ndim = ndim};
+    snprintf(what, sizeof what, "IDX %s file '%s'", kind, path);
 
-    errno = 0;
-    gzFile gz = gzopen(path, "rb");
-    if (gz == NULL)
-        return ACX_ERROR(ACX_ERR_IO, "cannot open IDX %s file '%s': %s", kind, path,
-                         errno ? strerror(errno) : "out of memory in zlib");
-    gzbuffer(gz, 1u << 20);
+    gzFile gz;
+    errno = 0; /* a NULL with errno still 0 is zlib's own failure */
+    ACX_ZLIB_CHECK_PTR_GOTO(gz = gzopen(path, "rb"), what, status, err_out);
+    ACX_ZLIB_CHECK_GOTO(gzbuffer(gz, 1u << 20), gz, what, status, err_close);
 
-    if ((got = gz_read_all(gz, path, head, 4, &status)) < 0) goto err_close;
+    ACX_CHECK_GOTO(gz_read_all(gz, what, head, 4, &got), status, err_close);
     if (got < 4) {
         status = ACX_ERROR(ACX_ERR_IO, "IDX %s file '%s' is truncated: %lld bytes, shorter "
                            "than the 4-byte magic", kind, path, (long long)got);
@@ -105,7 +168,7 @@ static acx_status_t idx_read(const char *path, int ndim, const char *kind, idx_f
         goto err_close;
     }
     size_t dim_bytes = 4 * (size_t)ndim;
-    if ((got = gz_read_all(gz, path, head + 4, dim_bytes, &status)) < 0) goto err_close;
+    ACX_CHECK_GOTO(gz_read_all(gz, what, head + 4, dim_bytes, &got), status, err_close);
     if ((size_t)got < dim_bytes) {
         status = ACX_ERROR(ACX_ERR_IO, "IDX %s file '%s' is truncated inside its header "
                            "(%d dims expected)", kind, path, ndim);
@@ -133,25 +196,21 @@ static acx_status_t idx_read(const char *path, int ndim, const char *kind, idx_f
         status = ACX_ERR_NO_MEMORY;
         goto err_close;
     }
-    if ((got = gz_read_all(gz, path, f->data, bytes, &status)) < 0) goto err_free;
+    ACX_CHECK_GOTO(gz_read_all(gz, what, f->data, bytes, &got), status, err_free);
     if ((size_t)got < bytes) {
         status = ACX_ERROR(ACX_ERR_IO, "IDX %s file '%s' is truncated: expected %zu data bytes "
                            "after the header, got %lld", kind, path, bytes, (long long)got);
         goto err_free;
     }
     uint8_t extra;
-    if ((got = gz_read_all(gz, path, &extra, 1, &status)) < 0) goto err_free;
+    ACX_CHECK_GOTO(gz_read_all(gz, what, &extra, 1, &got), status, err_free);
     if (got != 0) {
         status = ACX_ERROR(ACX_ERR_FORMAT, "IDX %s file '%s' has data after the %zu bytes its "
                            "header announces (trailing garbage)", kind, path, bytes);
         goto err_free;
     }
-    int ret = gzclose(gz);
-    if (ret != Z_OK) {
-        status = ACX_ERROR(ACX_ERR_ZLIB, "gzclose of IDX file '%s' failed (zlib error %d)", path,
-                           ret);
-        goto err_free_only;
-    }
+    /* gzclose frees gz whatever it returns: no handle for the reason */
+    ACX_ZLIB_CHECK_GOTO(gzclose(gz), NULL, what, status, err_free_only);
     return ACX_OK;
 
 err_free:
@@ -159,6 +218,7 @@ err_free:
     f->data = NULL;
 err_close:
     gzclose(gz);
+err_out:
     return status;
 err_free_only:
     free(f->data);

@@ -683,6 +683,47 @@ static acx_status_t unknown_key_error(const char *where, const char *name, int a
                      known, hint);
 }
 
+/* ---- libyaml errors ---- */
+
+/* libyaml is used only in this file, so its checking macro lives here and
+ * not in runtime/base/error.h. A libyaml call returns 1 on success and 0 on
+ * failure, leaving the reason in the parser: the kind of error, libyaml's
+ * problem text, where the problem is and what it was parsing at the time.
+ * The message keeps that text, names the libyaml function and records the
+ * file:line of the call site (not of yaml_error). */
+static acx_status_t yaml_error(const yaml_parser_t *p, const char *path, const char *call,
+                               const char *file, int line) {
+    /* "yaml_parser_load(&parser, &doc)" -> "yaml_parser_load": the reader
+     * of a config error wants libyaml's function, not acx's variables. */
+    int name_len = (int)strcspn(call, "( ");
+    if (p->error == YAML_MEMORY_ERROR)
+        return acx_error_set(ACX_ERR_NO_MEMORY, file, line, "%s: libyaml ran out of memory (%.*s)",
+                             path, name_len, call);
+    if (p->error == YAML_NO_ERROR) /* not expected: libyaml sets error on every failure */
+        return acx_error_set(ACX_ERR_YAML, file, line, "%s: %.*s failed without a libyaml error",
+                             path, name_len, call);
+    const char *problem = p->problem ? p->problem : "unknown problem";
+    if (p->error == YAML_READER_ERROR)
+        return acx_error_set(ACX_ERR_YAML, file, line, "%s: YAML read error at byte %zu: %s (%.*s)",
+                             path, p->problem_offset, problem, name_len, call);
+    char context[160] = "";
+    if (p->context)
+        snprintf(context, sizeof context, " (%s at line %zu, column %zu)", p->context,
+                 p->context_mark.line + 1, p->context_mark.column + 1);
+    return acx_error_set(ACX_ERR_YAML, file, line, "%s:%zu:%zu: YAML syntax error: %s%s (%.*s)",
+                         path, p->problem_mark.line + 1, p->problem_mark.column + 1, problem,
+                         context, name_len, call);
+}
+
+/* `parser` is a yaml_parser_t *, `path` the file named in the message. */
+#define ACX_YAML_CHECK_GOTO(call, parser, path, status, label)                 \
+    do {                                                                       \
+        if (!(call)) {                                                         \
+            (status) = yaml_error((parser), (path), #call, __FILE__, __LINE__); \
+            goto label;                                                        \
+        }                                                                      \
+    } while (0)
+
 /* ---- the YAML file ---- */
 
 #define MAX_WARNINGS 32
@@ -1154,21 +1195,6 @@ static int is_accelerate_file(yaml_document_t *doc, yaml_node_t *root) {
     return 0;
 }
 
-static acx_status_t yaml_syntax_error(const yaml_parser_t *p, const char *path) {
-    if (p->error == YAML_MEMORY_ERROR)
-        return ACX_ERROR(ACX_ERR_NO_MEMORY, "%s: libyaml ran out of memory", path);
-    const char *problem = p->problem ? p->problem : "unknown problem";
-    if (p->error == YAML_READER_ERROR)
-        return ACX_ERROR(ACX_ERR_YAML, "%s: YAML read error at byte %zu: %s", path,
-                         p->problem_offset, problem);
-    char context[160] = "";
-    if (p->context)
-        snprintf(context, sizeof context, " (%s at line %zu, column %zu)", p->context,
-                 p->context_mark.line + 1, p->context_mark.column + 1);
-    return ACX_ERROR(ACX_ERR_YAML, "%s:%zu:%zu: YAML syntax error: %s%s", path,
-                     p->problem_mark.line + 1, p->problem_mark.column + 1, problem, context);
-}
-
 /* The document's top-level mapping: acx's keys as they come (first pass),
  * then, as a whole, the Accelerate keys met on the way (second pass). */
 static acx_status_t apply_document(yaml_document_t *doc, yaml_node_t *root, const char *path,
@@ -1199,7 +1225,8 @@ static acx_status_t read_config_file(const char *path, int explicit_, acx_resolv
         return ACX_ERROR(ACX_ERR_IO, "cannot open config file '%s': %s", path, strerror(errno));
     }
     struct stat st;
-    if (fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) {
+    ACX_SYS_CHECK_GOTO(fstat(fileno(f), &st), status, err_file);
+    if (S_ISDIR(st.st_mode)) {
         status = ACX_ERROR(ACX_ERR_IO, "config file '%s' is a directory", path);
         goto err_file;
     }
@@ -1211,15 +1238,10 @@ static acx_status_t read_config_file(const char *path, int explicit_, acx_resolv
 
     yaml_parser_t parser;
     yaml_document_t doc;
-    if (!yaml_parser_initialize(&parser)) {
-        status = ACX_ERROR(ACX_ERR_NO_MEMORY, "yaml_parser_initialize failed for '%s'", path);
-        goto err_file;
-    }
+    ACX_YAML_CHECK_GOTO(yaml_parser_initialize(&parser), &parser, path, status, err_file);
     yaml_parser_set_input_file(&parser, f);
-    if (!yaml_parser_load(&parser, &doc)) { /* libyaml frees doc on failure */
-        status = yaml_syntax_error(&parser, path);
-        goto err_parser;
-    }
+    /* libyaml frees doc when the load fails */
+    ACX_YAML_CHECK_GOTO(yaml_parser_load(&parser, &doc), &parser, path, status, err_parser);
 
     /* An empty file (or one with comments only) is an empty config. */
     yaml_node_t *root = yaml_document_get_root_node(&doc);
@@ -1238,10 +1260,7 @@ static acx_status_t read_config_file(const char *path, int explicit_, acx_resolv
     /* acx reads one document; a second one is more likely a mistake (two
      * configs pasted together) than something to ignore silently. */
     yaml_document_t extra;
-    if (!yaml_parser_load(&parser, &extra)) {
-        status = yaml_syntax_error(&parser, path);
-        goto err_doc;
-    }
+    ACX_YAML_CHECK_GOTO(yaml_parser_load(&parser, &extra), &parser, path, status, err_doc);
     yaml_node_t *extra_root = yaml_document_get_root_node(&extra);
     if (extra_root != NULL)
         status = ACX_ERROR(ACX_ERR_INVALID_CONFIG,

@@ -5,8 +5,9 @@
  * file:line, the failing call and the foreign library's own text); callers
  * only propagate the status (ACX_CHECK / ACX_CHECK_GOTO). One checking macro
  * per foreign library keeps the foreign message: ACX_MPI_CHECK and
- * ACX_SYS_CHECK here, ACX_H5_CHECK in io/h5.h, libyaml and zlib checks next
- * to their only callers.
+ * ACX_SYS_CHECK / ACX_SYS_ERRNUM_CHECK here, ACX_H5_CHECK in io/h5.h,
+ * ACX_YAML_CHECK_GOTO and ACX_ZLIB_CHECK_GOTO next to their only callers
+ * (runtime/base/config.c, io/idx.c).
  */
 #ifndef ACX_BASE_ERROR_H
 #define ACX_BASE_ERROR_H
@@ -64,11 +65,41 @@ acx_status_t acx_error_mpi(int ret, const char *call, const char *file, int line
         }                                                                      \
     } while (0)
 
-/* System calls returning -1 (or NULL through ACX_SYS_CHECK_PTR) with errno. */
+/* System calls that return -1 and set errno (open, rename, fstat, ...):
+ * record "<call> failed: <strerror(errno)>" at the caller's file:line with
+ * status ACX_ERR_SYSTEM. The call text is the whole expression, so write
+ * the call itself (or `fd = open(...)`) as the argument. */
 #define ACX_SYS_CHECK(call)                                                    \
     do {                                                                       \
         if ((call) == -1)                                                      \
             return ACX_ERROR(ACX_ERR_SYSTEM, "%s failed: %s", #call, strerror(errno)); \
+    } while (0)
+
+#define ACX_SYS_CHECK_GOTO(call, status, label)                                \
+    do {                                                                       \
+        if ((call) == -1) {                                                    \
+            (status) = ACX_ERROR(ACX_ERR_SYSTEM, "%s failed: %s", #call, strerror(errno)); \
+            goto label;                                                        \
+        }                                                                      \
+    } while (0)
+
+/* Calls that return an error number instead of setting errno (pthread_*,
+ * posix_memalign): 0 is success, anything else is the errno value. */
+#define ACX_SYS_ERRNUM_CHECK(call)                                             \
+    do {                                                                       \
+        int acx_sys_ret_ = (call);                                             \
+        if (acx_sys_ret_ != 0)                                                 \
+            return ACX_ERROR(ACX_ERR_SYSTEM, "%s failed: %s", #call, strerror(acx_sys_ret_)); \
+    } while (0)
+
+#define ACX_SYS_ERRNUM_CHECK_GOTO(call, status, label)                         \
+    do {                                                                       \
+        int acx_sys_ret_ = (call);                                             \
+        if (acx_sys_ret_ != 0) {                                               \
+            (status) = ACX_ERROR(ACX_ERR_SYSTEM, "%s failed: %s", #call,       \
+                                 strerror(acx_sys_ret_));                      \
+            goto label;                                                        \
+        }                                                                      \
     } while (0)
 
 /* Allocation that records ACX_ERR_NO_MEMORY with the byte count. */

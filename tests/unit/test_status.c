@@ -1,11 +1,13 @@
 /*
  * tests/unit/test_status.c — status strings, the per-thread last-error
- * message (format, path stripping, thread isolation), and the logger: line
+ * message (format, path stripping, thread isolation), the system-call
+ * checking macros on real failing calls, and the logger: line
  * format, level and subsystem filters, ACX_LOG_FILE, one line per write
  * under concurrent threads.
  *
  * Log output is captured by pointing fd 2 at a temporary file with dup2.
  */
+#include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -103,6 +105,66 @@ static int test_thread_error(void) {
     PASSED();
     return 0;
 error:
+    FAILED();
+    return 1;
+}
+
+/* ---- checking macros for system calls ---- */
+
+/* ACX_SYS_CHECK_GOTO around a real open(2) of a missing path; *line_p is
+ * the line of the check, which the message must name. */
+static acx_status_t open_missing(int *line_p, int *reached_label_p) {
+    acx_status_t status = ACX_OK;
+    int fd = -1;
+    *line_p = __LINE__ + 1;
+    ACX_SYS_CHECK_GOTO(fd = open("/nonexistent/acx-test/no-such-file", O_RDONLY), status, err_open);
+    close(fd);
+    return ACX_OK;
+err_open:
+    *reached_label_p = 1;
+    return status;
+}
+
+/* ACX_SYS_ERRNUM_CHECK_GOTO around posix_memalign with an alignment that is
+ * not a power of two: it returns EINVAL and leaves errno alone. */
+static acx_status_t memalign_bad(int *line_p, int *reached_label_p) {
+    acx_status_t status = ACX_OK;
+    void *p = NULL;
+    *line_p = __LINE__ + 1;
+    ACX_SYS_ERRNUM_CHECK_GOTO(posix_memalign(&p, 3 * sizeof(void *), 64), status, err_alloc);
+    free(p);
+    return ACX_OK;
+err_alloc:
+    *reached_label_p = 1;
+    return status;
+}
+
+static int test_sys_check(void) {
+    TESTING("ACX_SYS_(ERRNUM_)CHECK_GOTO: call, reason, file:line");
+    char want[256];
+    int line = 0, reached = 0;
+    acx_error_clear();
+    CHECK(open_missing(&line, &reached) == ACX_ERR_SYSTEM);
+    CHECK(reached == 1);
+    snprintf(want, sizeof want, "test_status.c:%d: ", line);
+    CHECK(strstr(acx_last_error(), want) != NULL);
+    CHECK(strstr(acx_last_error(),
+                 "fd = open(\"/nonexistent/acx-test/no-such-file\", O_RDONLY) failed: No "
+                 "such file or directory") != NULL);
+
+    line = reached = 0;
+    errno = ENOENT; /* must not be what the message reports */
+    CHECK(memalign_bad(&line, &reached) == ACX_ERR_SYSTEM);
+    CHECK(reached == 1);
+    snprintf(want, sizeof want, "test_status.c:%d: ", line);
+    CHECK(strstr(acx_last_error(), want) != NULL);
+    CHECK(strstr(acx_last_error(),
+                 "posix_memalign(&p, 3 * sizeof(void *), 64) failed: Invalid argument") != NULL);
+    acx_error_clear();
+    PASSED();
+    return 0;
+error:
+    fprintf(stderr, "last error: %s\n", acx_last_error());
     FAILED();
     return 1;
 }
@@ -370,6 +432,7 @@ int main(void) {
     failed += test_status_strings();
     failed += test_last_error();
     failed += test_thread_error();
+    failed += test_sys_check();
     failed += test_log_format_and_filters();
     failed += test_log_file();
     failed += test_log_threads();
