@@ -1,0 +1,97 @@
+/*
+ * io/checkpoint.h — the parallel HDF5 checkpoint file (library-private).
+ *
+ * io knows files, HDF5 and row selections; it does not know what a model or
+ * an optimizer is. The runtime (runtime/checkpoint.c) describes the state as
+ * a list of tensors — each a global shape plus the rows this rank writes or
+ * reads from a local buffer — and attributes; io writes them collectively
+ * and reads them back under any world size. Format: docs/checkpoint-format.md.
+ */
+#ifndef ACX_IO_CHECKPOINT_H
+#define ACX_IO_CHECKPOINT_H
+
+#include <stdint.h>
+
+#include "acx/model.h"
+#include "acx/status.h"
+#include "acx/types.h"
+#include "collectives/coll.h"
+
+#define ACX_CKPT_FORMAT "acx-checkpoint"
+#define ACX_CKPT_FORMAT_VERSION 1
+
+typedef enum acx_ckpt_attr_type {
+    ACX_CKPT_I64 = 0,
+    ACX_CKPT_F64 = 1,
+    ACX_CKPT_STR = 2
+} acx_ckpt_attr_type_t;
+
+/* A scalar attribute on a group ("/" or "/optimizer", created if needed). */
+typedef struct acx_ckpt_attr {
+    const char *object;
+    const char *name;
+    acx_ckpt_attr_type_t type;
+    int64_t i64;
+    double f64;
+    const char *str;
+} acx_ckpt_attr_t;
+
+/* One dataset, e.g. "/model/fc1.weight" (groups created as needed).
+ * The local buffer holds rows [buf_row0, buf_row0 + buf_rows) of the global
+ * tensor, row-major (a row = prod(shape[1..]) elements); this rank writes
+ * (save) or reads (load) rows [io_begin, io_end), which must lie inside the
+ * buffer's rows (an empty range is fine: the rank takes part with an empty
+ * selection). Datasets are identical on every rank except for buf/io rows. */
+typedef struct acx_ckpt_tensor {
+    const char *path;
+    acx_dtype_t dtype;
+    int ndim;
+    int64_t shape[ACX_MAX_DIMS];
+    void *buf;
+    int64_t buf_row0, buf_rows;
+    int64_t io_begin, io_end;
+} acx_ckpt_tensor_t;
+
+/* Write a checkpoint to `path`: create path's temporary sibling with the
+ * MPI-IO driver, collective metadata and transfers; write every attribute
+ * (each rank passes the same list) and every tensor's io rows; checksum
+ * every dataset; close, fsync, rename to `path`, fsync the directory.
+ * Collective over world; every rank returns the same status. A failure
+ * removes the temporary file and never touches an existing `path`. */
+acx_status_t acx_ckpt_save(acx_comm_t *world, const char *path, const acx_ckpt_tensor_t *tensors,
+                           int num_tensors, const acx_ckpt_attr_t *attrs, int num_attrs);
+
+typedef struct acx_ckpt_file acx_ckpt_file_t;
+
+/* Open a checkpoint for reading (collective over world; MPI-IO driver).
+ * Checks the format name and that format_version <= ACX_CKPT_FORMAT_VERSION.
+ * Errors: ACX_ERR_IO (missing), ACX_ERR_FORMAT (not HDF5, not an acx
+ * checkpoint, newer version: the messages say which), ACX_ERR_HDF5. */
+acx_status_t acx_ckpt_open(acx_comm_t *world, const char *path, acx_ckpt_file_t **file_p);
+void acx_ckpt_close(acx_ckpt_file_t *f);
+
+/* Attribute `name` of `object`; ACX_ERR_FORMAT naming both if absent or of
+ * another type. str: copied into buf[n]. */
+acx_status_t acx_ckpt_get_i64(acx_ckpt_file_t *f, const char *object, const char *name, int64_t *v_p);
+acx_status_t acx_ckpt_get_f64(acx_ckpt_file_t *f, const char *object, const char *name, double *v_p);
+acx_status_t acx_ckpt_get_str(acx_ckpt_file_t *f, const char *object, const char *name, char *buf,
+                              size_t n);
+/* Whether a group or dataset exists. */
+int acx_ckpt_exists(acx_ckpt_file_t *f, const char *path);
+
+/* Shape and dtype of a dataset; ACX_ERR_FORMAT naming it if absent. */
+acx_status_t acx_ckpt_shape(acx_ckpt_file_t *f, const char *path, int *ndim_p, int64_t *shape,
+                            acx_dtype_t *dtype_p);
+
+/* Read the io rows of each tensor (shape and dtype must match the file's:
+ * ACX_ERR_FORMAT naming the dataset, the file's and the expected shape).
+ * Checksums are verified (a mismatch is ACX_ERR_FORMAT naming the dataset).
+ * Collective over world (every rank passes the same datasets in the same
+ * order); every rank returns the same status. */
+acx_status_t acx_ckpt_read(acx_ckpt_file_t *f, const acx_ckpt_tensor_t *tensors, int num_tensors);
+
+/* Names of the datasets under a group (e.g. "/model"), in creation order;
+ * *names_p is one malloc'd block (free it with free()). */
+acx_status_t acx_ckpt_list(acx_ckpt_file_t *f, const char *group, int *count_p, char ***names_p);
+
+#endif /* ACX_IO_CHECKPOINT_H */
