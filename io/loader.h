@@ -25,4 +25,19 @@ acx_status_t acx_loader_close(acx_dataloader_t *loader);
  * loader the accelerator owns. NULL is a no-op. */
 void acx_loader_free(acx_dataloader_t *loader);
 
+/* ---- checkpoint state (runtime/checkpoint.c) ---- */
+
+/* Stand at batch `batch_index` of `epoch`, as if batch_index batches of that
+ * epoch had been returned: the next acx_dataloader_next returns batch
+ * batch_index, or ACX_END_OF_DATA when batch_index == num_batches (the
+ * position between the epoch's last batch and its end). Not collective.
+ * Errors: ACX_ERR_INVALID_ARG (epoch < 0, batch_index outside
+ * [0, num_batches]), ACX_ERR_STATE (closed). */
+acx_status_t acx_loader_set_position(acx_dataloader_t *loader, int64_t epoch, int64_t batch_index);
+
+/* Samples per global batch (per-rank batch x world size) and the seed of
+ * the shuffle: with the epoch and position, what fixes the data order. */
+int64_t acx_loader_global_batch(const acx_dataloader_t *loader);
+uint64_t acx_loader_seed(const acx_dataloader_t *loader);
+
 #endif /* ACX_IO_LOADER_H */

@@ -24,6 +24,7 @@
 #include "runtime/base/error.h"
 #include "runtime/base/log.h"
 #include "runtime/optim_kernels.h"
+#include "runtime/optim_state.h"
 #include "sharding/model.h"
 
 #define ACX_OPTIM_MAX_STATE 2
@@ -259,3 +260,43 @@ ACX_API acx_status_t acx_optimizer_set_lr(acx_optimizer_t *opt, double lr) {
 ACX_API int64_t acx_optimizer_num_steps(const acx_optimizer_t *opt) {
     return opt != NULL ? opt->num_steps : 0;
 }
+
+/* ---- checkpoint state (runtime/optim_state.h) ---- */
+
+const char *acx_optimizer_kind_name(const acx_optimizer_t *opt) { return kind_names[opt->kind]; }
+
+int acx_optimizer_num_state(const acx_optimizer_t *opt) { return opt->bound ? opt->num_state : 0; }
+
+const char *acx_optimizer_state_name(const acx_optimizer_t *opt, int i) {
+    if (i < 0 || i >= opt->num_state) return NULL;
+    if (opt->kind == ACX_OPTIM_SGD) return "momentum_buffer";
+    return i == 0 ? "exp_avg" : "exp_avg_sq";
+}
+
+float *acx_optimizer_state(acx_optimizer_t *opt, int i) {
+    return i >= 0 && i < opt->num_state ? opt->state[i] : NULL;
+}
+
+int acx_optimizer_hparams(const acx_optimizer_t *opt, const char **names, double *values, int max) {
+    static const char *const sgd_names[] = {"initial_lr", "momentum", "dampening", "weight_decay",
+                                            "nesterov"};
+    static const char *const adam_names[] = {"initial_lr", "beta1", "beta2", "eps", "weight_decay"};
+    const acx_sgd_hparams_t *s = &opt->sgd;
+    const acx_adam_hparams_t *a = &opt->adam;
+    int sgd = opt->kind == ACX_OPTIM_SGD;
+    const double v[5] = {sgd ? s->lr : a->lr, sgd ? s->momentum : a->beta1,
+                         sgd ? s->dampening : a->beta2, sgd ? s->weight_decay : a->eps,
+                         sgd ? (double)s->nesterov : a->weight_decay};
+    for (int i = 0; i < 5 && i < max; i++) {
+        names[i] = sgd ? sgd_names[i] : adam_names[i];
+        values[i] = v[i];
+    }
+    return 5;
+}
+
+void acx_optimizer_set_num_steps(acx_optimizer_t *opt, int64_t n) {
+    opt->num_steps = n;
+    opt->model->step = n;
+}
+
+acx_scheduler_t *acx_optimizer_scheduler(const acx_optimizer_t *opt) { return opt->sched; }

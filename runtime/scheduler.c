@@ -14,6 +14,7 @@
 
 #include "runtime/base/error.h"
 #include "runtime/optim_kernels.h"
+#include "runtime/optim_state.h"
 
 struct acx_scheduler {
     acx_optimizer_t *opt;
@@ -93,4 +94,27 @@ ACX_API double acx_scheduler_factor(const acx_scheduler_t *sched, int64_t s) {
     if (sched == NULL) return 0.0;
     return acx_schedule_factor(sched->kind, sched->warmup_steps, sched->total_steps,
                                sched->num_cycles, s);
+}
+
+/* ---- checkpoint state (runtime/optim_state.h) ---- */
+
+void acx_scheduler_get_state(const acx_scheduler_t *sched, acx_scheduler_state_t *state) {
+    *state = (acx_scheduler_state_t){
+        .kind = sched->kind,
+        .warmup_steps = sched->warmup_steps,
+        .total_steps = sched->total_steps,
+        .num_cycles = sched->num_cycles,
+        .base_lr = sched->base_lr,
+        .step = sched->step,
+    };
+}
+
+void acx_scheduler_set_position(acx_scheduler_t *sched, double base_lr, int64_t step) {
+    sched->base_lr = base_lr;
+    sched->step = step;
+}
+
+const char *acx_schedule_kind_name(int kind) {
+    static const char *const names[] = {"constant", "constant_with_warmup", "linear", "cosine"};
+    return kind >= ACX_SCHED_CONSTANT && kind <= ACX_SCHED_COSINE ? names[kind] : "none";
 }

@@ -13,5 +13,6 @@
 #include "acx/optim.h"
 #include "acx/data.h"
 #include "acx/collectives.h"
+#include "acx/checkpoint.h"
 
 #endif /* ACX_H */

@@ -1,0 +1,1083 @@
+/*
+ * runtime/checkpoint.c — the runtime side of checkpoints: what the training
+ * state is (model, optimizer and schedule, loader position, per-rank random
+ * streams, config, registered program state), where checkpoints go (the
+ * project's checkpoints/ directory, its `latest` pointer and retention), and
+ * how a loaded checkpoint is checked against and put back into the running
+ * program, under any world size. Also the per-rank random streams
+ * (acx_random_u64/uniform) and the program's registered state.
+ *
+ * What it leaves to others: the file itself — HDF5, collective I/O, the
+ * temporary file, fsync and rename, checksums — is io/checkpoint.c's; this
+ * file describes the state to it as tensors (a global shape, the rows of the
+ * local buffer, the rows to write or read) and attributes. Inspection,
+ * verification and export are io/ckpt_tools.c's; the layout is documented in
+ * docs/checkpoint-format.md.
+ *
+ * Layout written here:
+ *
+ *   /                 format "acx-checkpoint", format_version 1, step,
+ *                     micro_step, epoch, world_size, sharding_strategy,
+ *                     mixed_precision, acx_version, created (UTC ISO 8601)
+ *   /model/<param>                    fp32, the parameter's true shape
+ *   /optimizer        type, step, lr, the hyperparameters (torch's names)
+ *   /optimizer/<state>/<param>        fp32, the parameter's shape
+ *   /scheduler        kind ("none" without one), warmup_steps, total_steps,
+ *                     num_cycles, base_lr, step
+ *   /dataloader       epoch, position (batches consumed in the epoch), seed,
+ *                     global_batch, samples_consumed, num_batches, num_samples
+ *   /rng              int64 [world_size x 4]: seed, rank, counter, reserved
+ *   /config           yaml: the resolved config as YAML text
+ *   /user/<name>      the registered objects, shape [count]
+ *
+ * Who writes which rows. Each rank writes the rows of every parameter and
+ * optimizer state it is responsible for under the dim-0 rule (c =
+ * ceil(R/N), rank r writes [r*c, min(R,(r+1)*c))): under the sharded
+ * strategies those are the rows it owns; under NO_SHARD, where every rank
+ * holds all rows, it still writes only that slice, so the I/O is spread over
+ * the ranks. On load each rank reads exactly the rows it holds (all of them
+ * under NO_SHARD) — a different world size is only a different selection.
+ * The rows of /rng are one per rank; /user is written by rank 0 (the objects
+ * are identical on every rank) and read by all.
+ *
+ * Exact resume. Everything a step depends on is restored: parameters,
+ * optimizer state and step (Adam's bias correction, SGD's first-step
+ * momentum), the lr and the schedule's position, the loader's epoch and
+ * position (the data order is a function of seed, epoch and global batch
+ * only), the random counters and the accelerator's step counters. Saving
+ * is allowed only between optimizer steps, so no gradients are pending.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <mpi.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "acx/checkpoint.h"
+#include "io/checkpoint.h"
+#include "io/loader.h"
+#include "runtime/accelerator.h"
+#include "runtime/base/error.h"
+#include "runtime/base/log.h"
+#include "runtime/base/rng.h"
+#include "runtime/optim_state.h"
+#include "sharding/model.h"
+
+#define CKPT_PATH_MAX      4096
+#define CKPT_YAML_MAX      (64 * 1024)
+#define CKPT_USER_NAME_MAX 128
+#define CKPT_LIST_MAX      2048 /* the warning that lists what a non-strict load skipped */
+
+/* One registered object (acx_register_for_checkpointing). */
+struct acx_ckpt_entry {
+    char name[CKPT_USER_NAME_MAX];
+    acx_dtype_t dtype;
+    void *data;
+    int64_t count;
+};
+
+/* ---- registered program state ---- */
+
+static int user_name_ok(const char *name) {
+    size_t n = strlen(name);
+    if (n == 0 || n >= CKPT_USER_NAME_MAX) return 0;
+    for (const char *c = name; *c; c++)
+        if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
+              *c == '_' || *c == '.' || *c == '-'))
+            return 0;
+    return 1;
+}
+
+ACX_API acx_status_t acx_register_for_checkpointing(acx_accelerator_t *acc, const char *name,
+                                                    acx_dtype_t dtype, void *data, int64_t count) {
+    if (acc == NULL || name == NULL || data == NULL)
+        return ACX_ERROR(ACX_ERR_INVALID_ARG,
+                         "acx_register_for_checkpointing: acc, name and data must not be NULL");
+    if (!user_name_ok(name))
+        return ACX_ERROR(ACX_ERR_INVALID_ARG,
+                         "acx_register_for_checkpointing: invalid name '%.64s': expected 1 to %d "
+                         "characters of [A-Za-z0-9_.-]",
+                         name, CKPT_USER_NAME_MAX - 1);
+    if (acx_dtype_size(dtype) == 0)
+        return ACX_ERROR(ACX_ERR_INVALID_ARG,
+                         "acx_register_for_checkpointing: '%s': invalid dtype %d", name,
+                         (int)dtype);
+    if (count < 1)
+        return ACX_ERROR(
+            ACX_ERR_INVALID_ARG,
+            "acx_register_for_checkpointing: '%s': count %lld: expected >= 1 (a scalar "
+            "is count 1)",
+            name, (long long)count);
+    for (int i = 0; i < acc->num_ckpt_user; i++)
+        if (strcmp(acc->ckpt_user[i].name, name) == 0)
+            return ACX_ERROR(ACX_ERR_INVALID_ARG,
+                             "acx_register_for_checkpointing: '%s' is already registered", name);
+    if (acc->num_ckpt_user == acc->cap_ckpt_user) {
+        int nc = acc->cap_ckpt_user ? 2 * acc->cap_ckpt_user : 8;
+        struct acx_ckpt_entry *e = realloc(acc->ckpt_user, (size_t)nc * sizeof *e);
+        if (e == NULL)
+            return ACX_ERROR(ACX_ERR_NO_MEMORY,
+                             "cannot grow the list of registered checkpoint state");
+        acc->ckpt_user = e;
+        acc->cap_ckpt_user = nc;
+    }
+    struct acx_ckpt_entry *e = &acc->ckpt_user[acc->num_ckpt_user++];
+    snprintf(e->name, sizeof e->name, "%s", name);
+    e->dtype = dtype;
+    e->data = data;
+    e->count = count;
+    return ACX_OK;
+}
+
+void acx_checkpoint_free(acx_accelerator_t *acc) {
+    free(acc->ckpt_user);
+    acc->ckpt_user = NULL;
+    acc->num_ckpt_user = acc->cap_ckpt_user = 0;
+}
+
+/* ---- per-rank random streams ---- */
+
+/* The stream of this rank is Philox at (seed, ACX_RNG_USER, key = rank),
+ * one block per draw: draw k is block index k. The seed is the config's
+ * unless a checkpoint restored another (the stream continues where it was). */
+static uint64_t stream_seed(const acx_accelerator_t *acc) {
+    return acc->rng_restored ? acc->rng_seed : (uint64_t)acc->config.values.seed;
+}
+
+ACX_API uint64_t acx_random_u64(acx_accelerator_t *acc) {
+    if (acc == NULL) return 0;
+    uint32_t w[4];
+    acx_rng_block(stream_seed(acc), ACX_RNG_USER, (uint64_t)acc->rank, acc->rng_counter++, w);
+    return (uint64_t)w[0] << 32 | w[1];
+}
+
+ACX_API double acx_random_uniform(acx_accelerator_t *acc) {
+    if (acc == NULL) return 0.0;
+    uint32_t w[4];
+    acx_rng_block(stream_seed(acc), ACX_RNG_USER, (uint64_t)acc->rank, acc->rng_counter++, w);
+    return acx_rng_u01(w[0], w[1]);
+}
+
+/* ---- the save plan: tensors and attributes handed to io ---- */
+
+/* Everything acx_ckpt_save needs, with the strings it points to. Adding
+ * never fails loudly: the first allocation failure sets `failed`, checked
+ * once before the save. */
+typedef struct plan {
+    acx_ckpt_tensor_t *t;
+    int nt, cap_t;
+    acx_ckpt_attr_t *a;
+    int na, cap_a;
+    char **strs;
+    int ns, cap_s;
+    int failed;
+} plan_t;
+
+static int grow(void **arr, int *cap, int n, size_t elem) {
+    if (n < *cap) return 0;
+    int nc = *cap ? 2 * *cap : 32;
+    void *p = realloc(*arr, (size_t)nc * elem);
+    if (p == NULL) return -1;
+    *arr = p;
+    *cap = nc;
+    return 0;
+}
+
+/* A formatted string owned by the plan (NULL after a failure). */
+static const char *plan_str(plan_t *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static const char *plan_str(plan_t *p, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    char *s = n >= 0 ? malloc((size_t)n + 1) : NULL;
+    if (s == NULL || grow((void **)&p->strs, &p->cap_s, p->ns, sizeof *p->strs) != 0) {
+        free(s);
+        p->failed = 1;
+        return NULL;
+    }
+    va_start(ap, fmt);
+    vsnprintf(s, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    p->strs[p->ns++] = s;
+    return s;
+}
+
+static void plan_tensor(plan_t *p, const acx_ckpt_tensor_t *t) {
+    if (t->path == NULL || grow((void **)&p->t, &p->cap_t, p->nt, sizeof *p->t) != 0) {
+        p->failed = 1;
+        return;
+    }
+    p->t[p->nt++] = *t;
+}
+
+static void plan_attr(plan_t *p, const char *object, const char *name, acx_ckpt_attr_type_t type,
+                      int64_t i64, double f64, const char *str) {
+    if ((type == ACX_CKPT_STR && str == NULL) ||
+        grow((void **)&p->a, &p->cap_a, p->na, sizeof *p->a) != 0) {
+        p->failed = 1;
+        return;
+    }
+    p->a[p->na++] = (acx_ckpt_attr_t){
+        .object = object, .name = name, .type = type, .i64 = i64, .f64 = f64, .str = str};
+}
+
+static void plan_i64(plan_t *p, const char *object, const char *name, int64_t v) {
+    plan_attr(p, object, name, ACX_CKPT_I64, v, 0.0, NULL);
+}
+static void plan_f64(plan_t *p, const char *object, const char *name, double v) {
+    plan_attr(p, object, name, ACX_CKPT_F64, 0, v, NULL);
+}
+static void plan_strattr(plan_t *p, const char *object, const char *name, const char *v) {
+    plan_attr(p, object, name, ACX_CKPT_STR, 0, 0.0, v);
+}
+
+static void plan_free(plan_t *p) {
+    for (int i = 0; i < p->ns; i++)
+        free(p->strs[i]);
+    free(p->strs);
+    free(p->t);
+    free(p->a);
+}
+
+/* A tensor laid out like model->master (a parameter or one optimizer state
+ * of it): the local buffer holds the parameter's rows [row_begin, row_end)
+ * at shard_offset of `base`. */
+static acx_ckpt_tensor_t shard_tensor(const char *path, const acx_param_t *p, float *base) {
+    acx_ckpt_tensor_t t = {.path = path,
+                           .dtype = ACX_DTYPE_FLOAT32,
+                           .ndim = p->ndim,
+                           .buf = base + p->shard_offset,
+                           .buf_row0 = p->row_begin,
+                           .buf_rows = p->row_end - p->row_begin};
+    for (int d = 0; d < p->ndim; d++)
+        t.shape[d] = p->shape[d];
+    return t;
+}
+
+/* Rows this rank writes: the dim-0 rule's slice when it holds every row
+ * (NO_SHARD: the replicas split the writing), else the rows it owns. */
+static void save_rows(const acx_accelerator_t *acc, acx_ckpt_tensor_t *t, const acx_param_t *p) {
+    if (p->row_begin == 0 && p->row_end == p->rows)
+        acx_shard_rows(p->rows, acc->rank, acc->world_size, &t->io_begin, &t->io_end);
+    else {
+        t->io_begin = p->row_begin;
+        t->io_end = p->row_end;
+    }
+}
+
+/* ---- directory, `latest` and retention (rank 0) ---- */
+
+static acx_status_t mkdir_p(const char *dir) {
+    char buf[CKPT_PATH_MAX];
+    if (snprintf(buf, sizeof buf, "%s", dir) >= (int)sizeof buf)
+        return ACX_ERROR(ACX_ERR_INVALID_ARG, "checkpoint directory path '%.64s...' is too long",
+                         dir);
+    for (char *s = buf + 1;; s++) {
+        if (*s != '/' && *s != '\0') continue;
+        char c = *s;
+        *s = '\0';
+        if (mkdir(buf, 0777) != 0 && errno != EEXIST)
+            return ACX_ERROR(ACX_ERR_IO, "cannot create checkpoint directory '%s': %s", buf,
+                             strerror(errno));
+        *s = c;
+        if (c == '\0') break;
+    }
+    struct stat st;
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+        return ACX_ERROR(ACX_ERR_IO, "checkpoint directory '%s' is not a directory", dir);
+    if (access(dir, W_OK | X_OK) != 0)
+        return ACX_ERROR(ACX_ERR_IO, "checkpoint directory '%s' is not writable: %s", dir,
+                         strerror(errno));
+    return ACX_OK;
+}
+
+static acx_status_t fsync_dir(const char *dir) {
+    int fd = open(dir, O_RDONLY | O_DIRECTORY);
+    if (fd < 0)
+        return ACX_ERROR(ACX_ERR_SYSTEM, "open of directory '%s' for fsync failed: %s", dir,
+                         strerror(errno));
+    int ret = fsync(fd);
+    int err = errno;
+    close(fd);
+    if (ret != 0)
+        return ACX_ERROR(ACX_ERR_SYSTEM, "fsync of directory '%s' failed: %s", dir, strerror(err));
+    return ACX_OK;
+}
+
+/* Point dir/latest at `name`: write latest.tmp, fsync, rename, fsync the
+ * directory — a crash leaves either the old or the new pointer, never a
+ * torn one. */
+static acx_status_t write_latest(const char *dir, const char *name) {
+    char tmp[CKPT_PATH_MAX], dst[CKPT_PATH_MAX];
+    snprintf(tmp, sizeof tmp, "%s/latest.tmp", dir);
+    snprintf(dst, sizeof dst, "%s/latest", dir);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0666);
+    if (fd < 0) return ACX_ERROR(ACX_ERR_IO, "cannot create '%s': %s", tmp, strerror(errno));
+    char line[CKPT_PATH_MAX + 2];
+    int n = snprintf(line, sizeof line, "%s\n", name);
+    ssize_t w = write(fd, line, (size_t)n);
+    int err = errno;
+    if (w != n || fsync(fd) != 0) {
+        if (w == n) err = errno;
+        close(fd);
+        unlink(tmp);
+        return ACX_ERROR(ACX_ERR_IO, "cannot write '%s': %s", tmp,
+                         w == n || w < 0 ? strerror(err) : "short write");
+    }
+    if (close(fd) != 0) {
+        err = errno;
+        unlink(tmp);
+        return ACX_ERROR(ACX_ERR_IO, "cannot close '%s': %s", tmp, strerror(err));
+    }
+    if (rename(tmp, dst) != 0) {
+        err = errno;
+        unlink(tmp);
+        return ACX_ERROR(ACX_ERR_IO, "cannot rename '%s' to '%s': %s", tmp, dst, strerror(err));
+    }
+    return fsync_dir(dir);
+}
+
+/* The step of a checkpoint file name "step_<digits>.h5", or -1 for any other
+ * name (temporary files, `latest`, the program's own files). */
+static int64_t step_of_name(const char *name) {
+    if (strncmp(name, "step_", 5) != 0) return -1;
+    const char *s = name + 5;
+    int64_t v = 0;
+    int digits = 0;
+    for (; *s >= '0' && *s <= '9'; s++, digits++) {
+        if (v > (INT64_MAX - 9) / 10) return -1;
+        v = 10 * v + (*s - '0');
+    }
+    return digits > 0 && strcmp(s, ".h5") == 0 ? v : -1;
+}
+
+static int cmp_step_desc(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* checkpoint.total_limit K: keep the file just written and the K-1 newest
+ * (by step) others; delete the rest. Runs only after the new file and
+ * `latest` are complete, so a crash here costs at most some deletions. A
+ * file that cannot be deleted is a warning: the save itself succeeded. */
+static acx_status_t apply_retention(const char *dir, int64_t keep_step, int limit) {
+    DIR *d = opendir(dir);
+    if (d == NULL)
+        return ACX_ERROR(ACX_ERR_IO, "cannot list checkpoint directory '%s': %s", dir,
+                         strerror(errno));
+    int64_t *steps = NULL;
+    int n = 0, cap = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        int64_t s = step_of_name(e->d_name);
+        if (s < 0 || s == keep_step) continue;
+        if (grow((void **)&steps, &cap, n, sizeof *steps) != 0) {
+            closedir(d);
+            free(steps);
+            return ACX_ERROR(ACX_ERR_NO_MEMORY, "retention: out of memory listing '%s'", dir);
+        }
+        steps[n++] = s;
+    }
+    closedir(d);
+    qsort(steps, (size_t)n, sizeof *steps, cmp_step_desc);
+    for (int i = limit - 1; i < n; i++) {
+        char path[CKPT_PATH_MAX];
+        snprintf(path, sizeof path, "%s/step_%08lld.h5", dir, (long long)steps[i]);
+        if (unlink(path) != 0 && errno != ENOENT)
+            ACX_WARN(ACX_SUBSYS_IO,
+                     "checkpoint.total_limit %d: cannot delete old checkpoint '%s': %s", limit,
+                     path, strerror(errno));
+        else
+            ACX_DEBUG(ACX_SUBSYS_IO, "checkpoint.total_limit %d: deleted '%s'", limit, path);
+    }
+    free(steps);
+    return ACX_OK;
+}
+
+/* ---- save ---- */
+
+static acx_status_t check_between_steps(const acx_accelerator_t *acc, const char *fn) {
+    if (acc->model == NULL) return ACX_ERROR(ACX_ERR_STATE, "%s before acx_prepare", fn);
+    if (acc->in_micro_step || acc->micro_since_sync != 0)
+        return ACX_ERROR(
+            ACX_ERR_STATE,
+            "%s inside a gradient accumulation window (micro-step %lld, %d micro-step(s) "
+            "of gradients pending): call it between optimizer steps",
+            fn, (long long)acc->micro_step, acc->micro_since_sync);
+    return ACX_OK;
+}
+
+/* Text that must be the same on every rank (the attribute list is): rank
+ * 0's creation time and config YAML. Collective. */
+static acx_status_t shared_text(acx_accelerator_t *acc, char created[32], char *yaml) {
+    if (acc->rank == 0) {
+        time_t now = time(NULL);
+        struct tm tm;
+        gmtime_r(&now, &tm);
+        strftime(created, 32, "%Y-%m-%dT%H:%M:%SZ", &tm);
+        acx_config_to_yaml(&acc->config, yaml, CKPT_YAML_MAX);
+    }
+    ACX_MPI_CHECK(MPI_Bcast(created, 32, MPI_CHAR, 0, acc->world->mpi));
+    ACX_MPI_CHECK(MPI_Bcast(yaml, CKPT_YAML_MAX, MPI_CHAR, 0, acc->world->mpi));
+    created[31] = yaml[CKPT_YAML_MAX - 1] = '\0';
+    return ACX_OK;
+}
+
+/* Describe the whole state. rng_row: this rank's /rng row (kept alive by
+ * the caller). */
+static acx_status_t build_plan(acx_accelerator_t *acc, plan_t *p, const char *created,
+                               const char *yaml, int64_t rng_row[4]) {
+    acx_model_t *m = acc->model;
+    acx_optimizer_t *opt = acc->optimizer;
+    acx_dataloader_t *l = acc->loader;
+    const acx_config_t *c = &acc->config.values;
+
+    for (int i = 0; i < m->num_params; i++)
+        if (strchr(m->params[i]->name, '/') != NULL)
+            return ACX_ERROR(ACX_ERR_INVALID_ARG,
+                             "cannot checkpoint parameter '%s': '/' separates HDF5 groups, so a "
+                             "parameter name in a checkpoint cannot contain it",
+                             m->params[i]->name);
+
+    /* root: io checks format and format_version when it opens a file */
+    plan_strattr(p, "/", "format", ACX_CKPT_FORMAT);
+    plan_i64(p, "/", "format_version", ACX_CKPT_FORMAT_VERSION);
+    plan_i64(p, "/", "step", acc->step);
+    plan_i64(p, "/", "micro_step", acc->micro_step);
+    plan_i64(p, "/", "epoch", l != NULL ? acx_dataloader_epoch(l) : 0);
+    plan_i64(p, "/", "world_size", acc->world_size);
+    plan_strattr(p, "/", "sharding_strategy", acx_sharding_strategy_name(c->sharding_strategy));
+    plan_strattr(p, "/", "mixed_precision", acx_mixed_precision_name(c->mixed_precision));
+    plan_strattr(p, "/", "acx_version", acx_version());
+    plan_strattr(p, "/", "created", created);
+
+    /* model */
+    for (int i = 0; i < m->num_params; i++) {
+        acx_param_t *prm = m->params[i];
+        acx_ckpt_tensor_t t = shard_tensor(plan_str(p, "/model/%s", prm->name), prm, m->master);
+        save_rows(acc, &t, prm);
+        plan_tensor(p, &t);
+    }
+
+    /* optimizer and schedule */
+    if (opt != NULL) {
+        plan_strattr(p, "/optimizer", "type", acx_optimizer_kind_name(opt));
+        plan_i64(p, "/optimizer", "step", acx_optimizer_num_steps(opt));
+        plan_f64(p, "/optimizer", "lr", acx_optimizer_lr(opt));
+        const char *names[ACX_OPTIM_MAX_HPARAMS];
+        double values[ACX_OPTIM_MAX_HPARAMS];
+        int nh = acx_optimizer_hparams(opt, names, values, ACX_OPTIM_MAX_HPARAMS);
+        for (int h = 0; h < nh && h < ACX_OPTIM_MAX_HPARAMS; h++)
+            plan_f64(p, "/optimizer", names[h], values[h]);
+        for (int s = 0; s < acx_optimizer_num_state(opt); s++) {
+            const char *sname = acx_optimizer_state_name(opt, s);
+            for (int i = 0; i < m->num_params; i++) {
+                acx_param_t *prm = m->params[i];
+                acx_ckpt_tensor_t t =
+                    shard_tensor(plan_str(p, "/optimizer/%s/%s", sname, prm->name), prm,
+                                 acx_optimizer_state(opt, s));
+                save_rows(acc, &t, prm);
+                plan_tensor(p, &t);
+            }
+        }
+        acx_scheduler_t *sched = acx_optimizer_scheduler(opt);
+        if (sched != NULL) {
+            acx_scheduler_state_t st;
+            acx_scheduler_get_state(sched, &st);
+            plan_strattr(p, "/scheduler", "kind", acx_schedule_kind_name(st.kind));
+            plan_i64(p, "/scheduler", "warmup_steps", st.warmup_steps);
+            plan_i64(p, "/scheduler", "total_steps", st.total_steps);
+            plan_f64(p, "/scheduler", "num_cycles", st.num_cycles);
+            plan_f64(p, "/scheduler", "base_lr", st.base_lr);
+            plan_i64(p, "/scheduler", "step", st.step);
+        } else {
+            plan_strattr(p, "/scheduler", "kind", "none");
+        }
+    }
+
+    /* data loader: the data order is fixed by (seed, epoch, global batch) */
+    if (l != NULL) {
+        int64_t pos = acx_dataloader_position(l), g = acx_loader_global_batch(l);
+        plan_i64(p, "/dataloader", "epoch", acx_dataloader_epoch(l));
+        plan_i64(p, "/dataloader", "position", pos);
+        plan_i64(p, "/dataloader", "seed", (int64_t)acx_loader_seed(l));
+        plan_i64(p, "/dataloader", "global_batch", g);
+        plan_i64(p, "/dataloader", "samples_consumed", pos * g);
+        plan_i64(p, "/dataloader", "num_batches", acx_dataloader_num_batches(l));
+        plan_i64(p, "/dataloader", "num_samples", acx_dataloader_num_samples(l));
+    }
+
+    /* random streams: row r is rank r's (seed, rank, counter, reserved) */
+    rng_row[0] = (int64_t)stream_seed(acc);
+    rng_row[1] = acc->rank;
+    rng_row[2] = (int64_t)acc->rng_counter;
+    rng_row[3] = 0;
+    plan_tensor(p, &(acx_ckpt_tensor_t){.path = "/rng",
+                                        .dtype = ACX_DTYPE_INT64,
+                                        .ndim = 2,
+                                        .shape = {acc->world_size, 4},
+                                        .buf = rng_row,
+                                        .buf_row0 = acc->rank,
+                                        .buf_rows = 1,
+                                        .io_begin = acc->rank,
+                                        .io_end = acc->rank + 1});
+
+    plan_strattr(p, "/config", "yaml", yaml);
+
+    /* registered state: identical on every rank, written by rank 0 */
+    for (int i = 0; i < acc->num_ckpt_user; i++) {
+        struct acx_ckpt_entry *e = &acc->ckpt_user[i];
+        plan_tensor(p, &(acx_ckpt_tensor_t){.path = plan_str(p, "/user/%s", e->name),
+                                            .dtype = e->dtype,
+                                            .ndim = 1,
+                                            .shape = {e->count},
+                                            .buf = e->data,
+                                            .buf_row0 = 0,
+                                            .buf_rows = e->count,
+                                            .io_begin = 0,
+                                            .io_end = acc->rank == 0 ? e->count : 0});
+    }
+    if (p->failed) return ACX_ERROR(ACX_ERR_NO_MEMORY, "out of memory describing the checkpoint");
+    return ACX_OK;
+}
+
+ACX_API acx_status_t acx_save_state(acx_accelerator_t *acc, const char *path) {
+    if (acc == NULL) return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_save_state: acc is NULL");
+    ACX_CHECK(check_between_steps(acc, "acx_save_state"));
+    acx_status_t status = ACX_OK;
+    plan_t plan = {0};
+    char created[32] = "", dir[CKPT_PATH_MAX] = "", name[64] = "", file[CKPT_PATH_MAX];
+    char *yaml = acx_calloc(1, CKPT_YAML_MAX, "checkpoint config text");
+    int64_t rng_row[4];
+
+    /* every rank's part of the description, then the agreed outcome */
+    if (yaml == NULL) status = ACX_ERR_NO_MEMORY;
+    if (status == ACX_OK && path == NULL) {
+        snprintf(dir, sizeof dir, "%s/checkpoints", acc->config.values.project_dir);
+        snprintf(name, sizeof name, "step_%08lld.h5", (long long)acc->step);
+        if (acc->rank == 0) status = mkdir_p(dir);
+    }
+    snprintf(file, sizeof file, "%s%s%s", path != NULL ? path : dir, path != NULL ? "" : "/", name);
+    ACX_CHECK_GOTO(acx_coll_agree(acc->world, status), status, out);
+    ACX_CHECK_GOTO(shared_text(acc, created, yaml), status, out);
+    status = build_plan(acc, &plan, created, yaml, rng_row);
+    ACX_CHECK_GOTO(acx_coll_agree(acc->world, status), status, out);
+
+    ACX_CHECK_GOTO(acx_ckpt_save(acc->world, file, plan.t, plan.nt, plan.a, plan.na), status, out);
+
+    /* auto naming: the pointer, then retention, only once the file is complete */
+    if (path == NULL && acc->rank == 0) {
+        status = write_latest(dir, name);
+        int limit = acc->config.values.checkpoint.total_limit;
+        if (status == ACX_OK && limit > 0) status = apply_retention(dir, acc->step, limit);
+    }
+    if (path == NULL) ACX_CHECK_GOTO(acx_coll_agree(acc->world, status), status, out);
+    if (acc->rank == 0)
+        ACX_INFO(ACX_SUBSYS_IO, "saved checkpoint '%s' (step %lld, %d rank(s), %d datasets)", file,
+                 (long long)acc->step, acc->world_size, plan.nt);
+out:
+    plan_free(&plan);
+    free(yaml);
+    return status;
+}
+
+acx_status_t acx_checkpoint_step_end(acx_accelerator_t *acc) {
+    int64_t every = acc->config.values.checkpoint.save_every_steps;
+    if (every <= 0 || acc->model == NULL || acc->step % every != 0) return ACX_OK;
+    return acx_save_state(acc, NULL);
+}
+
+/* ---- load: which file ---- */
+
+/* dir/latest names the newest complete checkpoint (a file name in dir). */
+static acx_status_t read_latest(const char *dir, char *file, size_t n) {
+    char lpath[CKPT_PATH_MAX], line[CKPT_PATH_MAX];
+    snprintf(lpath, sizeof lpath, "%s/latest", dir);
+    FILE *f = fopen(lpath, "r");
+    if (f == NULL)
+        return ACX_ERROR(ACX_ERR_IO,
+                         "no checkpoint to load in '%s': cannot open '%s' (%s; nothing saved there "
+                         "yet?)",
+                         dir, lpath, strerror(errno));
+    char *got = fgets(line, sizeof line, f);
+    fclose(f);
+    size_t len = got != NULL ? strcspn(line, "\r\n") : 0;
+    line[len] = '\0';
+    if (len == 0)
+        return ACX_ERROR(ACX_ERR_FORMAT, "'%s' is empty: expected the name of a checkpoint file",
+                         lpath);
+    if (line[0] == '/')
+        snprintf(file, n, "%s", line);
+    else
+        snprintf(file, n, "%s/%s", dir, line);
+    return ACX_OK;
+}
+
+/* The checkpoint file `path` means (rank 0 decides; every rank gets its
+ * answer). Collective. */
+static acx_status_t resolve_load_path(acx_accelerator_t *acc, const char *path,
+                                      char file[CKPT_PATH_MAX]) {
+    acx_status_t status = ACX_OK;
+    if (acc->rank == 0) {
+        struct stat st;
+        if (path == NULL || strcmp(path, "latest") == 0) {
+            char dir[CKPT_PATH_MAX];
+            snprintf(dir, sizeof dir, "%s/checkpoints", acc->config.values.project_dir);
+            status = read_latest(dir, file, CKPT_PATH_MAX);
+        } else if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+            status = read_latest(path, file, CKPT_PATH_MAX);
+        } else {
+            snprintf(file, CKPT_PATH_MAX, "%s", path);
+        }
+    }
+    ACX_CHECK(acx_coll_agree(acc->world, status));
+    ACX_MPI_CHECK(MPI_Bcast(file, CKPT_PATH_MAX, MPI_CHAR, 0, acc->world->mpi));
+    file[CKPT_PATH_MAX - 1] = '\0';
+    return ACX_OK;
+}
+
+/* ---- load: checking the file against the program ---- */
+
+/* What did not match. Strict loads stop at the first; non-strict loads
+ * collect them for one warning. Every rank computes the same list (same
+ * file, same program), so no agreement is needed for it. */
+typedef struct mismatches {
+    int count;
+    char first[1024];
+    char list[CKPT_LIST_MAX];
+} mismatches_t;
+
+static void mismatch(mismatches_t *mm, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void mismatch(mismatches_t *mm, const char *fmt, ...) {
+    char line[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    if (mm->count++ == 0) snprintf(mm->first, sizeof mm->first, "%s", line);
+    size_t used = strlen(mm->list);
+    if (used + 8 < sizeof mm->list)
+        snprintf(mm->list + used, sizeof mm->list - used, "%s%s", used ? "; " : "", line);
+}
+
+static void shape_text(char *buf, size_t n, int ndim, const int64_t *shape, acx_dtype_t dtype) {
+    size_t used = (size_t)snprintf(buf, n, "[");
+    for (int d = 0; d < ndim && used < n; d++)
+        used +=
+            (size_t)snprintf(buf + used, n - used, "%s%lld", d ? " x " : "", (long long)shape[d]);
+    if (used < n) snprintf(buf + used, n - used, "] %s", acx_dtype_name(dtype));
+}
+
+/* Does dataset `path` exist with exactly this shape and dtype? Records a
+ * mismatch (what: "parameter 'fc1.weight'") and returns 0 if not. */
+static int dataset_matches(acx_ckpt_file_t *f, mismatches_t *mm, const char *path, const char *what,
+                           int ndim, const int64_t *shape, acx_dtype_t dtype) {
+    int fnd = 0;
+    int64_t fshape[ACX_MAX_DIMS];
+    acx_dtype_t fdt;
+    if (!acx_ckpt_exists(f, path)) {
+        mismatch(mm, "%s is not in the checkpoint (no dataset %s)", what, path);
+        return 0;
+    }
+    if (acx_ckpt_shape(f, path, &fnd, fshape, &fdt) != ACX_OK) {
+        mismatch(mm, "%s: %s", what, acx_last_error());
+        return 0;
+    }
+    int same = fnd == ndim && fdt == dtype;
+    for (int d = 0; same && d < ndim; d++)
+        same = fshape[d] == shape[d];
+    if (!same) {
+        char a[256], b[256];
+        shape_text(a, sizeof a, fnd, fshape, fdt);
+        shape_text(b, sizeof b, ndim, shape, dtype);
+        mismatch(mm, "%s: the checkpoint's %s is %s, the program's is %s", what, path, a, b);
+    }
+    return same;
+}
+
+/* Datasets in `group` of the file that the program has no counterpart for
+ * (has(name) == 0): unexpected entries, as torch's strict load reports. */
+static acx_status_t check_unexpected(acx_ckpt_file_t *f, mismatches_t *mm, const char *group,
+                                     const char *what,
+                                     int (*has)(const acx_accelerator_t *, const char *),
+                                     const acx_accelerator_t *acc) {
+    if (!acx_ckpt_exists(f, group)) return ACX_OK;
+    int n = 0;
+    char **names = NULL;
+    ACX_CHECK(acx_ckpt_list(f, group, &n, &names));
+    for (int i = 0; i < n; i++)
+        if (!has(acc, names[i]))
+            mismatch(
+                mm, "the checkpoint's %s/%s has no counterpart in the program (no %s of that name)",
+                group, names[i], what);
+    free(names);
+    return ACX_OK;
+}
+
+static int has_param(const acx_accelerator_t *acc, const char *name) {
+    for (int i = 0; i < acc->model->num_params; i++)
+        if (strcmp(acc->model->params[i]->name, name) == 0) return 1;
+    return 0;
+}
+
+static int has_user(const acx_accelerator_t *acc, const char *name) {
+    for (int i = 0; i < acc->num_ckpt_user; i++)
+        if (strcmp(acc->ckpt_user[i].name, name) == 0) return 1;
+    return 0;
+}
+
+/* The tensors to read and the scalar state to restore once they are in. */
+typedef struct restore {
+    plan_t plan;
+    mismatches_t mm;
+    int64_t step, micro_step, saved_world;
+    /* optimizer */
+    int have_opt;
+    int64_t opt_step;
+    double opt_lr;
+    /* schedule */
+    int have_sched;
+    double sched_base_lr;
+    int64_t sched_step;
+    /* loader */
+    int have_loader;
+    int64_t epoch, position;
+    /* rng: this rank's row, if the saving run had this rank */
+    int have_rng;
+    int64_t rng_row[4];
+} restore_t;
+
+/* Parameters: the model's against /model. */
+static acx_status_t plan_model(acx_accelerator_t *acc, acx_ckpt_file_t *f, restore_t *r, int *ok) {
+    acx_model_t *m = acc->model;
+    for (int i = 0; i < m->num_params; i++) {
+        acx_param_t *p = m->params[i];
+        char what[ACX_MAX_NAME + 16];
+        snprintf(what, sizeof what, "parameter '%s'", p->name);
+        const char *path = plan_str(&r->plan, "/model/%s", p->name);
+        if (path == NULL) return ACX_ERROR(ACX_ERR_NO_MEMORY, "out of memory planning the load");
+        ok[i] = dataset_matches(f, &r->mm, path, what, p->ndim, p->shape, ACX_DTYPE_FLOAT32);
+        if (!ok[i]) continue;
+        acx_ckpt_tensor_t t = shard_tensor(path, p, m->master);
+        t.io_begin = p->row_begin; /* every row this rank holds */
+        t.io_end = p->row_end;
+        plan_tensor(&r->plan, &t);
+    }
+    return check_unexpected(f, &r->mm, "/model", "parameter", has_param, acc);
+}
+
+static void compare_hparams(acx_accelerator_t *acc, acx_ckpt_file_t *f, acx_optimizer_t *opt) {
+    const char *names[ACX_OPTIM_MAX_HPARAMS];
+    double values[ACX_OPTIM_MAX_HPARAMS];
+    int nh = acx_optimizer_hparams(opt, names, values, ACX_OPTIM_MAX_HPARAMS);
+    for (int h = 0; h < nh && h < ACX_OPTIM_MAX_HPARAMS; h++) {
+        double v;
+        if (acx_ckpt_get_f64(f, "/optimizer", names[h], &v) == ACX_OK && v != values[h] &&
+            acc->rank == 0)
+            ACX_WARN(
+                ACX_SUBSYS_IO,
+                "checkpoint optimizer %s = %g, the program's is %g: the program's value is kept",
+                names[h], v, values[h]);
+    }
+}
+
+/* Optimizer state, step and lr; the schedule's position. */
+static acx_status_t plan_optimizer(acx_accelerator_t *acc, acx_ckpt_file_t *f, restore_t *r,
+                                   const int *param_ok) {
+    acx_optimizer_t *opt = acc->optimizer;
+    acx_model_t *m = acc->model;
+    if (opt == NULL) return ACX_OK;
+    char type[64];
+    if (!acx_ckpt_exists(f, "/optimizer") ||
+        acx_ckpt_get_str(f, "/optimizer", "type", type, sizeof type) != ACX_OK) {
+        mismatch(&r->mm,
+                 "the checkpoint has no optimizer state (the program's %s optimizer starts fresh)",
+                 acx_optimizer_kind_name(opt));
+        return ACX_OK;
+    }
+    if (strcmp(type, acx_optimizer_kind_name(opt)) != 0) {
+        mismatch(&r->mm,
+                 "the checkpoint's optimizer is %s, the program's %s (its state is not loaded)",
+                 type, acx_optimizer_kind_name(opt));
+        return ACX_OK;
+    }
+    ACX_CHECK(acx_ckpt_get_i64(f, "/optimizer", "step", &r->opt_step));
+    ACX_CHECK(acx_ckpt_get_f64(f, "/optimizer", "lr", &r->opt_lr));
+    r->have_opt = 1;
+    compare_hparams(acc, f, opt);
+    for (int s = 0; s < acx_optimizer_num_state(opt); s++) {
+        const char *sname = acx_optimizer_state_name(opt, s);
+        for (int i = 0; i < m->num_params; i++) {
+            acx_param_t *p = m->params[i];
+            if (!param_ok[i]) continue; /* already reported */
+            char what[ACX_MAX_NAME + 64];
+            snprintf(what, sizeof what, "optimizer state %s of '%s'", sname, p->name);
+            const char *path = plan_str(&r->plan, "/optimizer/%s/%s", sname, p->name);
+            if (path == NULL)
+                return ACX_ERROR(ACX_ERR_NO_MEMORY, "out of memory planning the load");
+            if (!dataset_matches(f, &r->mm, path, what, p->ndim, p->shape, ACX_DTYPE_FLOAT32))
+                continue;
+            acx_ckpt_tensor_t t = shard_tensor(path, p, acx_optimizer_state(opt, s));
+            t.io_begin = p->row_begin;
+            t.io_end = p->row_end;
+            plan_tensor(&r->plan, &t);
+        }
+    }
+
+    acx_scheduler_t *sched = acx_optimizer_scheduler(opt);
+    char kind[64] = "none";
+    if (acx_ckpt_exists(f, "/scheduler"))
+        (void)acx_ckpt_get_str(f, "/scheduler", "kind", kind, sizeof kind);
+    if (sched == NULL) {
+        if (strcmp(kind, "none") != 0 && acc->rank == 0)
+            ACX_WARN(ACX_SUBSYS_IO,
+                     "the checkpoint has a %s learning-rate schedule, the program none: "
+                     "the saved lr %g is kept constant",
+                     kind, r->opt_lr);
+        return ACX_OK;
+    }
+    acx_scheduler_state_t st;
+    acx_scheduler_get_state(sched, &st);
+    if (strcmp(kind, "none") == 0) {
+        if (acc->rank == 0)
+            ACX_WARN(ACX_SUBSYS_IO,
+                     "the checkpoint has no learning-rate schedule, the program a %s one: "
+                     "the schedule starts at step 0",
+                     acx_schedule_kind_name(st.kind));
+        return ACX_OK;
+    }
+    int64_t warmup = 0, total = 0;
+    ACX_CHECK(acx_ckpt_get_f64(f, "/scheduler", "base_lr", &r->sched_base_lr));
+    ACX_CHECK(acx_ckpt_get_i64(f, "/scheduler", "step", &r->sched_step));
+    ACX_CHECK(acx_ckpt_get_i64(f, "/scheduler", "warmup_steps", &warmup));
+    ACX_CHECK(acx_ckpt_get_i64(f, "/scheduler", "total_steps", &total));
+    r->have_sched = 1;
+    if ((strcmp(kind, acx_schedule_kind_name(st.kind)) != 0 || warmup != st.warmup_steps ||
+         total != st.total_steps) &&
+        acc->rank == 0)
+        ACX_WARN(
+            ACX_SUBSYS_IO,
+            "the checkpoint's schedule is %s (warmup %lld, total %lld steps), the program's %s "
+            "(warmup %lld, total %lld): the program's shape continues from step %lld",
+            kind, (long long)warmup, (long long)total, acx_schedule_kind_name(st.kind),
+            (long long)st.warmup_steps, (long long)st.total_steps, (long long)r->sched_step);
+    return ACX_OK;
+}
+
+/* Loader position, mapped onto this run's global batch. The permutation of
+ * an epoch depends on (seed, epoch) only, and global batch g covers
+ * permutation entries [g*G, (g+1)*G), so position p of a run with global
+ * batch G_old is exactly position p*G_old/G_new here when that divides; the
+ * end of an epoch maps to the end of the epoch. */
+static acx_status_t plan_loader(acx_accelerator_t *acc, acx_ckpt_file_t *f, restore_t *r,
+                                const char *file, int strict) {
+    acx_dataloader_t *l = acc->loader;
+    if (l == NULL) return ACX_OK;
+    if (!acx_ckpt_exists(f, "/dataloader")) {
+        if (acc->rank == 0)
+            ACX_WARN(ACX_SUBSYS_IO,
+                     "checkpoint '%s' has no data-loader state: the loader starts at "
+                     "epoch 0, batch 0",
+                     file);
+        return ACX_OK;
+    }
+    int64_t seed, gb_old, nb_old, pos_old;
+    ACX_CHECK(acx_ckpt_get_i64(f, "/dataloader", "epoch", &r->epoch));
+    ACX_CHECK(acx_ckpt_get_i64(f, "/dataloader", "position", &pos_old));
+    ACX_CHECK(acx_ckpt_get_i64(f, "/dataloader", "seed", &seed));
+    ACX_CHECK(acx_ckpt_get_i64(f, "/dataloader", "global_batch", &gb_old));
+    ACX_CHECK(acx_ckpt_get_i64(f, "/dataloader", "num_batches", &nb_old));
+    if ((uint64_t)seed != acx_loader_seed(l) && acc->rank == 0)
+        ACX_WARN(ACX_SUBSYS_IO,
+                 "checkpoint '%s' was saved with seed %lld, this run has seed %llu: "
+                 "the data order will differ from the saved run's",
+                 file, (long long)seed, (unsigned long long)acx_loader_seed(l));
+    int64_t gb = acx_loader_global_batch(l), nb = acx_dataloader_num_batches(l);
+    if (pos_old >= nb_old) {
+        r->position = nb; /* the epoch was complete */
+    } else if (gb == gb_old) {
+        r->position = pos_old;
+    } else {
+        int64_t samples = pos_old * gb_old;
+        r->position = samples / gb;
+        if (samples % gb != 0) {
+            if (strict)
+                return ACX_ERROR(
+                    ACX_ERR_FORMAT,
+                    "checkpoint '%s': the loader had consumed %lld samples of epoch %lld "
+                    "(%lld global batches of %lld), which is not a whole number of this "
+                    "run's global batches of %lld: resume with a global batch that "
+                    "divides %lld (e.g. the same, with split_batches), or load with "
+                    "strict=0 to round down to batch %lld (repeating %lld samples)",
+                    file, (long long)samples, (long long)r->epoch, (long long)pos_old,
+                    (long long)gb_old, (long long)gb, (long long)samples, (long long)r->position,
+                    (long long)(samples % gb));
+            if (acc->rank == 0)
+                ACX_WARN(
+                    ACX_SUBSYS_IO,
+                    "checkpoint '%s': %lld samples consumed in epoch %lld is not a whole number "
+                    "of global batches of %lld: resuming at batch %lld (%lld samples repeat)",
+                    file, (long long)samples, (long long)r->epoch, (long long)gb,
+                    (long long)r->position, (long long)(samples % gb));
+        }
+    }
+    if (r->position > nb)
+        return ACX_ERROR(
+            ACX_ERR_FORMAT,
+            "checkpoint '%s': loader position %lld of epoch %lld is past this run's %lld "
+            "batches per epoch (a different data set?)",
+            file, (long long)r->position, (long long)r->epoch, (long long)nb);
+    r->have_loader = 1;
+    return ACX_OK;
+}
+
+/* This rank's random stream (row `rank` if the saving run had that rank),
+ * and the registered objects. */
+static acx_status_t plan_rng_user(acx_accelerator_t *acc, acx_ckpt_file_t *f, restore_t *r) {
+    int64_t saved = r->saved_world;
+    int64_t shape[2] = {saved, 4};
+    if (dataset_matches(f, &r->mm, "/rng", "the random streams", 2, shape, ACX_DTYPE_INT64)) {
+        int mine = acc->rank < saved;
+        r->have_rng = 1;
+        plan_tensor(&r->plan, &(acx_ckpt_tensor_t){.path = "/rng",
+                                                   .dtype = ACX_DTYPE_INT64,
+                                                   .ndim = 2,
+                                                   .shape = {saved, 4},
+                                                   .buf = r->rng_row,
+                                                   .buf_row0 = mine ? acc->rank : 0,
+                                                   .buf_rows = mine,
+                                                   .io_begin = mine ? acc->rank : 0,
+                                                   .io_end = mine ? acc->rank + 1 : 0});
+    }
+    for (int i = 0; i < acc->num_ckpt_user; i++) {
+        struct acx_ckpt_entry *e = &acc->ckpt_user[i];
+        char what[CKPT_USER_NAME_MAX + 32];
+        snprintf(what, sizeof what, "registered object '%s'", e->name);
+        const char *path = plan_str(&r->plan, "/user/%s", e->name);
+        if (path == NULL) return ACX_ERROR(ACX_ERR_NO_MEMORY, "out of memory planning the load");
+        if (!dataset_matches(f, &r->mm, path, what, 1, &e->count, e->dtype)) continue;
+        plan_tensor(&r->plan, &(acx_ckpt_tensor_t){.path = path,
+                                                   .dtype = e->dtype,
+                                                   .ndim = 1,
+                                                   .shape = {e->count},
+                                                   .buf = e->data,
+                                                   .buf_row0 = 0,
+                                                   .buf_rows = e->count,
+                                                   .io_begin = 0,
+                                                   .io_end = e->count});
+    }
+    return check_unexpected(f, &r->mm, "/user", "registered object", has_user, acc);
+}
+
+/* Everything before any buffer is touched: a strict mismatch leaves the
+ * program's state as it was. */
+static acx_status_t plan_load(acx_accelerator_t *acc, acx_ckpt_file_t *f, const char *file,
+                              int strict, restore_t *r) {
+    acx_status_t status = ACX_OK;
+    ACX_CHECK(acx_ckpt_get_i64(f, "/", "step", &r->step));
+    ACX_CHECK(acx_ckpt_get_i64(f, "/", "world_size", &r->saved_world));
+    if (acx_ckpt_get_i64(f, "/", "micro_step", &r->micro_step) != ACX_OK) r->micro_step = r->step;
+    if (r->saved_world < 1)
+        return ACX_ERROR(ACX_ERR_FORMAT, "checkpoint '%s': world_size %lld: expected >= 1", file,
+                         (long long)r->saved_world);
+    int *param_ok = acx_calloc((size_t)acc->model->num_params + 1, sizeof *param_ok, "load plan");
+    if (param_ok == NULL) return ACX_ERR_NO_MEMORY;
+    ACX_CHECK_GOTO(plan_model(acc, f, r, param_ok), status, out);
+    if (strict && r->mm.count) goto out;
+    ACX_CHECK_GOTO(plan_optimizer(acc, f, r, param_ok), status, out);
+    if (strict && r->mm.count) goto out;
+    ACX_CHECK_GOTO(plan_rng_user(acc, f, r), status, out);
+    if (strict && r->mm.count) goto out;
+    ACX_CHECK_GOTO(plan_loader(acc, f, r, file, strict), status, out);
+    if (r->plan.failed) status = ACX_ERROR(ACX_ERR_NO_MEMORY, "out of memory planning the load");
+out:
+    free(param_ok);
+    if (status == ACX_OK && strict && r->mm.count)
+        status = ACX_ERROR(ACX_ERR_FORMAT,
+                           "checkpoint '%s' does not match the program: %s (strict "
+                           "load; with strict=0 what matches is loaded)",
+                           file, r->mm.first);
+    return status;
+}
+
+/* The scalars, once every tensor is in. */
+static acx_status_t apply_restore(acx_accelerator_t *acc, const restore_t *r) {
+    acx_optimizer_t *opt = acc->optimizer;
+    if (r->have_opt) {
+        acx_optimizer_set_num_steps(opt, r->opt_step);
+        ACX_CHECK(acx_optimizer_set_lr(opt, r->opt_lr));
+        if (r->have_sched)
+            acx_scheduler_set_position(acx_optimizer_scheduler(opt), r->sched_base_lr,
+                                       r->sched_step);
+    }
+    acc->step = r->step;
+    acc->micro_step = r->micro_step;
+    acc->micro_since_sync = 0;
+    acc->sync = 1;
+    acc->model->sync = 1;
+    if (r->have_loader) ACX_CHECK(acx_loader_set_position(acc->loader, r->epoch, r->position));
+
+    /* random streams: ranks the saving run had continue their stream; the
+     * others start their own from (seed, rank) */
+    acc->rng_restored = 1;
+    if (r->have_rng && acc->rank < r->saved_world && r->rng_row[1] == acc->rank) {
+        acc->rng_seed = (uint64_t)r->rng_row[0];
+        acc->rng_counter = (uint64_t)r->rng_row[2];
+    } else {
+        acc->rng_seed = (uint64_t)acc->config.values.seed;
+        acc->rng_counter = 0;
+        if (acc->rank >= r->saved_world)
+            ACX_WARN(ACX_SUBSYS_IO,
+                     "rank %d did not exist at save (world size %lld): its random stream starts "
+                     "fresh from (seed %lld, rank %d)",
+                     acc->rank, (long long)r->saved_world, (long long)acc->config.values.seed,
+                     acc->rank);
+        else
+            ACX_WARN(ACX_SUBSYS_IO,
+                     "the checkpoint has no random stream for rank %d: it starts fresh from (seed "
+                     "%lld, rank %d)",
+                     acc->rank, (long long)acc->config.values.seed, acc->rank);
+    }
+    /* Make the parameters the program sees consistent with the loaded
+     * master weights (NO_SHARD: the same memory; ZeRO: all-gather). */
+    return acx_model_after_step(acc->model);
+}
+
+ACX_API acx_status_t acx_load_state(acx_accelerator_t *acc, const char *path, int strict) {
+    if (acc == NULL) return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_load_state: acc is NULL");
+    ACX_CHECK(check_between_steps(acc, "acx_load_state"));
+    acx_status_t status;
+    char file[CKPT_PATH_MAX];
+    acx_ckpt_file_t *f = NULL;
+    restore_t *r = acx_calloc(1, sizeof *r, "checkpoint load state");
+    ACX_CHECK(acx_coll_agree(acc->world, r != NULL ? ACX_OK : ACX_ERR_NO_MEMORY));
+
+    ACX_CHECK_GOTO(resolve_load_path(acc, path, file), status, out);
+    ACX_CHECK_GOTO(acx_ckpt_open(acc->world, file, &f), status, out);
+    status = plan_load(acc, f, file, strict, r);
+    /* deterministic on every rank, except for memory: agree anyway */
+    ACX_CHECK_GOTO(acx_coll_agree(acc->world, status), status, out);
+    ACX_CHECK_GOTO(acx_ckpt_read(f, r->plan.t, r->plan.nt), status, out);
+    status = apply_restore(acc, r);
+    ACX_CHECK_GOTO(acx_coll_agree(acc->world, status), status, out);
+    if (acc->rank == 0) {
+        if (r->mm.count)
+            ACX_WARN(ACX_SUBSYS_IO,
+                     "checkpoint '%s' loaded partly (strict=0): %d item(s) not loaded: %s", file,
+                     r->mm.count, r->mm.list);
+        ACX_INFO(ACX_SUBSYS_IO, "loaded checkpoint '%s' (step %lld, saved by %lld rank(s), now %d)",
+                 file, (long long)r->step, (long long)r->saved_world, acc->world_size);
+    }
+out:
+    if (f != NULL) acx_ckpt_close(f);
+    if (r != NULL) plan_free(&r->plan);
+    free(r);
+    return status;
+}
