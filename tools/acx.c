@@ -2,11 +2,11 @@
  * tools/acx.c — the `acx` command: a dispatcher over subcommands.
  *
  * Owns: argument parsing, usage texts and exit codes of the command line
- * tool. Now: `acx version`, `acx config show` and `acx data import-idx`.
- * `launch`, `env`, `ckpt`, `estimate-memory` and `slurm` slot into the command table
- * below as they are written (a name, a handler, a one-line summary); the
- * top-level help lists exactly the table, so it never advertises a command
- * that does not exist.
+ * tool. Now: `acx version`, `acx config show`, `acx data import-idx` and
+ * `acx ckpt info|verify|export`. `launch`, `env`, `estimate-memory` and
+ * `slurm` slot into the command table below as they are written (a name,
+ * a handler, a one-line summary); the top-level help lists exactly the
+ * table, so it never advertises a command that does not exist.
  * Leaves to others: all real work, done through the public API (acx/acx.h)
  * only — the tool is a program like any user's, and links libacx.so.
  *
@@ -410,6 +410,157 @@ static int cmd_config(int argc, char **argv) {
                        argv[1]);
 }
 
+/* ---- acx ckpt ---- */
+
+static const char ckpt_info_usage[] =
+    "usage: acx ckpt info PATH\n"
+    "\n"
+    "Summarize a checkpoint written by acx_save_state: format version, step,\n"
+    "epoch, world size, sharding strategy and mixed precision at save, the\n"
+    "number of parameters and their elements, the file size, and every dataset\n"
+    "with its dtype, shape and checksum. PATH is a checkpoint file, or a\n"
+    "directory holding a 'latest' file (e.g. PROJECT_DIR/checkpoints).\n"
+    "Single process; no launcher needed.\n"
+    "\n"
+    "options:\n"
+    "  -h, --help             show this text\n"
+    "\n"
+    "Exit status: 0 shown, 1 not a readable acx checkpoint, 2 usage error.\n";
+
+static const char ckpt_verify_usage[] =
+    "usage: acx ckpt verify PATH\n"
+    "\n"
+    "Read every dataset of a checkpoint completely, which checks each chunk's\n"
+    "Fletcher-32 checksum, and check the structure (format name and version,\n"
+    "the step attribute, the /model group). Prints 'PATH: ok' on success; on\n"
+    "failure the message names the first bad dataset. PATH as for 'acx ckpt\n"
+    "info'. Single process.\n"
+    "\n"
+    "options:\n"
+    "  -h, --help             show this text\n"
+    "\n"
+    "Exit status: 0 intact, 1 damaged or unreadable, 2 usage error.\n";
+
+static const char ckpt_export_usage[] =
+    "usage: acx ckpt export PATH -o OUT [--format safetensors|hdf5]\n"
+    "\n"
+    "Write the model's parameters from a checkpoint, consolidated (full\n"
+    "tensors whatever the world size at save) and in float32, to OUT:\n"
+    "  safetensors  Hugging Face's safetensors layout, tensors named as the\n"
+    "               parameters (fc1.weight, ...), metadata format=pt, source,\n"
+    "               step, acx_version (the default)\n"
+    "  hdf5         one dataset per parameter, root attributes format =\n"
+    "               \"acx-weights\" and step (what acx_model_save_weights writes)\n"
+    "OUT is written as OUT.tmp and renamed: an existing OUT is replaced only on\n"
+    "success. PATH as for 'acx ckpt info'. Single process.\n"
+    "\n"
+    "options:\n"
+    "  -o, --output FILE      the file to write (required)\n"
+    "  --format FORMAT        safetensors or hdf5 (default safetensors)\n"
+    "  -h, --help             show this text\n"
+    "\n"
+    "A long option's value may also follow '=' (--format=hdf5); '--' ends the\n"
+    "options.\n"
+    "Exit status: 0 exported, 1 the export failed, 2 usage error.\n";
+
+/* `acx ckpt info|verify|export ...`: argv[0] is the subcommand. */
+static int cmd_ckpt_sub(int argc, char **argv) {
+    const char *sub = argv[0];
+    int is_export = strcmp(sub, "export") == 0;
+    const char *usage = is_export                     ? ckpt_export_usage
+                        : strcmp(sub, "info") == 0 ? ckpt_info_usage
+                                                      : ckpt_verify_usage;
+    char where[32];
+    snprintf(where, sizeof where, "ckpt %s", sub);
+    const char *path = NULL, *out = NULL, *format = NULL;
+    int options_done = 0;
+
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i], *value = NULL;
+        int r;
+        if (!options_done && is_help(arg)) {
+            fputs(usage, stdout);
+            return EXIT_OK;
+        }
+        if (!options_done && strcmp(arg, "--") == 0) {
+            options_done = 1;
+            continue;
+        }
+        if (options_done || arg[0] != '-' || arg[1] == '\0') {
+            if (path != NULL) return usage_error(where, "unexpected argument '%s'", arg);
+            path = arg;
+            continue;
+        }
+        if (is_export && (r = take_option(argc, argv, &i, "--output", "-o", &value)) != 0) {
+            if (r < 0) return usage_error(where, "option '%s' needs a FILE", arg);
+            if (out != NULL) return usage_error(where, "option '%s' given twice", arg);
+            out = value;
+            continue;
+        }
+        if (is_export && (r = take_option(argc, argv, &i, "--format", NULL, &value)) != 0) {
+            if (r < 0) return usage_error(where, "option '%s' needs a FORMAT", arg);
+            if (format != NULL) return usage_error(where, "option '%s' given twice", "--format");
+            format = value;
+            continue;
+        }
+        return usage_error(where, "unknown option '%s'", arg);
+    }
+    if (path == NULL) return usage_error(where, "%s", "missing PATH (a checkpoint file)");
+
+    acx_status_t status;
+    if (strcmp(sub, "info") == 0) {
+        char *text = NULL;
+        if ((status = acx_checkpoint_info(path, &text)) != ACX_OK) return acx_failure(status);
+        fputs(text, stdout);
+        free(text);
+        return EXIT_OK;
+    }
+    if (!is_export) {
+        if ((status = acx_checkpoint_verify(path)) != ACX_OK) return acx_failure(status);
+        printf("%s: ok\n", path);
+        return EXIT_OK;
+    }
+    acx_export_format_t fmt = ACX_EXPORT_SAFETENSORS;
+    if (format != NULL && strcmp(format, "hdf5") == 0)
+        fmt = ACX_EXPORT_HDF5;
+    else if (format != NULL && strcmp(format, "safetensors") != 0)
+        return usage_error(where, "invalid --format '%s' (expected safetensors or hdf5)", format);
+    if (out == NULL) return usage_error(where, "%s", "missing -o OUT");
+    if ((status = acx_checkpoint_export(path, out, fmt)) != ACX_OK) return acx_failure(status);
+    printf("%s: ok (%s, from %s)\n", out, fmt == ACX_EXPORT_HDF5 ? "hdf5" : "safetensors", path);
+    return EXIT_OK;
+}
+
+static const char ckpt_usage[] =
+    "usage: acx ckpt <subcommand> [<args>]\n"
+    "\n"
+    "Inspect, verify and export checkpoints written by acx_save_state\n"
+    "(the format: docs/checkpoint-format.md).\n"
+    "\n"
+    "subcommands:\n"
+    "  info     summarize a checkpoint: step, world size, parameters, datasets\n"
+    "  verify   read every dataset and check its checksum (exit 1 if damaged)\n"
+    "  export   write the model's parameters as safetensors or HDF5\n"
+    "\n"
+    "Run 'acx ckpt <subcommand> --help' for its options.\n";
+
+static int cmd_ckpt(int argc, char **argv) {
+    if (argc < 2) {
+        fputs(ckpt_usage, stderr);
+        return EXIT_USAGE;
+    }
+    if (is_help(argv[1])) {
+        fputs(ckpt_usage, stdout);
+        return EXIT_OK;
+    }
+    if (strcmp(argv[1], "info") == 0 || strcmp(argv[1], "verify") == 0 ||
+        strcmp(argv[1], "export") == 0)
+        return cmd_ckpt_sub(argc - 1, argv + 1);
+    return usage_error("ckpt", argv[1][0] == '-' ? "unknown option '%s'"
+                                                 : "unknown subcommand '%s'",
+                       argv[1]);
+}
+
 /* ---- the command table ---- */
 
 typedef struct tool_command {
@@ -425,6 +576,7 @@ static const tool_command_t commands[] = {
     {"version", cmd_version, "print the acx version and the MPI library it runs on"},
     {"config", cmd_config, "show the resolved configuration and where each value came from"},
     {"data", cmd_data, "prepare datasets (data import-idx: IDX files to HDF5)"},
+    {"ckpt", cmd_ckpt, "inspect, verify and export checkpoints (info, verify, export)"},
     {"help", cmd_help, "show this text, or a command's usage (acx help <command>)"},
 };
 #define NUM_COMMANDS ((int)(sizeof commands / sizeof commands[0]))

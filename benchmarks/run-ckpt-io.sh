@@ -1,0 +1,208 @@
+#!/bin/sh
+# benchmarks/run-ckpt-io.sh — checkpoint save and load throughput
+# (acx-bench-ckpt: acx_save_state / acx_load_state of a parameters-only
+# model) against dd writing and reading the same number of bytes in the same
+# directory in the same run: dd is the physical limit of the disk. Also the
+# time of N->M reshard loads (a file saved on N ranks loaded on M).
+#
+#   benchmarks/run-ckpt-io.sh [BUILD_DIR] [--dir DIR] [--size-mb M] [--reps R]
+#                             [--np "1 2 4"] [--reshard "4:2 1:4"] [--keep]
+#                             [--no-drop-caches]
+#
+# BUILD_DIR  a configured and built tree (default: build/ in the repository);
+#            `make check` or `make benchmarks` builds the benchmark there.
+# --dir DIR  where the files go (default BUILD_DIR/ckpt-bench): the disk
+#            being measured. Removed at the end unless --keep.
+# --size-mb  parameter bytes (default 1024: 4 x [16384 x 4096] float32).
+# --reps     repetitions of each measurement (default 3); min/median/max.
+# --np       world sizes to measure save and load at (default "1 2 4").
+# --reshard  N:M pairs: save on N ranks, load on M (default "4:2 1:4").
+# --no-drop-caches  leave the page cache alone (tests/ckpt_tools.test's
+#            smoke run: it must not slow down the rest of the machine).
+#
+# Every step starts with `sync` and `echo 3 > /proc/sys/vm/drop_caches`
+# (needs root), so loads and dd's reads come from the disk, not the page
+# cache; without root (or with --no-drop-caches) dd reads with iflag=direct
+# and acx's loads may be served from the cache. dd writes with
+# conv=fdatasync (acx's save fsyncs its file too). Within each repetition
+# the order of acx and dd alternates, so a drift of the disk's speed hits
+# both alike. The target: save and load >= 70% of dd's throughput.
+set -eu
+
+top=$(cd "$(dirname "$0")/.." && pwd)
+build=
+dir=
+size_mb=1024
+reps=3
+nps="1 2 4"
+reshard="4:2 1:4"
+keep=0
+no_drop=0
+need() { [ $# -ge 2 ] || { echo "run-ckpt-io.sh: $1 needs a value" >&2; exit 2; }; }
+while [ $# -gt 0 ]; do
+    case $1 in
+    --dir) need "$@"; dir=$2; shift 2 ;;
+    --size-mb) need "$@"; size_mb=$2; shift 2 ;;
+    --reps) need "$@"; reps=$2; shift 2 ;;
+    --np) need "$@"; nps=$2; shift 2 ;;
+    --reshard) need "$@"; reshard=$2; shift 2 ;;
+    --keep) keep=1; shift ;;
+    --no-drop-caches) no_drop=1; shift ;;
+    -h | --help) sed -n '2,29s/^# \{0,1\}//p' "$0"; exit 0 ;;
+    -*) echo "run-ckpt-io.sh: unknown option '$1'" >&2; exit 2 ;;
+    *)
+        [ -z "$build" ] || { echo "run-ckpt-io.sh: unexpected argument '$1'" >&2; exit 2; }
+        build=$1; shift ;;
+    esac
+done
+case $reps in '' | *[!0-9]* | 0) echo "run-ckpt-io.sh: invalid --reps '$reps'" >&2; exit 2 ;; esac
+build=${build:-$top/build}
+dir=${dir:-$build/ckpt-bench}
+bench=$build/benchmarks/acx-bench-ckpt
+[ -x "$bench" ] || { echo "run-ckpt-io.sh: $bench not built (make benchmarks)" >&2; exit 1; }
+command -v mpirun >/dev/null 2>&1 || { echo "run-ckpt-io.sh: mpirun not found" >&2; exit 1; }
+mkdir -p "$dir"
+dir=$(cd "$dir" && pwd)
+results=$(mktemp)
+cleanup() {
+    rm -f "$results"
+    if [ "$keep" = 0 ]; then rm -f "$dir/bench.h5" "$dir/bench.h5.samples" "$dir/dd.bin"; rmdir "$dir" 2>/dev/null || true; fi
+}
+trap cleanup EXIT
+
+# ---- dropping caches ----
+
+drop_ok=0
+if [ "$no_drop" = 0 ] && [ -w /proc/sys/vm/drop_caches ] && sync && (echo 3 >/proc/sys/vm/drop_caches) 2>/dev/null; then
+    drop_ok=1
+fi
+drop() {
+    sync
+    if [ "$drop_ok" = 1 ]; then echo 3 >/proc/sys/vm/drop_caches; fi
+}
+dd_read_flags=
+if [ "$drop_ok" = 0 ]; then
+    [ "$no_drop" = 1 ] || echo "note: cannot drop the page cache (not root?): dd reads with iflag=direct; acx loads may come from the cache" >&2
+    dd_read_flags=iflag=direct
+fi
+
+# ---- running the pieces ----
+
+mpirun_np() {
+    np=$1
+    shift
+    set -- -np "$np" --oversubscribe "$@"
+    if [ "$(id -u)" -eq 0 ]; then set -- --allow-run-as-root "$@"; fi
+    OMPI_MCA_btl=self,vader OMPI_MCA_btl_vader_single_copy_mechanism=none \
+        OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_mpi_yield_when_idle=1 \
+        timeout -k 10 1800 mpirun "$@"
+}
+
+# acx PHASE NP LABEL: one benchmark run; appends "LABEL acx MiB/s" to the
+# results and sets $bytes. Fails the script if the run or its check fails.
+acx() {
+    out=$(mpirun_np "$2" "$bench" --phase "$1" --dir "$dir" --size-mb "$size_mb") || {
+        echo "$out" >&2
+        echo "run-ckpt-io.sh: acx-bench-ckpt --phase $1 on $2 rank(s) failed" >&2
+        exit 1
+    }
+    line=$(echo "$out" | grep '^ckpt-io ') || { echo "$out" >&2; exit 1; }
+    echo "  $line"
+    case $line in *check=ok*) ;; *) echo "run-ckpt-io.sh: check failed" >&2; exit 1 ;; esac
+    bytes=$(echo "$line" | sed -n 's/.* bytes=\([0-9]*\) .*/\1/p')
+    rate=$(echo "$line" | sed -n 's/.* MiB\/s=\([0-9.]*\) .*/\1/p')
+    echo "$3 acx $rate" >>"$results"
+}
+
+# dd_run write|read LABEL: dd of $bytes bytes; its own elapsed time.
+dd_run() {
+    if [ "$1" = write ]; then
+        err=$(dd if=/dev/zero of="$dir/dd.bin" bs=4M count="$bytes" iflag=count_bytes conv=fdatasync 2>&1) ||
+            { echo "$err" >&2; exit 1; }
+    else
+        # shellcheck disable=SC2086
+        err=$(dd if="$dir/dd.bin" of=/dev/null bs=4M $dd_read_flags 2>&1) ||
+            err=$(dd if="$dir/dd.bin" of=/dev/null bs=4M 2>&1) || { echo "$err" >&2; exit 1; }
+    fi
+    sec=$(echo "$err" | sed -n 's/.* copied, \([0-9.e+-]*\) s,.*/\1/p' | tail -n 1)
+    [ -n "$sec" ] || { echo "$err" >&2; echo "run-ckpt-io.sh: cannot parse dd's time" >&2; exit 1; }
+    rate=$(awk -v b="$bytes" -v s="$sec" 'BEGIN { printf "%.1f", b / 1048576 / s }')
+    echo "  dd $1 bytes=$bytes seconds=$sec MiB/s=$rate"
+    echo "$2 dd $rate" >>"$results"
+}
+
+echo "checkpoint I/O: $size_mb MiB of float32 parameters, $reps repetition(s), in $dir"
+echo "  ($(df -PT "$dir" | awk 'NR == 2 { print $2 " on " $1 }'); page cache $([ "$drop_ok" = 1 ] && echo dropped before every step || echo NOT dropped))"
+
+for np in $nps; do
+    r=1
+    while [ "$r" -le "$reps" ]; do
+        echo "np=$np repetition $r"
+        rm -f "$dir/bench.h5" "$dir/dd.bin"
+        if [ $((r % 2)) = 1 ]; then
+            drop; acx save "$np" "save-$np"
+            drop; dd_run write "save-$np"
+            drop; acx load "$np" "load-$np"
+            drop; dd_run read "load-$np"
+        else
+            # $bytes: the file size of the previous repetition's save
+            drop; dd_run write "save-$np"
+            drop; acx save "$np" "save-$np"
+            drop; dd_run read "load-$np"
+            drop; acx load "$np" "load-$np"
+        fi
+        r=$((r + 1))
+    done
+done
+
+for pair in $reshard; do
+    n=${pair%%:*}
+    m=${pair#*:}
+    echo "reshard $n -> $m"
+    r=1
+    while [ "$r" -le "$reps" ]; do
+        rm -f "$dir/bench.h5"
+        drop; acx save "$n" "reshard-save-$n"
+        drop; acx load "$m" "reshard-$n-to-$m"
+        r=$((r + 1))
+    done
+done
+
+# ---- the table ----
+
+# stats LABEL TOOL: s_min, s_med, s_max of the MiB/s recorded for them ("-"
+# when none).
+stats() {
+    read -r s_min s_med s_max <<EOF
+$(awk -v l="$1" -v t="$2" '$1 == l && $2 == t { print $3 }' "$results" | sort -g |
+        awk '{ v[NR] = $1 } END {
+            if (NR == 0) { print "- - -"; exit }
+            med = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
+            printf "%.1f %.1f %.1f\n", v[1], med, v[NR] }')
+EOF
+}
+
+ratio() { awk -v a="$1" -v d="$2" 'BEGIN { if (a == "-" || d == "-") print "-"; else printf "%.2f", a / d }'; }
+
+echo
+echo "MiB/s, min / median / max of $reps; ratio = acx median / dd median (target >= 0.70)"
+printf '%-5s %-5s %24s %24s %6s\n' np op acx dd ratio
+for np in $nps; do
+    for op in save load; do
+        stats "$op-$np" acx
+        a="$s_min / $s_med / $s_max"
+        amed=$s_med
+        stats "$op-$np" dd
+        printf '%-5s %-5s %24s %24s %6s\n' "$np" "$op" "$a" "$s_min / $s_med / $s_max" \
+            "$(ratio "$amed" "$s_med")"
+    done
+done
+for pair in $reshard; do
+    n=${pair%%:*}
+    m=${pair#*:}
+    stats "load-$m" dd
+    dmed=$s_med
+    stats "reshard-$n-to-$m" acx
+    printf '%-5s %-5s %24s %24s %6s\n' "$n>$m" load "$s_min / $s_med / $s_max" \
+        "(dd read: $dmed)" "$(ratio "$s_med" "$dmed")"
+done
