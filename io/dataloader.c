@@ -523,9 +523,9 @@ static acx_status_t loader_build(acx_comm_t *world, uint64_t seed, const char *p
     l->prefetch = opts->prefetch;
     l->path = strdup(path);
     if (l->path == NULL) return ACX_ERROR(ACX_ERR_NO_MEMORY, "strdup of the data path failed");
-    if (pthread_mutex_init(&l->mu, NULL) != 0 || pthread_cond_init(&l->cv_work, NULL) != 0 ||
-        pthread_cond_init(&l->cv_ready, NULL) != 0)
-        return ACX_ERROR(ACX_ERR_SYSTEM, "dataloader: pthread mutex/condvar init failed");
+    ACX_SYS_ERRNUM_CHECK(pthread_mutex_init(&l->mu, NULL));
+    ACX_SYS_ERRNUM_CHECK(pthread_cond_init(&l->cv_work, NULL));
+    ACX_SYS_ERRNUM_CHECK(pthread_cond_init(&l->cv_ready, NULL));
     l->sync_ready = 1;
 
     /* the file: errno's word for a missing or unreadable file, before HDF5's
@@ -746,6 +746,31 @@ ACX_API int acx_dataloader_dataset_shape(const acx_dataloader_t *l, int i, int m
     for (int k = 0; k < d->ndim && k < max_dims && dims != NULL; k++) dims[k] = (int64_t)d->dims[k];
     return d->ndim;
 }
+
+ACX_API int acx_dataloader_dataset_dtype(const acx_dataloader_t *l, int i) {
+    if (l == NULL || i < 0 || i >= l->num_datasets) return -1;
+    return (int)l->ds[i].dtype;
+}
+
+/* ---- checkpoint state (io/loader.h) ---- */
+
+acx_status_t acx_loader_set_position(acx_dataloader_t *l, int64_t epoch, int64_t batch_index) {
+    ACX_CHECK(check_open(l, "acx_loader_set_position"));
+    if (epoch < 0 || batch_index < 0 || batch_index > l->num_batches)
+        return ACX_ERROR(ACX_ERR_INVALID_ARG,
+                         "acx_loader_set_position: epoch %lld, batch %lld of '%s': expected epoch "
+                         ">= 0 and 0 <= batch <= %lld (batches per epoch)",
+                         (long long)epoch, (long long)batch_index, l->path,
+                         (long long)l->num_batches);
+    pthread_mutex_lock(&l->mu);
+    restart_locked(l, epoch, batch_index);
+    pthread_mutex_unlock(&l->mu);
+    return ACX_OK;
+}
+
+int64_t acx_loader_global_batch(const acx_dataloader_t *l) { return l->sampler.global_batch; }
+
+uint64_t acx_loader_seed(const acx_dataloader_t *l) { return l->sampler.seed; }
 
 /* ---- close ---- */
 

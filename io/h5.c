@@ -17,6 +17,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "acx/types.h"
 #include "io/h5.h"
@@ -231,4 +232,23 @@ out:;
     if (estack >= 0) H5Eset_current_stack(estack);
     acx_h5_unlock();
     return ret;
+}
+
+/* ---- output paths ---- */
+
+acx_status_t acx_io_check_target(const char *path) {
+    struct stat st;
+    if (path == NULL) return ACX_ERROR(ACX_ERR_INVALID_ARG, "output path is NULL");
+    if (stat(path, &st) != 0) return ACX_OK; /* absent (or unreachable: the create will say) */
+    if (S_ISREG(st.st_mode)) return ACX_OK;
+    const char *kind = S_ISDIR(st.st_mode)    ? "a directory"
+                       : S_ISCHR(st.st_mode)  ? "a character device"
+                       : S_ISBLK(st.st_mode)  ? "a block device"
+                       : S_ISFIFO(st.st_mode) ? "a FIFO"
+                       : S_ISSOCK(st.st_mode) ? "a socket"
+                                              : "not a regular file";
+    return ACX_ERROR(ACX_ERR_IO,
+                     "refusing to write '%s': it is %s, and acx writes a new file and renames it "
+                     "into place (give a regular file path)",
+                     path, kind);
 }

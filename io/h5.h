@@ -44,4 +44,10 @@ hid_t acx_h5_native(int dtype);
 herr_t acx_h5_write_attr_str(hid_t obj, const char *name, const char *value);
 herr_t acx_h5_write_attr_i64(hid_t obj, const char *name, int64_t value);
 
+/* io's writers replace their output atomically (write path.tmp, rename):
+ * refuse a `path` that exists and is not a regular file (a device such as
+ * /dev/null, a directory, a FIFO), which the rename would silently replace.
+ * ACX_ERR_IO naming the path and what it is; ACX_OK if absent or regular. */
+acx_status_t acx_io_check_target(const char *path);
+
 #endif /* ACX_IO_H5_H */

@@ -317,6 +317,8 @@ ACX_API acx_status_t acx_import_idx(const char *train_images, const char *train_
         return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_import_idx: need at least one pair of images "
                          "and labels files (train or test)");
 
+    ACX_CHECK(acx_io_check_target(out_path));
+
     /* Read and validate everything before creating any file. */
     for (int s = 0; s < 2; s++) {
         split_t *sp = &splits[s];

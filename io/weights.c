@@ -149,6 +149,7 @@ ACX_API acx_status_t acx_model_save_weights(acx_model_t *model, const char *path
         memcpy(tmp + len, ".tmp", 5);
     }
     snprintf(what, sizeof what, "weights file '%s.tmp'", path);
+    if (status == ACX_OK) status = acx_io_check_target(path);
     int first_node = model->ctx.strategy == ACX_HYBRID_SHARD ? on_first_node(model) : 0;
 
     /* The lock is held across the collective calls below: the prefetch

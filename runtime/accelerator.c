@@ -355,6 +355,10 @@ ACX_API acx_status_t acx_init(int *argc, char ***argv, const acx_config_t *confi
     char mismatch[512];
     if (acx_launch_env_check_rank(&env, acc->rank, acc->local_rank, mismatch, sizeof mismatch))
         ACX_WARN(ACX_SUBSYS_LAUNCH, "%s", mismatch);
+    /* Device placement arrives with the NCCL backend; until then every
+     * buffer acx owns is host memory, whatever the build found. */
+    ACX_INFO(ACX_SUBSYS_INIT, "device: host memory (%s backend); local rank %d of %d on this node",
+             acc->coll->name, acc->local_rank, acc->local_size);
     ACX_INFO(ACX_SUBSYS_INIT, "acx %s: rank %d/%d, local rank %d/%d, node %d/%d on %s; launcher %s; backend %s; MPI %s",
              acx_version(), acc->rank, acc->world_size, acc->local_rank, acc->local_size,
              acc->node_rank, acc->num_nodes, acc->host, env.launcher, acc->coll->name,
@@ -392,6 +396,7 @@ static void accelerator_free(acx_accelerator_t *acc) {
     free(acc->loaders);
     free(acc->optimizers);
     free(acc->models);
+    acx_checkpoint_free(acc);
     acx_comm_destroy(acc->node);
     acx_comm_destroy(acc->world);
     free(acc);
@@ -400,6 +405,10 @@ static void accelerator_free(acx_accelerator_t *acc) {
 ACX_API acx_status_t acx_finalize(acx_accelerator_t *acc) {
     if (acc == NULL) return ACX_OK;
     acx_status_t status = ACX_OK;
+    int pending = acx_requests_drain(acc);
+    if (pending > 0)
+        ACX_WARN(ACX_SUBSYS_COLL, "acx_finalize: completed %d non-blocking collective(s) the program "
+                 "never waited for (call acx_request_wait)", pending);
     if (acc->world != NULL) status = acc->world->ops->barrier(acc->world);
     int owned = acc->mpi_owned;
     accelerator_free(acc);
@@ -424,19 +433,46 @@ ACX_API void acx_abort(acx_accelerator_t *acc, int code, const char *message) {
 
 /* ---- topology accessors ---- */
 
-ACX_API int acx_rank(const acx_accelerator_t *acc) { return acc->rank; }
-ACX_API int acx_world_size(const acx_accelerator_t *acc) { return acc->world_size; }
-ACX_API int acx_local_rank(const acx_accelerator_t *acc) { return acc->local_rank; }
-ACX_API int acx_local_size(const acx_accelerator_t *acc) { return acc->local_size; }
-ACX_API int acx_num_nodes(const acx_accelerator_t *acc) { return acc->num_nodes; }
-ACX_API int acx_node_rank(const acx_accelerator_t *acc) { return acc->node_rank; }
-ACX_API int acx_is_main_process(const acx_accelerator_t *acc) { return acc->rank == 0; }
-ACX_API int acx_is_local_main_process(const acx_accelerator_t *acc) { return acc->local_rank == 0; }
-ACX_API const acx_config_t *acx_get_config(const acx_accelerator_t *acc) { return &acc->config.values; }
+/* NULL gives -1 (0 for the predicates) rather than a crash: these are
+ * called from printf-style code where a status check is unusual. */
+ACX_API int acx_rank(const acx_accelerator_t *acc) { return acc ? acc->rank : -1; }
+ACX_API int acx_world_size(const acx_accelerator_t *acc) { return acc ? acc->world_size : -1; }
+ACX_API int acx_local_rank(const acx_accelerator_t *acc) { return acc ? acc->local_rank : -1; }
+ACX_API int acx_local_size(const acx_accelerator_t *acc) { return acc ? acc->local_size : -1; }
+ACX_API int acx_num_nodes(const acx_accelerator_t *acc) { return acc ? acc->num_nodes : -1; }
+ACX_API int acx_node_rank(const acx_accelerator_t *acc) { return acc ? acc->node_rank : -1; }
+ACX_API int acx_is_main_process(const acx_accelerator_t *acc) { return acc && acc->rank == 0; }
+ACX_API int acx_is_local_main_process(const acx_accelerator_t *acc) { return acc && acc->local_rank == 0; }
+ACX_API const acx_config_t *acx_get_config(const acx_accelerator_t *acc) {
+    return acc ? &acc->config.values : NULL;
+}
 
 ACX_API acx_status_t acx_wait_for_everyone(acx_accelerator_t *acc) {
     if (acc == NULL) return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_wait_for_everyone: acc is NULL");
     return acc->world->ops->barrier(acc->world);
+}
+
+/* ---- agreement of per-rank arguments ---- */
+
+static uint64_t fnv_bytes(uint64_t h, const void *p, size_t n) {
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
+static uint64_t fnv_str(uint64_t h, const char *s) { return fnv_bytes(h, s ? s : "", s ? strlen(s) + 1 : 1); }
+
+/* ACX_OK when every rank passed the same hash; otherwise an error on every
+ * rank naming `what` and this rank's own `detail`, so each rank's message
+ * shows what it had. Collective (two small all-reduces). */
+static acx_status_t agree_on(acx_accelerator_t *acc, uint64_t h, const char *what, const char *detail) {
+    uint64_t lo, hi;
+    ACX_MPI_CHECK(MPI_Allreduce(&h, &lo, 1, MPI_UINT64_T, MPI_MIN, acc->world->mpi));
+    ACX_MPI_CHECK(MPI_Allreduce(&h, &hi, 1, MPI_UINT64_T, MPI_MAX, acc->world->mpi));
+    if (lo == hi) return ACX_OK;
+    return ACX_ERROR(ACX_ERR_INVALID_ARG,
+                     "ranks passed different %s (rank %d: %s); every rank must make the same call",
+                     what, acc->rank, detail);
 }
 
 /* ---- owned objects ---- */
@@ -499,6 +535,20 @@ ACX_API acx_status_t acx_dataloader_open(acx_accelerator_t *acc, const char *pat
     o.even_batches = resolve_flag(o.even_batches, dc->even_batches);
     o.split_batches = resolve_flag(o.split_batches, dc->split_batches);
     o.prefetch = resolve_flag(o.prefetch, dc->prefetch);
+    /* A rank with another batch size or other datasets would silently
+     * desynchronize every later collective: compare the arguments first.
+     * The path may differ (node-local copies of the data are common); a
+     * missing file on one rank is reported by the open itself. */
+    uint64_t h = 1469598103934665603ull;
+    for (int i = 0; i < num_datasets && dataset_names != NULL; i++) h = fnv_str(h, dataset_names[i]);
+    int64_t args[7] = {num_datasets, o.batch_size, o.shuffle, o.drop_last, o.even_batches,
+                       o.split_batches, o.prefetch};
+    h = fnv_bytes(h, args, sizeof args);
+    char detail[512];
+    snprintf(detail, sizeof detail, "%d dataset(s), batch_size %lld, shuffle %d, drop_last %d, "
+             "even_batches %d, split_batches %d, prefetch %d", num_datasets,
+             (long long)o.batch_size, o.shuffle, o.drop_last, o.even_batches, o.split_batches, o.prefetch);
+    ACX_CHECK(agree_on(acc, h, "arguments to acx_dataloader_open", detail));
     acx_dataloader_t *l = NULL;
     ACX_CHECK(acx_loader_open(acc->world, (uint64_t)acc->config.values.seed, path, num_datasets,
                               dataset_names, &o, &l));
@@ -529,6 +579,34 @@ ACX_API acx_status_t acx_prepare(acx_accelerator_t *acc, acx_model_t *model,
         return ACX_ERROR(ACX_ERR_STATE, "acx_prepare was already called (one prepared model per accelerator)");
     if (optimizer != NULL && acx_optimizer_model(optimizer) != model)
         return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_prepare: the optimizer was created for another model");
+    /* Every rank must register the same model (the buckets and, later, the
+     * shards are planned independently on each rank from it). */
+    uint64_t h = 1469598103934665603ull;
+    for (int i = 0; i < acx_model_num_params(model); i++) {
+        acx_param_t *p = acx_model_param(model, i);
+        h = fnv_str(h, acx_param_name(p));
+        h = fnv_bytes(h, acx_param_shape(p), (size_t)acx_param_ndim(p) * sizeof(int64_t));
+    }
+    char detail[256];
+    snprintf(detail, sizeof detail, "%d parameters, %lld elements", acx_model_num_params(model),
+             (long long)acx_model_numel(model));
+    ACX_CHECK(agree_on(acc, h, "models to acx_prepare (names or shapes differ)", detail));
+    if (loader != NULL) {
+        /* Gradient synchronization needs the same number of steps on every
+         * rank; without even_batches (and drop_last) ranks can get one batch
+         * more or less, and the extra step would wait forever for the others. */
+        int64_t nb = acx_dataloader_num_batches(loader), lo, hi;
+        ACX_MPI_CHECK(MPI_Allreduce(&nb, &lo, 1, MPI_INT64_T, MPI_MIN, acc->world->mpi));
+        ACX_MPI_CHECK(MPI_Allreduce(&nb, &hi, 1, MPI_INT64_T, MPI_MAX, acc->world->mpi));
+        if (lo != hi)
+            return ACX_ERROR(ACX_ERR_INVALID_CONFIG,
+                             "the training loader gives ranks different numbers of batches per epoch "
+                             "(this rank %lld, others between %lld and %lld): gradient synchronization "
+                             "needs the same number of steps on every rank; use "
+                             "dataloader.even_batches=true (pads the last batches) or "
+                             "dataloader.drop_last=true",
+                             (long long)nb, (long long)lo, (long long)hi);
+    }
     acx_status_t status = acx_model_prepare(model);
     if (status == ACX_OK && optimizer != NULL) status = acx_optimizer_bind(optimizer);
     /* Storage failures are local (out of memory on one rank): agree, so no
@@ -572,11 +650,12 @@ ACX_API acx_status_t acx_accumulate_end(acx_accelerator_t *acc) {
     if (acc->sync) {
         acc->micro_since_sync = 0;
         acc->step++;
+        return acx_checkpoint_step_end(acc); /* checkpoint.save_every_steps */
     }
     return ACX_OK;
 }
 
-ACX_API int acx_sync_gradients(const acx_accelerator_t *acc) { return acc->sync; }
+ACX_API int acx_sync_gradients(const acx_accelerator_t *acc) { return acc ? acc->sync : 0; }
 
 ACX_API acx_status_t acx_backward_end(acx_accelerator_t *acc) {
     if (acc == NULL) return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_backward_end: acc is NULL");
@@ -584,8 +663,8 @@ ACX_API acx_status_t acx_backward_end(acx_accelerator_t *acc) {
     return acx_model_backward_end(acc->model);
 }
 
-ACX_API int64_t acx_step(const acx_accelerator_t *acc) { return acc->step; }
-ACX_API int64_t acx_micro_step(const acx_accelerator_t *acc) { return acc->micro_step; }
+ACX_API int64_t acx_step(const acx_accelerator_t *acc) { return acc ? acc->step : -1; }
+ACX_API int64_t acx_micro_step(const acx_accelerator_t *acc) { return acc ? acc->micro_step : -1; }
 
 /* ---- printing ---- */
 

@@ -45,6 +45,14 @@ struct acx_accelerator {
     int micro_since_sync;   /* micro-steps accumulated in the gradients, this one included */
     int64_t micro_step;     /* micro-steps begun */
     int64_t step;           /* boundaries passed */
+    struct acx_request *requests; /* public non-blocking collectives not yet waited */
+
+    /* checkpoint state (runtime/checkpoint.c) */
+    struct acx_ckpt_entry *ckpt_user; /* registered program state */
+    int num_ckpt_user, cap_ckpt_user;
+    uint64_t rng_seed;    /* this rank's stream is (rng_seed, rank) ... */
+    uint64_t rng_counter; /* ... at draw rng_counter */
+    int rng_restored;     /* rng_seed came from a checkpoint (else: the config's seed) */
 };
 
 /* Optimizer internals needed by the accelerator (runtime/optimizer.c). */
@@ -52,7 +60,17 @@ void acx_optimizer_free(acx_optimizer_t *opt);
 acx_status_t acx_optimizer_bind(acx_optimizer_t *opt); /* allocate state at prepare */
 acx_model_t *acx_optimizer_model(acx_optimizer_t *opt);
 
+/* Wait for and free every request the program never waited for; returns
+ * their number (runtime/collectives_api.c). Collective in effect. */
+int acx_requests_drain(acx_accelerator_t *acc);
+
 /* Register an optimizer for cleanup at acx_finalize (runtime/accelerator.c). */
 acx_status_t acx_accelerator_adopt_optimizer(acx_accelerator_t *acc, acx_optimizer_t *opt);
+
+/* Checkpoint hooks (runtime/checkpoint.c): after every synchronization
+ * boundary (saves when checkpoint.save_every_steps divides the step;
+ * collective, as the boundary is), and at finalize. */
+acx_status_t acx_checkpoint_step_end(acx_accelerator_t *acc);
+void acx_checkpoint_free(acx_accelerator_t *acc);
 
 #endif /* ACX_RUNTIME_ACCELERATOR_H */

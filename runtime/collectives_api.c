@@ -19,10 +19,27 @@
 #include "runtime/base/error.h"
 
 /* A public request: the backend's request and the table that completes it. */
+/* Pending requests are linked into their accelerator, so acx_finalize can
+ * complete the ones the program never waited for (MPI_Finalize with an
+ * active request is erroneous and crashes Open MPI). */
 struct acx_request {
     const acx_coll_ops_t *ops;
     acx_coll_req_t *req;
+    acx_accelerator_t *acc;
+    acx_request_t *prev, *next;
 };
+
+static void request_link(acx_request_t *r) {
+    r->prev = NULL;
+    r->next = r->acc->requests;
+    if (r->next) r->next->prev = r;
+    r->acc->requests = r;
+}
+
+static void request_unlink(acx_request_t *r) {
+    if (r->prev) r->prev->next = r->next; else r->acc->requests = r->next;
+    if (r->next) r->next->prev = r->prev;
+}
 
 static acx_status_t check_args(acx_accelerator_t *acc, const void *buf, size_t count,
                                acx_dtype_t dtype, const char *fn) {
@@ -49,6 +66,7 @@ static acx_status_t request_new(acx_accelerator_t *acc, acx_request_t **req_p, c
     if (r == NULL) return ACX_ERR_NO_MEMORY;
     r->ops = acc->world->ops;
     r->req = NULL;
+    r->acc = acc;
     *r_p = r;
     return ACX_OK;
 }
@@ -59,6 +77,7 @@ static acx_status_t request_finish(acx_status_t status, acx_request_t *r, acx_re
         free(r);
         return status;
     }
+    request_link(r);
     *req_p = r;
     return ACX_OK;
 }
@@ -175,8 +194,20 @@ ACX_API acx_status_t acx_barrier_async(acx_accelerator_t *acc, acx_request_t **r
 ACX_API acx_status_t acx_request_wait(acx_request_t *req) {
     if (req == NULL) return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_request_wait: req is NULL");
     acx_status_t st = req->ops->wait(req->req);
+    request_unlink(req);
     free(req);
     return st;
+}
+
+/* Called by acx_finalize: complete what the program left pending. Returns
+ * how many there were. */
+int acx_requests_drain(acx_accelerator_t *acc) {
+    int n = 0;
+    while (acc->requests != NULL) {
+        acx_request_wait(acc->requests);
+        n++;
+    }
+    return n;
 }
 
 ACX_API acx_status_t acx_request_test(acx_request_t *req, int *done_p) {
@@ -235,7 +266,11 @@ ACX_API acx_status_t acx_gather_for_metrics(acx_accelerator_t *acc, const acx_ba
     int receives = !to_main_only || acc->rank == 0;
     /* Capacity is checked on every rank against the same total, so either
      * all ranks go on to the collective or none does. */
-    if (receives && total > out_capacity) {
+    if (receives && total > 0 && out == NULL) {
+        status = ACX_ERROR(ACX_ERR_INVALID_ARG,
+                           "acx_gather_for_metrics: out is NULL on rank %d, which receives %lld samples",
+                           acc->rank, (long long)total);
+    } else if (receives && total > out_capacity) {
         status = ACX_ERROR(ACX_ERR_INVALID_ARG,
                            "acx_gather_for_metrics: output holds %lld samples but %lld are gathered",
                            (long long)out_capacity, (long long)total);

@@ -8,6 +8,7 @@
  * Initial values come from runtime/base/param_init.c, keyed by parameter name,
  * so they never depend on the strategy or the world size.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -70,6 +71,13 @@ static acx_status_t check_name(const char *name, const char *what) {
     if (strlen(name) >= ACX_MAX_NAME)
         return ACX_ERROR(ACX_ERR_INVALID_ARG, "%s name '%.40s...' is %zu bytes; at most %d allowed",
                          what, name, strlen(name), ACX_MAX_NAME - 1);
+    /* Names become HDF5 dataset names in weight files and checkpoints:
+     * '/' would make groups and "." / ".." name the group itself. */
+    if (strchr(name, '/') != NULL || strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
+        return ACX_ERROR(ACX_ERR_INVALID_ARG,
+                         "%s name '%s' is not allowed: no '/', and not '.' or '..' (names become "
+                         "HDF5 dataset names; use e.g. 'encoder.layer0.weight')",
+                         what, name);
     return ACX_OK;
 }
 
@@ -247,6 +255,25 @@ ACX_API acx_status_t acx_unit_grads_ready(acx_unit_t *unit) {
 acx_status_t acx_model_backward_end(acx_model_t *m) {
     ACX_CHECK(require_prepared(m, "acx_backward_end"));
     acx_status_t st = m->strategy->backward_end(m);
+    if (st == ACX_ERR_STATE && m->sync) {
+        /* The strategy knows unit indices; the program knows names. */
+        char names[512] = "";
+        size_t len = 0;
+        int missing = 0;
+        for (int i = 0; i < m->num_units; i++) {
+            if (m->units[i]->grads_reported) continue;
+            missing++;
+            if (len < sizeof names - 2)
+                len += (size_t)snprintf(names + len, sizeof names - len, "%s'%s'", missing > 1 ? ", " : "",
+                                        m->units[i]->name);
+        }
+        if (missing > 0)
+            st = ACX_ERROR(ACX_ERR_STATE,
+                           "acx_backward_end: %d unit(s) did not call acx_unit_grads_ready in this "
+                           "micro-step: %s (every unit must report once per micro-step, on every "
+                           "rank; or acx_backward_end was called twice)",
+                           missing, names);
+    }
     for (int i = 0; i < m->num_units; i++) m->units[i]->grads_reported = 0;
     return st;
 }

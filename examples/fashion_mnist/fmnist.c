@@ -7,9 +7,15 @@
  *
  *   acx data import-idx /usr/share/datasets/fashion-mnist -o fmnist.h5
  *   mpirun -np 2 acx-fmnist --data fmnist.h5 --metrics metrics.jsonl
+ *
+ * Checkpoints: --save-every N saves the whole training state every N
+ * optimizer steps under PROJECT_DIR/checkpoints (acx's
+ * checkpoint.save_every_steps); --resume latest (or a file or directory)
+ * continues a run exactly where its checkpoint left it, mid-epoch included.
  */
 #include <errno.h>
 #include <getopt.h>
+#include <sys/stat.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,7 +28,7 @@
 #include "mlp.h"
 
 typedef struct options {
-    const char *data, *metrics, *save, *schedule, *optimizer;
+    const char *data, *metrics, *save, *schedule, *optimizer, *resume;
     int epochs, log_every, quiet, progress;
     int64_t batch_size, warmup;
     double lr, weight_decay, momentum;
@@ -46,6 +52,13 @@ static void usage(FILE *f) {
             "  --metrics FILE.jsonl  append one JSON object per logged step and per epoch\n"
             "  --log-every N         log the training loss every N steps (default 100)\n"
             "  --save FILE.h5        trained weights (default PROJECT_DIR/fmnist-weights.h5)\n"
+            "  --project-dir DIR     where checkpoints (DIR/checkpoints) and default outputs go\n"
+            "                        (default: config project_dir, \".\")\n"
+            "  --save-every N        save a checkpoint every N optimizer steps (default: config\n"
+            "                        checkpoint.save_every_steps, 0 = never)\n"
+            "  --resume latest|PATH  continue from a checkpoint: the newest in\n"
+            "                        PROJECT_DIR/checkpoints, a checkpoint directory or a file;\n"
+            "                        --epochs still counts from the start of the run\n"
             "  --quiet               no progress output (final line only)\n"
             "  --progress, --no-progress  force the progress bar on/off (default: on a terminal\n"
             "                        when not started by mpirun/srun)\n"
@@ -65,7 +78,9 @@ static int parse_options(int argc, char **argv, options_t *o) {
         {"metrics", required_argument, 0, 'M'},     {"log-every", required_argument, 0, 'L'},
         {"save", required_argument, 0, 'O'},        {"quiet", no_argument, 0, 'q'},
         {"progress", no_argument, 0, 'P'},          {"no-progress", no_argument, 0, 'N'},
-        {"help", no_argument, 0, 'h'},              {0, 0, 0, 0}};
+        {"project-dir", required_argument, 0, 'D'}, {"save-every", required_argument, 0, 'E'},
+        {"resume", required_argument, 0, 'R'},      {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0}};
     int c, idx = 0;
     char *end;
     while ((c = getopt_long(argc, argv, "h", longopts, &idx)) != -1) {
@@ -79,13 +94,16 @@ static int parse_options(int argc, char **argv, options_t *o) {
         case 'm': o->momentum = strtod(optarg, &end); if (*end || !(o->momentum >= 0)) goto bad; break;
         case 's': o->schedule = optarg; break;
         case 'W': o->warmup = strtoll(optarg, &end, 10); if (*end || o->warmup < 0) goto bad; break;
-        case 'S': o->seed = strtoll(optarg, &end, 10); if (*end) goto bad; break;
+        case 'S': o->seed = strtoll(optarg, &end, 10); if (*optarg == '\0' || *end) goto bad; break;
         case 'M': o->metrics = optarg; break;
         case 'L': o->log_every = (int)strtol(optarg, &end, 10); if (*end || o->log_every < 1) goto bad; break;
         case 'O': o->save = optarg; break;
         case 'q': o->quiet = 1; break;
         case 'P': o->progress = 1; break;
         case 'N': o->progress = 0; break;
+        case 'D': break; /* taken before acx_init (see run) */
+        case 'E': if (strtoll(optarg, &end, 10) < 0 || *end) goto bad; break; /* likewise */
+        case 'R': o->resume = optarg; break;
         case 'h': usage(stdout); return 1;
         default: usage(stderr); return -1;
         }
@@ -125,7 +143,14 @@ static int dir_writable(const char *path) {
         dir[1] = '\0';
     else
         *slash = '\0';
-    return access(dir, W_OK | X_OK) == 0;
+    if (access(dir, W_OK | X_OK) != 0) return 0;
+    /* the weights are written to a new file renamed over `path`: never over a device or directory */
+    struct stat st;
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+        errno = EEXIST;
+        return 0;
+    }
+    return 1;
 }
 
 /* A progress bar needs a terminal; under mpirun/srun every rank's stdout is a
@@ -171,6 +196,46 @@ static acx_status_t model_register(acx_accelerator_t *acc, model_t *md) {
     return ACX_OK;
 }
 
+/* The model reads 28x28 uint8 images and uint8 labels: anything else in the
+ * file would be misread, so check before training (same file on every rank:
+ * every rank reaches the same verdict). Returns 0 if fine. */
+static int check_datasets(const acx_dataloader_t *dl, const char *group) {
+    int64_t dims[8];
+    int nd = acx_dataloader_dataset_shape(dl, 0, 8, dims);
+    if (nd != 3 || dims[1] != 28 || dims[2] != 28 || acx_dataloader_dataset_dtype(dl, 0) != ACX_DTYPE_UINT8) {
+        char shape[128] = "";
+        for (int k = 0, n = 0; k < nd && n < (int)sizeof shape; k++)
+            n += snprintf(shape + n, sizeof shape - (size_t)n, "%s%lld", k ? " x " : "", (long long)dims[k]);
+        fprintf(stderr, "acx-fmnist: %s/images must be uint8 [N x 28 x 28]; the file has %s [%s]\n", group,
+                acx_dtype_name((acx_dtype_t)acx_dataloader_dataset_dtype(dl, 0)), shape);
+        return -1;
+    }
+    nd = acx_dataloader_dataset_shape(dl, 1, 8, dims);
+    if (nd != 1 || acx_dataloader_dataset_dtype(dl, 1) != ACX_DTYPE_UINT8) {
+        fprintf(stderr, "acx-fmnist: %s/labels must be uint8 [N]; the file has %s with %d dimension(s)\n",
+                group, acx_dtype_name((acx_dtype_t)acx_dataloader_dataset_dtype(dl, 1)), nd);
+        return -1;
+    }
+    return 0;
+}
+
+/* Set when the program itself printed the reason for a failure (acx's last
+ * error then says nothing about it). */
+static int reported;
+
+/* Labels index the logits: one outside 0..9 would read out of bounds. */
+static acx_status_t check_labels(const acx_batch_t *batch, int classes) {
+    const uint8_t *y = batch->tensors[1];
+    for (int64_t i = 0; i < batch->size; i++)
+        if (y[i] >= classes) {
+            fprintf(stderr, "acx-fmnist: label %d of dataset row %lld is outside 0..%d\n", y[i],
+                    (long long)batch->indices[i], classes - 1);
+            reported = 1;
+            return ACX_ERR_FORMAT;
+        }
+    return ACX_OK;
+}
+
 /* Pointers for this step: valid between acquire and release (under
  * NO_SHARD, always). */
 static void model_tensors(model_t *md, mlp_tensors_t *p, mlp_tensors_t *g) {
@@ -189,6 +254,7 @@ static acx_status_t train_step(acx_accelerator_t *acc, model_t *md, mlp_workspac
                                const acx_batch_t *batch, double *loss_p) {
     int n = (int)batch->size;
     mlp_tensors_t p, g;
+    ACX_TRY(check_labels(batch, md->dims.out));
     for (int l = 0; l < MLP_LAYERS; l++) ACX_TRY(acx_unit_acquire(md->unit[l]));
     model_tensors(md, &p, &g);
     mlp_load_input(ws, &md->dims, batch->tensors[0], n);
@@ -222,6 +288,7 @@ static acx_status_t evaluate(acx_accelerator_t *acc, model_t *md, acx_dataloader
     ACX_TRY(acx_dataloader_set_epoch(test, 0));
     while ((st = acx_dataloader_next(test, &batch)) == ACX_OK) {
         int n = (int)batch->size;
+        ACX_TRY(check_labels(batch, md->dims.out));
         for (int l = 0; l < MLP_LAYERS; l++) ACX_TRY(acx_unit_acquire(md->unit[l]));
         model_tensors(md, &p, &g);
         mlp_load_input(ws, &md->dims, batch->tensors[0], n);
@@ -264,16 +331,27 @@ static int run(int argc, char **argv) {
     acx_config_t cfg = ACX_CONFIG_DEFAULT;
     acx_accelerator_t *acc = NULL;
     options_t o;
-    /* --seed is the program's own choice, so it goes into the config struct
-     * (highest precedence) before acx_init; acx_init then removes --config
-     * and --acx-* from argv, and getopt parses what is left. */
+    /* --seed, --project-dir and --save-every are the program's own choices,
+     * so they go into the config struct (highest precedence) before
+     * acx_init; acx_init then removes --config and --acx-* from argv, and
+     * getopt parses what is left (and reports malformed values). */
     for (int i = 1; i < argc; i++) {
-        const char *v = strncmp(argv[i], "--seed=", 7) == 0 ? argv[i] + 7
-                        : strcmp(argv[i], "--seed") == 0 && i + 1 < argc ? argv[i + 1] : NULL;
-        char *end;
-        if (v != NULL) {
-            long long seed = strtoll(v, &end, 10);
-            if (*v != '\0' && *end == '\0') cfg.seed = seed;
+        static const char *const keys[] = {"--seed", "--project-dir", "--save-every"};
+        for (int k = 0; k < 3; k++) {
+            size_t len = strlen(keys[k]);
+            const char *v = strncmp(argv[i], keys[k], len) != 0 ? NULL
+                            : argv[i][len] == '=' ? argv[i] + len + 1
+                            : argv[i][len] == '\0' && i + 1 < argc ? argv[i + 1] : NULL;
+            char *end;
+            if (v == NULL) continue;
+            if (k == 1) {
+                cfg.project_dir = v;
+                continue;
+            }
+            long long x = strtoll(v, &end, 10);
+            if (*v == '\0' || *end != '\0') continue;
+            if (k == 0) cfg.seed = x;
+            else if (x >= 0) cfg.checkpoint.save_every_steps = x;
         }
     }
     acx_status_t st = acx_init(&argc, &argv, &cfg, &acc);
@@ -317,12 +395,21 @@ static int run(int argc, char **argv) {
     acx_dataloader_options_t lo = ACX_DATALOADER_OPTIONS_DEFAULT;
     lo.batch_size = o.batch_size;
     CHECK(acx_dataloader_open(acc, o.data, 2, train_sets, &lo, &train));
+    /* Evaluation always covers the whole test set once: its own loader, not
+     * shuffled, per-rank batches of up to 500 samples (never more than the set
+     * holds), padded so every rank runs the same number of batches. */
     acx_dataloader_options_t to = ACX_DATALOADER_OPTIONS_DEFAULT;
-    to.batch_size = 500;
+    to.batch_size = 1;
     to.shuffle = 0;
     to.drop_last = 0;
     to.even_batches = 1;
+    to.split_batches = 0;
     CHECK(acx_dataloader_open(acc, o.data, 2, test_sets, &to, &test));
+    int64_t n_test = acx_dataloader_num_samples(test);
+    CHECK(acx_dataloader_close(test));
+    to.batch_size = n_test < 500 ? n_test : 500;
+    CHECK(acx_dataloader_open(acc, o.data, 2, test_sets, &to, &test));
+    if (check_datasets(train, "/train") != 0 || check_datasets(test, "/test") != 0) goto fail_quiet;
     /* The schedule counts optimizer steps: one per gradient_accumulation_steps
      * batches, plus one for a shorter last window (the end of the epoch is a
      * synchronization boundary). */
@@ -337,8 +424,24 @@ static int run(int argc, char **argv) {
     else if (o.warmup > 0)
         CHECK(acx_scheduler_create(opt, ACX_SCHED_CONSTANT_WITH_WARMUP, o.warmup, total_steps, 0.5, &sched));
     CHECK(acx_prepare(acc, md.m, opt, train));
+    /* Resuming restores the parameters, the optimizer and its schedule, the
+     * loader's epoch and position and the step counters: the loop below
+     * then starts in the saved epoch, at the batch after the last one the
+     * saved run consumed. */
+    int first_epoch = 0, resumed = 0;
+    if (o.resume != NULL) {
+        CHECK(acx_load_state(acc, strcmp(o.resume, "latest") == 0 ? NULL : o.resume, 1));
+        first_epoch = (int)acx_dataloader_epoch(train);
+        resumed = 1;
+        acx_print(acc, "acx-fmnist: resumed from %s at step %lld (epoch %d, batch %lld)\n", o.resume,
+                  (long long)acx_step(acc), first_epoch + 1, (long long)acx_dataloader_position(train));
+    }
 
-    int max_batch = (int)(o.batch_size > 500 ? o.batch_size : 500);
+    /* split_batches: --batch-size is the global batch, divided among ranks */
+    int split = acx_get_config(acc)->dataloader.split_batches;
+    int64_t rank_batch = split ? o.batch_size / acx_world_size(acc) : o.batch_size;
+    int64_t global_batch = split ? o.batch_size : o.batch_size * acx_world_size(acc);
+    int max_batch = (int)(rank_batch > 500 ? rank_batch : 500);
     if (mlp_workspace_init(&ws, &md.dims, max_batch) != 0) {
         fprintf(stderr, "acx-fmnist: out of memory for a batch of %d\n", max_batch);
         goto fail_quiet;
@@ -357,7 +460,8 @@ static int run(int argc, char **argv) {
         bad = 1.0;
     }
     if (acx_is_main_process(acc) && !dir_writable(path)) {
-        fprintf(stderr, "acx-fmnist: cannot write weights to '%s': %s\n", path, strerror(errno));
+        fprintf(stderr, "acx-fmnist: cannot write weights to '%s': %s\n", path,
+                errno == EEXIST ? "it exists and is not a regular file" : strerror(errno));
         bad = 1.0;
     }
     CHECK(acx_reduce_scalar(acc, bad, ACX_OP_MAX, &bad));
@@ -366,15 +470,15 @@ static int run(int argc, char **argv) {
                    "batch %lld per rank (global %lld), %lld batches and %lld optimizer steps per epoch, "
                    "%s lr %g, seed %lld\n",
               acx_world_size(acc), acx_num_nodes(acc), (long long)acx_dataloader_num_samples(train),
-              (long long)acx_dataloader_num_samples(test), (long long)o.batch_size,
-              (long long)(o.batch_size * acx_world_size(acc)), (long long)steps_per_epoch,
+              (long long)acx_dataloader_num_samples(test), (long long)rank_batch,
+              (long long)global_batch, (long long)steps_per_epoch,
               (long long)opt_steps_per_epoch, o.optimizer, o.lr, (long long)c->seed);
 
     training = 1; /* from here a failure may be local to one rank */
     double accuracy = 0.0, train_time = 0.0;
     int64_t samples = 0;
-    for (int epoch = 0; epoch < o.epochs; epoch++) {
-        CHECK(acx_dataloader_set_epoch(train, epoch));
+    for (int epoch = first_epoch; epoch < o.epochs; epoch++) {
+        if (!resumed || epoch != first_epoch) CHECK(acx_dataloader_set_epoch(train, epoch));
         const acx_batch_t *batch;
         double loss_sum = 0.0, window_loss = 0.0, t0 = now_s(), tw = t0;
         int64_t nb = 0, window = 0, window_samples = 0;
@@ -413,7 +517,7 @@ static int run(int argc, char **argv) {
         if (st != ACX_END_OF_DATA) goto fail;
         double epoch_time = now_s() - t0;
         train_time += epoch_time;
-        int64_t epoch_samples = acx_dataloader_num_batches(train) * o.batch_size * acx_world_size(acc);
+        int64_t epoch_samples = acx_dataloader_num_batches(train) * global_batch;
         samples += epoch_samples;
         double mean_loss;
         CHECK(acx_reduce_scalar(acc, loss_sum / (double)(nb > 0 ? nb : 1), ACX_OP_AVG, &mean_loss));
@@ -433,13 +537,13 @@ static int run(int argc, char **argv) {
 
     CHECK(acx_model_save_weights(md.m, path));
     acx_print(acc, "saved weights to %s; %.0f samples/s over %d epoch(s)\n", path,
-              (double)samples / train_time, o.epochs);
+              train_time > 0 ? (double)samples / train_time : 0.0, o.epochs - first_epoch);
     acx_print(acc, "final test_accuracy=%.4f\n", accuracy);
     rc = 0;
     goto done;
 
 fail:
-    fprintf(stderr, "acx-fmnist (rank %d): %s\n", acx_rank(acc), acx_last_error());
+    if (!reported) fprintf(stderr, "acx-fmnist (rank %d): %s\n", acx_rank(acc), acx_last_error());
 fail_quiet:
     rc = 1;
 done:

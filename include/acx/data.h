@@ -98,6 +98,9 @@ ACX_API int64_t acx_dataloader_position(const acx_dataloader_t *loader);
 ACX_API int acx_dataloader_dataset_shape(const acx_dataloader_t *loader, int i, int max_dims,
                                          int64_t *dims);
 
+/* Element type (acx_dtype_t) of dataset i as it is read, or -1 if i is invalid. */
+ACX_API int acx_dataloader_dataset_dtype(const acx_dataloader_t *loader, int i);
+
 /* Close the loader (stops the prefetch thread). Not collective. NULL is a no-op. */
 ACX_API acx_status_t acx_dataloader_close(acx_dataloader_t *loader);
 
