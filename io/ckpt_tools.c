@@ -316,7 +316,8 @@ static acx_status_t open_ckpt(const char *path, int strict_version, char *real, 
          * checksum a damaged one */
         char msg[ACX_ERRMSG_MAX];
         status = acx_error_h5("H5Fopen", what, __FILE__, __LINE__);
-        snprintf(msg, sizeof msg, "%s", acx_last_error());
+        const char *inner = acx_last_error(), *tail = strstr(inner, " failed: ");
+        snprintf(msg, sizeof msg, "%s", tail ? tail + strlen(" failed: ") : inner);
         if (strstr(msg, "truncated") != NULL)
             status = ACX_ERROR(ACX_ERR_IO, "checkpoint '%s' is truncated: %s", real, msg);
         else if (strstr(msg, "signature") != NULL || strstr(msg, "checksum") != NULL)
@@ -1106,6 +1107,8 @@ ACX_API acx_status_t acx_checkpoint_export(const char *path, const char *out_pat
                          "acx_checkpoint_export: format %d is not ACX_EXPORT_SAFETENSORS (0) or "
                          "ACX_EXPORT_HDF5 (1)",
                          (int)format);
+    /* the rename would replace a device or a directory's entry with a file */
+    ACX_CHECK(acx_io_check_target(out_path));
     char real[PATH_CAP];
     hid_t file;
     int64_t version;
