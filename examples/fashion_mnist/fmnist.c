@@ -132,6 +132,20 @@ static int parse_options(int argc, char **argv, options_t *o) {
     return 0;
 }
 
+/* mkdir -p: create dir and its missing parents (errors surface in the
+ * writability check that follows). */
+static void mkdir_p(const char *dir) {
+    char p[4096];
+    snprintf(p, sizeof p, "%s", dir);
+    for (char *s = p + 1; *s; s++)
+        if (*s == '/') {
+            *s = '\0';
+            mkdir(p, 0777);
+            *s = '/';
+        }
+    mkdir(p, 0777);
+}
+
 /* Whether the directory that will hold `path` exists and is writable (errno set if not). */
 static int dir_writable(const char *path) {
     char dir[4096];
@@ -454,6 +468,10 @@ static int run(int argc, char **argv) {
         snprintf(path, sizeof path, "%s/fmnist-weights.h5", c->project_dir);
     /* Find unusable output paths now, not after hours of training; every rank
      * learns the outcome, so all stop together. */
+    /* The project directory is created on first use, as Accelerate does
+     * (checkpoints go to its checkpoints/ subdirectory, made by acx). */
+    if (!o.save && acx_is_main_process(acc)) mkdir_p(c->project_dir);
+    CHECK(acx_wait_for_everyone(acc));
     double bad = 0.0;
     if (o.metrics && acx_is_main_process(acc) && (metrics = fopen(o.metrics, "a")) == NULL) {
         fprintf(stderr, "acx-fmnist: cannot open metrics file '%s': %s\n", o.metrics, strerror(errno));
