@@ -10,7 +10,9 @@
  */
 /* GCC's -O2 vectorizes only loops whose trip count needs no scalar
  * epilogue; these conversion loops pay off with one, so allow it here
- * (clang vectorizes them at -O2 as they are). Without trapping math (these
+ * (configure also sets -fvect-cost-model=dynamic project-wide where the
+ * compiler accepts it; this keeps the file fast in any other build, and
+ * clang vectorizes them at -O2 as they are). Without trapping math (these
  * loops never look at floating-point exception flags) GCC may turn the
  * selects of half.h into blends. Before the includes: the inline
  * conversions must be compiled under the same options. */
