@@ -17,12 +17,9 @@
  * accumulation micro-steps of 12 (which must equal one batch of 24).
  * tests/run-mpi.sh runs np = 1 first, so the reference exists for 2, 3, 4.
  */
-#include <mpi.h>
-#include <hdf5.h>
 #include <stdint.h>
-#include <sys/stat.h>
 
-#include "tests/acx_test.h"
+#include "tests/acx_test_mpi.h"
 
 #define NS 120  /* samples: exactly one epoch of STEPS global batches */
 #define DIN 7
@@ -309,14 +306,8 @@ error:
 }
 
 int main(int argc, char **argv) {
-    acx_test_watchdog(240);
-    MPI_Init(&argc, &argv); /* the program owns MPI; acx adopts it */
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &world);
-    acx_test_rank_ = rank;
-    const char *b = getenv("top_builddir");
-    snprintf(dir, sizeof dir, "%s/tests/tmp", b ? b : ".");
-    mkdir(dir, 0755);
+    acx_test_mpi_begin(&argc, &argv, 240, &rank, &world); /* the program owns MPI; acx adopts it */
+    acx_test_tmp_path(dir, sizeof dir, "");
     char data[1100];
     snprintf(data, sizeof data, "%s/ddp_equiv.h5", dir);
     int failed = 0;
@@ -324,8 +315,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "cannot write %s\n", data);
         failed = 1;
     }
-    MPI_Allreduce(MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_LOR, MPI_COMM_WORLD);
-    if (failed) {
+    if (acx_test_agree(failed)) {
         MPI_Finalize();
         return 99;
     }

@@ -5,10 +5,7 @@
  * different seed gives different values. Shapes include a parameter with
  * fewer rows than ranks and a 4-D (conv-like) weight.
  */
-#include <mpi.h>
-#include <sys/stat.h>
-
-#include "tests/acx_test.h"
+#include "tests/acx_test_mpi.h"
 
 static int rank, world;
 
@@ -60,16 +57,9 @@ error:
 }
 
 int main(int argc, char **argv) {
-    acx_test_watchdog(120);
-    MPI_Init(&argc, &argv);
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &world);
-    acx_test_rank_ = rank;
-    char dir[1024], path[1100];
-    const char *b = getenv("top_builddir");
-    snprintf(dir, sizeof dir, "%s/tests/tmp", b ? b : ".");
-    mkdir(dir, 0755);
-    snprintf(path, sizeof path, "%s/init_ref.bin", dir);
+    acx_test_mpi_begin(&argc, &argv, 120, &rank, &world);
+    char path[1100];
+    acx_test_tmp_path(path, sizeof path, "init_ref.bin");
     int failed = 0;
     uint64_t h = 0, h2 = 0, lo, hi;
     double st;

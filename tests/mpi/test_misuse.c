@@ -8,11 +8,7 @@
  *   - NULL accelerators in the accessors return -1/0/NULL;
  *   - a non-blocking all-reduce never waited for is completed by acx_finalize.
  */
-#include <hdf5.h>
-#include <mpi.h>
-#include <sys/stat.h>
-
-#include "tests/acx_test.h"
+#include "tests/acx_test_mpi.h"
 
 static int rank, world;
 
@@ -73,31 +69,15 @@ error:
 }
 
 int main(int argc, char **argv) {
-    acx_test_watchdog(60);
-    MPI_Init(&argc, &argv);
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &world);
-    acx_test_rank_ = rank;
-    char dir[1024], data[1100];
-    const char *b = getenv("top_builddir");
-    snprintf(dir, sizeof dir, "%s/tests/tmp", b ? b : ".");
-    mkdir(dir, 0755);
-    snprintf(data, sizeof data, "%s/misuse_%d.h5", dir, world);
-    int failed = 0;
-    if (rank == 0) {
-        int32_t v[12] = {0};
-        hsize_t dims[1] = {12};
-        hid_t f = H5Fcreate(data, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-        hid_t s = H5Screate_simple(1, dims, NULL);
-        hid_t d = H5Dcreate2(f, "v", H5T_NATIVE_INT32, s, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-        failed = f < 0 || d < 0 || H5Dwrite(d, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, v) < 0;
-        H5Dclose(d); H5Sclose(s); H5Fclose(f);
-    }
-    MPI_Allreduce(MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_LOR, MPI_COMM_WORLD);
+    acx_test_mpi_begin(&argc, &argv, 60, &rank, &world);
+    char data[1100], name[64];
+    snprintf(name, sizeof name, "misuse_%d.h5", world);
+    acx_test_tmp_path(data, sizeof data, name);
+    int32_t v[12] = {0};
+    int failed = acx_test_write_i32(rank, data, "v", v, 12);
     TESTING("misuse: mismatched models/loaders, missing report, bad names, NULL, unwaited request");
     if (!failed) failed = run(data);
-    MPI_Allreduce(MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_LOR, MPI_COMM_WORLD);
-    if (failed) FAILED(); else PASSED();
+    failed = acx_test_report(failed);
     MPI_Finalize();
     return failed ? 1 : 0;
 }
