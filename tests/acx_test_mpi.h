@@ -9,6 +9,7 @@
 
 #include <hdf5.h>
 #include <mpi.h>
+#include <stdint.h>
 #include <sys/stat.h>
 
 #include "tests/acx_test.h"
@@ -54,6 +55,35 @@ static inline int acx_test_write_i32(int rank, const char *path, const char *nam
         if (failed) fprintf(stderr, "cannot write the test input %s\n", path);
     }
     return acx_test_agree(failed);
+}
+
+/* Run one case function (0 ok, 1 failed) under TESTING(name) and report the
+ * verdict every rank agrees on; returns it. */
+static inline int acx_test_run_case(const char *name, int (*fn)(void)) {
+    TESTING(name);
+    int failed = acx_test_agree(fn());
+    if (failed)
+        FAILED();
+    else
+        PASSED();
+    return failed;
+}
+
+/* Deterministic per-rank test data: a well-mixed 32-bit value for element i
+ * of rank `rank` in stream `salt`, so every rank can compute every other
+ * rank's input (and hence the expected result) locally. */
+static inline uint32_t acx_test_mix32(uint32_t x) {
+    x ^= x >> 16;
+    x *= 0x7feb352du;
+    x ^= x >> 15;
+    x *= 0x846ca68bu;
+    x ^= x >> 16;
+    return x;
+}
+
+static inline uint32_t acx_test_hash3(int rank, size_t i, int salt) {
+    return acx_test_mix32((uint32_t)i * 2654435761u ^
+                          acx_test_mix32((uint32_t)rank * 1000003u + (uint32_t)salt));
 }
 
 /* Report one case's agreed outcome on rank 0; returns it. */

@@ -13,23 +13,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "acx_test.h"
+#include "tests/acx_test_mpi.h"
 #include "collectives/bucket.h"
 #include "collectives/coll.h"
 
 static acx_comm_t *world;
 static int rank_, size_;
-
-static int run_case(const char *name, int (*fn)(void)) {
-    TESTING(name);
-    int fail = fn(), any = 0;
-    MPI_Allreduce(&fail, &any, 1, MPI_INT, MPI_LOR, MPI_COMM_WORLD);
-    if (any)
-        FAILED();
-    else
-        PASSED();
-    return any;
-}
 
 /* ---- the plan ---- */
 
@@ -340,11 +329,7 @@ error:
 }
 
 int main(int argc, char **argv) {
-    MPI_Init(&argc, &argv);
-    acx_test_watchdog(120);
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
-    MPI_Comm_size(MPI_COMM_WORLD, &size_);
-    acx_test_rank_ = rank_;
+    acx_test_mpi_begin(&argc, &argv, 120, &rank_, &size_);
     build_layout();
     flat = malloc(model_total * sizeof *flat);
     ref = malloc(model_total * sizeof *ref);
@@ -355,13 +340,13 @@ int main(int argc, char **argv) {
     }
 
     int failed = 0;
-    failed |= run_case("bucket plan: hand-derived ranges", test_plan);
-    failed |= run_case("bucket plan: invalid segments and units", test_plan_invalid);
-    failed |= run_case("bucket plan of the test model", test_model_plan);
-    failed |= run_case("bucketed steps equal per-parameter MPI_Allreduce", test_steps);
-    failed |= run_case("double report -> ACX_ERR_STATE, step still correct", test_double_report);
-    failed |= run_case("missing unit -> ACX_ERR_STATE naming it, no hang", test_missing_unit);
-    failed |= run_case("reset mid-step, then new steps", test_reset);
+    failed |= acx_test_run_case("bucket plan: hand-derived ranges", test_plan);
+    failed |= acx_test_run_case("bucket plan: invalid segments and units", test_plan_invalid);
+    failed |= acx_test_run_case("bucket plan of the test model", test_model_plan);
+    failed |= acx_test_run_case("bucketed steps equal per-parameter MPI_Allreduce", test_steps);
+    failed |= acx_test_run_case("double report -> ACX_ERR_STATE, step still correct", test_double_report);
+    failed |= acx_test_run_case("missing unit -> ACX_ERR_STATE naming it, no hang", test_missing_unit);
+    failed |= acx_test_run_case("reset mid-step, then new steps", test_reset);
 
     acx_comm_destroy(world);
     free(flat);

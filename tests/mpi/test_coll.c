@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "acx_test.h"
+#include "tests/acx_test_mpi.h"
 #include "collectives/coll.h"
 #include "runtime/base/error.h"
 
@@ -26,28 +26,15 @@ static int rank_, size_;
 
 /* ---- deterministic data ---- */
 
-static uint32_t mix32(uint32_t x) {
-    x ^= x >> 16;
-    x *= 0x7feb352du;
-    x ^= x >> 15;
-    x *= 0x846ca68bu;
-    x ^= x >> 16;
-    return x;
-}
-
-static uint32_t hash3(int rank, size_t i, int salt) {
-    return mix32((uint32_t)i * 2654435761u ^ mix32((uint32_t)rank * 1000003u + (uint32_t)salt));
-}
-
 /* A value in [-1, 1) with 24 significant bits: exact in float and double, so
  * the only float error is the reduction's own. */
 static double gen_real(int rank, size_t i, int salt) {
-    int32_t v = (int32_t)(hash3(rank, i, salt) >> 8) - (1 << 23);
+    int32_t v = (int32_t)(acx_test_hash3(rank, i, salt) >> 8) - (1 << 23);
     return (double)v / (double)(1 << 23);
 }
 
 static int32_t gen_int(int rank, size_t i, int salt) {
-    return (int32_t)(hash3(rank, i, salt) % 2001u) - 1000;
+    return (int32_t)(acx_test_hash3(rank, i, salt) % 2001u) - 1000;
 }
 
 /* Fill buf [n] of dtype with rank's data. Reals for float types, integers
@@ -60,9 +47,9 @@ static void fill(void *buf, acx_dtype_t dt, size_t n, int rank, int salt) {
         case ACX_DTYPE_INT32: ((int32_t *)buf)[i] = gen_int(rank, i, salt); break;
         case ACX_DTYPE_INT64:
             ((int64_t *)buf)[i] =
-                (int64_t)(((uint64_t)hash3(rank, i, salt) << 32) | hash3(rank, i, ~salt));
+                (int64_t)(((uint64_t)acx_test_hash3(rank, i, salt) << 32) | acx_test_hash3(rank, i, ~salt));
             break;
-        default: ((uint16_t *)buf)[i] = (uint16_t)hash3(rank, i, salt); break;
+        default: ((uint16_t *)buf)[i] = (uint16_t)acx_test_hash3(rank, i, salt); break;
         }
     }
 }
@@ -77,17 +64,6 @@ static double load(const void *buf, acx_dtype_t dt, size_t i) {
     case ACX_DTYPE_FLOAT64: return ((const double *)buf)[i];
     default: return ((const int32_t *)buf)[i];
     }
-}
-
-static int run_case(const char *name, int (*fn)(void)) {
-    TESTING(name);
-    int fail = fn(), any = 0;
-    MPI_Allreduce(&fail, &any, 1, MPI_INT, MPI_LOR, MPI_COMM_WORLD);
-    if (any)
-        FAILED();
-    else
-        PASSED();
-    return any;
 }
 
 /* ---- all-reduce ---- */
@@ -443,11 +419,7 @@ error:
 }
 
 int main(int argc, char **argv) {
-    MPI_Init(&argc, &argv);
-    acx_test_watchdog(120);
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
-    MPI_Comm_size(MPI_COMM_WORLD, &size_);
-    acx_test_rank_ = rank_;
+    acx_test_mpi_begin(&argc, &argv, 120, &rank_, &size_);
     if (acx_comm_create(MPI_COMM_WORLD, &acx_coll_mpi_ops, &world) != ACX_OK) {
         fprintf(stderr, "[r%d] acx_comm_create: %s\n", rank_, acx_last_error());
         MPI_Abort(MPI_COMM_WORLD, 99);
@@ -458,27 +430,27 @@ int main(int argc, char **argv) {
     }
 
     int failed = 0;
-    failed |= run_case("all-reduce float32 sum (blocking/async, in/out of place)", test_f32_sum);
-    failed |= run_case("all-reduce float32 avg", test_f32_avg);
-    failed |= run_case("all-reduce float32 max", test_f32_max);
-    failed |= run_case("all-reduce float32 min", test_f32_min);
-    failed |= run_case("all-reduce float64 sum", test_f64_sum);
-    failed |= run_case("all-reduce float64 avg", test_f64_avg);
-    failed |= run_case("all-reduce float64 max", test_f64_max);
-    failed |= run_case("all-reduce float64 min", test_f64_min);
-    failed |= run_case("all-reduce int32 sum", test_i32_sum);
-    failed |= run_case("all-reduce int32 max", test_i32_max);
-    failed |= run_case("all-reduce int32 min", test_i32_min);
-    failed |= run_case("async avg divides in wait without a test", test_avg_wait_only);
-    failed |= run_case("unsupported dtypes/ops and invalid arguments", test_unsupported);
-    failed |= run_case("broadcast from every root", test_broadcast);
-    failed |= run_case("all-gather", test_all_gather);
-    failed |= run_case("barrier", test_barrier);
-    failed |= run_case("agree: all ranks OK", test_agree_ok);
-    failed |= run_case("agree: last rank fails, all get its message", test_agree_one);
-    failed |= run_case("agree: lowest failing rank wins", test_agree_lowest);
-    failed |= run_case("backend selection", test_select);
-    failed |= run_case("comm split by parity", test_split);
+    failed |= acx_test_run_case("all-reduce float32 sum (blocking/async, in/out of place)", test_f32_sum);
+    failed |= acx_test_run_case("all-reduce float32 avg", test_f32_avg);
+    failed |= acx_test_run_case("all-reduce float32 max", test_f32_max);
+    failed |= acx_test_run_case("all-reduce float32 min", test_f32_min);
+    failed |= acx_test_run_case("all-reduce float64 sum", test_f64_sum);
+    failed |= acx_test_run_case("all-reduce float64 avg", test_f64_avg);
+    failed |= acx_test_run_case("all-reduce float64 max", test_f64_max);
+    failed |= acx_test_run_case("all-reduce float64 min", test_f64_min);
+    failed |= acx_test_run_case("all-reduce int32 sum", test_i32_sum);
+    failed |= acx_test_run_case("all-reduce int32 max", test_i32_max);
+    failed |= acx_test_run_case("all-reduce int32 min", test_i32_min);
+    failed |= acx_test_run_case("async avg divides in wait without a test", test_avg_wait_only);
+    failed |= acx_test_run_case("unsupported dtypes/ops and invalid arguments", test_unsupported);
+    failed |= acx_test_run_case("broadcast from every root", test_broadcast);
+    failed |= acx_test_run_case("all-gather", test_all_gather);
+    failed |= acx_test_run_case("barrier", test_barrier);
+    failed |= acx_test_run_case("agree: all ranks OK", test_agree_ok);
+    failed |= acx_test_run_case("agree: last rank fails, all get its message", test_agree_one);
+    failed |= acx_test_run_case("agree: lowest failing rank wins", test_agree_lowest);
+    failed |= acx_test_run_case("backend selection", test_select);
+    failed |= acx_test_run_case("comm split by parity", test_split);
 
     acx_comm_destroy(world);
     int any = 0;

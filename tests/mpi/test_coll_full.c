@@ -27,7 +27,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "acx_test.h"
+#include "tests/acx_test_mpi.h"
 #include "collectives/bucket.h"
 #include "collectives/coll.h"
 #include "runtime/base/error.h"
@@ -53,17 +53,6 @@ static void *xmalloc(size_t bytes) {
         MPI_Abort(MPI_COMM_WORLD, 99);
     }
     return p;
-}
-
-static int run_case(const char *name, int (*fn)(void)) {
-    TESTING(name);
-    int fail = fn(), any = 0;
-    MPI_Allreduce(&fail, &any, 1, MPI_INT, MPI_LOR, MPI_COMM_WORLD);
-    if (any)
-        FAILED();
-    else
-        PASSED();
-    return any;
 }
 
 /* ---- the rounding reference (float64 arithmetic, not half.h) ---- */
@@ -110,19 +99,6 @@ static int is_half(acx_dtype_t dt) { return dt == ACX_DTYPE_FLOAT16 || dt == ACX
 
 /* ---- deterministic data ---- */
 
-static uint32_t mix32(uint32_t x) {
-    x ^= x >> 16;
-    x *= 0x7feb352du;
-    x ^= x >> 15;
-    x *= 0x846ca68bu;
-    x ^= x >> 16;
-    return x;
-}
-
-static uint32_t hash3(int rank, size_t i, int salt) {
-    return mix32((uint32_t)i * 2654435761u ^ mix32((uint32_t)rank * 1000003u + (uint32_t)salt));
-}
-
 /*
  * Rank r's element i, exactly representable in dt:
  *   float32/float64  24-bit values in [-1, 1) (float64 sums exact)
@@ -133,7 +109,7 @@ static uint32_t hash3(int rank, size_t i, int salt) {
  *   int32            [-1000, 1000];  int64: about +-1e12 (beyond int32)
  */
 static double gen(acx_dtype_t dt, int rank, size_t i, int salt) {
-    uint32_t h = hash3(rank, i, salt);
+    uint32_t h = acx_test_hash3(rank, i, salt);
     int j = (int)((h >> 20) % 9u) - 4;
     switch (dt) {
     case ACX_DTYPE_FLOAT16: return ldexp((double)((int)(h % 4095u) - 2047), j - 11);
@@ -628,7 +604,7 @@ error:
  * every term is a multiple of 2^-20 below 1 and a float32 sum of 4 is exact. */
 static double bucket_grad(acx_dtype_t dt, int rank, size_t i, int salt) {
     if (!is_half(dt)) return gen(dt, rank, i, salt);
-    return ldexp((double)((int)(hash3(rank, i, salt) % 511u) - 255), -8);
+    return ldexp((double)((int)(acx_test_hash3(rank, i, salt) % 511u) - 255), -8);
 }
 
 /*
@@ -807,11 +783,7 @@ error:
 }
 
 int main(int argc, char **argv) {
-    MPI_Init(&argc, &argv);
-    acx_test_watchdog(150);
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
-    MPI_Comm_size(MPI_COMM_WORLD, &size_);
-    acx_test_rank_ = rank_;
+    acx_test_mpi_begin(&argc, &argv, 150, &rank_, &size_);
     counts[3] = (size_t)size_ - 1;
     if (acx_comm_create(MPI_COMM_WORLD, &acx_coll_mpi_ops, &world) != ACX_OK) {
         fprintf(stderr, "[r%d] acx_comm_create: %s\n", rank_, acx_last_error());
@@ -820,19 +792,19 @@ int main(int argc, char **argv) {
 
     int failed = 0;
     failed |=
-        run_case("all-reduce: 6 dtypes x sum/avg/max/min x 3 modes x in/out", test_all_reduce);
-    failed |= run_case("reduce-scatter: 6 dtypes x sum/avg/max/min x 3 modes x in/out",
+        acx_test_run_case("all-reduce: 6 dtypes x sum/avg/max/min x 3 modes x in/out", test_all_reduce);
+    failed |= acx_test_run_case("reduce-scatter: 6 dtypes x sum/avg/max/min x 3 modes x in/out",
                        test_reduce_scatter);
-    failed |= run_case("all-gather: 6 dtypes x 3 modes x in/out of place", test_all_gather);
-    failed |= run_case("gather to every root: 6 dtypes x 3 modes", test_gather);
-    failed |= run_case("broadcast from every root: 6 dtypes x 3 modes", test_broadcast);
-    failed |= run_case("barrier: blocking waits, non-blocking tests not done", test_barrier);
-    failed |= run_case("four requests in flight, completed in reverse", test_in_flight);
+    failed |= acx_test_run_case("all-gather: 6 dtypes x 3 modes x in/out of place", test_all_gather);
+    failed |= acx_test_run_case("gather to every root: 6 dtypes x 3 modes", test_gather);
+    failed |= acx_test_run_case("broadcast from every root: 6 dtypes x 3 modes", test_broadcast);
+    failed |= acx_test_run_case("barrier: blocking waits, non-blocking tests not done", test_barrier);
+    failed |= acx_test_run_case("four requests in flight, completed in reverse", test_in_flight);
     failed |=
-        run_case("16-bit max/min specials (NaN, -0, inf), prod, overflow", test_half_specials);
-    failed |= run_case("gradient buckets of bf16/f16/f64/f32/i32 with prescale", test_buckets);
-    failed |= run_case("unsupported ops and invalid arguments", test_invalid);
-    failed |= run_case("public wrappers (acx_reduce_scatter, acx_gather, ...)", test_public);
+        acx_test_run_case("16-bit max/min specials (NaN, -0, inf), prod, overflow", test_half_specials);
+    failed |= acx_test_run_case("gradient buckets of bf16/f16/f64/f32/i32 with prescale", test_buckets);
+    failed |= acx_test_run_case("unsupported ops and invalid arguments", test_invalid);
+    failed |= acx_test_run_case("public wrappers (acx_reduce_scatter, acx_gather, ...)", test_public);
 
     acx_comm_destroy(world);
     int any = 0;
