@@ -14,5 +14,6 @@
 #include "acx/data.h"
 #include "acx/collectives.h"
 #include "acx/checkpoint.h"
+#include "acx/memory.h"
 
 #endif /* ACX_H */

@@ -81,6 +81,21 @@ typedef struct acx_checkpoint_config {
     int64_t save_every_steps; /* save every N optimizer steps; 0 = off (default 0) */
 } acx_checkpoint_config_t;
 
+/* FULL_SHARD / HYBRID_SHARD prefetching (PyTorch FSDP's options of the same
+ * names). */
+typedef enum acx_backward_prefetch {
+    ACX_BACKWARD_PRE = 0,  /* BACKWARD_PRE: start unit i-1's all-gather when unit i is acquired in backward */
+    ACX_BACKWARD_POST = 1, /* BACKWARD_POST: start it when unit i's gradients are ready */
+    ACX_BACKWARD_NONE = 2  /* NO_PREFETCH: gather each unit only when acquired */
+} acx_backward_prefetch_t;
+
+typedef struct acx_fsdp_config {
+    int forward_prefetch;  /* 0/1: start unit i+1's all-gather when unit i is acquired in forward (default 0) */
+    int backward_prefetch; /* acx_backward_prefetch_t (default ACX_BACKWARD_PRE) */
+    int limit_all_gathers; /* most units gathered at once counting prefetches, >= 0;
+                              0 = no cap (default 2); acquires the program asks for are never refused */
+} acx_fsdp_config_t;
+
 typedef struct acx_config {
     size_t size;             /* sizeof(acx_config_t) as the program saw it */
     const char *config_file; /* YAML file; overrides --config/ACX_CONFIG_FILE; NULL = unset */
@@ -98,6 +113,9 @@ typedef struct acx_config {
      * passes a smaller size, and acx reads only the fields it holds. */
     int log_with; /* acx_log_with_t (default ACX_LOG_WITH_NONE) */
     acx_checkpoint_config_t checkpoint;
+    acx_fsdp_config_t fsdp;
+    int ranks_per_node; /* > 0: treat every `ranks_per_node` consecutive ranks as one node
+                           (simulates nodes for HYBRID_SHARD); 0 = the real nodes (default) */
 } acx_config_t;
 
 #define ACX_CONFIG_DEFAULT                                                     \
@@ -114,7 +132,11 @@ typedef struct acx_config {
                        .prefetch = ACX_UNSET },                                \
         .log_with = ACX_UNSET,                                                 \
         .checkpoint = {.total_limit = ACX_UNSET,                               \
-                       .save_every_steps = ACX_UNSET_I64 }                     \
+                       .save_every_steps = ACX_UNSET_I64 },                    \
+        .fsdp = {.forward_prefetch = ACX_UNSET,                                \
+                 .backward_prefetch = ACX_UNSET,                               \
+                 .limit_all_gathers = ACX_UNSET },                             \
+        .ranks_per_node = ACX_UNSET                                            \
     }
 
 /* Resolve the configuration the way acx_init would, without starting MPI,

@@ -37,14 +37,6 @@ typedef struct acx_config_origin {
     char where[256];
 } acx_config_origin_t;
 
-/* fsdp_config.fsdp_backward_prefetch of an Accelerate file (FSDP's
- * BackwardPrefetch), kept for the sharding layer. */
-typedef enum acx_backward_prefetch {
-    ACX_BACKWARD_PRE = 0,  /* BACKWARD_PRE: next unit's all-gather before this unit's backward */
-    ACX_BACKWARD_POST = 1, /* BACKWARD_POST: after it */
-    ACX_BACKWARD_NONE = 2  /* NO_PREFETCH */
-} acx_backward_prefetch_t;
-
 #define ACX_CONFIG_MAX_INFO    8
 #define ACX_CONFIG_WARNING_MAX 2048
 

@@ -1,0 +1,86 @@
+/*
+ * acx/memory.h — how many bytes of model state a rank holds: measured (acx's
+ * allocator accounting) and predicted (the ZeRO formulas, per strategy).
+ *
+ * Every buffer acx allocates for model state is counted in one category, so
+ * a program (or a test) can compare what a strategy really holds with what
+ * the formula says it should. Buffers the program allocates itself, MPI's and
+ * HDF5's internal buffers and the data loader are not counted.
+ */
+#ifndef ACX_MEMORY_H
+#define ACX_MEMORY_H
+
+#include <stdint.h>
+
+#include "acx/status.h"
+#include "acx/types.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum acx_mem_category {
+    ACX_MEM_PARAMS = 0,    /* resident full-parameter copies the program computes with
+                              (NO_SHARD, SHARD_GRAD_OP; FULL_SHARD has none at rest) */
+    ACX_MEM_GRADS = 1,     /* gradient storage: full gradient buffers and the reduced shard */
+    ACX_MEM_MASTER = 2,    /* fp32 master weights of the owned rows, when not the params */
+    ACX_MEM_OPTIMIZER = 3, /* optimizer state of the owned rows (exp_avg, exp_avg_sq, momentum) */
+    ACX_MEM_TRANSIENT = 4, /* gathered units and communication staging, freed again */
+    ACX_MEM_NUM_CATEGORIES = 5
+} acx_mem_category_t;
+
+/* Bytes, per category and in total, on this rank. peak_total is the largest
+ * total ever held at one time (not the sum of the category peaks). */
+typedef struct acx_memory_stats {
+    int64_t current[ACX_MEM_NUM_CATEGORIES];
+    int64_t peak[ACX_MEM_NUM_CATEGORIES];
+    int64_t current_total;
+    int64_t peak_total;
+} acx_memory_stats_t;
+
+/* This process's accounting (all accelerators of the process together).
+ * Not collective. Errors: ACX_ERR_INVALID_ARG (stats_p NULL). */
+ACX_API acx_status_t acx_memory_stats(acx_memory_stats_t *stats_p);
+
+/* Restart the peaks from the current values (e.g. after initialization, to
+ * measure the steady state of training). Not collective. */
+ACX_API void acx_memory_reset_peak(void);
+
+/* Per-rank bytes a strategy needs for a model, by the formulas of the ZeRO
+ * paper (Rajbhandari et al., "ZeRO: Memory Optimizations Toward Training
+ * Trillion Parameter Models", SC'20, section 5 / figure 1) applied to acx's
+ * layout: P = numel, N = ranks sharing the shards (world size; ranks per node
+ * under HYBRID_SHARD), shards padded to whole rows per rank as acx does. */
+typedef struct acx_memory_estimate {
+    int64_t params;    /* resident compute copies: P x (4 fp32 | 2 bf16/fp16) when replicated */
+    int64_t grads;     /* gradient storage */
+    int64_t master;    /* fp32 master weights (0 when they are the params: NO_SHARD fp32) */
+    int64_t optimizer; /* states x 4 bytes x (P or P/N) */
+    int64_t transient; /* gathered-unit and staging buffers at their peak */
+    int64_t total;     /* the sum */
+} acx_memory_estimate_t;
+
+typedef struct acx_memory_model {
+    int64_t numel;             /* P: elements of all parameters */
+    int64_t largest_unit;      /* elements of the largest unit (transient buffers) */
+    int64_t shard_numel;       /* elements of the largest rank's padded shard; 0 = ceil(P / N) */
+    int world_size;            /* >= 1 */
+    int ranks_per_node;        /* HYBRID_SHARD's shard group size; 0 = world_size */
+    int strategy;              /* acx_sharding_strategy_t */
+    int mixed_precision;       /* acx_mixed_precision_t */
+    int optimizer_states;      /* fp32 states per element: AdamW 2, SGD with momentum 1, else 0 */
+    int limit_all_gathers;     /* as in the config; 0 = no cap (then every unit counts) */
+    int num_units;             /* units in the model (for limit_all_gathers = 0) */
+} acx_memory_model_t;
+
+/* Fill *est_p for the model and strategy described by *m. Not collective.
+ * Errors: ACX_ERR_INVALID_ARG (NULL pointers, numel < 0, world_size < 1,
+ * unknown strategy or mixed precision, ranks_per_node not dividing
+ * world_size), each naming the field and value. */
+ACX_API acx_status_t acx_memory_estimate(const acx_memory_model_t *m,
+                                         acx_memory_estimate_t *est_p);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* ACX_MEMORY_H */

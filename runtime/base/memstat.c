@@ -1,0 +1,73 @@
+/*
+ * runtime/base/memstat.c — per-category accounting of model-state buffers
+ * (current and peak bytes) and the public acx_memory_stats. The estimate
+ * side (the formulas) lives with the strategies, in sharding/.
+ */
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/base/error.h"
+#include "runtime/base/memstat.h"
+
+static _Atomic int64_t current[ACX_MEM_NUM_CATEGORIES];
+static _Atomic int64_t peak[ACX_MEM_NUM_CATEGORIES];
+static _Atomic int64_t current_total, peak_total;
+
+static void raise_peak(_Atomic int64_t *pk, int64_t value) {
+    int64_t old = atomic_load(pk);
+    while (value > old && !atomic_compare_exchange_weak(pk, &old, value)) {
+    }
+}
+
+static void account(acx_mem_category_t cat, int64_t delta) {
+    int64_t c = atomic_fetch_add(&current[cat], delta) + delta;
+    int64_t t = atomic_fetch_add(&current_total, delta) + delta;
+    if (delta > 0) {
+        raise_peak(&peak[cat], c);
+        raise_peak(&peak_total, t);
+    }
+}
+
+void *acx_mem_alloc_(acx_mem_category_t cat, size_t bytes, const char *what, const char *file,
+                     int line) {
+    void *p = NULL;
+    if ((unsigned)cat >= ACX_MEM_NUM_CATEGORIES) {
+        acx_error_set(ACX_ERR_INTERNAL, file, line, "memory category %d for %s", (int)cat, what);
+        return NULL;
+    }
+    /* round up so that aligned vector loops may run over the tail */
+    size_t rounded = (bytes + 63) & ~(size_t)63;
+    if (posix_memalign(&p, 64, rounded ? rounded : 64) != 0) {
+        acx_error_set(ACX_ERR_NO_MEMORY, file, line, "cannot allocate %zu bytes for %s", bytes,
+                      what);
+        return NULL;
+    }
+    memset(p, 0, rounded);
+    account(cat, (int64_t)bytes);
+    return p;
+}
+
+void acx_mem_free(acx_mem_category_t cat, void *p, size_t bytes) {
+    if (p == NULL) return;
+    free(p);
+    if ((unsigned)cat < ACX_MEM_NUM_CATEGORIES) account(cat, -(int64_t)bytes);
+}
+
+ACX_API acx_status_t acx_memory_stats(acx_memory_stats_t *stats_p) {
+    if (stats_p == NULL) return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_memory_stats: stats_p is NULL");
+    acx_memory_stats_t s;
+    for (int c = 0; c < ACX_MEM_NUM_CATEGORIES; c++) {
+        s.current[c] = atomic_load(&current[c]);
+        s.peak[c] = atomic_load(&peak[c]);
+    }
+    s.current_total = atomic_load(&current_total);
+    s.peak_total = atomic_load(&peak_total);
+    *stats_p = s;
+    return ACX_OK;
+}
+
+ACX_API void acx_memory_reset_peak(void) {
+    for (int c = 0; c < ACX_MEM_NUM_CATEGORIES; c++) atomic_store(&peak[c], atomic_load(&current[c]));
+    atomic_store(&peak_total, atomic_load(&current_total));
+}

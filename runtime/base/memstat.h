@@ -1,0 +1,32 @@
+/*
+ * runtime/base/memstat.h — allocation of model-state buffers with per-category
+ * accounting (library-private).
+ *
+ * Every buffer that holds parameters, gradients, master weights, optimizer
+ * state or gathered/staged units goes through acx_mem_alloc/acx_mem_free, so
+ * acx_memory_stats (acx/memory.h) reports what a strategy really holds and
+ * tests can hold it against acx_memory_estimate. Buffers are 64-byte aligned
+ * (cache line, AVX-512) and zero-filled: a fresh gradient or optimizer state
+ * must start at zero, and padding rows of a shard must stay zero.
+ *
+ * Called from the main thread only (the loader's prefetch thread never
+ * allocates model state); the counters are atomics anyway so that reading
+ * stats from another thread is safe.
+ */
+#ifndef ACX_BASE_MEMSTAT_H
+#define ACX_BASE_MEMSTAT_H
+
+#include <stddef.h>
+
+#include "acx/memory.h"
+
+/* bytes zeroed bytes in category cat, 64-byte aligned; NULL with the last
+ * error set (ACX_ERR_NO_MEMORY naming `what` and the size) on failure. */
+void *acx_mem_alloc_(acx_mem_category_t cat, size_t bytes, const char *what, const char *file,
+                     int line);
+#define acx_mem_alloc(cat, bytes, what) acx_mem_alloc_((cat), (bytes), (what), __FILE__, __LINE__)
+
+/* Free a buffer from acx_mem_alloc of `bytes` bytes in cat (NULL is fine). */
+void acx_mem_free(acx_mem_category_t cat, void *p, size_t bytes);
+
+#endif /* ACX_BASE_MEMSTAT_H */
