@@ -31,6 +31,9 @@ typedef struct acx_shard_context {
     uint64_t seed;
     int strategy;      /* acx_sharding_strategy_t */
     size_t bucket_bytes;
+    int forward_prefetch;  /* fsdp.* options (acx/config.h) */
+    int backward_prefetch;
+    int limit_all_gathers;
     void *owner;       /* the runtime's accelerator (opaque here) */
 } acx_shard_context_t;
 
@@ -51,6 +54,11 @@ struct acx_param {
     int64_t row_begin;   /* rows owned by this rank in the local shard */
     int64_t row_end;
     size_t shard_offset; /* element offset of the owned rows in the shard arrays */
+    /* sharded strategies: the unit's per-rank segment holds, for each of its
+     * params, a piece of shard_rows rows (the owned ones, then zero padding) */
+    int64_t shard_rows;  /* ceil(rows / shard group size) */
+    size_t piece_offset; /* element offset of the piece in the unit's segment */
+    size_t full_offset;  /* element offset of the full values in the unit's buffers */
 };
 
 struct acx_unit {
@@ -61,6 +69,7 @@ struct acx_unit {
     int num_params, cap_params;
     int acquired;       /* acquire count (nesting allowed) */
     int grads_reported; /* this micro-step */
+    size_t numel;       /* elements of all its parameters (set at prepare) */
 };
 
 typedef struct acx_strategy_ops acx_strategy_ops_t;
@@ -81,6 +90,14 @@ struct acx_model {
     float *master;      /* [shard_numel] fp32 master weights of the owned rows */
     float *shard_grad;  /* [shard_numel] reduced gradients of the owned rows */
     size_t shard_numel;
+    /* Who else holds the same rows. shard_comm: the ranks among which rows
+     * are split (NULL under NO_SHARD: every rank holds every row) — norms
+     * and gathers reduce over it. Replicas (ranks holding the same owned
+     * rows: every rank under NO_SHARD, the node peers under HYBRID_SHARD)
+     * split the writing of those rows in a checkpoint by the same dim-0
+     * rule: replica_rank of replica_size. */
+    acx_comm_t *shard_comm;
+    int replica_rank, replica_size;
 
     /* set by the runtime before each micro-step */
     int sync;           /* this micro-step ends at a boundary */
@@ -96,6 +113,9 @@ struct acx_strategy_ops {
     acx_status_t (*prepare)(acx_model_t *m);
     acx_status_t (*acquire)(acx_unit_t *u);
     acx_status_t (*release)(acx_unit_t *u);
+    /* Make the unit's full gradient buffers exist (zeroed) and set every
+     * param's grad; NULL when they always exist (NO_SHARD). */
+    acx_status_t (*materialize_grads)(acx_unit_t *u);
     /* On m->sync, start reducing what this unit completes. */
     acx_status_t (*grads_ready)(acx_unit_t *u);
     /* On m->sync, wait for all reductions: shard_grad then holds the mean. */
@@ -108,10 +128,18 @@ struct acx_strategy_ops {
 };
 
 extern const acx_strategy_ops_t acx_strategy_no_shard;
+extern const acx_strategy_ops_t acx_strategy_shard_grad_op; /* sharding/sharded.c */
+extern const acx_strategy_ops_t acx_strategy_full_shard;
+extern const acx_strategy_ops_t acx_strategy_hybrid_shard;
 
 /* Rows [*begin_p, *end_p) of a parameter with `rows` rows owned by `rank` of
  * `size` under the dim-0 rule above (empty range: begin == end). */
 void acx_shard_rows(int64_t rows, int rank, int size, int64_t *begin_p, int64_t *end_p);
+
+/* Rows [*begin_p, *end_p) of p that this rank writes into a checkpoint:
+ * its owned rows split among their replicas (the replicas together write
+ * each row exactly once). */
+void acx_param_save_rows(const acx_param_t *p, int64_t *begin_p, int64_t *end_p);
 
 /* Create/destroy a model (registration functions are public, in model.c). */
 acx_status_t acx_model_new(const acx_shard_context_t *ctx, acx_model_t **model_p);

@@ -97,6 +97,28 @@ ACX_API int acx_sync_gradients(const acx_accelerator_t *acc);
  * ACX_ERR_MPI. */
 ACX_API acx_status_t acx_backward_end(acx_accelerator_t *acc);
 
+/* Clip the gradients of the whole model by their global norm, as
+ * torch.nn.utils.clip_grad_norm_: total = (sum over every element of every
+ * parameter of |g|^norm_type)^(1/norm_type) (norm_type 2) or max |g|
+ * (norm_type INFINITY), computed over the reduced gradients — each rank's
+ * owned rows, summed across the ranks that split them, replicated rows
+ * counted once — so every rank gets the same value under every strategy.
+ * Then every gradient is multiplied by min(1, max_norm / (total + 1e-6)).
+ * Call after acx_backward_end on a boundary, before acx_optimizer_step.
+ * total_norm_p (may be NULL): the norm before clipping. A non-finite norm is
+ * returned as is and the gradients are scaled by the non-finite factor, as
+ * torch does with error_if_nonfinite=False. Collective.
+ * Errors: ACX_ERR_INVALID_ARG (max_norm < 0 or NaN; norm_type not 2 or
+ * INFINITY), ACX_ERR_STATE (no prepared model, or not on a boundary),
+ * ACX_ERR_MPI. */
+ACX_API acx_status_t acx_clip_grad_norm(acx_accelerator_t *acc, double max_norm, double norm_type,
+                                        double *total_norm_p);
+
+/* Clamp every reduced gradient element to [-clip_value, clip_value]
+ * (torch.nn.utils.clip_grad_value_). Not collective (each rank clamps its
+ * rows). Errors: ACX_ERR_INVALID_ARG (clip_value < 0 or NaN), ACX_ERR_STATE. */
+ACX_API acx_status_t acx_clip_grad_value(acx_accelerator_t *acc, double clip_value);
+
 /* Number of optimizer steps taken (boundaries passed), and micro-steps. */
 ACX_API int64_t acx_step(const acx_accelerator_t *acc);
 ACX_API int64_t acx_micro_step(const acx_accelerator_t *acc);

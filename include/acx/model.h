@@ -128,8 +128,23 @@ ACX_API acx_status_t acx_unit_grads_ready(acx_unit_t *unit);
 ACX_API float *acx_param_data(acx_param_t *param);
 
 /* The parameter's gradient buffer, same shape; the program ADDS into it
- * during backward. Zeroed by acx_optimizer_zero_grad. NULL before prepare. */
+ * during backward. Zeroed by acx_optimizer_zero_grad. NULL before prepare.
+ * Under sharded strategies the full gradient buffer of the unit is created
+ * (zeroed) by the first call after the unit's last reduction, and handed
+ * over to the reduce-scatter by acx_unit_grads_ready on a synchronization
+ * boundary: pointers from before that call are invalid after it. On a
+ * boundary, after acx_backward_end, the reduced gradient exists only as the
+ * rank's owned rows (NO_SHARD: in this buffer, averaged). */
 ACX_API float *acx_param_grad(acx_param_t *param);
+
+/* Copy the full values of `param` ([shape] row-major float32, the fp32
+ * master weights) into out, on every rank, whatever the strategy: under
+ * sharded strategies the owned rows are all-gathered from the ranks that
+ * hold them (for export, evaluation on one rank, tests). Collective over all
+ * ranks: every rank calls it for the same parameter. out: caller-owned,
+ * numel floats. Errors: ACX_ERR_INVALID_ARG (NULL), ACX_ERR_STATE (not
+ * prepared), ACX_ERR_NO_MEMORY, ACX_ERR_MPI. */
+ACX_API acx_status_t acx_param_gather(acx_param_t *param, float *out);
 
 ACX_API const char *acx_param_name(const acx_param_t *param);
 ACX_API int acx_param_ndim(const acx_param_t *param);
