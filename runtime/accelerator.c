@@ -279,10 +279,9 @@ static acx_status_t check_config_agrees(acx_accelerator_t *acc) {
 static acx_status_t check_implemented(const acx_resolved_config_t *rc) {
     const acx_config_t *c = &rc->values;
     static const struct { const char *key; const char *todo; const char *instead; } later[] = {
-        {"mixed_precision", "mixed precision", "no"},
         {"backend", "the NCCL backend", "auto or mpi"}};
-    int bad[2] = {c->mixed_precision != ACX_MP_NO, c->backend == ACX_BACKEND_NCCL};
-    for (int i = 0; i < 2; i++) {
+    int bad[1] = {c->backend == ACX_BACKEND_NCCL};
+    for (int i = 0; i < 1; i++) {
         if (!bad[i]) continue;
         int k = 0;
         while (k < acx_config_num_keys() && strcmp(acx_config_key_name(k), later[i].key) != 0) k++;
@@ -524,6 +523,12 @@ ACX_API acx_status_t acx_model_create(acx_accelerator_t *acc, acx_model_t **mode
         .seed = (uint64_t)c->seed,
         .strategy = c->sharding_strategy,
         .bucket_bytes = (size_t)(c->bucket_size_mb * 1024.0 * 1024.0),
+        .param_dtype = c->mixed_precision == ACX_MP_BF16   ? ACX_DTYPE_BFLOAT16
+                       : c->mixed_precision == ACX_MP_FP16 ? ACX_DTYPE_FLOAT16
+                                                           : ACX_DTYPE_FLOAT32,
+        .reduce_dtype = c->reduce_dtype == ACX_REDUCE_BF16   ? ACX_DTYPE_BFLOAT16
+                        : c->reduce_dtype == ACX_REDUCE_FP16 ? ACX_DTYPE_FLOAT16
+                                                             : ACX_DTYPE_FLOAT32,
         .forward_prefetch = c->fsdp.forward_prefetch > 0,
         .backward_prefetch = c->fsdp.backward_prefetch >= 0 ? c->fsdp.backward_prefetch : ACX_BACKWARD_PRE,
         .limit_all_gathers = c->fsdp.limit_all_gathers >= 0 ? c->fsdp.limit_all_gathers : 2,
