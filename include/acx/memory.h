@@ -70,13 +70,20 @@ typedef struct acx_memory_model {
     int mixed_precision;       /* acx_mixed_precision_t */
     int optimizer_states;      /* fp32 states per element: AdamW 2, SGD with momentum 1, else 0 */
     int limit_all_gathers;     /* as in the config; 0 = no cap (then every unit counts) */
-    int num_units;             /* units in the model (for limit_all_gathers = 0) */
+    int num_units;             /* units in the model: the gathered units when
+                                  limit_all_gathers = 0, and their cap otherwise
+                                  (0 = unknown: no cap) */
 } acx_memory_model_t;
 
-/* Fill *est_p for the model and strategy described by *m. Not collective.
+/* Fill *est_p for the model and strategy described by *m (written only on
+ * success). Not collective; no MPI needed. The formulas per strategy and
+ * their derivation: sharding/memory_estimate.c and docs/memory.md.
  * Errors: ACX_ERR_INVALID_ARG (NULL pointers, numel < 0, world_size < 1,
  * unknown strategy or mixed precision, ranks_per_node not dividing
- * world_size), each naming the field and value. */
+ * world_size, largest_unit outside 0..numel, a negative optimizer_states,
+ * limit_all_gathers or num_units, shard_numel neither 0 nor between
+ * ceil(numel / N) and numel, byte counts beyond int64), each naming the
+ * field and value. */
 ACX_API acx_status_t acx_memory_estimate(const acx_memory_model_t *m,
                                          acx_memory_estimate_t *est_p);
 
