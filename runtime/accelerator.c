@@ -154,6 +154,32 @@ out:
     return status;
 }
 
+/* ranks_per_node > 0: pretend every `ranks_per_node` consecutive ranks are
+ * one node (HYBRID_SHARD testing on one machine; also a way to group ranks
+ * of a large node). Same result on every rank: it depends only on the
+ * agreed config and the world size. */
+static acx_status_t simulate_nodes(acx_accelerator_t *acc) {
+    int rpn = acc->config.values.ranks_per_node;
+    if (rpn <= 0) return ACX_OK;
+    if (acc->world_size % rpn != 0) {
+        const acx_config_origin_t *o = NULL;
+        for (int k = 0; k < acx_config_num_keys(); k++)
+            if (strcmp(acx_config_key_name(k), "ranks_per_node") == 0) o = &acc->config.origin[k];
+        return ACX_ERROR(ACX_ERR_INVALID_CONFIG,
+                         "ranks_per_node=%d (from %s) does not divide the world size %d: every "
+                         "simulated node needs the same number of ranks",
+                         rpn, o == NULL || o->source == ACX_SRC_DEFAULT ? "default" : o->where,
+                         acc->world_size);
+    }
+    acc->local_rank = acc->rank % rpn;
+    acc->local_size = rpn;
+    acc->node_rank = acc->rank / rpn;
+    acc->num_nodes = acc->world_size / rpn;
+    ACX_INFO(ACX_SUBSYS_INIT, "ranks_per_node=%d: simulating %d node(s); this rank is local rank %d of node %d",
+             rpn, acc->num_nodes, acc->local_rank, acc->node_rank);
+    return ACX_OK;
+}
+
 static const char *env_lookup(const char *name) { return getenv(name); }
 
 extern char **environ;
@@ -254,11 +280,9 @@ static acx_status_t check_implemented(const acx_resolved_config_t *rc) {
     const acx_config_t *c = &rc->values;
     static const struct { const char *key; const char *todo; const char *instead; } later[] = {
         {"mixed_precision", "mixed precision", "no"},
-        {"sharding_strategy", "sharded strategies", "no_shard"},
         {"backend", "the NCCL backend", "auto or mpi"}};
-    int bad[3] = {c->mixed_precision != ACX_MP_NO, c->sharding_strategy != ACX_NO_SHARD,
-                  c->backend == ACX_BACKEND_NCCL};
-    for (int i = 0; i < 3; i++) {
+    int bad[2] = {c->mixed_precision != ACX_MP_NO, c->backend == ACX_BACKEND_NCCL};
+    for (int i = 0; i < 2; i++) {
         if (!bad[i]) continue;
         int k = 0;
         while (k < acx_config_num_keys() && strcmp(acx_config_key_name(k), later[i].key) != 0) k++;
@@ -342,6 +366,7 @@ ACX_API acx_status_t acx_init(int *argc, char ***argv, const acx_config_t *confi
         acx_comm_destroy(acc->world);
         acc->world = w;
     }
+    ACX_CHECK_GOTO(acx_coll_agree(acc->world, simulate_nodes(acc)), status, err_comm);
     ACX_CHECK_GOTO(acx_comm_split(acc->world, acc->node_rank, acc->local_rank, &acc->node), status,
                    err_comm);
 
@@ -499,6 +524,9 @@ ACX_API acx_status_t acx_model_create(acx_accelerator_t *acc, acx_model_t **mode
         .seed = (uint64_t)c->seed,
         .strategy = c->sharding_strategy,
         .bucket_bytes = (size_t)(c->bucket_size_mb * 1024.0 * 1024.0),
+        .forward_prefetch = c->fsdp.forward_prefetch > 0,
+        .backward_prefetch = c->fsdp.backward_prefetch >= 0 ? c->fsdp.backward_prefetch : ACX_BACKWARD_PRE,
+        .limit_all_gathers = c->fsdp.limit_all_gathers >= 0 ? c->fsdp.limit_all_gathers : 2,
         .owner = acc,
     };
     if (ctx.bucket_bytes < sizeof(float)) ctx.bucket_bytes = sizeof(float);
@@ -628,6 +656,7 @@ ACX_API acx_status_t acx_accumulate_begin(acx_accelerator_t *acc) {
         return ACX_ERROR(ACX_ERR_STATE, "acx_accumulate_begin twice without acx_accumulate_end");
     int k = acc->config.values.gradient_accumulation_steps;
     acc->in_micro_step = 1;
+    acc->grads_reduced = 0;
     acc->micro_step++;
     acc->micro_since_sync++;
     /* The end of the loader's epoch is a boundary too (Accelerate's
@@ -660,7 +689,9 @@ ACX_API int acx_sync_gradients(const acx_accelerator_t *acc) { return acc ? acc-
 ACX_API acx_status_t acx_backward_end(acx_accelerator_t *acc) {
     if (acc == NULL) return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_backward_end: acc is NULL");
     if (acc->model == NULL) return ACX_ERROR(ACX_ERR_STATE, "acx_backward_end before acx_prepare");
-    return acx_model_backward_end(acc->model);
+    acx_status_t status = acx_model_backward_end(acc->model);
+    acc->grads_reduced = status == ACX_OK && acc->model->sync;
+    return status;
 }
 
 ACX_API int64_t acx_step(const acx_accelerator_t *acc) { return acc ? acc->step : -1; }

@@ -42,6 +42,7 @@ struct acx_accelerator {
     /* step state */
     int in_micro_step;
     int sync;               /* current micro-step ends at a boundary */
+    int grads_reduced;      /* acx_backward_end completed a boundary's reduction this micro-step */
     int micro_since_sync;   /* micro-steps accumulated in the gradients, this one included */
     int64_t micro_step;     /* micro-steps begun */
     int64_t step;           /* boundaries passed */

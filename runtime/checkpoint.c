@@ -261,15 +261,12 @@ static acx_ckpt_tensor_t shard_tensor(const char *path, const acx_param_t *p, fl
     return t;
 }
 
-/* Rows this rank writes: the dim-0 rule's slice when it holds every row
- * (NO_SHARD: the replicas split the writing), else the rows it owns. */
+/* Rows this rank writes: its owned rows, split among the ranks that hold
+ * the same rows (NO_SHARD: the whole world; HYBRID_SHARD: the nodes), so
+ * every row is written exactly once and the work is spread. */
 static void save_rows(const acx_accelerator_t *acc, acx_ckpt_tensor_t *t, const acx_param_t *p) {
-    if (p->row_begin == 0 && p->row_end == p->rows)
-        acx_shard_rows(p->rows, acc->rank, acc->world_size, &t->io_begin, &t->io_end);
-    else {
-        t->io_begin = p->row_begin;
-        t->io_end = p->row_end;
-    }
+    (void)acc;
+    acx_param_save_rows(p, &t->io_begin, &t->io_end);
 }
 
 /* ---- directory, `latest` and retention (rank 0) ---- */

@@ -23,6 +23,7 @@
 #include "runtime/accelerator.h"
 #include "runtime/base/error.h"
 #include "runtime/base/log.h"
+#include "runtime/base/memstat.h"
 #include "runtime/optim_kernels.h"
 #include "runtime/optim_state.h"
 #include "sharding/model.h"
@@ -51,6 +52,7 @@ struct acx_optimizer {
     int bound;
     int num_state;
     float *state[ACX_OPTIM_MAX_STATE];
+    size_t state_bytes; /* of each state array */
 };
 
 /* ---- creation ---- */
@@ -175,17 +177,17 @@ acx_status_t acx_optimizer_bind(acx_optimizer_t *opt) {
      * first step but starts defined for checkpoints written before it. */
     size_t bytes = m->shard_numel * sizeof(float);
     for (int i = 0; i < num_state; i++) {
-        opt->state[i] = acx_aligned_alloc(bytes, "optimizer state");
+        opt->state[i] = acx_mem_alloc(ACX_MEM_OPTIMIZER, bytes, "optimizer state");
         if (opt->state[i] == NULL) {
             for (int j = 0; j < i; j++) {
-                free(opt->state[j]);
+                acx_mem_free(ACX_MEM_OPTIMIZER, opt->state[j], bytes);
                 opt->state[j] = NULL;
             }
             return ACX_ERR_NO_MEMORY;
         }
-        memset(opt->state[i], 0, bytes);
     }
     opt->num_state = num_state;
+    opt->state_bytes = bytes;
     opt->bound = 1;
     ACX_DEBUG(ACX_SUBSYS_OPTIM, "%s bound: %zu shard elements, %d state arrays (%zu bytes)",
               kind_names[opt->kind], m->shard_numel, num_state, (size_t)num_state * bytes);
@@ -198,7 +200,7 @@ void acx_optimizer_free(acx_optimizer_t *opt) {
     if (opt == NULL) return;
     acx_scheduler_free(opt->sched);
     for (int i = 0; i < opt->num_state; i++)
-        free(opt->state[i]);
+        acx_mem_free(ACX_MEM_OPTIMIZER, opt->state[i], opt->state_bytes);
     free(opt);
 }
 

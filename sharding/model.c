@@ -3,8 +3,8 @@
  * rule, and dispatch to the configured strategy.
  *
  * This file owns the objects' bookkeeping; where storage lives and how units
- * are gathered and gradients reduced is the strategy's business
- * (no_shard.c today; shard_grad_op.c, full_shard.c, hybrid_shard.c later).
+ * are gathered and gradients reduced is the strategy's business (no_shard.c;
+ * sharded.c for SHARD_GRAD_OP, FULL_SHARD and HYBRID_SHARD).
  * Initial values come from runtime/base/param_init.c, keyed by parameter name,
  * so they never depend on the strategy or the world size.
  */
@@ -14,6 +14,7 @@
 
 #include "runtime/base/error.h"
 #include "runtime/base/log.h"
+#include "runtime/base/memstat.h"
 #include "runtime/base/param_init.h"
 #include "sharding/model.h"
 
@@ -28,6 +29,15 @@ void acx_shard_rows(int64_t rows, int rank, int size, int64_t *begin_p, int64_t 
     if (e > rows) e = rows;
     *begin_p = b;
     *end_p = e;
+}
+
+void acx_param_save_rows(const acx_param_t *p, int64_t *begin_p, int64_t *end_p) {
+    /* the replicas split the owned rows by the same dim-0 rule */
+    const acx_model_t *m = p->unit->model;
+    int64_t b, e;
+    acx_shard_rows(p->row_end - p->row_begin, m->replica_rank, m->replica_size, &b, &e);
+    *begin_p = p->row_begin + b;
+    *end_p = p->row_begin + e;
 }
 
 /* ---- lifecycle ---- */
@@ -177,11 +187,45 @@ ACX_API float *acx_param_grad(acx_param_t *param) {
         ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_param_grad: param is NULL");
         return NULL;
     }
-    if (param->grad == NULL) {
+    const acx_model_t *m = param->unit->model;
+    if (!m->prepared) {
         ACX_ERROR(ACX_ERR_STATE, "parameter '%s': no gradient buffer before acx_prepare", param->name);
         return NULL;
     }
+    if (param->grad == NULL && m->strategy->materialize_grads != NULL &&
+        m->strategy->materialize_grads(param->unit) != ACX_OK)
+        return NULL;
     return param->grad;
+}
+
+ACX_API acx_status_t acx_param_gather(acx_param_t *param, float *out) {
+    if (param == NULL || out == NULL)
+        return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_param_gather: param and out must not be NULL");
+    acx_model_t *m = param->unit->model;
+    if (!m->prepared)
+        return ACX_ERROR(ACX_ERR_STATE, "acx_param_gather('%s') before acx_prepare", param->name);
+    const float *mine = m->master + param->shard_offset;
+    if (m->shard_comm == NULL) { /* every row is here */
+        memcpy(out, mine, (size_t)param->numel * sizeof(float));
+        return ACX_OK;
+    }
+    /* One all-gather of every rank's padded piece (shard_rows rows, the
+     * owned ones first), then rank s's rows to their place in out. */
+    acx_comm_t *c = m->shard_comm;
+    size_t piece = (size_t)(param->shard_rows * param->row_numel);
+    size_t bytes = (size_t)c->size * piece * sizeof(float);
+    float *all = acx_mem_alloc(ACX_MEM_TRANSIENT, bytes, "parameter gather");
+    if (all == NULL) return ACX_ERR_NO_MEMORY;
+    acx_status_t status = c->ops->all_gather(c, mine, all, piece, ACX_DTYPE_FLOAT32);
+    for (int s = 0; status == ACX_OK && s < c->size; s++) {
+        int64_t b, e;
+        acx_shard_rows(param->rows, s, c->size, &b, &e);
+        if (e > b)
+            memcpy(out + b * param->row_numel, all + (size_t)s * piece,
+                   (size_t)((e - b) * param->row_numel) * sizeof(float));
+    }
+    acx_mem_free(ACX_MEM_TRANSIENT, all, bytes);
+    return status;
 }
 
 ACX_API const char *acx_param_name(const acx_param_t *param) { return param ? param->name : NULL; }
@@ -205,12 +249,13 @@ acx_status_t acx_model_prepare(acx_model_t *m) {
         if (m->units[i]->num_params == 0)
             return ACX_ERROR(ACX_ERR_STATE, "unit '%s' has no parameters", m->units[i]->name);
     switch (m->ctx.strategy) {
-    case ACX_NO_SHARD:
-        m->strategy = &acx_strategy_no_shard;
-        break;
+    case ACX_NO_SHARD: m->strategy = &acx_strategy_no_shard; break;
+    case ACX_SHARD_GRAD_OP: m->strategy = &acx_strategy_shard_grad_op; break;
+    case ACX_FULL_SHARD: m->strategy = &acx_strategy_full_shard; break;
+    case ACX_HYBRID_SHARD: m->strategy = &acx_strategy_hybrid_shard; break;
     default:
-        return ACX_ERROR(ACX_ERR_NOT_SUPPORTED,
-                         "sharding_strategy %d is not implemented yet; use no_shard", m->ctx.strategy);
+        return ACX_ERROR(ACX_ERR_INVALID_ARG, "sharding_strategy %d is not one of no_shard, "
+                         "shard_grad_op, full_shard, hybrid_shard", m->ctx.strategy);
     }
     ACX_CHECK(m->strategy->prepare(m));
     m->prepared = 1;

@@ -22,6 +22,7 @@
 #include "collectives/bucket.h"
 #include "runtime/base/error.h"
 #include "runtime/base/log.h"
+#include "runtime/base/memstat.h"
 #include "runtime/base/param_init.h"
 #include "sharding/model.h"
 
@@ -38,14 +39,17 @@ static acx_status_t no_shard_prepare(acx_model_t *m) {
     acx_bucket_segment_t *segs = NULL;
     if (s == NULL) return ACX_ERR_NO_MEMORY;
     m->strategy_state = s;
-    s->flat_param = acx_aligned_alloc(n * sizeof(float), "parameters");
-    s->flat_grad = acx_aligned_alloc(n * sizeof(float), "gradients");
+    s->flat_param = acx_mem_alloc(ACX_MEM_PARAMS, n * sizeof(float), "parameters");
+    s->flat_grad = acx_mem_alloc(ACX_MEM_GRADS, n * sizeof(float), "gradients");
     segs = acx_malloc((size_t)m->num_params * sizeof *segs, "bucket segments");
     if (s->flat_param == NULL || s->flat_grad == NULL || segs == NULL) {
         status = ACX_ERR_NO_MEMORY;
         goto out;
     }
-    memset(s->flat_grad, 0, n * sizeof(float));
+    /* every rank holds every row: the replicas are the whole world */
+    m->shard_comm = NULL;
+    m->replica_rank = m->ctx.world->rank;
+    m->replica_size = m->ctx.world->size;
 
     size_t off = 0;
     for (int i = m->num_params - 1, k = 0; i >= 0; i--, k++) {
@@ -55,6 +59,8 @@ static acx_status_t no_shard_prepare(acx_model_t *m) {
         p->row_begin = 0;
         p->row_end = p->rows;
         p->shard_offset = off;
+        p->shard_rows = p->rows;
+        p->full_offset = off;
         /* Every rank computes every value itself: the initializer is keyed
          * by (seed, name, element), so no broadcast from rank 0 is needed
          * for the replicas to agree. */
@@ -105,8 +111,8 @@ static void no_shard_destroy(acx_model_t *m) {
     no_shard_state_t *s = m->strategy_state;
     if (s == NULL) return;
     acx_buckets_destroy(s->buckets);
-    free(s->flat_param);
-    free(s->flat_grad);
+    acx_mem_free(ACX_MEM_PARAMS, s->flat_param, (size_t)m->numel * sizeof(float));
+    acx_mem_free(ACX_MEM_GRADS, s->flat_grad, (size_t)m->numel * sizeof(float));
     free(s);
     m->strategy_state = NULL;
 }

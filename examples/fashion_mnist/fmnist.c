@@ -62,6 +62,8 @@ static void usage(FILE *f) {
             "  --quiet               no progress output (final line only)\n"
             "  --progress, --no-progress  force the progress bar on/off (default: on a terminal\n"
             "                        when not started by mpirun/srun)\n"
+            "  --sharding-strategy S no_shard | shard_grad_op | full_shard | hybrid_shard\n"
+            "                        (default: config sharding_strategy, no_shard)\n"
             "  --config FILE, --acx-KEY=VALUE   acx configuration (see docs/config.md)\n");
 }
 
@@ -341,6 +343,28 @@ static void progress(const acx_accelerator_t *acc, const options_t *o, int tty, 
     fflush(stdout);
 }
 
+/* --sharding-strategy S is the config key sharding_strategy: rewrite it as
+ * --acx-sharding_strategy=S so acx_init validates it (naming the accepted
+ * values) and records where it came from. The strings live until exit. */
+static void alias_acx_options(int *argc, char **argv) {
+    static const char opt[] = "--sharding-strategy";
+    static char storage[8][160];
+    int used = 0;
+    for (int i = 1; i < *argc && used < 8; i++) {
+        size_t len = sizeof opt - 1;
+        if (strncmp(argv[i], opt, len) != 0) continue;
+        const char *v = argv[i][len] == '=' ? argv[i] + len + 1 : NULL;
+        if (argv[i][len] == '\0' && i + 1 < *argc) { /* "--sharding-strategy S": drop S */
+            v = argv[i + 1];
+            memmove(&argv[i + 1], &argv[i + 2], (size_t)(*argc - i - 1) * sizeof *argv);
+            (*argc)--;
+        }
+        if (v == NULL) continue;
+        snprintf(storage[used], sizeof storage[used], "--acx-sharding_strategy=%s", v);
+        argv[i] = storage[used++];
+    }
+}
+
 static int run(int argc, char **argv) {
     acx_config_t cfg = ACX_CONFIG_DEFAULT;
     acx_accelerator_t *acc = NULL;
@@ -368,6 +392,7 @@ static int run(int argc, char **argv) {
             else if (x >= 0) cfg.checkpoint.save_every_steps = x;
         }
     }
+    alias_acx_options(&argc, argv);
     acx_status_t st = acx_init(&argc, &argv, &cfg, &acc);
     if (st != ACX_OK) {
         fprintf(stderr, "acx-fmnist: %s\n", acx_last_error());

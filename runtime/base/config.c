@@ -87,6 +87,12 @@ static const enum_name_t backend_names[] = {
     {"auto", ACX_BACKEND_AUTO}, {"mpi", ACX_BACKEND_MPI}, {"nccl", ACX_BACKEND_NCCL}, {NULL, 0}};
 static const enum_name_t log_with_names[] = {
     {"none", ACX_LOG_WITH_NONE}, {"jsonl", ACX_LOG_WITH_JSONL}, {NULL, 0}};
+/* PyTorch FSDP's BackwardPrefetch names, lower case; BACKWARD_PRE etc. match
+ * too, as every enum value matches in any case. */
+static const enum_name_t prefetch_names[] = {{"backward_pre", ACX_BACKWARD_PRE},
+                                             {"backward_post", ACX_BACKWARD_POST},
+                                             {"no_prefetch", ACX_BACKWARD_NONE},
+                                             {NULL, 0}};
 
 /* Accelerate's values acx has no counterpart for. */
 static const char *const mp_unhonoured[] = {"fp8", NULL};
@@ -122,6 +128,8 @@ static const config_key_t key_table[] = {
      NOBUF, "25", PLAIN},
     {"backend", "ACX_BACKEND", KT_ENUM, backend_names, UNBOUNDED, FIELD(backend), NOBUF, "auto",
      PLAIN},
+    {"ranks_per_node", "ACX_RANKS_PER_NODE", KT_INT, NULL, 0, INFINITY, 0, FIELD(ranks_per_node),
+     NOBUF, "0", NULL, "0 = the real nodes"},
     {"checkpoint.total_limit", "ACX_CHECKPOINT_TOTAL_LIMIT", KT_INT, NULL, 0, INFINITY, 0,
      FIELD(checkpoint.total_limit), NOBUF, "0", PLAIN},
     {"checkpoint.save_every_steps", "ACX_CHECKPOINT_SAVE_EVERY_STEPS", KT_INT64, NULL, 0, INFINITY,
@@ -134,6 +142,15 @@ static const config_key_t key_table[] = {
      FIELD(dataloader.split_batches), NOBUF, "false", PLAIN},
     {"dataloader.prefetch", "ACX_DATALOADER_PREFETCH", KT_INT, NULL, 0, INFINITY, 0,
      FIELD(dataloader.prefetch), NOBUF, "1", PLAIN},
+    {"fsdp.forward_prefetch", "ACX_FSDP_FORWARD_PREFETCH", KT_BOOL, NULL, UNBOUNDED,
+     FIELD(fsdp.forward_prefetch), NOBUF, "false", PLAIN},
+    {"fsdp.backward_prefetch", "ACX_FSDP_BACKWARD_PREFETCH", KT_ENUM, prefetch_names, UNBOUNDED,
+     FIELD(fsdp.backward_prefetch), NOBUF, "backward_pre", PLAIN},
+    /* PyTorch's limit_all_gathers is a bool; acx's is the cap itself, and
+     * an Accelerate file's true/false maps onto it (ah_fsdp_limit). */
+    {"fsdp.limit_all_gathers", "ACX_FSDP_LIMIT_ALL_GATHERS", KT_INT, NULL, 0, INFINITY, 0,
+     FIELD(fsdp.limit_all_gathers), NOBUF, "2", NULL,
+     "0 = no cap; PyTorch's limit_all_gathers=True is 2, False is 0"},
 };
 
 #define NUM_KEYS ((int)(sizeof key_table / sizeof key_table[0]))
@@ -144,14 +161,6 @@ _Static_assert(sizeof key_table / sizeof key_table[0] <= ACX_CONFIG_MAX_KEYS,
  * file's keys of the same names), never from the environment or the
  * program, and never acted on by acx_init. Offsets are into
  * acx_config_info_t; a KT_STRING row's field is a char array there. */
-static const enum_name_t prefetch_names[] = {{"pre", ACX_BACKWARD_PRE},
-                                             {"post", ACX_BACKWARD_POST},
-                                             {"none", ACX_BACKWARD_NONE},
-                                             {"BACKWARD_PRE", ACX_BACKWARD_PRE},
-                                             {"BACKWARD_POST", ACX_BACKWARD_POST},
-                                             {"NO_PREFETCH", ACX_BACKWARD_NONE},
-                                             {NULL, 0}};
-
 #define INFO(f)        offsetof(acx_config_info_t, f), sizeof(((acx_config_info_t *)0)->f)
 #define INFO_STRBUF(f) 0, sizeof(((acx_config_info_t *)0)->f)
 
@@ -163,8 +172,6 @@ static const config_key_t info_table[] = {
      INFO_STRBUF(main_process_ip), NULL, PLAIN},
     {"main_process_port", NULL, KT_INT, NULL, 0, 65535, 0, INFO(main_process_port), NOBUF, NULL,
      PLAIN},
-    {"fsdp.backward_prefetch", NULL, KT_ENUM, prefetch_names, UNBOUNDED, INFO(backward_prefetch),
-     NOBUF, NULL, PLAIN},
 };
 
 #define NUM_INFO ((int)(sizeof info_table / sizeof info_table[0]))
@@ -193,6 +200,7 @@ const char *acx_sharding_strategy_name(int s) { return enum_canonical(shard_name
 const char *acx_mixed_precision_name(int mp) { return enum_canonical(mp_names, mp); }
 const char *acx_backend_name(int b) { return enum_canonical(backend_names, b); }
 const char *acx_log_with_name(int w) { return enum_canonical(log_with_names, w); }
+const char *acx_backward_prefetch_name(int p) { return enum_canonical(prefetch_names, p); }
 
 static int find_key(const char *name) {
     for (int i = 0; i < NUM_KEYS; i++)
@@ -500,6 +508,9 @@ static acx_status_t ah_fsdp_strategy(struct yaml_ctx *ctx, int ai, const char *t
 static acx_status_t ah_fsdp_reshard(struct yaml_ctx *ctx, int ai, const char *text);
 static acx_status_t ah_zero_stage(struct yaml_ctx *ctx, int ai, const char *text);
 static acx_status_t ah_ds_accumulation(struct yaml_ctx *ctx, int ai, const char *text);
+static acx_status_t ah_fsdp_backward_prefetch(struct yaml_ctx *ctx, int ai, const char *text);
+static acx_status_t ah_fsdp_forward_prefetch(struct yaml_ctx *ctx, int ai, const char *text);
+static acx_status_t ah_fsdp_limit(struct yaml_ctx *ctx, int ai, const char *text);
 
 /* distributed_type: data parallel on some device (acx picks the device
  * itself), the two sharded kinds, and what acx cannot run at all. */
@@ -576,10 +587,11 @@ static const accel_key_t accel_table[] = {
     AFALSE("fsdp_config.fsdp_activation_checkpointing",
            "ignored: the forward pass is the program's own code"),
     AIGN("fsdp_config.fsdp_auto_wrap_policy"),
-    AINFO("fsdp_config.fsdp_backward_prefetch", "fsdp.backward_prefetch", prefetch_valid),
-    AINFO("fsdp_config.fsdp_backward_prefetch_policy", "fsdp.backward_prefetch", prefetch_valid),
+    AMAP("fsdp_config.fsdp_backward_prefetch", prefetch_valid, ah_fsdp_backward_prefetch),
+    AMAP("fsdp_config.fsdp_backward_prefetch_policy", prefetch_valid, ah_fsdp_backward_prefetch),
     AIGN("fsdp_config.fsdp_cpu_ram_efficient_loading"),
-    AIGN("fsdp_config.fsdp_forward_prefetch"),
+    AMAP("fsdp_config.fsdp_forward_prefetch", NULL, ah_fsdp_forward_prefetch),
+    AMAP("fsdp_config.fsdp_limit_all_gathers", NULL, ah_fsdp_limit),
     AIGN("fsdp_config.fsdp_min_num_params"),
     AFALSE("fsdp_config.fsdp_offload_params", NO_OFFLOAD),
     AMAP("fsdp_config.fsdp_reshard_after_forward", NULL, ah_fsdp_reshard),
@@ -1075,6 +1087,36 @@ static acx_status_t ah_ds_accumulation(yaml_ctx_t *ctx, int ai, const char *text
     char canon[32];
     snprintf(canon, sizeof canon, "%" PRId64, v.i);
     return accel_set(ctx, "gradient_accumulation_steps", canon, ctx->aval[ai],
+                     accel_table[ai].name);
+}
+
+/* FSDP's BackwardPrefetch by name (checked against prefetch_valid): the
+ * acx enum takes the same names in any case. */
+static acx_status_t ah_fsdp_backward_prefetch(yaml_ctx_t *ctx, int ai, const char *text) {
+    const config_key_t *k = &key_table[find_key("fsdp.backward_prefetch")];
+    value_t v;
+    if (!parse_value(k, text, &v))
+        return ACX_ERROR(ACX_ERR_INTERNAL, "backward prefetch '%s' passed the check", text);
+    return accel_set(ctx, k->name, enum_canonical(k->names, (int)v.i), ctx->aval[ai],
+                     accel_table[ai].name);
+}
+
+static acx_status_t ah_fsdp_forward_prefetch(yaml_ctx_t *ctx, int ai, const char *text) {
+    int b = parse_bool(text);
+    if (b < 0)
+        return accel_bad_value(ctx, accel_table[ai].name, ctx->aval[ai], text, "true or false");
+    return accel_set(ctx, "fsdp.forward_prefetch", b ? "true" : "false", ctx->aval[ai],
+                     accel_table[ai].name);
+}
+
+/* PyTorch's bool: true caps the units gathered at once (its rate limiter
+ * lets two all-gathers run ahead of the frees), false leaves them
+ * uncapped; acx's key is the cap itself, so true is 2 and false 0. */
+static acx_status_t ah_fsdp_limit(yaml_ctx_t *ctx, int ai, const char *text) {
+    int b = parse_bool(text);
+    if (b < 0)
+        return accel_bad_value(ctx, accel_table[ai].name, ctx->aval[ai], text, "true or false");
+    return accel_set(ctx, "fsdp.limit_all_gathers", b ? "2" : "0", ctx->aval[ai],
                      accel_table[ai].name);
 }
 

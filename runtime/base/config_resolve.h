@@ -49,7 +49,6 @@ typedef struct acx_config_info {
     int machine_rank;  /* this node's index, 0 <= machine_rank < num_machines */
     char main_process_ip[256];
     int main_process_port; /* 0..65535 */
-    int backward_prefetch; /* acx_backward_prefetch_t */
 } acx_config_info_t;
 
 /* The resolved configuration. values' string fields point into the buffers. */
@@ -91,9 +90,9 @@ void acx_config_format_value(const acx_resolved_config_t *cfg, int i, char *buf,
 
 /* The launch information (acx_config_info_t) as a table: names
  * "num_processes", "num_machines", "machine_rank", "main_process_ip",
- * "main_process_port", "fsdp.backward_prefetch". format_info writes item
- * i's value ("16", "10.0.0.1", "pre") and returns 1, or writes "" and
- * returns 0 when the file did not give it. */
+ * "main_process_port". format_info writes item i's value ("16",
+ * "10.0.0.1") and returns 1, or writes "" and returns 0 when the file did
+ * not give it. */
 int acx_config_num_info(void);
 const char *acx_config_info_name(int i);
 int acx_config_format_info(const acx_resolved_config_t *cfg, int i, char *buf, size_t n);
@@ -111,5 +110,6 @@ const char *acx_sharding_strategy_name(int s);
 const char *acx_mixed_precision_name(int mp);
 const char *acx_backend_name(int b);
 const char *acx_log_with_name(int w);
+const char *acx_backward_prefetch_name(int p);
 
 #endif /* ACX_BASE_CONFIG_RESOLVE_H */

@@ -1,7 +1,8 @@
 /*
  * tests/unit/test_config.c — configuration resolution: defaults, YAML file
  * (nested and dotted keys), environment, --acx-* options and the program's
- * struct in precedence order, the origin of every value, the choice of the
+ * struct in precedence order (also for the fsdp.* and ranks_per_node keys),
+ * the struct's size field, the origin of every value, the choice of the
  * file, errors (file:line, key, bad value, accepted values), the YAML
  * rendering reading back to the same values, Accelerate default_config.yaml
  * files (an FSDP, a multi-GPU and a DeepSpeed ZeRO-3 one as `accelerate
@@ -96,7 +97,7 @@ static acx_status_t resolve(const acx_config_t *program, const char *file, int n
 
 static int test_table(void) {
     TESTING("key table, names, formatting");
-    CHECK(acx_config_num_keys() == 16);
+    CHECK(acx_config_num_keys() == 20);
     CHECK(strcmp(acx_config_key_name(0), "mixed_precision") == 0);
     CHECK(acx_config_key_name(-1) == NULL);
     CHECK(acx_config_key_name(acx_config_num_keys()) == NULL);
@@ -110,10 +111,16 @@ static int test_table(void) {
     CHECK(strcmp(acx_backend_name(99), "invalid") == 0);
     CHECK(strcmp(acx_log_with_name(ACX_LOG_WITH_NONE), "none") == 0);
     CHECK(strcmp(acx_log_with_name(ACX_LOG_WITH_JSONL), "jsonl") == 0);
-    CHECK(acx_config_num_info() == 6);
+    CHECK(strcmp(acx_backward_prefetch_name(ACX_BACKWARD_PRE), "backward_pre") == 0);
+    CHECK(strcmp(acx_backward_prefetch_name(ACX_BACKWARD_POST), "backward_post") == 0);
+    CHECK(strcmp(acx_backward_prefetch_name(ACX_BACKWARD_NONE), "no_prefetch") == 0);
+    CHECK(strcmp(acx_backward_prefetch_name(ACX_UNSET), "invalid") == 0);
+    CHECK(acx_config_num_info() == 5);
     CHECK(strcmp(acx_config_info_name(0), "num_processes") == 0);
-    CHECK(strcmp(acx_config_info_name(5), "fsdp.backward_prefetch") == 0);
-    CHECK(acx_config_info_name(6) == NULL);
+    CHECK(strcmp(acx_config_info_name(4), "main_process_port") == 0);
+    CHECK(acx_config_info_name(5) == NULL);
+    /* The prefetch setting is a key now, not launch information. */
+    CHECK(key_index("fsdp.backward_prefetch") >= 0);
     PASSED();
     return 0;
 error:
@@ -143,9 +150,14 @@ static int test_defaults(void) {
     CHECK(cfg.values.log_with == ACX_LOG_WITH_NONE);
     CHECK(cfg.values.checkpoint.total_limit == 0);
     CHECK(cfg.values.checkpoint.save_every_steps == 0);
+    /* The sharding layer reads these as they are: concrete, never ACX_UNSET. */
+    CHECK(cfg.values.fsdp.forward_prefetch == 0);
+    CHECK(cfg.values.fsdp.backward_prefetch == ACX_BACKWARD_PRE);
+    CHECK(cfg.values.fsdp.limit_all_gathers == 2);
+    CHECK(cfg.values.ranks_per_node == 0);
     CHECK(cfg.config_file[0] == '\0' && cfg.values.config_file == NULL);
     CHECK(cfg.accelerate == 0 && cfg.warning[0] == '\0');
-    CHECK(cfg.info.num_processes == ACX_UNSET && cfg.info.backward_prefetch == ACX_UNSET);
+    CHECK(cfg.info.num_processes == ACX_UNSET && cfg.info.main_process_port == ACX_UNSET);
     CHECK(cfg.info.main_process_ip[0] == '\0');
     for (int i = 0; i < acx_config_num_info(); i++) {
         char buf[64];
@@ -162,6 +174,10 @@ static int test_defaults(void) {
     CHECK(has_value(&cfg, "log_with", "none"));
     CHECK(has_value(&cfg, "checkpoint.total_limit", "0"));
     CHECK(has_value(&cfg, "checkpoint.save_every_steps", "0"));
+    CHECK(has_value(&cfg, "fsdp.forward_prefetch", "false"));
+    CHECK(has_value(&cfg, "fsdp.backward_prefetch", "backward_pre"));
+    CHECK(has_value(&cfg, "fsdp.limit_all_gathers", "2"));
+    CHECK(has_value(&cfg, "ranks_per_node", "0"));
 
     /* $HOME without ~/.config/acx/default_config.yaml: skipped silently. */
     char home[] = "/tmp/acx_home_XXXXXX";
@@ -203,24 +219,29 @@ error:
     return 1;
 }
 
-static const char *full_yaml = "# a complete config\n"             /* 1 */
-                               "mixed_precision: bf16\n"           /* 2 */
-                               "sharding_strategy: FULL_SHARD\n"   /* 3 */
-                               "gradient_accumulation_steps: 4\n"  /* 4 */
-                               "seed: -7\n"                        /* 5 */
-                               "project_dir: \"/scratch/run 1\"\n" /* 6 */
-                               "log_level: Info\n"                 /* 7 */
-                               "collective_timeout: 30.5\n"        /* 8 */
-                               "bucket_size_mb: 1e2\n"             /* 9 */
-                               "backend: mpi\n"                    /* 10 */
-                               "dataloader:\n"                     /* 11 */
-                               "  drop_last: yes\n"                /* 12 */
-                               "  even_batches: OFF\n"             /* 13 */
-                               "dataloader.prefetch: 3\n"          /* 14 */
-                               "log_with: JSONL\n"                 /* 15 */
-                               "checkpoint:\n"                     /* 16 */
-                               "  total_limit: 3\n"                /* 17 */
-                               "  save_every_steps: 500\n";        /* 18 */
+static const char *full_yaml = "# a complete config\n"                /* 1 */
+                               "mixed_precision: bf16\n"              /* 2 */
+                               "sharding_strategy: FULL_SHARD\n"      /* 3 */
+                               "gradient_accumulation_steps: 4\n"     /* 4 */
+                               "seed: -7\n"                           /* 5 */
+                               "project_dir: \"/scratch/run 1\"\n"    /* 6 */
+                               "log_level: Info\n"                    /* 7 */
+                               "collective_timeout: 30.5\n"           /* 8 */
+                               "bucket_size_mb: 1e2\n"                /* 9 */
+                               "backend: mpi\n"                       /* 10 */
+                               "dataloader:\n"                        /* 11 */
+                               "  drop_last: yes\n"                   /* 12 */
+                               "  even_batches: OFF\n"                /* 13 */
+                               "dataloader.prefetch: 3\n"             /* 14 */
+                               "log_with: JSONL\n"                    /* 15 */
+                               "checkpoint:\n"                        /* 16 */
+                               "  total_limit: 3\n"                   /* 17 */
+                               "  save_every_steps: 500\n"            /* 18 */
+                               "fsdp:\n"                              /* 19 */
+                               "  forward_prefetch: true\n"           /* 20 */
+                               "  backward_prefetch: BACKWARD_POST\n" /* 21 */
+                               "fsdp.limit_all_gathers: 0\n"          /* 22 */
+                               "ranks_per_node: 4\n";                 /* 23 */
 
 static int test_file(void) {
     TESTING("YAML file: values, nested and dotted keys, origins");
@@ -243,6 +264,10 @@ static int test_file(void) {
     CHECK(cfg.values.log_with == ACX_LOG_WITH_JSONL);
     CHECK(cfg.values.checkpoint.total_limit == 3);
     CHECK(cfg.values.checkpoint.save_every_steps == 500);
+    CHECK(cfg.values.fsdp.forward_prefetch == 1);
+    CHECK(cfg.values.fsdp.backward_prefetch == ACX_BACKWARD_POST); /* FSDP's spelling */
+    CHECK(cfg.values.fsdp.limit_all_gathers == 0);
+    CHECK(cfg.values.ranks_per_node == 4);
     CHECK(strcmp(cfg.config_file, path) == 0);
     CHECK(cfg.accelerate == 0 && cfg.warning[0] == '\0');
 
@@ -256,6 +281,16 @@ static int test_file(void) {
     CHECK(strcmp(origin(&cfg, "dataloader.prefetch")->where, where) == 0);
     snprintf(where, sizeof where, "%s:18", path);
     CHECK(strcmp(origin(&cfg, "checkpoint.save_every_steps")->where, where) == 0);
+    snprintf(where, sizeof where, "%s:20", path);
+    CHECK(strcmp(origin(&cfg, "fsdp.forward_prefetch")->where, where) == 0);
+    snprintf(where, sizeof where, "%s:21", path);
+    CHECK(strcmp(origin(&cfg, "fsdp.backward_prefetch")->where, where) == 0);
+    snprintf(where, sizeof where, "%s:22", path);
+    CHECK(strcmp(origin(&cfg, "fsdp.limit_all_gathers")->where, where) == 0);
+    snprintf(where, sizeof where, "%s:23", path);
+    CHECK(origin(&cfg, "ranks_per_node")->source == ACX_SRC_FILE);
+    CHECK(strcmp(origin(&cfg, "ranks_per_node")->where, where) == 0);
+    CHECK(has_value(&cfg, "fsdp.backward_prefetch", "backward_post"));
     CHECK(origin(&cfg, "dataloader.split_batches")->source == ACX_SRC_DEFAULT);
     CHECK(has_value(&cfg, "sharding_strategy", "full_shard"));
     CHECK(has_value(&cfg, "collective_timeout", "30.5"));
@@ -390,6 +425,95 @@ error:
     return 1;
 }
 
+/* origin(key) is exactly `where` with source `src`. */
+static int origin_is(const char *key, acx_config_source_t src, const char *where) {
+    const acx_config_origin_t *o = origin(&cfg, key);
+    if (o->source != src || strcmp(o->where, where) != 0) {
+        fprintf(stderr, "\n%s from '%s' (source %d), expected '%s' (source %d)\n", key, o->where,
+                (int)o->source, where, (int)src);
+        return 0;
+    }
+    return 1;
+}
+
+static int test_fsdp_keys(void) {
+    TESTING("fsdp.* and ranks_per_node: each source, origins");
+    const char *path = write_yaml("fsdp:\n"                            /* 1 */
+                                  "  backward_prefetch: no_prefetch\n" /* 2 */
+                                  "  limit_all_gathers: 7\n"           /* 3 */
+                                  "ranks_per_node: 8\n");              /* 4 */
+    char where[128];
+    env_clear();
+    CHECK_OK(resolve(NULL, path, 0, NULL));
+    CHECK(cfg.values.fsdp.forward_prefetch == 0); /* not in the file */
+    CHECK(cfg.values.fsdp.backward_prefetch == ACX_BACKWARD_NONE);
+    CHECK(cfg.values.fsdp.limit_all_gathers == 7);
+    CHECK(cfg.values.ranks_per_node == 8);
+    CHECK(origin_is("fsdp.forward_prefetch", ACX_SRC_DEFAULT, ""));
+    snprintf(where, sizeof where, "%s:2", path);
+    CHECK(origin_is("fsdp.backward_prefetch", ACX_SRC_FILE, where));
+    snprintf(where, sizeof where, "%s:3", path);
+    CHECK(origin_is("fsdp.limit_all_gathers", ACX_SRC_FILE, where));
+    snprintf(where, sizeof where, "%s:4", path);
+    CHECK(origin_is("ranks_per_node", ACX_SRC_FILE, where));
+
+    env_set("ACX_FSDP_FORWARD_PREFETCH", "yes");
+    env_set("ACX_FSDP_BACKWARD_PREFETCH", "Backward_Post");
+    env_set("ACX_FSDP_LIMIT_ALL_GATHERS", " 0 ");
+    env_set("ACX_RANKS_PER_NODE", "2");
+    CHECK_OK(resolve(NULL, path, 0, NULL));
+    CHECK(cfg.values.fsdp.forward_prefetch == 1);
+    CHECK(cfg.values.fsdp.backward_prefetch == ACX_BACKWARD_POST);
+    CHECK(cfg.values.fsdp.limit_all_gathers == 0);
+    CHECK(cfg.values.ranks_per_node == 2);
+    CHECK(origin_is("fsdp.forward_prefetch", ACX_SRC_ENV, "ACX_FSDP_FORWARD_PREFETCH"));
+    CHECK(origin_is("fsdp.backward_prefetch", ACX_SRC_ENV, "ACX_FSDP_BACKWARD_PREFETCH"));
+    CHECK(origin_is("fsdp.limit_all_gathers", ACX_SRC_ENV, "ACX_FSDP_LIMIT_ALL_GATHERS"));
+    CHECK(origin_is("ranks_per_node", ACX_SRC_ENV, "ACX_RANKS_PER_NODE"));
+
+    const char *ov[] = {"--acx-fsdp-forward-prefetch=off", "fsdp.backward_prefetch=NO_PREFETCH",
+                        "--acx-fsdp_limit_all_gathers=3", "--acx-ranks-per-node=1"};
+    CHECK_OK(resolve(NULL, path, 4, ov));
+    CHECK(cfg.values.fsdp.forward_prefetch == 0);
+    CHECK(cfg.values.fsdp.backward_prefetch == ACX_BACKWARD_NONE);
+    CHECK(cfg.values.fsdp.limit_all_gathers == 3);
+    CHECK(cfg.values.ranks_per_node == 1);
+    CHECK(origin_is("fsdp.forward_prefetch", ACX_SRC_ARGV, "--acx-fsdp-forward-prefetch"));
+    CHECK(origin_is("fsdp.backward_prefetch", ACX_SRC_ARGV, "--acx-fsdp.backward_prefetch"));
+    CHECK(origin_is("fsdp.limit_all_gathers", ACX_SRC_ARGV, "--acx-fsdp_limit_all_gathers"));
+    CHECK(origin_is("ranks_per_node", ACX_SRC_ARGV, "--acx-ranks-per-node"));
+    CHECK(has_value(&cfg, "fsdp.backward_prefetch", "no_prefetch"));
+    const char *alone[] = {"--acx-fsdp.forward-prefetch"}; /* a bool key alone = true */
+    CHECK_OK(resolve(NULL, path, 1, alone));
+    CHECK(cfg.values.fsdp.forward_prefetch == 1);
+    CHECK(origin_is("fsdp.forward_prefetch", ACX_SRC_ARGV, "--acx-fsdp.forward-prefetch"));
+
+    acx_config_t prog = ACX_CONFIG_DEFAULT;
+    prog.fsdp.forward_prefetch = 1;
+    prog.fsdp.backward_prefetch = ACX_BACKWARD_PRE; /* equal to the default: still counts */
+    prog.fsdp.limit_all_gathers = 0;
+    CHECK_OK(resolve(&prog, path, 4, ov));
+    CHECK(cfg.values.fsdp.forward_prefetch == 1);
+    CHECK(cfg.values.fsdp.backward_prefetch == ACX_BACKWARD_PRE);
+    CHECK(cfg.values.fsdp.limit_all_gathers == 0);
+    CHECK(cfg.values.ranks_per_node == 1); /* left unset by the program: the option */
+    CHECK(origin_is("fsdp.forward_prefetch", ACX_SRC_PROGRAM, "program"));
+    CHECK(origin_is("fsdp.backward_prefetch", ACX_SRC_PROGRAM, "program"));
+    CHECK(origin_is("fsdp.limit_all_gathers", ACX_SRC_PROGRAM, "program"));
+    CHECK(origin_is("ranks_per_node", ACX_SRC_ARGV, "--acx-ranks-per-node"));
+    prog.ranks_per_node = 4;
+    CHECK_OK(resolve(&prog, path, 4, ov));
+    CHECK(cfg.values.ranks_per_node == 4);
+    CHECK(origin_is("ranks_per_node", ACX_SRC_PROGRAM, "program"));
+    env_clear();
+    PASSED();
+    return 0;
+error:
+    env_clear();
+    FAILED();
+    return 1;
+}
+
 static int test_program_size(void) {
     TESTING("program->size: fields beyond it are ignored");
     env_clear();
@@ -428,12 +552,50 @@ static int test_program_size(void) {
     CHECK_OK(resolve(&prog, NULL, 0, NULL));
     CHECK(cfg.values.backend == ACX_BACKEND_NCCL);
     CHECK(cfg.values.dataloader.drop_last == 0);
+    /* A program built before fsdp and ranks_per_node: its struct ends at
+     * checkpoint; the garbage beyond is not read, and those keys keep what
+     * the lower sources (here the environment) or the defaults say. */
+    prog = (acx_config_t)ACX_CONFIG_DEFAULT;
+    prog.checkpoint.total_limit = 2;
+    prog.fsdp.forward_prefetch = 77;
+    prog.fsdp.backward_prefetch = 99;
+    prog.fsdp.limit_all_gathers = -42;
+    prog.ranks_per_node = -3;
+    prog.size = offsetof(acx_config_t, fsdp);
+    env_set("ACX_FSDP_LIMIT_ALL_GATHERS", "5");
+    CHECK_OK(resolve(&prog, NULL, 0, NULL));
+    CHECK(cfg.values.checkpoint.total_limit == 2);
+    CHECK(origin(&cfg, "checkpoint.total_limit")->source == ACX_SRC_PROGRAM);
+    CHECK(cfg.values.fsdp.forward_prefetch == 0);
+    CHECK(cfg.values.fsdp.backward_prefetch == ACX_BACKWARD_PRE);
+    CHECK(cfg.values.fsdp.limit_all_gathers == 5);
+    CHECK(origin(&cfg, "fsdp.limit_all_gathers")->source == ACX_SRC_ENV);
+    CHECK(cfg.values.ranks_per_node == 0);
+    CHECK(origin(&cfg, "fsdp.forward_prefetch")->source == ACX_SRC_DEFAULT);
+    CHECK(origin(&cfg, "ranks_per_node")->source == ACX_SRC_DEFAULT);
+    /* One that knows fsdp but not ranks_per_node. */
+    prog.fsdp.forward_prefetch = 1;
+    prog.fsdp.backward_prefetch = ACX_BACKWARD_POST;
+    prog.fsdp.limit_all_gathers = 0;
+    prog.size = offsetof(acx_config_t, ranks_per_node);
+    CHECK_OK(resolve(&prog, NULL, 0, NULL));
+    CHECK(cfg.values.fsdp.forward_prefetch == 1);
+    CHECK(cfg.values.fsdp.backward_prefetch == ACX_BACKWARD_POST);
+    CHECK(cfg.values.fsdp.limit_all_gathers == 0); /* the program over the environment */
+    CHECK(origin(&cfg, "fsdp.limit_all_gathers")->source == ACX_SRC_PROGRAM);
+    CHECK(cfg.values.ranks_per_node == 0);
+    CHECK(origin(&cfg, "ranks_per_node")->source == ACX_SRC_DEFAULT);
+    prog.size = sizeof prog; /* now ranks_per_node = -3 is read, and refused */
+    CHECK_STATUS(resolve(&prog, NULL, 0, NULL), ACX_ERR_INVALID_CONFIG,
+                 "field 'ranks_per_node' set by the program: invalid value -3");
+    env_clear();
     /* size 0: the program did not start from ACX_CONFIG_DEFAULT. */
     prog.size = 0;
     CHECK_STATUS(resolve(&prog, NULL, 0, NULL), ACX_ERR_INVALID_ARG, "ACX_CONFIG_DEFAULT");
     PASSED();
     return 0;
 error:
+    env_clear();
     FAILED();
     return 1;
 }
@@ -515,6 +677,33 @@ static int test_file_errors(void) {
                             NULL));
     CHECK(expect_file_error("checkpoint: [1, 2]\n", ACX_ERR_INVALID_CONFIG, 1,
                             "key 'checkpoint' must be a mapping of its sub-keys", "got a list"));
+    CHECK(expect_file_error("fsdp:\n  limit_all_gathers: -1\n", ACX_ERR_INVALID_CONFIG, 2,
+                            "key 'fsdp.limit_all_gathers': invalid value '-1' (expected an "
+                            "integer >= 0; 0 = no cap; PyTorch's limit_all_gathers=True is 2, "
+                            "False is 0)",
+                            NULL));
+    /* PyTorch's bool is not acx's count: refused, with the translation. */
+    CHECK(expect_file_error("fsdp:\n  limit_all_gathers: true\n", ACX_ERR_INVALID_CONFIG, 2,
+                            "key 'fsdp.limit_all_gathers': invalid value 'true'",
+                            "PyTorch's limit_all_gathers=True is 2"));
+    CHECK(expect_file_error("seed: 1\nfsdp.backward_prefetch: sideways\n", ACX_ERR_INVALID_CONFIG,
+                            2,
+                            "key 'fsdp.backward_prefetch': invalid value 'sideways' (expected one "
+                            "of: backward_pre, backward_post, no_prefetch)",
+                            NULL));
+    CHECK(expect_file_error("fsdp:\n  forward_prefetch: sometimes\n", ACX_ERR_INVALID_CONFIG, 2,
+                            "key 'fsdp.forward_prefetch': invalid value 'sometimes' (expected "
+                            "true or false",
+                            NULL));
+    CHECK(expect_file_error("ranks_per_node: -1\n", ACX_ERR_INVALID_CONFIG, 1,
+                            "key 'ranks_per_node': invalid value '-1' (expected an integer >= 0; "
+                            "0 = the real nodes)",
+                            NULL));
+    CHECK(expect_file_error("fsdp: 2\n", ACX_ERR_INVALID_CONFIG, 1,
+                            "key 'fsdp' must be a mapping of its sub-keys", "got a scalar"));
+    CHECK(expect_file_error("fsdp:\n  backward_prefech: backward_pre\n", ACX_ERR_INVALID_CONFIG, 2,
+                            "unknown key 'fsdp.backward_prefech'",
+                            "did you mean 'fsdp.backward_prefetch'?"));
     /* An Accelerate tracker is not an acx value: an error in acx's own file. */
     CHECK(expect_file_error("log_with: wandb\n", ACX_ERR_INVALID_CONFIG, 1,
                             "key 'log_with': invalid value 'wandb' (expected one of: none, "
@@ -581,6 +770,25 @@ static int test_other_errors(void) {
     CHECK_STATUS(resolve(NULL, NULL, 0, NULL), ACX_ERR_INVALID_CONFIG,
                  "environment variable ACX_LOG_WITH='tensorboard': expected one of: none, jsonl");
     env_clear();
+    env_set("ACX_FSDP_BACKWARD_PREFETCH", "sideways");
+    CHECK_STATUS(resolve(NULL, NULL, 0, NULL), ACX_ERR_INVALID_CONFIG,
+                 "environment variable ACX_FSDP_BACKWARD_PREFETCH='sideways': expected one of: "
+                 "backward_pre, backward_post, no_prefetch");
+    env_clear();
+    env_set("ACX_FSDP_LIMIT_ALL_GATHERS", "-1");
+    CHECK_STATUS(resolve(NULL, NULL, 0, NULL), ACX_ERR_INVALID_CONFIG,
+                 "environment variable ACX_FSDP_LIMIT_ALL_GATHERS='-1': expected an integer >= 0; "
+                 "0 = no cap");
+    env_clear();
+    env_set("ACX_FSDP_FORWARD_PREFETCH", "2");
+    CHECK_STATUS(resolve(NULL, NULL, 0, NULL), ACX_ERR_INVALID_CONFIG,
+                 "environment variable ACX_FSDP_FORWARD_PREFETCH='2': expected true or false");
+    env_clear();
+    env_set("ACX_RANKS_PER_NODE", "4.5");
+    CHECK_STATUS(resolve(NULL, NULL, 0, NULL), ACX_ERR_INVALID_CONFIG,
+                 "environment variable ACX_RANKS_PER_NODE='4.5': expected an integer >= 0; 0 = the "
+                 "real nodes");
+    env_clear();
 
     const char *bad1[] = {"nosuch=1"};
     CHECK_STATUS(resolve(NULL, NULL, 1, bad1), ACX_ERR_INVALID_CONFIG,
@@ -591,6 +799,17 @@ static int test_other_errors(void) {
     CHECK_STATUS(resolve(NULL, NULL, 1, bad3), ACX_ERR_INVALID_CONFIG,
                  "option --acx-log-level: key 'log_level': invalid value 'loud' (expected one "
                  "of: error, warn, info, debug)");
+    const char *bad4[] = {"--acx-fsdp.limit_all_gathers=-1"};
+    CHECK_STATUS(resolve(NULL, NULL, 1, bad4), ACX_ERR_INVALID_CONFIG,
+                 "option --acx-fsdp.limit_all_gathers: key 'fsdp.limit_all_gathers': invalid value "
+                 "'-1' (expected an integer >= 0; 0 = no cap");
+    const char *bad5[] = {"fsdp-backward-prefetch=sideways"};
+    CHECK_STATUS(resolve(NULL, NULL, 1, bad5), ACX_ERR_INVALID_CONFIG,
+                 "option --acx-fsdp-backward-prefetch: key 'fsdp.backward_prefetch': invalid value "
+                 "'sideways' (expected one of: backward_pre, backward_post, no_prefetch)");
+    const char *bad6[] = {"--acx-ranks-per-node"};
+    CHECK_STATUS(resolve(NULL, NULL, 1, bad6), ACX_ERR_INVALID_CONFIG,
+                 "expected --acx-ranks-per-node=VALUE with VALUE an integer >= 0");
 
     acx_config_t prog = ACX_CONFIG_DEFAULT;
     prog.gradient_accumulation_steps = 0;
@@ -601,6 +820,21 @@ static int test_other_errors(void) {
     prog.mixed_precision = 7;
     CHECK_STATUS(resolve(&prog, NULL, 0, NULL), ACX_ERR_INVALID_CONFIG,
                  "field 'mixed_precision' set by the program: invalid value 7");
+    prog = (acx_config_t)ACX_CONFIG_DEFAULT;
+    prog.fsdp.backward_prefetch = 3;
+    CHECK_STATUS(resolve(&prog, NULL, 0, NULL), ACX_ERR_INVALID_CONFIG,
+                 "field 'fsdp.backward_prefetch' set by the program: invalid value 3 (expected an "
+                 "acx_*_t enum value, or ACX_UNSET)");
+    prog = (acx_config_t)ACX_CONFIG_DEFAULT;
+    prog.fsdp.limit_all_gathers = -2; /* -1 is ACX_UNSET */
+    CHECK_STATUS(resolve(&prog, NULL, 0, NULL), ACX_ERR_INVALID_CONFIG,
+                 "field 'fsdp.limit_all_gathers' set by the program: invalid value -2 (expected "
+                 "an integer >= 0; 0 = no cap");
+    prog = (acx_config_t)ACX_CONFIG_DEFAULT;
+    prog.fsdp.forward_prefetch = 2;
+    CHECK_STATUS(resolve(&prog, NULL, 0, NULL), ACX_ERR_INVALID_CONFIG,
+                 "field 'fsdp.forward_prefetch' set by the program: invalid value 2 (expected 0 "
+                 "or 1");
     prog = (acx_config_t)ACX_CONFIG_DEFAULT;
     prog.dataloader.even_batches = 2;
     CHECK_STATUS(resolve(&prog, NULL, 0, NULL), ACX_ERR_INVALID_CONFIG,
@@ -836,15 +1070,19 @@ static int test_accelerate_files(void) {
     CHECK(has_info(&cfg, p, "machine_rank", "0", 19));
     CHECK(has_info(&cfg, p, "main_process_ip", "10.0.0.1", 20));
     CHECK(has_info(&cfg, p, "main_process_port", "29500", 21));
-    CHECK(has_info(&cfg, p, "fsdp.backward_prefetch", "pre", 9));
-    CHECK(cfg.info.num_processes == 16 && cfg.info.backward_prefetch == ACX_BACKWARD_PRE);
+    CHECK(cfg.info.num_processes == 16);
+    CHECK(has_value(&cfg, "fsdp.backward_prefetch", "backward_pre"));
+    CHECK(from_file(&cfg, p, "fsdp.backward_prefetch", 9, "fsdp_config.fsdp_backward_prefetch"));
+    CHECK(has_value(&cfg, "fsdp.forward_prefetch", "false"));
+    CHECK(from_file(&cfg, p, "fsdp.forward_prefetch", 11, "fsdp_config.fsdp_forward_prefetch"));
     CHECK(warning_is(&cfg, p,
                      "fsdp_config.fsdp_offload_params=true (line 12, ignored: acx does not "
                      "offload to CPU or NVMe)"));
     /* Every acx key not mapped stays at its default. */
     for (int i = 0; i < acx_config_num_keys(); i++) {
         const char *k = acx_config_key_name(i);
-        if (strcmp(k, "sharding_strategy") != 0 && strcmp(k, "mixed_precision") != 0)
+        if (strcmp(k, "sharding_strategy") != 0 && strcmp(k, "mixed_precision") != 0 &&
+            strcmp(k, "fsdp.backward_prefetch") != 0 && strcmp(k, "fsdp.forward_prefetch") != 0)
             CHECK(cfg.origin[i].source == ACX_SRC_DEFAULT);
     }
 
@@ -860,7 +1098,7 @@ static int test_accelerate_files(void) {
     CHECK(has_info(&cfg, p, "machine_rank", "0", 10));
     CHECK(has_info(&cfg, p, "main_process_ip", "", 0)); /* null: not given */
     CHECK(has_info(&cfg, p, "main_process_port", "", 0));
-    CHECK(has_info(&cfg, p, "fsdp.backward_prefetch", "", 0));
+    CHECK(origin(&cfg, "fsdp.backward_prefetch")->source == ACX_SRC_DEFAULT);
     CHECK(warning_is(&cfg, p, NULL));
 
     p = write_yaml(accel_zero3);
@@ -1017,18 +1255,61 @@ static int test_accelerate_rules(void) {
         }
     }
 
-    /* use_cpu: true -> the MPI backend; the backward prefetch policy is kept. */
+    /* use_cpu: true -> the MPI backend. */
     const char *p = write_yaml(CE "distributed_type: MULTI_CPU\nuse_cpu: true\n");
     CHECK_OK(resolve(NULL, p, 0, NULL));
     CHECK(has_value(&cfg, "backend", "mpi"));
     CHECK(from_file(&cfg, p, "backend", 3, "use_cpu"));
+
+    /* FSDP's prefetch settings -> the fsdp.* keys (PyTorch's bool
+     * limit_all_gathers: true = 2, false = 0). */
+    p = write_yaml(CE "distributed_type: FSDP\n"                   /* 2 */
+                      "fsdp_config:\n"                             /* 3 */
+                      "  fsdp_backward_prefetch: BACKWARD_POST\n"  /* 4 */
+                      "  fsdp_forward_prefetch: true\n"            /* 5 */
+                      "  fsdp_limit_all_gathers: false\n"          /* 6 */
+                      "  fsdp_sharding_strategy: HYBRID_SHARD\n"); /* 7 */
+    CHECK_OK(resolve(NULL, p, 0, NULL));
+    CHECK(cfg.values.fsdp.backward_prefetch == ACX_BACKWARD_POST);
+    CHECK(cfg.values.fsdp.forward_prefetch == 1);
+    CHECK(cfg.values.fsdp.limit_all_gathers == 0);
+    CHECK(cfg.values.sharding_strategy == ACX_HYBRID_SHARD);
+    CHECK(from_file(&cfg, p, "fsdp.backward_prefetch", 4, "fsdp_config.fsdp_backward_prefetch"));
+    CHECK(from_file(&cfg, p, "fsdp.forward_prefetch", 5, "fsdp_config.fsdp_forward_prefetch"));
+    CHECK(from_file(&cfg, p, "fsdp.limit_all_gathers", 6, "fsdp_config.fsdp_limit_all_gathers"));
+    CHECK(origin(&cfg, "ranks_per_node")->source == ACX_SRC_DEFAULT);
+    CHECK(warning_is(&cfg, p, NULL));
+    /* The environment still wins over the file. */
+    env_set("ACX_FSDP_BACKWARD_PREFETCH", "no_prefetch");
+    CHECK_OK(resolve(NULL, p, 0, NULL));
+    CHECK(cfg.values.fsdp.backward_prefetch == ACX_BACKWARD_NONE);
+    CHECK(strcmp(origin(&cfg, "fsdp.backward_prefetch")->where, "ACX_FSDP_BACKWARD_PREFETCH") == 0);
+    CHECK(cfg.values.fsdp.forward_prefetch == 1); /* still the file's */
+    env_clear();
+    p = write_yaml(CE "distributed_type: FSDP\nfsdp_config:\n  fsdp_limit_all_gathers: true\n"
+                      "  fsdp_backward_prefetch: no_prefetch\n");
+    CHECK_OK(resolve(NULL, p, 0, NULL));
+    CHECK(cfg.values.fsdp.limit_all_gathers == 2); /* the default's value, but from the file */
+    CHECK(from_file(&cfg, p, "fsdp.limit_all_gathers", 4, "fsdp_config.fsdp_limit_all_gathers"));
+    CHECK(cfg.values.fsdp.backward_prefetch == ACX_BACKWARD_NONE);
+    /* The older key name; both names agreeing is fine (the first row counts). */
     p = write_yaml(CE "distributed_type: FSDP\nfsdp_config:\n  fsdp_backward_prefetch_policy: "
                       "BACKWARD_POST\n");
     CHECK_OK(resolve(NULL, p, 0, NULL));
-    CHECK(cfg.info.backward_prefetch == ACX_BACKWARD_POST);
-    CHECK(has_info(&cfg, p, "fsdp.backward_prefetch", "post", 4));
-    CHECK(strstr(cfg.info_origin[info_index("fsdp.backward_prefetch")].where,
-                 "(fsdp_config.fsdp_backward_prefetch_policy)") != NULL);
+    CHECK(has_value(&cfg, "fsdp.backward_prefetch", "backward_post"));
+    CHECK(from_file(&cfg, p, "fsdp.backward_prefetch", 4,
+                    "fsdp_config.fsdp_backward_prefetch_policy"));
+    p = write_yaml(CE "distributed_type: FSDP\nfsdp_config:\n  fsdp_backward_prefetch_policy: "
+                      "BACKWARD_PRE\n  fsdp_backward_prefetch: BACKWARD_PRE\n");
+    CHECK_OK(resolve(NULL, p, 0, NULL));
+    CHECK(from_file(&cfg, p, "fsdp.backward_prefetch", 5, "fsdp_config.fsdp_backward_prefetch"));
+    /* A leftover fsdp_config that distributed_type does not select sets nothing. */
+    p = write_yaml(CE "distributed_type: MULTI_GPU\nfsdp_config:\n  fsdp_backward_prefetch: "
+                      "NO_PREFETCH\n  fsdp_forward_prefetch: true\n");
+    CHECK_OK(resolve(NULL, p, 0, NULL));
+    CHECK(cfg.values.fsdp.backward_prefetch == ACX_BACKWARD_PRE);
+    CHECK(cfg.values.fsdp.forward_prefetch == 0);
+    CHECK(origin(&cfg, "fsdp.backward_prefetch")->source == ACX_SRC_DEFAULT);
 
     /* acx's own keys in an Accelerate file; an agreeing repetition. */
     p = write_yaml(CE "deepspeed_config:\n  gradient_accumulation_steps: 4\n  zero_stage: 3\n"
@@ -1114,6 +1395,38 @@ static int test_accelerate_errors(void) {
                             "(expected one of: FULL_STATE_DICT, LOCAL_STATE_DICT, "
                             "SHARDED_STATE_DICT, 1, 2, 3)",
                             NULL));
+    CHECK(expect_file_error(CE "distributed_type: FSDP\nfsdp_config:\n  fsdp_backward_prefetch: "
+                               "SIDEWAYS\n",
+                            ACX_ERR_INVALID_CONFIG, 4,
+                            "key 'fsdp_config.fsdp_backward_prefetch': invalid value 'SIDEWAYS' "
+                            "(expected one of: BACKWARD_PRE, BACKWARD_POST, NO_PREFETCH)",
+                            NULL));
+    CHECK(expect_file_error(CE "distributed_type: FSDP\nfsdp_config:\n  fsdp_limit_all_gathers: "
+                               "2\n",
+                            ACX_ERR_INVALID_CONFIG, 4,
+                            "key 'fsdp_config.fsdp_limit_all_gathers': invalid value '2' "
+                            "(expected true or false)",
+                            NULL));
+    CHECK(expect_file_error(CE "distributed_type: FSDP\nfsdp_config:\n  fsdp_forward_prefetch: "
+                               "maybe\n",
+                            ACX_ERR_INVALID_CONFIG, 4,
+                            "key 'fsdp_config.fsdp_forward_prefetch': invalid value 'maybe' "
+                            "(expected true or false)",
+                            NULL));
+    /* The two prefetch key names disagreeing; an acx key the mapping contradicts. */
+    CHECK(expect_file_error(CE "distributed_type: FSDP\nfsdp_config:\n  fsdp_backward_prefetch: "
+                               "BACKWARD_PRE\n  fsdp_backward_prefetch_policy: NO_PREFETCH\n",
+                            ACX_ERR_INVALID_CONFIG, 5,
+                            "key 'fsdp_config.fsdp_backward_prefetch_policy' means "
+                            "fsdp.backward_prefetch=no_prefetch, but ",
+                            ":4 (fsdp_config.fsdp_backward_prefetch) already set it to "
+                            "backward_pre"));
+    CHECK(expect_file_error("fsdp:\n  forward_prefetch: false\n" CE
+                            "distributed_type: FSDP\nfsdp_config:\n  fsdp_forward_prefetch: true\n",
+                            ACX_ERR_INVALID_CONFIG, 6,
+                            "key 'fsdp_config.fsdp_forward_prefetch' means "
+                            "fsdp.forward_prefetch=true, but ",
+                            ":2 already set it to false"));
     CHECK(expect_file_error(CE "distributed_type: FSDP\ndistributed_type: FSDP\n",
                             ACX_ERR_INVALID_CONFIG, 3,
                             "key 'distributed_type' given twice (first at ", NULL));
@@ -1242,6 +1555,10 @@ static int test_describe(void) {
     CHECK(has_row(text, "KEY", "VALUE", "SOURCE"));
     CHECK(has_row(text, "mixed_precision", "no", "default"));
     CHECK(has_row(text, "dataloader.prefetch", "1", "default"));
+    CHECK(has_row(text, "fsdp.forward_prefetch", "false", "default"));
+    CHECK(has_row(text, "fsdp.backward_prefetch", "backward_pre", "default"));
+    CHECK(has_row(text, "fsdp.limit_all_gathers", "2", "default"));
+    CHECK(has_row(text, "ranks_per_node", "0", "default"));
     CHECK(strstr(text, "launch information") == NULL && strstr(text, "warning") == NULL);
     free(text);
     text = NULL;
@@ -1249,10 +1566,13 @@ static int test_describe(void) {
     const char *p = write_yaml(accel_zero3);
     setenv("ACX_SEED", "7", 1);
     setenv("ACX_LOG_LEVEL", "info", 1);
+    setenv("ACX_RANKS_PER_NODE", "4", 1);
     acx_config_t prog = ACX_CONFIG_DEFAULT;
     prog.bucket_size_mb = 50;
-    const char *opts[] = {"--acx-log-level=debug", "dataloader.drop_last"};
-    CHECK_OK(acx_config_describe(&prog, p, 2, opts, &text));
+    prog.fsdp.backward_prefetch = ACX_BACKWARD_NONE;
+    const char *opts[] = {"--acx-log-level=debug", "dataloader.drop_last",
+                          "--acx-fsdp-limit-all-gathers=0"};
+    CHECK_OK(acx_config_describe(&prog, p, 3, opts, &text));
     char line[256], where[256];
     snprintf(line, sizeof line, "config file: %s (Accelerate default_config.yaml)\n", p);
     CHECK(strncmp(text, line, strlen(line)) == 0);
@@ -1270,7 +1590,12 @@ static int test_describe(void) {
     CHECK(has_row(text, "num_processes", "16", where));
     snprintf(where, sizeof where, "%s:16", p);
     CHECK(has_row(text, "main_process_ip", "192.168.1.10", where));
-    CHECK(strstr(text, "fsdp.backward_prefetch") == NULL); /* not given */
+    CHECK(has_row(text, "ranks_per_node", "4", "ACX_RANKS_PER_NODE"));
+    CHECK(has_row(text, "fsdp.limit_all_gathers", "0", "--acx-fsdp-limit-all-gathers"));
+    CHECK(has_row(text, "fsdp.backward_prefetch", "no_prefetch", "program"));
+    CHECK(has_row(text, "fsdp.forward_prefetch", "false", "default"));
+    /* Once, as a key: no longer among the launch information. */
+    CHECK(strstr(strstr(text, "fsdp.backward_prefetch") + 1, "fsdp.backward_prefetch") == NULL);
     snprintf(line, sizeof line, "\nwarning: %s: settings acx cannot honour: ", p);
     CHECK(strstr(text, line) != NULL);
     CHECK(text[strlen(text) - 1] == '\n');
@@ -1294,6 +1619,7 @@ static int test_describe(void) {
     CHECK_STATUS(acx_config_describe(NULL, NULL, 1, NULL, &text), ACX_ERR_INVALID_ARG,
                  "overrides but no array");
     unsetenv("ACX_LOG_LEVEL");
+    unsetenv("ACX_RANKS_PER_NODE");
     rmdir(home);
     PASSED();
     return 0;
@@ -1301,6 +1627,7 @@ error:
     if (text != NULL && strcmp(text, "x") != 0) free(text);
     unsetenv("ACX_SEED");
     unsetenv("ACX_LOG_LEVEL");
+    unsetenv("ACX_RANKS_PER_NODE");
     rmdir(home);
     FAILED();
     return 1;
@@ -1314,6 +1641,7 @@ int main(void) {
     failed += test_file();
     failed += test_file_choice();
     failed += test_precedence();
+    failed += test_fsdp_keys();
     failed += test_program_size();
     failed += test_file_errors();
     failed += test_other_errors();

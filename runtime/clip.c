@@ -1,0 +1,84 @@
+/*
+ * runtime/clip.c — gradient clipping over the whole model, whatever the
+ * sharding: acx_clip_grad_norm and acx_clip_grad_value
+ * (torch.nn.utils.clip_grad_norm_ / clip_grad_value_ semantics).
+ *
+ * The reduced gradients live in model->shard_grad: each rank's owned rows
+ * (padding rows are zero and add nothing). Under NO_SHARD every rank holds
+ * every row, so its local norm is the global one; under the sharded
+ * strategies the owned rows of the shard group partition the model, so the
+ * partial sums (or maxima) are all-reduced over model->shard_comm — under
+ * HYBRID_SHARD that is the node, whose replicas on other nodes hold the
+ * same rows and must not be counted twice.
+ *
+ * Sums of squares accumulate in double: the norm then agrees with a 1-rank
+ * run to float rounding of the final value, whatever the partition.
+ * Left to others: unscaling under fp16 (the loss scaler, with mixed precision).
+ */
+#include <math.h>
+
+#include "runtime/accelerator.h"
+#include "runtime/base/error.h"
+#include "sharding/model.h"
+
+static acx_status_t require_reduced(const acx_accelerator_t *acc, const char *what) {
+    if (acc == NULL) return ACX_ERROR(ACX_ERR_INVALID_ARG, "%s: acc is NULL", what);
+    if (acc->model == NULL) return ACX_ERROR(ACX_ERR_STATE, "%s before acx_prepare", what);
+    if (!acc->grads_reduced)
+        return ACX_ERROR(ACX_ERR_STATE,
+                         "%s: no reduced gradients in this micro-step: call it after "
+                         "acx_backward_end on a synchronization boundary (acx_sync_gradients() "
+                         "true), before acx_optimizer_step",
+                         what);
+    return ACX_OK;
+}
+
+ACX_API acx_status_t acx_clip_grad_norm(acx_accelerator_t *acc, double max_norm, double norm_type,
+                                        double *total_norm_p) {
+    ACX_CHECK(require_reduced(acc, "acx_clip_grad_norm"));
+    if (!(max_norm >= 0.0))
+        return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_clip_grad_norm: max_norm %g; expected >= 0",
+                         max_norm);
+    int inf = isinf(norm_type) && norm_type > 0;
+    if (!inf && norm_type != 2.0)
+        return ACX_ERROR(ACX_ERR_INVALID_ARG,
+                         "acx_clip_grad_norm: norm_type %g is not supported; expected 2 or INFINITY",
+                         norm_type);
+    acx_model_t *m = acc->model;
+    const float *g = m->shard_grad;
+    double acc_v = 0.0;
+    if (inf) {
+        for (size_t i = 0; i < m->shard_numel; i++) {
+            double a = fabs((double)g[i]);
+            if (a > acc_v || isnan(a)) acc_v = a;
+        }
+    } else {
+        for (size_t i = 0; i < m->shard_numel; i++) acc_v += (double)g[i] * (double)g[i];
+    }
+    if (m->shard_comm != NULL && m->shard_comm->size > 1)
+        ACX_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &acc_v, 1, MPI_DOUBLE, inf ? MPI_MAX : MPI_SUM,
+                                    m->shard_comm->mpi));
+    double total = inf ? acc_v : sqrt(acc_v);
+    /* torch: clip_coef = max_norm / (total + 1e-6), clamped to 1, applied
+     * unconditionally (a factor of exactly 1 changes nothing) */
+    double coef = max_norm / (total + 1e-6);
+    if (coef < 1.0 || isnan(coef)) {
+        float c = (float)coef;
+        float *w = m->shard_grad;
+        for (size_t i = 0; i < m->shard_numel; i++) w[i] *= c;
+    }
+    if (total_norm_p != NULL) *total_norm_p = total;
+    return ACX_OK;
+}
+
+ACX_API acx_status_t acx_clip_grad_value(acx_accelerator_t *acc, double clip_value) {
+    ACX_CHECK(require_reduced(acc, "acx_clip_grad_value"));
+    if (!(clip_value >= 0.0))
+        return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_clip_grad_value: clip_value %g; expected >= 0",
+                         clip_value);
+    float hi = (float)clip_value, lo = -hi;
+    float *w = acc->model->shard_grad;
+    for (size_t i = 0; i < acc->model->shard_numel; i++)
+        w[i] = w[i] < lo ? lo : (w[i] > hi ? hi : w[i]);
+    return ACX_OK;
+}

@@ -1,0 +1,519 @@
+/*
+ * sharding/sharded.c — SHARD_GRAD_OP (ZeRO-2), FULL_SHARD (ZeRO-3) and
+ * HYBRID_SHARD: one engine, three policies.
+ *
+ * Layout (DESIGN.md). Each parameter is split along dim 0 among the S ranks
+ * of the shard group (the world; the node under HYBRID_SHARD): with
+ * c = ceil(R/S), group rank s owns rows [s*c, min(R, (s+1)*c)), possibly
+ * none. A unit's pieces are packed into one per-rank *segment*, each piece
+ * padded to c rows, so that the unit costs one all-gather and one
+ * reduce-scatter of `seg` elements per rank (FSDP2's per-parameter dim-0
+ * sharding with FSDP1's one-collective-per-unit flat buffers):
+ *
+ *   segment of rank s  [ p0: c0 rows (owned, then zeros) | p1: c1 rows | ... ]   seg elements
+ *   master/shard_grad  [ segment of unit 0 | segment of unit 1 | ... ]           shard_numel
+ *   gather staging     [ segment of rank 0 | segment of rank 1 | ... ]           S x seg
+ *   unit full buffer   [ p0 rows 0..R0 | p1 rows 0..R1 | ... ]                    numel of the unit
+ *
+ * The rank's segments are its rows of master weights, reduced gradients and
+ * optimizer state: the optimizer runs one fused loop over them (padding stays
+ * zero: zero gradient, zero state, zero weight decay of zero). The segment is
+ * also the all-gather's send buffer, with no packing copy. The gathered
+ * staging is copied out into the contiguous per-parameter full buffer the
+ * program reads (FSDP2's all-gather copy-out); gradients are copied into a
+ * staging buffer in segment order, pre-scaled, and reduce-scattered in place
+ * (FSDP2's reduce-scatter copy-in), and the received segment is added to the
+ * reduced-gradient shard.
+ *
+ * Policies:
+ *   SHARD_GRAD_OP  full parameters stay resident (category PARAMS) and are
+ *                  refreshed by one all-gather per unit after each optimizer
+ *                  step; acquire/release do nothing.
+ *   FULL_SHARD     at rest only the segments exist; acquire all-gathers the
+ *                  unit into a transient full buffer, release frees it;
+ *                  forward/backward prefetch start the neighbour's all-gather
+ *                  early, at most limit_all_gathers units gathered at once.
+ *   HYBRID_SHARD   FULL_SHARD inside a node; after the node's
+ *                  reduce-scatter, the segment is all-reduced with the same
+ *                  local rank on the other nodes (the replicas), which then
+ *                  take identical optimizer steps.
+ *
+ * Gradients. The program adds into the unit's full gradient buffer, created
+ * zeroed on first use (materialize_grads) and kept across non-boundary
+ * micro-steps (accumulation without communication, like FSDP's no_sync). On
+ * a boundary, grads_ready hands it to a non-blocking reduce-scatter and frees
+ * it; at most MAX_PENDING_RS reductions are in flight (the oldest is
+ * completed first), so transient memory stays bounded while the rest of
+ * backward overlaps the communication.
+ *
+ * Memory accounting: every buffer goes through acx_mem_alloc with its
+ * category, so acx_memory_stats measures what acx_memory_estimate predicts.
+ * Left to others: the optimizer math (runtime/), checkpoint rows
+ * (acx_param_save_rows), the shared bookkeeping (model.c).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/base/error.h"
+#include "runtime/base/log.h"
+#include "runtime/base/memstat.h"
+#include "runtime/base/param_init.h"
+#include "sharding/model.h"
+
+#define MAX_PENDING_RS 2 /* reduce-scatters in flight (each holds S x seg staging) */
+
+typedef enum policy { POLICY_GRAD_OP, POLICY_FULL, POLICY_HYBRID } policy_t;
+
+typedef struct unit_state {
+    size_t seg;          /* elements of one rank's segment */
+    size_t shard_off;    /* the segment's offset in master / shard_grad */
+    float *data;         /* [numel] full parameters, NULL when resharded */
+    float *grad;         /* [numel] full gradients being accumulated, or NULL */
+    float *staging;      /* [S x seg] all-gather in flight, or NULL */
+    acx_coll_req_t *req; /* the in-flight all-gather */
+    int prefetched;      /* gathered (or gathering) without an acquire */
+} unit_state_t;
+
+typedef struct pending_rs {
+    int unit;
+    float *staging; /* [S x seg]; this rank's result at staging + s * seg */
+    acx_coll_req_t *req;
+} pending_rs_t;
+
+typedef struct sharded_state {
+    policy_t policy;
+    acx_comm_t *shard;   /* = ctx.world, or ctx.node under HYBRID (not owned) */
+    acx_comm_t *replica; /* HYBRID: same local rank on every node (owned), else NULL */
+    unit_state_t *units;
+    pending_rs_t pending[MAX_PENDING_RS];
+    int num_pending;
+    int num_gathered;  /* units whose full buffer exists (FULL/HYBRID) */
+    int last_acquired; /* unit index of the last acquire this pass; -1 at a pass start */
+} sharded_state_t;
+
+static sharded_state_t *state_of(const acx_model_t *m) { return m->strategy_state; }
+
+/* ---- plan ---- */
+
+/* Rows of p owned by shard-group rank s. */
+static void piece_rows(const acx_param_t *p, int s, int S, int64_t *b, int64_t *e) {
+    acx_shard_rows(p->rows, s, S, b, e);
+}
+
+/* Segment layout and ownership of every unit and parameter. */
+static void plan_layout(acx_model_t *m, sharded_state_t *st) {
+    int S = st->shard->size, s = st->shard->rank;
+    size_t off = 0;
+    for (int u = 0; u < m->num_units; u++) {
+        acx_unit_t *unit = m->units[u];
+        unit_state_t *us = &st->units[u];
+        size_t seg = 0, full = 0;
+        for (int i = 0; i < unit->num_params; i++) {
+            acx_param_t *p = unit->params[i];
+            p->shard_rows = (p->rows + S - 1) / S;
+            p->piece_offset = seg;
+            p->full_offset = full;
+            piece_rows(p, s, S, &p->row_begin, &p->row_end);
+            p->shard_offset = off + seg;
+            seg += (size_t)(p->shard_rows * p->row_numel);
+            full += (size_t)p->numel;
+        }
+        us->seg = seg;
+        us->shard_off = off;
+        unit->numel = full;
+        off += seg;
+    }
+    m->shard_numel = off;
+}
+
+static void log_plan(const acx_model_t *m, const sharded_state_t *st) {
+    if (!acx_log_enabled(ACX_LOG_DEBUG, ACX_SUBSYS_SHARD)) return;
+    for (int u = 0; u < m->num_units; u++) {
+        const acx_unit_t *unit = m->units[u];
+        ACX_DEBUG(ACX_SUBSYS_SHARD, "%s plan: unit '%s' (%zu elements): segment %zu elements at %zu; "
+                  "one all-gather/reduce-scatter of %zu x %d",
+                  m->strategy->name, unit->name, unit->numel, st->units[u].seg,
+                  st->units[u].shard_off, st->units[u].seg, st->shard->size);
+        for (int i = 0; i < unit->num_params; i++) {
+            const acx_param_t *p = unit->params[i];
+            ACX_DEBUG(ACX_SUBSYS_SHARD, "%s plan:   '%s' %lld rows: owns rows [%lld, %lld) of %lld "
+                      "per rank, at shard offset %zu",
+                      m->strategy->name, p->name, (long long)p->rows, (long long)p->row_begin,
+                      (long long)p->row_end, (long long)p->shard_rows, p->shard_offset);
+        }
+    }
+}
+
+/* ---- gathering parameters ---- */
+
+static acx_mem_category_t data_category(const sharded_state_t *st) {
+    return st->policy == POLICY_GRAD_OP ? ACX_MEM_PARAMS : ACX_MEM_TRANSIENT;
+}
+
+static void set_data_pointers(acx_unit_t *unit, float *data) {
+    for (int i = 0; i < unit->num_params; i++)
+        unit->params[i]->data = data ? data + unit->params[i]->full_offset : NULL;
+}
+
+/* Start the all-gather of unit u's segments into fresh staging; allocate
+ * the full buffer unless it exists (SHARD_GRAD_OP refresh). */
+static acx_status_t gather_start(acx_model_t *m, int u) {
+    sharded_state_t *st = state_of(m);
+    unit_state_t *us = &st->units[u];
+    acx_unit_t *unit = m->units[u];
+    size_t S = (size_t)st->shard->size;
+    if (us->data == NULL) {
+        us->data = acx_mem_alloc(data_category(st), unit->numel * sizeof(float), "gathered unit");
+        if (us->data == NULL) return ACX_ERR_NO_MEMORY;
+        if (st->policy != POLICY_GRAD_OP) st->num_gathered++;
+    }
+    us->staging = acx_mem_alloc(ACX_MEM_TRANSIENT, S * us->seg * sizeof(float), "all-gather staging");
+    if (us->staging == NULL) return ACX_ERR_NO_MEMORY;
+    acx_status_t status = st->shard->ops->all_gather_start(st->shard, m->master + us->shard_off,
+                                                           us->staging, us->seg,
+                                                           ACX_DTYPE_FLOAT32, &us->req);
+    if (status != ACX_OK) {
+        acx_mem_free(ACX_MEM_TRANSIENT, us->staging, S * us->seg * sizeof(float));
+        us->staging = NULL;
+        us->req = NULL;
+    }
+    return status;
+}
+
+/* Wait for unit u's all-gather and copy every rank's pieces into the
+ * contiguous full buffer: rank s's rows of p land at rows [b_s, e_s). */
+static acx_status_t gather_finish(acx_model_t *m, int u) {
+    sharded_state_t *st = state_of(m);
+    unit_state_t *us = &st->units[u];
+    acx_unit_t *unit = m->units[u];
+    int S = st->shard->size;
+    acx_status_t status = st->shard->ops->wait(us->req);
+    us->req = NULL;
+    if (status == ACX_OK) {
+        for (int i = 0; i < unit->num_params; i++) {
+            const acx_param_t *p = unit->params[i];
+            for (int s = 0; s < S; s++) {
+                int64_t b, e;
+                piece_rows(p, s, S, &b, &e);
+                if (e > b)
+                    memcpy(us->data + p->full_offset + (size_t)(b * p->row_numel),
+                           us->staging + (size_t)s * us->seg + p->piece_offset,
+                           (size_t)((e - b) * p->row_numel) * sizeof(float));
+            }
+        }
+        set_data_pointers(unit, us->data);
+    }
+    acx_mem_free(ACX_MEM_TRANSIENT, us->staging, (size_t)S * us->seg * sizeof(float));
+    us->staging = NULL;
+    return status;
+}
+
+static void free_data(acx_model_t *m, int u) {
+    sharded_state_t *st = state_of(m);
+    unit_state_t *us = &st->units[u];
+    if (us->data == NULL) return;
+    acx_mem_free(data_category(st), us->data, m->units[u]->numel * sizeof(float));
+    us->data = NULL;
+    us->prefetched = 0;
+    set_data_pointers(m->units[u], NULL);
+    if (st->policy != POLICY_GRAD_OP) st->num_gathered--;
+}
+
+/* Start gathering unit u ahead of its acquire, if it is resharded and the
+ * cap on gathered units allows. Every rank makes the same decision: it
+ * depends only on the sequence of calls, which is the same everywhere. */
+static acx_status_t prefetch(acx_model_t *m, int u) {
+    sharded_state_t *st = state_of(m);
+    if (u < 0 || u >= m->num_units || st->units[u].data != NULL) return ACX_OK;
+    int limit = m->ctx.limit_all_gathers;
+    if (limit > 0 && st->num_gathered >= limit) return ACX_OK;
+    ACX_CHECK(gather_start(m, u));
+    st->units[u].prefetched = 1;
+    ACX_DEBUG(ACX_SUBSYS_SHARD, "prefetching unit '%s' (%d unit(s) gathered)", m->units[u]->name,
+              st->num_gathered);
+    return ACX_OK;
+}
+
+/* Complete (or drop) prefetches nobody acquired: at the end of a pass. */
+static acx_status_t drain_prefetches(acx_model_t *m) {
+    sharded_state_t *st = state_of(m);
+    acx_status_t status = ACX_OK;
+    for (int u = 0; u < m->num_units; u++) {
+        unit_state_t *us = &st->units[u];
+        if (!us->prefetched) continue;
+        if (us->req != NULL) {
+            acx_status_t s = gather_finish(m, u);
+            if (status == ACX_OK) status = s;
+        }
+        if (m->units[u]->acquired == 0) free_data(m, u);
+        us->prefetched = 0;
+    }
+    return status;
+}
+
+/* All-gather every unit, two in flight (SHARD_GRAD_OP's refresh after a
+ * step and at prepare; FULL_SHARD's refresh of units held across a step). */
+static acx_status_t gather_units(acx_model_t *m, int only_resident) {
+    sharded_state_t *st = state_of(m);
+    int prev = -1;
+    for (int u = 0; u <= m->num_units; u++) {
+        if (u < m->num_units) {
+            if (only_resident && st->units[u].data == NULL) continue;
+            if (st->units[u].req != NULL) ACX_CHECK(gather_finish(m, u)); /* a prefetch */
+            ACX_CHECK(gather_start(m, u));
+        }
+        if (prev >= 0) ACX_CHECK(gather_finish(m, prev));
+        prev = u < m->num_units ? u : -1;
+    }
+    return ACX_OK;
+}
+
+/* ---- reducing gradients ---- */
+
+static acx_status_t rs_complete(acx_model_t *m, pending_rs_t *pr) {
+    sharded_state_t *st = state_of(m);
+    unit_state_t *us = &st->units[pr->unit];
+    size_t S = (size_t)st->shard->size, seg = us->seg;
+    acx_status_t status = st->shard->ops->wait(pr->req);
+    float *mine = pr->staging + (size_t)st->shard->rank * seg;
+    if (status == ACX_OK && st->replica != NULL && st->replica->size > 1)
+        status = st->replica->ops->all_reduce(st->replica, mine, mine, seg, ACX_DTYPE_FLOAT32,
+                                              ACX_OP_SUM);
+    if (status == ACX_OK) {
+        float *g = m->shard_grad + us->shard_off;
+        for (size_t k = 0; k < seg; k++) g[k] += mine[k];
+    }
+    acx_mem_free(ACX_MEM_TRANSIENT, pr->staging, S * seg * sizeof(float));
+    pr->staging = NULL;
+    pr->req = NULL;
+    return status;
+}
+
+static acx_status_t rs_complete_oldest(acx_model_t *m) {
+    sharded_state_t *st = state_of(m);
+    acx_status_t status = rs_complete(m, &st->pending[0]);
+    memmove(&st->pending[0], &st->pending[1], (size_t)(st->num_pending - 1) * sizeof st->pending[0]);
+    st->num_pending--;
+    return status;
+}
+
+static void free_grad(acx_model_t *m, int u) {
+    unit_state_t *us = &state_of(m)->units[u];
+    acx_unit_t *unit = m->units[u];
+    if (us->grad == NULL) return;
+    acx_mem_free(ACX_MEM_GRADS, us->grad, unit->numel * sizeof(float));
+    us->grad = NULL;
+    for (int i = 0; i < unit->num_params; i++) unit->params[i]->grad = NULL;
+}
+
+/* Copy unit u's full gradients (x prescale) into segment order and start
+ * the reduce-scatter; the full buffer is freed at once. */
+static acx_status_t rs_start(acx_model_t *m, int u) {
+    sharded_state_t *st = state_of(m);
+    unit_state_t *us = &st->units[u];
+    acx_unit_t *unit = m->units[u];
+    int S = st->shard->size;
+    if (st->num_pending == MAX_PENDING_RS) ACX_CHECK(rs_complete_oldest(m));
+    float *staging = acx_mem_alloc(ACX_MEM_TRANSIENT, (size_t)S * us->seg * sizeof(float),
+                                   "reduce-scatter staging");
+    if (staging == NULL) return ACX_ERR_NO_MEMORY;
+    const float scale = m->grad_prescale;
+    if (us->grad != NULL) { /* NULL: no gradient was touched, it is all zeros */
+        for (int i = 0; i < unit->num_params; i++) {
+            const acx_param_t *p = unit->params[i];
+            for (int s = 0; s < S; s++) {
+                int64_t b, e;
+                piece_rows(p, s, S, &b, &e);
+                const float *src = us->grad + p->full_offset + (size_t)(b * p->row_numel);
+                float *dst = staging + (size_t)s * us->seg + p->piece_offset;
+                size_t n = (size_t)((e - b) * p->row_numel);
+                for (size_t k = 0; k < n; k++) dst[k] = src[k] * scale;
+            }
+        }
+        free_grad(m, u);
+    }
+    pending_rs_t *pr = &st->pending[st->num_pending];
+    acx_status_t status = st->shard->ops->reduce_scatter_start(
+        st->shard, staging, staging + (size_t)st->shard->rank * us->seg, us->seg,
+        ACX_DTYPE_FLOAT32, ACX_OP_SUM, &pr->req);
+    if (status != ACX_OK) {
+        acx_mem_free(ACX_MEM_TRANSIENT, staging, (size_t)S * us->seg * sizeof(float));
+        return status;
+    }
+    pr->unit = u;
+    pr->staging = staging;
+    st->num_pending++;
+    return ACX_OK;
+}
+
+/* ---- strategy operations ---- */
+
+static acx_status_t sharded_prepare_policy(acx_model_t *m, policy_t policy) {
+    sharded_state_t *st = acx_calloc(1, sizeof *st, "sharded strategy state");
+    if (st == NULL) return ACX_ERR_NO_MEMORY;
+    m->strategy_state = st;
+    st->policy = policy;
+    st->last_acquired = -1;
+    st->units = acx_calloc((size_t)m->num_units, sizeof *st->units, "unit states");
+    if (st->units == NULL) return ACX_ERR_NO_MEMORY;
+    acx_comm_t *world = m->ctx.world;
+    if (policy == POLICY_HYBRID) {
+        /* Nodes must be alike: node-local rank i of every node holds the
+         * same rows, and those ranks form the replica group. */
+        int sz[2] = {m->ctx.node->size, -m->ctx.node->size};
+        ACX_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, sz, 2, MPI_INT, MPI_MAX, world->mpi));
+        if (sz[0] != -sz[1])
+            return ACX_ERROR(ACX_ERR_INVALID_CONFIG,
+                             "hybrid_shard needs the same number of ranks on every node; nodes "
+                             "have between %d and %d (set ranks_per_node to a divisor of the "
+                             "world size, or use full_shard)",
+                             -sz[1], sz[0]);
+        st->shard = m->ctx.node;
+        ACX_CHECK(acx_comm_split(world, m->ctx.node->rank, world->rank, &st->replica));
+        m->replica_rank = st->replica->rank;
+        m->replica_size = st->replica->size;
+    } else {
+        st->shard = world;
+        m->replica_rank = 0;
+        m->replica_size = 1;
+    }
+    m->shard_comm = st->shard;
+    plan_layout(m, st);
+
+    size_t bytes = m->shard_numel * sizeof(float);
+    m->master = acx_mem_alloc(ACX_MEM_MASTER, bytes, "master weights (shard)");
+    m->shard_grad = acx_mem_alloc(ACX_MEM_GRADS, bytes, "reduced gradients (shard)");
+    if (m->master == NULL || m->shard_grad == NULL) return ACX_ERR_NO_MEMORY;
+    /* Each rank initializes only its rows; the initializer is keyed by
+     * (seed, name, element), so they equal a 1-rank run's values and no
+     * rank ever materializes the full model (init_empty_weights, done at
+     * the source). Padding rows stay zero. */
+    for (int i = 0; i < m->num_params; i++) {
+        acx_param_t *p = m->params[i];
+        if (p->row_end > p->row_begin)
+            acx_param_init_fill(&p->init, p->ndim, p->shape, m->ctx.seed, p->name, p->row_begin,
+                                p->row_end, m->master + p->shard_offset);
+    }
+    log_plan(m, st);
+    if (policy == POLICY_GRAD_OP) ACX_CHECK(gather_units(m, 0));
+    ACX_INFO(ACX_SUBSYS_SHARD, "%s: %d unit(s) sharded over %d rank(s)%s; local shard %zu of %lld "
+             "elements",
+             m->strategy->name, m->num_units, st->shard->size,
+             st->replica ? " per node, replicated across nodes" : "", m->shard_numel,
+             (long long)m->numel);
+    return ACX_OK;
+}
+
+static acx_status_t grad_op_prepare(acx_model_t *m) { return sharded_prepare_policy(m, POLICY_GRAD_OP); }
+static acx_status_t full_prepare(acx_model_t *m) { return sharded_prepare_policy(m, POLICY_FULL); }
+static acx_status_t hybrid_prepare(acx_model_t *m) { return sharded_prepare_policy(m, POLICY_HYBRID); }
+
+static acx_status_t sharded_acquire(acx_unit_t *unit) {
+    acx_model_t *m = unit->model;
+    sharded_state_t *st = state_of(m);
+    if (st->policy == POLICY_GRAD_OP) return ACX_OK; /* resident */
+    int u = unit->index;
+    /* Direction: a pass runs forward in increasing unit order, backward in
+     * decreasing order; a repeat of the last unit starts backward. */
+    int backward = st->last_acquired >= 0 && u <= st->last_acquired;
+    st->last_acquired = u;
+    unit_state_t *us = &st->units[u];
+    if (us->data == NULL) ACX_CHECK(gather_start(m, u));
+    if (us->req != NULL) ACX_CHECK(gather_finish(m, u));
+    us->prefetched = 0;
+    if (!backward && m->ctx.forward_prefetch) ACX_CHECK(prefetch(m, u + 1));
+    if (backward && m->ctx.backward_prefetch == ACX_BACKWARD_PRE) ACX_CHECK(prefetch(m, u - 1));
+    return ACX_OK;
+}
+
+static acx_status_t sharded_release(acx_unit_t *unit) {
+    acx_model_t *m = unit->model;
+    if (state_of(m)->policy == POLICY_GRAD_OP) return ACX_OK;
+    if (state_of(m)->units[unit->index].req == NULL) free_data(m, unit->index);
+    return ACX_OK;
+}
+
+static acx_status_t sharded_materialize_grads(acx_unit_t *unit) {
+    acx_model_t *m = unit->model;
+    unit_state_t *us = &state_of(m)->units[unit->index];
+    if (us->grad != NULL) return ACX_OK;
+    us->grad = acx_mem_alloc(ACX_MEM_GRADS, unit->numel * sizeof(float), "unit gradients");
+    if (us->grad == NULL) return ACX_ERR_NO_MEMORY;
+    for (int i = 0; i < unit->num_params; i++)
+        unit->params[i]->grad = us->grad + unit->params[i]->full_offset;
+    return ACX_OK;
+}
+
+static acx_status_t sharded_grads_ready(acx_unit_t *unit) {
+    acx_model_t *m = unit->model;
+    sharded_state_t *st = state_of(m);
+    if (st->policy != POLICY_GRAD_OP && m->ctx.backward_prefetch == ACX_BACKWARD_POST)
+        ACX_CHECK(prefetch(m, unit->index - 1));
+    if (!m->sync) return ACX_OK; /* accumulate in the full buffer; no communication */
+    return rs_start(m, unit->index);
+}
+
+static acx_status_t sharded_backward_end(acx_model_t *m) {
+    sharded_state_t *st = state_of(m);
+    acx_status_t status = ACX_OK;
+    while (st->num_pending > 0) {
+        acx_status_t s = rs_complete_oldest(m);
+        if (status == ACX_OK) status = s;
+    }
+    acx_status_t s = drain_prefetches(m);
+    if (status == ACX_OK) status = s;
+    st->last_acquired = -1;
+    if (status != ACX_OK || !m->sync) return status;
+    for (int u = 0; u < m->num_units; u++)
+        if (!m->units[u]->grads_reported) return ACX_ERR_STATE; /* model.c names them */
+    return ACX_OK;
+}
+
+static acx_status_t sharded_after_step(acx_model_t *m) {
+    sharded_state_t *st = state_of(m);
+    /* SHARD_GRAD_OP: every replicated unit; FULL/HYBRID: only units the
+     * program holds across the step (normally none). */
+    return gather_units(m, st->policy != POLICY_GRAD_OP);
+}
+
+static acx_status_t sharded_zero_grad(acx_model_t *m) {
+    memset(m->shard_grad, 0, m->shard_numel * sizeof(float));
+    /* set_to_none for the full buffers: they are recreated zeroed on use */
+    for (int u = 0; u < m->num_units; u++) free_grad(m, u);
+    return ACX_OK;
+}
+
+static void sharded_destroy(acx_model_t *m) {
+    sharded_state_t *st = state_of(m);
+    if (st == NULL) return;
+    while (st->num_pending > 0) (void)rs_complete_oldest(m);
+    if (st->units != NULL) {
+        for (int u = 0; u < m->num_units; u++) {
+            unit_state_t *us = &st->units[u];
+            if (us->req != NULL) (void)gather_finish(m, u);
+            if (us->data != NULL) free_data(m, u);
+            free_grad(m, u);
+        }
+    }
+    acx_mem_free(ACX_MEM_MASTER, m->master, m->shard_numel * sizeof(float));
+    acx_mem_free(ACX_MEM_GRADS, m->shard_grad, m->shard_numel * sizeof(float));
+    m->master = m->shard_grad = NULL;
+    acx_comm_destroy(st->replica);
+    free(st->units);
+    free(st);
+    m->strategy_state = NULL;
+    m->shard_comm = NULL;
+}
+
+#define SHARDED_OPS(NAME, PREPARE)                                                       \
+    {                                                                                    \
+        .name = NAME, .prepare = PREPARE, .acquire = sharded_acquire,                    \
+        .release = sharded_release, .materialize_grads = sharded_materialize_grads,      \
+        .grads_ready = sharded_grads_ready, .backward_end = sharded_backward_end,        \
+        .after_step = sharded_after_step, .zero_grad = sharded_zero_grad,                \
+        .destroy = sharded_destroy,                                                      \
+    }
+
+const acx_strategy_ops_t acx_strategy_shard_grad_op = SHARDED_OPS("shard_grad_op", grad_op_prepare);
+const acx_strategy_ops_t acx_strategy_full_shard = SHARDED_OPS("full_shard", full_prepare);
+const acx_strategy_ops_t acx_strategy_hybrid_shard = SHARDED_OPS("hybrid_shard", hybrid_prepare);
