@@ -46,7 +46,7 @@
 #define SN_NUNIT 3
 #define SN_NP    (SN_DH * SN_DIN + 1 + SN_DV * SN_DH + SN_DV + SN_DOUT * SN_DV + SN_DOUT) /* 54 */
 
-#define SN_SEED  1234
+#define SN_SEED 1234
 
 enum { SN_W1, SN_GAIN, SN_W2, SN_C, SN_W3, SN_B };
 
@@ -56,8 +56,8 @@ static const struct {
     int unit, ndim;
     int64_t shape[2];
 } sn_par[SN_NPAR] = {
-    {"enc.weight", 0, 2, {SN_DH, SN_DIN}}, {"enc.gain", 0, 1, {1, 0}},
-    {"mid.weight", 1, 2, {SN_DV, SN_DH}},  {"mid.bias", 1, 1, {SN_DV, 0}},
+    {"enc.weight", 0, 2, {SN_DH, SN_DIN}},   {"enc.gain", 0, 1, {1, 0}},
+    {"mid.weight", 1, 2, {SN_DV, SN_DH}},    {"mid.bias", 1, 1, {SN_DV, 0}},
     {"head.weight", 2, 2, {SN_DOUT, SN_DV}}, {"head.bias", 2, 1, {SN_DOUT, 0}},
 };
 /* element offset of parameter q in the flat [SN_NP] vectors below */
@@ -135,10 +135,26 @@ static inline acx_status_t sn_open(sn_net_t *net, const sn_run_cfg_t *rc) {
         if ((st = (call)) != ACX_OK) return st;                                                    \
     } while (0)
     SN_TRY(acx_init(NULL, NULL, &cfg, &net->acc));
+    /* the program's choices took effect (else a test could pass vacuously) */
+    const acx_config_t *got = acx_get_config(net->acc);
+    if (got->sharding_strategy != rc->strategy ||
+        (rc->ranks_per_node > 0 && got->ranks_per_node != rc->ranks_per_node) ||
+        (rc->fwd_prefetch >= 0 && got->fsdp.forward_prefetch != rc->fwd_prefetch) ||
+        (rc->bwd_prefetch >= 0 && got->fsdp.backward_prefetch != rc->bwd_prefetch) ||
+        (rc->limit_all_gathers >= 0 && got->fsdp.limit_all_gathers != rc->limit_all_gathers)) {
+        fprintf(stderr,
+                "\nacx_init resolved strategy %d, ranks_per_node %d, fsdp %d/%d/%d; the "
+                "program asked for %d, %d, %d/%d/%d\n",
+                got->sharding_strategy, got->ranks_per_node, got->fsdp.forward_prefetch,
+                got->fsdp.backward_prefetch, got->fsdp.limit_all_gathers, rc->strategy,
+                rc->ranks_per_node, rc->fwd_prefetch, rc->bwd_prefetch, rc->limit_all_gathers);
+        return ACX_ERR_INTERNAL;
+    }
     net->rank = acx_rank(net->acc);
     net->world = acx_world_size(net->acc);
     SN_TRY(acx_model_create(net->acc, &net->m));
-    for (int u = 0; u < SN_NUNIT; u++) SN_TRY(acx_model_add_unit(net->m, sn_unit_name[u], &net->u[u]));
+    for (int u = 0; u < SN_NUNIT; u++)
+        SN_TRY(acx_model_add_unit(net->m, sn_unit_name[u], &net->u[u]));
     for (int q = 0; q < SN_NPAR; q++)
         SN_TRY(acx_unit_add_param(net->u[sn_par[q].unit], sn_par[q].name, sn_par[q].ndim,
                                   sn_par[q].shape, sn_init_spec(q), &net->p[q]));
@@ -201,8 +217,10 @@ static inline acx_status_t sn_micro_step(sn_net_t *net, int64_t step, int mi, in
     float *var = acx_param_grad(net->p[q]);                                                        \
     if (var == NULL) return sn_missing("acx_param_grad", q)
     for (int s = 0; s < n; s++) {
-        for (int j = 0; j < SN_DIN; j++) x[s][j] = (float)sn_x(first + s, j);
-        for (int k = 0; k < SN_DOUT; k++) y[s][k] = (float)sn_y(first + s, k);
+        for (int j = 0; j < SN_DIN; j++)
+            x[s][j] = (float)sn_x(first + s, j);
+        for (int k = 0; k < SN_DOUT; k++)
+            y[s][k] = (float)sn_y(first + s, k);
     }
 
     /* forward */
@@ -214,7 +232,8 @@ static inline acx_status_t sn_micro_step(sn_net_t *net, int64_t step, int mi, in
         for (int s = 0; s < n; s++)
             for (int i = 0; i < SN_DH; i++) {
                 float acc = 0;
-                for (int j = 0; j < SN_DIN; j++) acc += W1[i * SN_DIN + j] * x[s][j];
+                for (int j = 0; j < SN_DIN; j++)
+                    acc += W1[i * SN_DIN + j] * x[s][j];
                 a[s][i] = acc;
                 h[s][i] = tanhf(gain * acc);
             }
@@ -227,7 +246,8 @@ static inline acx_status_t sn_micro_step(sn_net_t *net, int64_t step, int mi, in
         for (int s = 0; s < n; s++)
             for (int k = 0; k < SN_DV; k++) {
                 float acc = C[k];
-                for (int i = 0; i < SN_DH; i++) acc += W2[k * SN_DH + i] * h[s][i];
+                for (int i = 0; i < SN_DH; i++)
+                    acc += W2[k * SN_DH + i] * h[s][i];
                 v[s][k] = tanhf(acc);
             }
     }
@@ -239,7 +259,8 @@ static inline acx_status_t sn_micro_step(sn_net_t *net, int64_t step, int mi, in
         for (int s = 0; s < n; s++)
             for (int m = 0; m < SN_DOUT; m++) {
                 float o = B[m];
-                for (int k = 0; k < SN_DV; k++) o += W3[m * SN_DV + k] * v[s][k];
+                for (int k = 0; k < SN_DV; k++)
+                    o += W3[m * SN_DV + k] * v[s][k];
                 dout[s][m] = (o - y[s][m]) / (float)n; /* d/do of the local mean loss */
             }
     }
@@ -254,12 +275,14 @@ static inline acx_status_t sn_micro_step(sn_net_t *net, int64_t step, int mi, in
         for (int s = 0; s < n; s++)
             for (int m = 0; m < SN_DOUT; m++) {
                 gB[m] += dout[s][m];
-                for (int k = 0; k < SN_DV; k++) gW3[m * SN_DV + k] += dout[s][m] * v[s][k];
+                for (int k = 0; k < SN_DV; k++)
+                    gW3[m * SN_DV + k] += dout[s][m] * v[s][k];
             }
         for (int s = 0; s < n; s++)
             for (int k = 0; k < SN_DV; k++) {
                 float d = 0;
-                for (int m = 0; m < SN_DOUT; m++) d += dout[s][m] * W3[m * SN_DV + k];
+                for (int m = 0; m < SN_DOUT; m++)
+                    d += dout[s][m] * W3[m * SN_DV + k];
                 du[s][k] = d * (1.0f - v[s][k] * v[s][k]);
             }
     }
@@ -274,12 +297,14 @@ static inline acx_status_t sn_micro_step(sn_net_t *net, int64_t step, int mi, in
         for (int s = 0; s < n; s++)
             for (int k = 0; k < SN_DV; k++) {
                 gC[k] += du[s][k];
-                for (int i = 0; i < SN_DH; i++) gW2[k * SN_DH + i] += du[s][k] * h[s][i];
+                for (int i = 0; i < SN_DH; i++)
+                    gW2[k * SN_DH + i] += du[s][k] * h[s][i];
             }
         for (int s = 0; s < n; s++)
             for (int i = 0; i < SN_DH; i++) {
                 float d = 0;
-                for (int k = 0; k < SN_DV; k++) d += du[s][k] * W2[k * SN_DH + i];
+                for (int k = 0; k < SN_DV; k++)
+                    d += du[s][k] * W2[k * SN_DH + i];
                 dz[s][i] = d * (1.0f - h[s][i] * h[s][i]);
             }
     }
@@ -298,7 +323,8 @@ static inline acx_status_t sn_micro_step(sn_net_t *net, int64_t step, int mi, in
         for (int s = 0; s < n; s++)
             for (int i = 0; i < SN_DH; i++) {
                 gG[0] += dz[s][i] * a[s][i];
-                for (int j = 0; j < SN_DIN; j++) gW1[i * SN_DIN + j] += dz[s][i] * gain * x[s][j];
+                for (int j = 0; j < SN_DIN; j++)
+                    gW1[i * SN_DIN + j] += dz[s][i] * gain * x[s][j];
             }
     }
     SN_TRY(acx_unit_grads_ready(net->u[0]));
@@ -325,37 +351,46 @@ static inline void sn_ref_grad(const double *p, int64_t step, double *g) {
     for (int s = 0; s < SN_GB; s++) {
         int64_t i = step * SN_GB + s;
         double x[SN_DIN], a[SN_DH], h[SN_DH], v[SN_DV], dout[SN_DOUT], du[SN_DV];
-        for (int j = 0; j < SN_DIN; j++) x[j] = (float)sn_x(i, j);
+        for (int j = 0; j < SN_DIN; j++)
+            x[j] = (float)sn_x(i, j);
         for (int r = 0; r < SN_DH; r++) {
             a[r] = 0;
-            for (int j = 0; j < SN_DIN; j++) a[r] += W1[r * SN_DIN + j] * x[j];
+            for (int j = 0; j < SN_DIN; j++)
+                a[r] += W1[r * SN_DIN + j] * x[j];
             h[r] = tanh(gain * a[r]);
         }
         for (int k = 0; k < SN_DV; k++) {
             double u = C[k];
-            for (int r = 0; r < SN_DH; r++) u += W2[k * SN_DH + r] * h[r];
+            for (int r = 0; r < SN_DH; r++)
+                u += W2[k * SN_DH + r] * h[r];
             v[k] = tanh(u);
         }
         for (int m = 0; m < SN_DOUT; m++) {
             double o = B[m];
-            for (int k = 0; k < SN_DV; k++) o += W3[m * SN_DV + k] * v[k];
+            for (int k = 0; k < SN_DV; k++)
+                o += W3[m * SN_DV + k] * v[k];
             dout[m] = (o - (double)(float)sn_y(i, m)) / SN_GB;
             g[sn_off[SN_B] + m] += dout[m];
-            for (int k = 0; k < SN_DV; k++) g[sn_off[SN_W3] + m * SN_DV + k] += dout[m] * v[k];
+            for (int k = 0; k < SN_DV; k++)
+                g[sn_off[SN_W3] + m * SN_DV + k] += dout[m] * v[k];
         }
         for (int k = 0; k < SN_DV; k++) {
             double d = 0;
-            for (int m = 0; m < SN_DOUT; m++) d += dout[m] * W3[m * SN_DV + k];
+            for (int m = 0; m < SN_DOUT; m++)
+                d += dout[m] * W3[m * SN_DV + k];
             du[k] = d * (1 - v[k] * v[k]);
             g[sn_off[SN_C] + k] += du[k];
-            for (int r = 0; r < SN_DH; r++) g[sn_off[SN_W2] + k * SN_DH + r] += du[k] * h[r];
+            for (int r = 0; r < SN_DH; r++)
+                g[sn_off[SN_W2] + k * SN_DH + r] += du[k] * h[r];
         }
         for (int r = 0; r < SN_DH; r++) {
             double d = 0;
-            for (int k = 0; k < SN_DV; k++) d += du[k] * W2[k * SN_DH + r];
+            for (int k = 0; k < SN_DV; k++)
+                d += du[k] * W2[k * SN_DH + r];
             double dz = d * (1 - h[r] * h[r]);
             g[sn_off[SN_GAIN]] += dz * a[r];
-            for (int j = 0; j < SN_DIN; j++) g[sn_off[SN_W1] + r * SN_DIN + j] += dz * gain * x[j];
+            for (int j = 0; j < SN_DIN; j++)
+                g[sn_off[SN_W1] + r * SN_DIN + j] += dz * gain * x[j];
         }
     }
 }
@@ -393,14 +428,15 @@ static inline double sn_rel_fd(const float *a, const double *b, int n) {
 
 static inline double sn_rel_ff(const float *a, const float *b, int n) {
     double bd[SN_NP];
-    for (int i = 0; i < n; i++) bd[i] = b[i];
+    for (int i = 0; i < n; i++)
+        bd[i] = b[i];
     return sn_rel_fd(a, bd, n);
 }
 
 /* Every parameter of got [SN_NP] against want, relative <= tol; prints the
  * first that is not, naming `what`. Returns 0 when all agree. */
 static inline int sn_compare_fd(const char *what, const float *got, const double *want, double tol,
-                         double *worst_p) {
+                                double *worst_p) {
     int bad = 0;
     for (int q = 0; q < SN_NPAR; q++) {
         int n = sn_off[q + 1] - sn_off[q];
@@ -416,9 +452,10 @@ static inline int sn_compare_fd(const char *what, const float *got, const double
 }
 
 static inline int sn_compare_ff(const char *what, const float *got, const float *want, double tol,
-                         double *worst_p) {
+                                double *worst_p) {
     double wd[SN_NP];
-    for (int i = 0; i < SN_NP; i++) wd[i] = want[i];
+    for (int i = 0; i < SN_NP; i++)
+        wd[i] = want[i];
     return sn_compare_fd(what, got, wd, tol, worst_p);
 }
 

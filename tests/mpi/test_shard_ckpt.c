@@ -16,8 +16,11 @@
  *         reference's moments (relative 1e-5), the step attributes 2. The
  *         file's full values go to DIR/np<N>_<strategy>.bin: the expected
  *         state for every later load.
- *   load  every checkpoint in DIR (this world size's and the smaller ones'
- *         saved before) under every strategy: the gathered parameters must
+ *   load  every checkpoint in DIR saved at this world size or a smaller one
+ *         (before, in this order), under every strategy; then, in a second
+ *         pass (np = 1, 2, 3 with --load-larger: no saving), every checkpoint
+ *         of a larger world size, so every N -> M pair of 1..4 is loaded.
+ *         The gathered parameters must
  *         be the saved ones bitwise; saved again from this layout, the file
  *         must hold the same parameters and moments bitwise; one more step
  *         must equal the double reference continued from the saved state
@@ -37,6 +40,7 @@
 
 static int rank, world;
 static char dir[1024];
+static int load_larger; /* --load-larger: only load checkpoints of larger world sizes */
 
 /* ---- strategies ---- */
 
@@ -46,7 +50,10 @@ static const char *const strat_name[4] = {"no_shard", "shard_grad_op", "full_sha
 static sn_run_cfg_t run_cfg(int strategy) {
     return (sn_run_cfg_t){.strategy = strategy,
                           .ranks_per_node = strategy == ACX_HYBRID_SHARD ? (world == 4 ? 2 : 1) : 0,
-                          .sgd = 0, .accum = 1, .fwd_prefetch = -1, .bwd_prefetch = -1,
+                          .sgd = 0,
+                          .accum = 1,
+                          .fwd_prefetch = -1,
+                          .bwd_prefetch = -1,
                           .limit_all_gathers = -1};
 }
 
@@ -187,7 +194,8 @@ static int save_case(int strategy) {
         bad = read_checkpoint(h5, &s, &step, &opt_step, sname, sizeof sname) != 0;
         if (!bad && (step != SAVE_STEPS || opt_step != SAVE_STEPS ||
                      strcmp(sname, strat_name[strategy]) != 0)) {
-            fprintf(stderr, "\n%s: step %lld, optimizer step %lld, strategy '%s'; expected %d, %d, '%s'\n",
+            fprintf(stderr,
+                    "\n%s: step %lld, optimizer step %lld, strategy '%s'; expected %d, %d, '%s'\n",
                     h5, (long long)step, (long long)opt_step, sname, SAVE_STEPS, SAVE_STEPS,
                     strat_name[strategy]);
             bad = 1;
@@ -199,7 +207,8 @@ static int save_case(int strategy) {
         }
         /* the double reference of the same 2 steps */
         sn_expected_init(init);
-        for (int e = 0; e < SN_NP; e++) ref.p[e] = init[e];
+        for (int e = 0; e < SN_NP; e++)
+            ref.p[e] = init[e];
         for (int64_t t = 0; t < SAVE_STEPS; t++) {
             double g[SN_NP];
             sn_ref_grad(ref.p, t, g);
@@ -245,8 +254,10 @@ static int load_case(const char *stem, int strategy) {
         for (int q = 0; q < SN_NPAR; q++)
             if (memcmp(got + sn_off[q], want.p + sn_off[q],
                        (size_t)(sn_off[q + 1] - sn_off[q]) * sizeof(float)) != 0) {
-                fprintf(stderr, "\n%s loaded as %s on %d ranks: %s differs from the saved values "
-                        "(relative %.3g)\n", stem, strat_name[strategy], world, sn_par[q].name,
+                fprintf(stderr,
+                        "\n%s loaded as %s on %d ranks: %s differs from the saved values "
+                        "(relative %.3g)\n",
+                        stem, strat_name[strategy], world, sn_par[q].name,
                         sn_rel_ff(got + sn_off[q], want.p + sn_off[q], sn_off[q + 1] - sn_off[q]));
                 break;
             }
@@ -268,8 +279,10 @@ static int load_case(const char *stem, int strategy) {
             what = "/optimizer/exp_avg_sq";
         if (!bad && (step != want.step || opt_step != want.step)) what = "step";
         if (what != NULL) {
-            fprintf(stderr, "\n%s loaded as %s on %d ranks and saved again: %s differs from the "
-                    "first save\n", stem, strat_name[strategy], world, what);
+            fprintf(stderr,
+                    "\n%s loaded as %s on %d ranks and saved again: %s differs from the "
+                    "first save\n",
+                    stem, strat_name[strategy], world, what);
             bad = 1;
         }
     }
@@ -303,7 +316,8 @@ error:
 static int cmp_stem(const void *a, const void *b) { return strcmp(a, b); }
 
 /* Checkpoint stems (np<N>_<strategy>) with an expected-state file in DIR,
- * listed by rank 0 and broadcast, sorted. Collective. */
+ * N <= world (N > world with --load-larger), listed by rank 0 and
+ * broadcast, sorted. Collective. */
 static int list_checkpoints(char stems[][64]) {
     int n = 0;
     if (rank == 0) {
@@ -311,8 +325,10 @@ static int list_checkpoints(char stems[][64]) {
         struct dirent *e;
         while (d != NULL && (e = readdir(d)) != NULL && n < MAX_CKPTS) {
             size_t len = strlen(e->d_name);
+            int saved_world = atoi(e->d_name + 2);
             if (strncmp(e->d_name, "np", 2) != 0 || len < 5 || len >= 64 + 4 ||
-                strcmp(e->d_name + len - 4, ".bin") != 0)
+                strcmp(e->d_name + len - 4, ".bin") != 0 ||
+                (load_larger ? saved_world <= world : saved_world > world))
                 continue;
             memcpy(stems[n], e->d_name, len - 4);
             stems[n][len - 4] = '\0';
@@ -341,15 +357,16 @@ static void clean_dir(void) {
 
 int main(int argc, char **argv) {
     acx_test_mpi_begin(&argc, &argv, 280, &rank, &world);
+    load_larger = argc > 1 && strcmp(argv[1], "--load-larger") == 0;
     acx_test_tmp_path(dir, sizeof dir, "shard_ckpt");
     if (rank == 0) {
         mkdir(dir, 0755);
-        if (world == 1) clean_dir();
+        if (world == 1 && !load_larger) clean_dir();
     }
     MPI_Barrier(MPI_COMM_WORLD);
     int failed = 0;
     char what[300];
-    for (int s = ACX_NO_SHARD; s <= ACX_HYBRID_SHARD; s++) {
+    for (int s = ACX_NO_SHARD; s <= ACX_HYBRID_SHARD && !load_larger; s++) {
         snprintf(what, sizeof what, "save under %s on %d rank(s)", strat_name[s], world);
         TESTING(what);
         failed |= acx_test_report(save_case(s));
@@ -360,7 +377,8 @@ int main(int argc, char **argv) {
     if (rank == 0) printf("loading %d checkpoint(s) found in %s\n", n, dir);
     for (int i = 0; i < n; i++)
         for (int s = ACX_NO_SHARD; s <= ACX_HYBRID_SHARD; s++) {
-            snprintf(what, sizeof what, "%.63s -> %s on %d rank(s)", stems[i], strat_name[s], world);
+            snprintf(what, sizeof what, "%.63s -> %s on %d rank(s)", stems[i], strat_name[s],
+                     world);
             TESTING(what);
             failed |= acx_test_report(load_case(stems[i], s));
         }

@@ -84,8 +84,12 @@ static void plan_strategies(void) {
 }
 
 static sn_run_cfg_t run_cfg(const strat_t *s, int sgd, int accum) {
-    return (sn_run_cfg_t){.strategy = s->strategy, .ranks_per_node = s->rpn, .sgd = sgd,
-                          .accum = accum, .fwd_prefetch = -1, .bwd_prefetch = -1,
+    return (sn_run_cfg_t){.strategy = s->strategy,
+                          .ranks_per_node = s->rpn,
+                          .sgd = sgd,
+                          .accum = accum,
+                          .fwd_prefetch = -1,
+                          .bwd_prefetch = -1,
                           .limit_all_gathers = -1};
 }
 
@@ -165,11 +169,13 @@ static void ref_train(int sgd, clip_t clip, double *final) {
     sn_ref_t r = {0};
     float init[SN_NP];
     sn_expected_init(init);
-    for (int e = 0; e < SN_NP; e++) r.p[e] = init[e];
+    for (int e = 0; e < SN_NP; e++)
+        r.p[e] = init[e];
     for (int s = 0; s < STEPS; s++) {
         double g[SN_NP], n2 = 0;
         sn_ref_grad(r.p, s, g);
-        for (int e = 0; e < SN_NP; e++) n2 += g[e] * g[e];
+        for (int e = 0; e < SN_NP; e++)
+            n2 += g[e] * g[e];
         n2 = sqrt(n2);
         for (int e = 0; e < SN_NP; e++) {
             if (clip == CLIP_NORM && n2 > MAXN) g[e] *= MAXN / (n2 + 1e-6);
@@ -229,11 +235,11 @@ static int prefetch_case(const strat_t *s) {
                 rc.limit_all_gathers = lim;
                 CHECK(train(&rc, CLIP_NONE, &res) == 0);
                 if (memcmp(res.final, base.final, sizeof base.final) != 0) {
-                    fprintf(stderr,
-                            "\n%s forward_prefetch=%d %s limit_all_gathers=%d: parameters differ "
-                            "from the run without prefetch (relative %.3g; must be bitwise equal)\n",
-                            s->label, fwd, bwd_name[bwd], lim,
-                            sn_rel_ff(res.final, base.final, SN_NP));
+                    fprintf(
+                        stderr,
+                        "\n%s forward_prefetch=%d %s limit_all_gathers=%d: parameters differ "
+                        "from the run without prefetch (relative %.3g; must be bitwise equal)\n",
+                        s->label, fwd, bwd_name[bwd], lim, sn_rel_ff(res.final, base.final, SN_NP));
                     bad = 1;
                 }
             }
@@ -253,7 +259,8 @@ static int clip_norm_case(const strat_t *s) {
     CHECK(train(&rc, CLIP_NORM, &res) == 0);
     for (int st = 0; st < STEPS; st++) {
         double p[SN_NP], g[SN_NP], n2 = 0, ninf = 0;
-        for (int e = 0; e < SN_NP; e++) p[e] = res.start[st][e];
+        for (int e = 0; e < SN_NP; e++)
+            p[e] = res.start[st][e];
         sn_ref_grad(p, st, g);
         for (int e = 0; e < SN_NP; e++) {
             n2 += g[e] * g[e];
@@ -284,9 +291,11 @@ static int clip_value_case(const strat_t *s) {
         double p[SN_NP], g[SN_NP];
         int over = 0;
         sn_expected_init(res.init);
-        for (int e = 0; e < SN_NP; e++) p[e] = res.init[e];
+        for (int e = 0; e < SN_NP; e++)
+            p[e] = res.init[e];
         sn_ref_grad(p, 0, g);
-        for (int e = 0; e < SN_NP; e++) over += fabs(g[e]) > CLIPV;
+        for (int e = 0; e < SN_NP; e++)
+            over += fabs(g[e]) > CLIPV;
         CHECK(over > 0 && over < SN_NP);
     }
     sn_run_cfg_t rc = run_cfg(s, 1, 1);
@@ -345,7 +354,8 @@ static int errors_case(const strat_t *s) {
         /* released units (nothing prefetched): no parameter values to hand out */
         for (int q = 0; q < SN_NPAR; q++)
             if (acx_param_data(net.p[q]) != NULL) {
-                fprintf(stderr, "\nfull_shard: acx_param_data(%s) outside acquire/release is not NULL\n",
+                fprintf(stderr,
+                        "\nfull_shard: acx_param_data(%s) outside acquire/release is not NULL\n",
                         sn_par[q].name);
                 TEST_ERROR;
             }
@@ -372,7 +382,8 @@ int main(int argc, char **argv) {
             failed |= acx_test_report(equiv_case(oc, &strats[i]));
         }
     for (int i = 0; i < num_strats; i++) {
-        if (strats[i].strategy != ACX_FULL_SHARD && strats[i].strategy != ACX_HYBRID_SHARD) continue;
+        if (strats[i].strategy != ACX_FULL_SHARD && strats[i].strategy != ACX_HYBRID_SHARD)
+            continue;
         if (strats[i].strategy == ACX_HYBRID_SHARD && strats[i].rpn != (world == 4 ? 2 : world))
             continue;
         snprintf(what, sizeof what, "%s prefetch variants bitwise, np=%d", strats[i].label, world);

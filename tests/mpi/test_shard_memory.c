@@ -58,8 +58,8 @@ static int64_t shard_numel(int S) {
 /* ---- one training run under a strategy ---- */
 
 typedef struct measured {
-    acx_memory_stats_t rest;  /* after the last step and zero_grad */
-    acx_memory_stats_t after; /* after acx_finalize */
+    acx_memory_stats_t rest;   /* after the last step and zero_grad */
+    acx_memory_stats_t after;  /* after acx_finalize */
     acx_memory_stats_t before; /* before acx_init */
 } measured_t;
 
@@ -76,6 +76,8 @@ static int run(int strategy, int rpn, measured_t *out) {
     cfg.fsdp.limit_all_gathers = 2;
     CHECK_OK(acx_memory_stats(&out->before));
     CHECK_OK(acx_init(NULL, NULL, &cfg, &acc));
+    CHECK(acx_get_config(acc)->sharding_strategy == strategy);
+    CHECK(rpn == 0 || acx_get_config(acc)->ranks_per_node == rpn);
     CHECK_OK(acx_model_create(acc, &m));
     for (int u = 0; u < NUNITS; u++) {
         char name[64];
@@ -88,8 +90,8 @@ static int run(int strategy, int rpn, measured_t *out) {
         CHECK_OK(acx_unit_add_param(unit[u], name, 1, (int64_t[]){wshape[u].rows},
                                     ACX_INIT_SPEC_ZEROS, &par[u][1]));
         if (u == NUNITS - 1)
-            CHECK_OK(acx_unit_add_param(unit[u], "u5.scale", 1, (int64_t[]){3}, ACX_INIT_SPEC_CONSTANT(1.0),
-                                        &par[u][2]));
+            CHECK_OK(acx_unit_add_param(unit[u], "u5.scale", 1, (int64_t[]){3},
+                                        ACX_INIT_SPEC_CONSTANT(1.0), &par[u][2]));
     }
     acx_adam_hparams_t hp = ACX_ADAMW_DEFAULT;
     CHECK_OK(acx_adamw_create(m, &hp, &opt));
@@ -158,11 +160,16 @@ static int check_strategy(int strategy, int rpn, const char *label, int64_t *pea
         P += unit_numel(u);
         if (unit_numel(u) > U) U = unit_numel(u);
     }
-    acx_memory_model_t mm = {.numel = P, .largest_unit = U,
+    acx_memory_model_t mm = {.numel = P,
+                             .largest_unit = U,
                              .shard_numel = strategy == ACX_NO_SHARD ? 0 : Sh,
-                             .world_size = world, .ranks_per_node = strategy == ACX_HYBRID_SHARD ? rpn : 0,
-                             .strategy = strategy, .mixed_precision = ACX_MP_NO,
-                             .optimizer_states = 2, .limit_all_gathers = 2, .num_units = NUNITS};
+                             .world_size = world,
+                             .ranks_per_node = strategy == ACX_HYBRID_SHARD ? rpn : 0,
+                             .strategy = strategy,
+                             .mixed_precision = ACX_MP_NO,
+                             .optimizer_states = 2,
+                             .limit_all_gathers = 2,
+                             .num_units = NUNITS};
     CHECK_OK(acx_memory_estimate(&mm, &est));
     CHECK(run(strategy, rpn, &ms) == 0);
 
@@ -177,8 +184,9 @@ static int check_strategy(int strategy, int rpn, const char *label, int64_t *pea
     int64_t grads_rest = strategy == ACX_NO_SHARD ? est.grads : 4 * Sh;
     int64_t persistent = est.params + est.master + est.optimizer + grads_rest;
     {
-        int len = snprintf(table, sizeof table,
-                           "  %s, KiB: measured at rest / peak (max over ranks) vs estimate\n", label);
+        int len =
+            snprintf(table, sizeof table,
+                     "  %s, KiB: measured at rest / peak (max over ranks) vs estimate\n", label);
         for (int c = 0; c < ACX_MEM_NUM_CATEGORIES; c++)
             len += snprintf(table + len, sizeof table - (size_t)len,
                             "    %-10s %9lld / %9lld  vs %9lld\n", cat_name[c],
@@ -245,7 +253,8 @@ int main(int argc, char **argv) {
         snprintf(what, sizeof what, "%s memory vs estimate, np=%d", label, world);
         TESTING(what);
         table[0] = '\0';
-        failed |= acx_test_report(check_strategy(s, s == ACX_HYBRID_SHARD ? rpn : 0, label, &peak[s]));
+        failed |=
+            acx_test_report(check_strategy(s, s == ACX_HYBRID_SHARD ? rpn : 0, label, &peak[s]));
         if (rank == 0) fputs(table, stdout);
     }
     if (world >= 2) {
