@@ -54,6 +54,11 @@ struct acx_buckets {
     int *unit_segs;             /*   unit_segs[unit_first[u] .. unit_first[u + 1]) */
     unsigned char *reported;    /* [num_units] reported this step */
     int num_started;            /* buckets in flight or done this step */
+    /* Reduction in a 16-bit dtype of float32 gradients (mixed precision's
+     * reduce_dtype): a bucket is rounded into wire[range] at its start,
+     * reduced there, and widened back into flat[range] when complete. */
+    acx_dtype_t wire_dtype;
+    uint16_t *wire; /* [total], not owned; NULL = reduce flat in place */
 };
 
 /* ---- plan ---- */
@@ -205,6 +210,26 @@ err_free:
     return status;
 }
 
+acx_status_t acx_buckets_set_wire(acx_buckets_t *b, acx_dtype_t wire_dtype, uint16_t *wire) {
+    if (b == NULL || wire == NULL || b->dtype != ACX_DTYPE_FLOAT32 || !acx_dtype_is_half(wire_dtype))
+        return ACX_ERROR(ACX_ERR_INVALID_ARG,
+                         "buckets: a wire buffer needs float32 gradients and a 16-bit float wire "
+                         "dtype (have %s gradients, %s wire)",
+                         b ? acx_dtype_name(b->dtype) : "no", acx_dtype_name(wire_dtype));
+    b->wire_dtype = wire_dtype;
+    b->wire = wire;
+    return ACX_OK;
+}
+
+/* Bucket i's reduction finished: widen the wire values into the gradients. */
+static void bucket_done(acx_buckets_t *b, int i) {
+    bucket_t *bk = &b->buckets[i];
+    bk->state = BUCKET_DONE;
+    if (b->wire != NULL)
+        acx_half_to_f32_n(b->wire_dtype, b->wire + bk->offset, (float *)b->flat + bk->offset,
+                          bk->count);
+}
+
 /* Complete every bucket still in flight (errors: the first is returned, the
  * rest are waited anyway so no request is abandoned). */
 static acx_status_t finish_in_flight(acx_buckets_t *b) {
@@ -214,7 +239,7 @@ static acx_status_t finish_in_flight(acx_buckets_t *b) {
         if (bk->state != BUCKET_IN_FLIGHT) continue;
         acx_status_t st = b->comm->ops->wait(bk->req);
         bk->req = NULL;
-        bk->state = BUCKET_DONE;
+        bucket_done(b, i);
         if (status == ACX_OK) status = st;
     }
     return status;
@@ -256,8 +281,8 @@ static acx_status_t drive_progress(acx_buckets_t *b) {
         if (!done) continue;
         acx_coll_req_t *req = bk->req;
         bk->req = NULL;
-        bk->state = BUCKET_DONE;
         ACX_CHECK(b->comm->ops->wait(req)); /* frees; already complete */
+        bucket_done(b, i);
     }
     return ACX_OK;
 }
@@ -290,15 +315,21 @@ static acx_status_t bucket_scale(const acx_buckets_t *b, void *x, size_t n, floa
 static acx_status_t bucket_start(acx_buckets_t *b, int i, float prescale) {
     bucket_t *bk = &b->buckets[i];
     void *x = (char *)b->flat + bk->offset * b->esize; /* [bk->count] of dtype */
+    acx_dtype_t dtype = b->dtype;
     if (prescale != 1.0f && bk->count > 0) ACX_CHECK(bucket_scale(b, x, bk->count, prescale));
+    if (b->wire != NULL) { /* round the scaled float32 values once, onto the wire */
+        acx_half_from_f32_n(b->wire_dtype, x, b->wire + bk->offset, bk->count);
+        x = b->wire + bk->offset;
+        dtype = b->wire_dtype;
+    }
     b->num_started++;
     if (b->num_started == b->num_buckets) {
-        ACX_CHECK(b->comm->ops->all_reduce(b->comm, x, x, bk->count, b->dtype, ACX_OP_SUM));
-        bk->state = BUCKET_DONE;
+        ACX_CHECK(b->comm->ops->all_reduce(b->comm, x, x, bk->count, dtype, ACX_OP_SUM));
+        bucket_done(b, i);
         return ACX_OK;
     }
     ACX_CHECK(
-        b->comm->ops->all_reduce_start(b->comm, x, x, bk->count, b->dtype, ACX_OP_SUM, &bk->req));
+        b->comm->ops->all_reduce_start(b->comm, x, x, bk->count, dtype, ACX_OP_SUM, &bk->req));
     bk->state = BUCKET_IN_FLIGHT;
     return ACX_OK;
 }

@@ -16,6 +16,8 @@
 #ifndef ACX_BUCKET_H
 #define ACX_BUCKET_H
 
+#include <stdint.h>
+
 #include "collectives/coll.h"
 
 /* One parameter's gradient range inside the flat buffer, in ready order. */
@@ -37,6 +39,15 @@ acx_status_t acx_buckets_create(acx_comm_t *comm, void *flat, acx_dtype_t dtype,
                                 int num_units, int num_segs, const acx_bucket_segment_t *segs,
                                 size_t bucket_bytes, acx_buckets_t **buckets_p);
 void acx_buckets_destroy(acx_buckets_t *b);
+
+/* Reduce float32 gradients in a 16-bit float dtype (mixed precision's
+ * reduce_dtype bf16/fp16): each bucket is scaled in float32, rounded to
+ * nearest even into wire[range] (half the bytes on the wire), summed there
+ * (the MPI backend accumulates 16-bit sums in float32 and rounds once), and
+ * widened back into the float32 gradients when it completes. wire: [total]
+ * 16-bit elements, caller-owned, outliving the buckets. Errors:
+ * ACX_ERR_INVALID_ARG (gradients not float32, wire dtype not 16-bit). */
+acx_status_t acx_buckets_set_wire(acx_buckets_t *b, acx_dtype_t wire_dtype, uint16_t *wire);
 
 int acx_buckets_count(const acx_buckets_t *b);
 /* Bucket i's range, for tests and logs. */

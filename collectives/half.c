@@ -23,6 +23,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <string.h>
+
 #include "collectives/half.h"
 
 /* ---- float16 ---- */
@@ -69,6 +71,18 @@ void acx_half_to_f32_n(acx_dtype_t dtype, const uint16_t *src, float *dst, size_
  * (24) has at most 35 significant bits, so float64 holds it exactly; one
  * rounding to the 16-bit format follows (through round-to-odd, half.h). A
  * float32 product rounded again to 16 bits could round twice. */
+void acx_half_round_f32_n(acx_dtype_t dtype, const float *src, float *dst, size_t n) {
+    if (dtype == ACX_DTYPE_FLOAT16) {
+        for (size_t i = 0; i < n; i++)
+            dst[i] = acx_f16_to_f32(acx_f16_from_f32(src[i]));
+    } else if (dtype == ACX_DTYPE_BFLOAT16) {
+        for (size_t i = 0; i < n; i++)
+            dst[i] = acx_bf16_to_f32(acx_bf16_from_f32(src[i]));
+    } else if (src != dst) {
+        memmove(dst, src, n * sizeof *dst);
+    }
+}
+
 void acx_half_scale_n(acx_dtype_t dtype, uint16_t *x, float scale, size_t n) {
     double s = scale;
     if (dtype == ACX_DTYPE_FLOAT16) {

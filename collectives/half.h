@@ -147,6 +147,12 @@ void acx_bf16_to_f32_n(const uint16_t *src, float *dst, size_t n);
 void acx_half_from_f32_n(acx_dtype_t dtype, const float *src, uint16_t *dst, size_t n);
 void acx_half_to_f32_n(acx_dtype_t dtype, const uint16_t *src, float *dst, size_t n);
 
+/* dst[i] = src[i] rounded to dtype's nearest value (ties to even) and
+ * widened back: float32 values a 16-bit compute copy holds exactly (mixed
+ * precision's parameters on the host). src == dst is allowed. Other dtypes
+ * copy. */
+void acx_half_round_f32_n(acx_dtype_t dtype, const float *src, float *dst, size_t n);
+
 /* x[i] = x[i] * scale, in place: the exact product (a float64 holds it)
  * rounded once to the 16-bit format. */
 void acx_half_scale_n(acx_dtype_t dtype, uint16_t *x, float scale, size_t n);

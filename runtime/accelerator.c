@@ -279,10 +279,9 @@ static acx_status_t check_config_agrees(acx_accelerator_t *acc) {
 static acx_status_t check_implemented(const acx_resolved_config_t *rc) {
     const acx_config_t *c = &rc->values;
     static const struct { const char *key; const char *todo; const char *instead; } later[] = {
-        {"mixed_precision", "mixed precision", "no"},
         {"backend", "the NCCL backend", "auto or mpi"}};
-    int bad[2] = {c->mixed_precision != ACX_MP_NO, c->backend == ACX_BACKEND_NCCL};
-    for (int i = 0; i < 2; i++) {
+    int bad[1] = {c->backend == ACX_BACKEND_NCCL};
+    for (int i = 0; i < 1; i++) {
         if (!bad[i]) continue;
         int k = 0;
         while (k < acx_config_num_keys() && strcmp(acx_config_key_name(k), later[i].key) != 0) k++;
@@ -367,6 +366,7 @@ ACX_API acx_status_t acx_init(int *argc, char ***argv, const acx_config_t *confi
         acc->world = w;
     }
     ACX_CHECK_GOTO(acx_coll_agree(acc->world, simulate_nodes(acc)), status, err_comm);
+    acx_scaler_init(&acc->scaler, c);
     ACX_CHECK_GOTO(acx_comm_split(acc->world, acc->node_rank, acc->local_rank, &acc->node), status,
                    err_comm);
 
@@ -524,6 +524,12 @@ ACX_API acx_status_t acx_model_create(acx_accelerator_t *acc, acx_model_t **mode
         .seed = (uint64_t)c->seed,
         .strategy = c->sharding_strategy,
         .bucket_bytes = (size_t)(c->bucket_size_mb * 1024.0 * 1024.0),
+        .param_dtype = c->mixed_precision == ACX_MP_BF16   ? ACX_DTYPE_BFLOAT16
+                       : c->mixed_precision == ACX_MP_FP16 ? ACX_DTYPE_FLOAT16
+                                                           : ACX_DTYPE_FLOAT32,
+        .reduce_dtype = c->reduce_dtype == ACX_REDUCE_BF16   ? ACX_DTYPE_BFLOAT16
+                        : c->reduce_dtype == ACX_REDUCE_FP16 ? ACX_DTYPE_FLOAT16
+                                                             : ACX_DTYPE_FLOAT32,
         .forward_prefetch = c->fsdp.forward_prefetch > 0,
         .backward_prefetch = c->fsdp.backward_prefetch >= 0 ? c->fsdp.backward_prefetch : ACX_BACKWARD_PRE,
         .limit_all_gathers = c->fsdp.limit_all_gathers >= 0 ? c->fsdp.limit_all_gathers : 2,
@@ -678,6 +684,7 @@ ACX_API acx_status_t acx_accumulate_end(acx_accelerator_t *acc) {
     acc->in_micro_step = 0;
     if (acc->sync) {
         acc->micro_since_sync = 0;
+        acc->items_local = 0;
         acc->step++;
         return acx_checkpoint_step_end(acc); /* checkpoint.save_every_steps */
     }
@@ -685,6 +692,32 @@ ACX_API acx_status_t acx_accumulate_end(acx_accelerator_t *acc) {
 }
 
 ACX_API int acx_sync_gradients(const acx_accelerator_t *acc) { return acc ? acc->sync : 0; }
+
+ACX_API acx_status_t acx_accumulate_items(acx_accelerator_t *acc, int64_t items) {
+    if (acc == NULL) return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_accumulate_items: acc is NULL");
+    if (!acc->in_micro_step)
+        return ACX_ERROR(ACX_ERR_STATE, "acx_accumulate_items outside acx_accumulate_begin/end: "
+                         "report each micro-batch's items inside its micro-step, before backward");
+    if (items < 0)
+        return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_accumulate_items: items %lld; expected >= 0",
+                         (long long)items);
+    acc->items_reported = 1;
+    acc->items_local += items;
+    if (!acc->sync) return ACX_OK; /* no communication between boundaries */
+    /* The boundary: the total over the accumulated micro-steps of every
+     * rank, in one all-reduce, and the gradients are scaled once by its
+     * inverse (they are sums over items, so this is the item mean). */
+    int64_t total = acc->items_local;
+    ACX_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &total, 1, MPI_INT64_T, MPI_SUM, acc->world->mpi));
+    acc->items_total = total;
+    /* 0 items everywhere: nothing to average; keep the gradients (zeros) */
+    acc->model->grad_prescale = total > 0 ? (float)(1.0 / (double)total) : 1.0f;
+    return ACX_OK;
+}
+
+ACX_API int64_t acx_accumulated_items(const acx_accelerator_t *acc) {
+    return acc != NULL ? acc->items_total : 0;
+}
 
 ACX_API acx_status_t acx_backward_end(acx_accelerator_t *acc) {
     if (acc == NULL) return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_backward_end: acc is NULL");

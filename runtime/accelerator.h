@@ -11,6 +11,7 @@
 #include "acx/acx.h"
 #include "collectives/coll.h"
 #include "runtime/base/config_resolve.h"
+#include "runtime/scaler.h"
 
 #define ACX_HOST_MAX 256
 
@@ -46,6 +47,10 @@ struct acx_accelerator {
     int micro_since_sync;   /* micro-steps accumulated in the gradients, this one included */
     int64_t micro_step;     /* micro-steps begun */
     int64_t step;           /* boundaries passed */
+    acx_scaler_t scaler;    /* fp16 loss scaling (runtime/scaler.c) */
+    int64_t items_local;    /* acx_accumulate_items since the last boundary (this rank) */
+    int items_reported;     /* the program uses global item normalization */
+    int64_t items_total;    /* the last boundary's total over ranks and micro-steps */
     struct acx_request *requests; /* public non-blocking collectives not yet waited */
 
     /* checkpoint state (runtime/checkpoint.c) */

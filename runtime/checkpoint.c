@@ -499,6 +499,17 @@ static acx_status_t build_plan(acx_accelerator_t *acc, plan_t *p, const char *cr
         }
     }
 
+    /* fp16 loss scaler (torch GradScaler's state_dict: scale, growth tracker) */
+    if (acc->scaler.enabled) {
+        plan_strattr(p, "/scaler", "kind", "dynamic");
+        plan_f64(p, "/scaler", "scale", acc->scaler.scale);
+        plan_i64(p, "/scaler", "growth_tracker", acc->scaler.growth_tracker);
+        plan_i64(p, "/scaler", "growth_interval", acc->scaler.growth_interval);
+        plan_i64(p, "/scaler", "consecutive_skips", acc->scaler.consecutive_skips);
+    } else {
+        plan_strattr(p, "/scaler", "kind", "none");
+    }
+
     /* data loader: the data order is fixed by (seed, epoch, global batch) */
     if (l != NULL) {
         int64_t pos = acx_dataloader_position(l), g = acx_loader_global_batch(l);
@@ -749,6 +760,10 @@ typedef struct restore {
     /* rng: this rank's row, if the saving run had this rank */
     int have_rng;
     int64_t rng_row[4];
+    /* fp16 loss scaler */
+    int have_scaler;
+    double scale;
+    int64_t growth_tracker, consecutive_skips;
 } restore_t;
 
 /* Parameters: the model's against /model. */
@@ -975,6 +990,30 @@ static acx_status_t plan_rng_user(acx_accelerator_t *acc, acx_ckpt_file_t *f, re
 
 /* Everything before any buffer is touched: a strict mismatch leaves the
  * program's state as it was. */
+/* The fp16 loss scaler's state, when both the checkpoint and the program
+ * use one (a bf16/fp32 run ignores a saved scaler; an fp16 run without one
+ * in the checkpoint starts from loss_scale.init). */
+static acx_status_t plan_scaler(acx_accelerator_t *acc, acx_ckpt_file_t *f, restore_t *r) {
+    char kind[32] = "none";
+    if (acx_ckpt_exists(f, "/scaler")) (void)acx_ckpt_get_str(f, "/scaler", "kind", kind, sizeof kind);
+    if (strcmp(kind, "dynamic") != 0 || !acc->scaler.enabled) {
+        if (acc->scaler.enabled && acc->rank == 0)
+            ACX_WARN(ACX_SUBSYS_IO, "the checkpoint has no fp16 loss scaler state: the scale "
+                     "starts at loss_scale.init = %g", acc->scaler.scale);
+        return ACX_OK;
+    }
+    ACX_CHECK(acx_ckpt_get_f64(f, "/scaler", "scale", &r->scale));
+    ACX_CHECK(acx_ckpt_get_i64(f, "/scaler", "growth_tracker", &r->growth_tracker));
+    ACX_CHECK(acx_ckpt_get_i64(f, "/scaler", "consecutive_skips", &r->consecutive_skips));
+    if (!(r->scale > 0.0) || r->growth_tracker < 0 || r->consecutive_skips < 0)
+        return ACX_ERROR(ACX_ERR_FORMAT,
+                         "checkpoint /scaler: scale %g, growth_tracker %lld, consecutive_skips "
+                         "%lld: expected a positive scale and non-negative counters",
+                         r->scale, (long long)r->growth_tracker, (long long)r->consecutive_skips);
+    r->have_scaler = 1;
+    return ACX_OK;
+}
+
 static acx_status_t plan_load(acx_accelerator_t *acc, acx_ckpt_file_t *f, const char *file,
                               int strict, restore_t *r) {
     acx_status_t status = ACX_OK;
@@ -993,6 +1032,7 @@ static acx_status_t plan_load(acx_accelerator_t *acc, acx_ckpt_file_t *f, const 
     ACX_CHECK_GOTO(plan_rng_user(acc, f, r), status, out);
     if (strict && r->mm.count) goto out;
     ACX_CHECK_GOTO(plan_loader(acc, f, r, file, strict), status, out);
+    ACX_CHECK_GOTO(plan_scaler(acc, f, r), status, out);
     if (r->plan.failed) status = ACX_ERROR(ACX_ERR_NO_MEMORY, "out of memory planning the load");
 out:
     free(param_ok);
@@ -1013,6 +1053,11 @@ static acx_status_t apply_restore(acx_accelerator_t *acc, const restore_t *r) {
         if (r->have_sched)
             acx_scheduler_set_position(acx_optimizer_scheduler(opt), r->sched_base_lr,
                                        r->sched_step);
+    }
+    if (r->have_scaler) {
+        acc->scaler.scale = r->scale;
+        acc->scaler.growth_tracker = (int)r->growth_tracker;
+        acc->scaler.consecutive_skips = (int)r->consecutive_skips;
     }
     acc->step = r->step;
     acc->micro_step = r->micro_step;

@@ -13,12 +13,14 @@
  *
  * Sums of squares accumulate in double: the norm then agrees with a 1-rank
  * run to float rounding of the final value, whatever the partition.
- * Left to others: unscaling under fp16 (the loss scaler, with mixed precision).
+ * Under fp16 the gradients are unscaled first (runtime/scaler.c), as
+ * torch's recipe scaler.unscale_(opt) before clip_grad_norm_ does.
  */
 #include <math.h>
 
 #include "runtime/accelerator.h"
 #include "runtime/base/error.h"
+#include "runtime/scaler.h"
 #include "sharding/model.h"
 
 static acx_status_t require_reduced(const acx_accelerator_t *acc, const char *what) {
@@ -44,6 +46,8 @@ ACX_API acx_status_t acx_clip_grad_norm(acx_accelerator_t *acc, double max_norm,
         return ACX_ERROR(ACX_ERR_INVALID_ARG,
                          "acx_clip_grad_norm: norm_type %g is not supported; expected 2 or INFINITY",
                          norm_type);
+    /* under fp16 the norm is of the true gradients: unscale first (once) */
+    ACX_CHECK(acx_scaler_unscale(acc));
     acx_model_t *m = acc->model;
     const float *g = m->shard_grad;
     double acc_v = 0.0;
@@ -76,6 +80,7 @@ ACX_API acx_status_t acx_clip_grad_value(acx_accelerator_t *acc, double clip_val
     if (!(clip_value >= 0.0))
         return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_clip_grad_value: clip_value %g; expected >= 0",
                          clip_value);
+    ACX_CHECK(acx_scaler_unscale(acc));
     float hi = (float)clip_value, lo = -hi;
     float *w = acc->model->shard_grad;
     for (size_t i = 0; i < acc->model->shard_numel; i++)

@@ -53,6 +53,7 @@ struct acx_optimizer {
     int num_state;
     float *state[ACX_OPTIM_MAX_STATE];
     size_t state_bytes; /* of each state array */
+    int step_skipped;   /* the last acx_optimizer_step skipped the update (fp16 overflow) */
 };
 
 /* ---- creation ---- */
@@ -225,6 +226,14 @@ ACX_API acx_status_t acx_optimizer_step(acx_optimizer_t *opt) {
             ACX_ERR_STATE,
             "acx_optimizer_step before acx_prepare (the %s optimizer has no state yet)",
             kind_names[opt->kind]);
+    acx_accelerator_t *acc = m->ctx.owner;
+    int skip = 0;
+    opt->step_skipped = 0;
+    ACX_CHECK(acx_scaler_step(acc, &skip));
+    if (skip) { /* fp16 overflow: weights, moments and step count unchanged */
+        opt->step_skipped = 1;
+        return ACX_OK;
+    }
     opt->num_steps++;
     /* One fused pass over the local shard: master[n], shard_grad[n], state[k][n]. */
     size_t n = m->shard_numel;
@@ -243,6 +252,10 @@ ACX_API acx_status_t acx_optimizer_step(acx_optimizer_t *opt) {
     /* Make the parameters the program sees consistent with the new master
      * weights (NO_SHARD: nothing to do; ZeRO: all-gather, collective). */
     return acx_model_after_step(m);
+}
+
+ACX_API int acx_optimizer_step_was_skipped(const acx_optimizer_t *opt) {
+    return opt != NULL && opt->step_skipped;
 }
 
 ACX_API acx_status_t acx_optimizer_zero_grad(acx_optimizer_t *opt) {

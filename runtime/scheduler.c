@@ -85,6 +85,9 @@ void acx_scheduler_free(acx_scheduler_t *sched) { free(sched); }
 
 ACX_API acx_status_t acx_scheduler_step(acx_scheduler_t *sched) {
     if (sched == NULL) return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_scheduler_step: sched is NULL");
+    /* A step the fp16 loss scaler skipped did not happen: the schedule,
+     * which counts optimizer steps, stays (Accelerate's AcceleratedScheduler). */
+    if (acx_optimizer_step_was_skipped(sched->opt)) return ACX_OK;
     sched->step++;
     return acx_optimizer_set_lr(sched->opt,
                                 sched->base_lr * acx_scheduler_factor(sched, sched->step));

@@ -31,6 +31,8 @@ typedef struct acx_shard_context {
     uint64_t seed;
     int strategy;      /* acx_sharding_strategy_t */
     size_t bucket_bytes;
+    acx_dtype_t param_dtype;  /* compute copies: float32, or bfloat16/float16 (mixed precision) */
+    acx_dtype_t reduce_dtype; /* gradients on the wire: float32, bfloat16 or float16 */
     int forward_prefetch;  /* fsdp.* options (acx/config.h) */
     int backward_prefetch;
     int limit_all_gathers;

@@ -14,12 +14,18 @@
  * The local shard the optimizer sees is the whole model: master == the flat
  * parameter array, shard_grad == the flat gradient array, so the optimizer
  * updates the parameters the program reads, with no copy after the step.
- * (Mixed precision will add separate low-precision compute copies.)
+ *
+ * Mixed precision (param_dtype bf16/fp16): the fp32 master weights get their
+ * own array (same offsets) and the parameters the program reads hold the
+ * master values rounded to param_dtype (nearest, ties to even), refreshed
+ * after every step. A reduce_dtype of 16 bits adds a 16-bit wire buffer the
+ * buckets round into and reduce in (collectives/bucket.c).
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "collectives/bucket.h"
+#include "collectives/half.h"
 #include "runtime/base/error.h"
 #include "runtime/base/log.h"
 #include "runtime/base/memstat.h"
@@ -29,8 +35,12 @@
 typedef struct no_shard_state {
     float *flat_param; /* [numel] in ready order */
     float *flat_grad;  /* [numel] in ready order */
+    float *master;     /* [numel] fp32 master weights under mixed precision; else flat_param */
+    uint16_t *wire;    /* [numel] 16-bit gradients on the wire, or NULL */
     acx_buckets_t *buckets;
 } no_shard_state_t;
+
+static int mixed(const acx_model_t *m) { return m->ctx.param_dtype != ACX_DTYPE_FLOAT32; }
 
 static acx_status_t no_shard_prepare(acx_model_t *m) {
     acx_status_t status = ACX_OK;
@@ -41,8 +51,13 @@ static acx_status_t no_shard_prepare(acx_model_t *m) {
     m->strategy_state = s;
     s->flat_param = acx_mem_alloc(ACX_MEM_PARAMS, n * sizeof(float), "parameters");
     s->flat_grad = acx_mem_alloc(ACX_MEM_GRADS, n * sizeof(float), "gradients");
+    s->master = mixed(m) ? acx_mem_alloc(ACX_MEM_MASTER, n * sizeof(float), "master weights")
+                         : s->flat_param;
+    if (m->ctx.reduce_dtype != ACX_DTYPE_FLOAT32)
+        s->wire = acx_mem_alloc(ACX_MEM_GRADS, n * sizeof(uint16_t), "gradient wire buffer");
     segs = acx_malloc((size_t)m->num_params * sizeof *segs, "bucket segments");
-    if (s->flat_param == NULL || s->flat_grad == NULL || segs == NULL) {
+    if (s->flat_param == NULL || s->flat_grad == NULL || s->master == NULL || segs == NULL ||
+        (m->ctx.reduce_dtype != ACX_DTYPE_FLOAT32 && s->wire == NULL)) {
         status = ACX_ERR_NO_MEMORY;
         goto out;
     }
@@ -64,16 +79,20 @@ static acx_status_t no_shard_prepare(acx_model_t *m) {
         /* Every rank computes every value itself: the initializer is keyed
          * by (seed, name, element), so no broadcast from rank 0 is needed
          * for the replicas to agree. */
-        acx_param_init_fill(&p->init, p->ndim, p->shape, m->ctx.seed, p->name, 0, p->rows, p->data);
+        acx_param_init_fill(&p->init, p->ndim, p->shape, m->ctx.seed, p->name, 0, p->rows,
+                            s->master + off);
         segs[k] = (acx_bucket_segment_t){.offset = off, .count = (size_t)p->numel,
                                          .unit = p->unit->index};
         off += (size_t)p->numel;
     }
-    m->master = s->flat_param;
+    if (mixed(m)) acx_half_round_f32_n(m->ctx.param_dtype, s->master, s->flat_param, n);
+    m->master = s->master;
     m->shard_grad = s->flat_grad;
     m->shard_numel = n;
     status = acx_buckets_create(m->ctx.world, s->flat_grad, ACX_DTYPE_FLOAT32, n, m->num_units,
                                 m->num_params, segs, m->ctx.bucket_bytes, &s->buckets);
+    if (status == ACX_OK && s->wire != NULL)
+        status = acx_buckets_set_wire(s->buckets, m->ctx.reduce_dtype, s->wire);
     if (status == ACX_OK)
         ACX_INFO(ACX_SUBSYS_SHARD, "NO_SHARD: %zu parameters' elements in %d gradient bucket(s) of <= %zu bytes",
                  n, acx_buckets_count(s->buckets), m->ctx.bucket_bytes);
@@ -99,7 +118,13 @@ static acx_status_t no_shard_backward_end(acx_model_t *m) {
     return acx_buckets_wait_all(s->buckets);
 }
 
-static acx_status_t no_shard_after_step(acx_model_t *m) { return ACX_OK; }
+/* The optimizer updated the master weights; under mixed precision the
+ * compute copies follow (rounded). */
+static acx_status_t no_shard_after_step(acx_model_t *m) {
+    no_shard_state_t *s = m->strategy_state;
+    if (mixed(m)) acx_half_round_f32_n(m->ctx.param_dtype, s->master, s->flat_param, (size_t)m->numel);
+    return ACX_OK;
+}
 
 static acx_status_t no_shard_zero_grad(acx_model_t *m) {
     no_shard_state_t *s = m->strategy_state;
@@ -111,6 +136,9 @@ static void no_shard_destroy(acx_model_t *m) {
     no_shard_state_t *s = m->strategy_state;
     if (s == NULL) return;
     acx_buckets_destroy(s->buckets);
+    if (s->master != s->flat_param)
+        acx_mem_free(ACX_MEM_MASTER, s->master, (size_t)m->numel * sizeof(float));
+    acx_mem_free(ACX_MEM_GRADS, s->wire, (size_t)m->numel * sizeof(uint16_t));
     acx_mem_free(ACX_MEM_PARAMS, s->flat_param, (size_t)m->numel * sizeof(float));
     acx_mem_free(ACX_MEM_GRADS, s->flat_grad, (size_t)m->numel * sizeof(float));
     free(s);

@@ -46,6 +46,13 @@
  * completed first), so transient memory stays bounded while the rest of
  * backward overlaps the communication.
  *
+ * Mixed precision: the full buffers hold the master values rounded to
+ * param_dtype (the compute copies), and the all-gather moves param_dtype
+ * (each rank rounds its segment into a 16-bit send buffer: half the bytes);
+ * gradients are rounded to reduce_dtype after the prescale, reduce-scattered
+ * in it (the MPI backend accumulates 16-bit sums in float32) and widened
+ * into the float32 shard. Rounding is to nearest, ties to even (half.h).
+ *
  * Memory accounting: every buffer goes through acx_mem_alloc with its
  * category, so acx_memory_stats measures what acx_memory_estimate predicts.
  * Left to others: the optimizer math (runtime/), checkpoint rows
@@ -54,6 +61,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "collectives/half.h"
 #include "runtime/base/error.h"
 #include "runtime/base/log.h"
 #include "runtime/base/memstat.h"
@@ -69,14 +77,15 @@ typedef struct unit_state {
     size_t shard_off;    /* the segment's offset in master / shard_grad */
     float *data;         /* [numel] full parameters, NULL when resharded */
     float *grad;         /* [numel] full gradients being accumulated, or NULL */
-    float *staging;      /* [S x seg] all-gather in flight, or NULL */
+    void *staging;       /* [S x seg] of param_dtype: all-gather in flight, or NULL */
+    void *send;          /* [seg] of param_dtype when 16-bit: the rounded segment, or NULL */
     acx_coll_req_t *req; /* the in-flight all-gather */
     int prefetched;      /* gathered (or gathering) without an acquire */
 } unit_state_t;
 
 typedef struct pending_rs {
     int unit;
-    float *staging; /* [S x seg]; this rank's result at staging + s * seg */
+    void *staging; /* [S x seg] of reduce_dtype; this rank's result at element s * seg */
     acx_coll_req_t *req;
 } pending_rs_t;
 
@@ -92,6 +101,34 @@ typedef struct sharded_state {
 } sharded_state_t;
 
 static sharded_state_t *state_of(const acx_model_t *m) { return m->strategy_state; }
+
+/* ---- 16-bit or 32-bit buffers ---- */
+
+static size_t dsize(acx_dtype_t dt) { return acx_dtype_is_half(dt) ? 2 : 4; }
+
+/* dst[k] = src[k] * scale, rounded to dt; dst is an array of dt at element
+ * offset off (the scaling is a float32 product, rounded once to dt). */
+static void store_scaled(acx_dtype_t dt, void *dst, size_t off, const float *src, size_t n,
+                         float scale) {
+    if (dt == ACX_DTYPE_BFLOAT16) {
+        uint16_t *d = (uint16_t *)dst + off;
+        for (size_t k = 0; k < n; k++) d[k] = acx_bf16_from_f32(src[k] * scale);
+    } else if (dt == ACX_DTYPE_FLOAT16) {
+        uint16_t *d = (uint16_t *)dst + off;
+        for (size_t k = 0; k < n; k++) d[k] = acx_f16_from_f32(src[k] * scale);
+    } else {
+        float *d = (float *)dst + off;
+        for (size_t k = 0; k < n; k++) d[k] = src[k] * scale;
+    }
+}
+
+/* dst[k] = src[k] (element offset off of an array of dt), widened to float32. */
+static void load_f32(acx_dtype_t dt, float *dst, const void *src, size_t off, size_t n) {
+    if (acx_dtype_is_half(dt))
+        acx_half_to_f32_n(dt, (const uint16_t *)src + off, dst, n);
+    else
+        memcpy(dst, (const float *)src + off, n * sizeof(float));
+}
 
 /* ---- plan ---- */
 
@@ -162,19 +199,32 @@ static acx_status_t gather_start(acx_model_t *m, int u) {
     unit_state_t *us = &st->units[u];
     acx_unit_t *unit = m->units[u];
     size_t S = (size_t)st->shard->size;
+    acx_dtype_t dt = m->ctx.param_dtype;
+    size_t esz = dsize(dt);
     if (us->data == NULL) {
         us->data = acx_mem_alloc(data_category(st), unit->numel * sizeof(float), "gathered unit");
         if (us->data == NULL) return ACX_ERR_NO_MEMORY;
         if (st->policy != POLICY_GRAD_OP) st->num_gathered++;
     }
-    us->staging = acx_mem_alloc(ACX_MEM_TRANSIENT, S * us->seg * sizeof(float), "all-gather staging");
+    us->staging = acx_mem_alloc(ACX_MEM_TRANSIENT, S * us->seg * esz, "all-gather staging");
     if (us->staging == NULL) return ACX_ERR_NO_MEMORY;
-    acx_status_t status = st->shard->ops->all_gather_start(st->shard, m->master + us->shard_off,
-                                                           us->staging, us->seg,
-                                                           ACX_DTYPE_FLOAT32, &us->req);
+    const void *send = m->master + us->shard_off;
+    if (acx_dtype_is_half(dt)) { /* round the segment once: the wire carries param_dtype */
+        us->send = acx_mem_alloc(ACX_MEM_TRANSIENT, us->seg * esz, "all-gather send buffer");
+        if (us->send == NULL) {
+            acx_mem_free(ACX_MEM_TRANSIENT, us->staging, S * us->seg * esz);
+            us->staging = NULL;
+            return ACX_ERR_NO_MEMORY;
+        }
+        acx_half_from_f32_n(dt, m->master + us->shard_off, us->send, us->seg);
+        send = us->send;
+    }
+    acx_status_t status =
+        st->shard->ops->all_gather_start(st->shard, send, us->staging, us->seg, dt, &us->req);
     if (status != ACX_OK) {
-        acx_mem_free(ACX_MEM_TRANSIENT, us->staging, S * us->seg * sizeof(float));
-        us->staging = NULL;
+        acx_mem_free(ACX_MEM_TRANSIENT, us->staging, S * us->seg * esz);
+        acx_mem_free(ACX_MEM_TRANSIENT, us->send, us->seg * esz);
+        us->staging = us->send = NULL;
         us->req = NULL;
     }
     return status;
@@ -187,6 +237,8 @@ static acx_status_t gather_finish(acx_model_t *m, int u) {
     unit_state_t *us = &st->units[u];
     acx_unit_t *unit = m->units[u];
     int S = st->shard->size;
+    acx_dtype_t dt = m->ctx.param_dtype;
+    size_t esz = dsize(dt);
     acx_status_t status = st->shard->ops->wait(us->req);
     us->req = NULL;
     if (status == ACX_OK) {
@@ -196,15 +248,16 @@ static acx_status_t gather_finish(acx_model_t *m, int u) {
                 int64_t b, e;
                 piece_rows(p, s, S, &b, &e);
                 if (e > b)
-                    memcpy(us->data + p->full_offset + (size_t)(b * p->row_numel),
-                           us->staging + (size_t)s * us->seg + p->piece_offset,
-                           (size_t)((e - b) * p->row_numel) * sizeof(float));
+                    load_f32(dt, us->data + p->full_offset + (size_t)(b * p->row_numel),
+                             us->staging, (size_t)s * us->seg + p->piece_offset,
+                             (size_t)((e - b) * p->row_numel));
             }
         }
         set_data_pointers(unit, us->data);
     }
-    acx_mem_free(ACX_MEM_TRANSIENT, us->staging, (size_t)S * us->seg * sizeof(float));
-    us->staging = NULL;
+    acx_mem_free(ACX_MEM_TRANSIENT, us->staging, (size_t)S * us->seg * esz);
+    acx_mem_free(ACX_MEM_TRANSIENT, us->send, us->seg * esz);
+    us->staging = us->send = NULL;
     return status;
 }
 
@@ -274,16 +327,24 @@ static acx_status_t rs_complete(acx_model_t *m, pending_rs_t *pr) {
     sharded_state_t *st = state_of(m);
     unit_state_t *us = &st->units[pr->unit];
     size_t S = (size_t)st->shard->size, seg = us->seg;
+    acx_dtype_t dt = m->ctx.reduce_dtype;
+    size_t esz = dsize(dt);
     acx_status_t status = st->shard->ops->wait(pr->req);
-    float *mine = pr->staging + (size_t)st->shard->rank * seg;
+    void *mine = (char *)pr->staging + (size_t)st->shard->rank * seg * esz;
     if (status == ACX_OK && st->replica != NULL && st->replica->size > 1)
-        status = st->replica->ops->all_reduce(st->replica, mine, mine, seg, ACX_DTYPE_FLOAT32,
-                                              ACX_OP_SUM);
+        status = st->replica->ops->all_reduce(st->replica, mine, mine, seg, dt, ACX_OP_SUM);
     if (status == ACX_OK) {
         float *g = m->shard_grad + us->shard_off;
-        for (size_t k = 0; k < seg; k++) g[k] += mine[k];
+        if (acx_dtype_is_half(dt)) {
+            const uint16_t *h = mine; /* widen and add, one pass */
+            for (size_t k = 0; k < seg; k++)
+                g[k] += dt == ACX_DTYPE_BFLOAT16 ? acx_bf16_to_f32(h[k]) : acx_f16_to_f32(h[k]);
+        } else {
+            const float *f = mine;
+            for (size_t k = 0; k < seg; k++) g[k] += f[k];
+        }
     }
-    acx_mem_free(ACX_MEM_TRANSIENT, pr->staging, S * seg * sizeof(float));
+    acx_mem_free(ACX_MEM_TRANSIENT, pr->staging, S * seg * esz);
     pr->staging = NULL;
     pr->req = NULL;
     return status;
@@ -313,9 +374,11 @@ static acx_status_t rs_start(acx_model_t *m, int u) {
     unit_state_t *us = &st->units[u];
     acx_unit_t *unit = m->units[u];
     int S = st->shard->size;
+    acx_dtype_t dt = m->ctx.reduce_dtype;
+    size_t esz = dsize(dt);
     if (st->num_pending == MAX_PENDING_RS) ACX_CHECK(rs_complete_oldest(m));
-    float *staging = acx_mem_alloc(ACX_MEM_TRANSIENT, (size_t)S * us->seg * sizeof(float),
-                                   "reduce-scatter staging");
+    void *staging = acx_mem_alloc(ACX_MEM_TRANSIENT, (size_t)S * us->seg * esz,
+                                  "reduce-scatter staging");
     if (staging == NULL) return ACX_ERR_NO_MEMORY;
     const float scale = m->grad_prescale;
     if (us->grad != NULL) { /* NULL: no gradient was touched, it is all zeros */
@@ -324,20 +387,19 @@ static acx_status_t rs_start(acx_model_t *m, int u) {
             for (int s = 0; s < S; s++) {
                 int64_t b, e;
                 piece_rows(p, s, S, &b, &e);
-                const float *src = us->grad + p->full_offset + (size_t)(b * p->row_numel);
-                float *dst = staging + (size_t)s * us->seg + p->piece_offset;
-                size_t n = (size_t)((e - b) * p->row_numel);
-                for (size_t k = 0; k < n; k++) dst[k] = src[k] * scale;
+                store_scaled(dt, staging, (size_t)s * us->seg + p->piece_offset,
+                             us->grad + p->full_offset + (size_t)(b * p->row_numel),
+                             (size_t)((e - b) * p->row_numel), scale);
             }
         }
         free_grad(m, u);
     }
     pending_rs_t *pr = &st->pending[st->num_pending];
     acx_status_t status = st->shard->ops->reduce_scatter_start(
-        st->shard, staging, staging + (size_t)st->shard->rank * us->seg, us->seg,
-        ACX_DTYPE_FLOAT32, ACX_OP_SUM, &pr->req);
+        st->shard, staging, (char *)staging + (size_t)st->shard->rank * us->seg * esz, us->seg, dt,
+        ACX_OP_SUM, &pr->req);
     if (status != ACX_OK) {
-        acx_mem_free(ACX_MEM_TRANSIENT, staging, (size_t)S * us->seg * sizeof(float));
+        acx_mem_free(ACX_MEM_TRANSIENT, staging, (size_t)S * us->seg * esz);
         return status;
     }
     pr->unit = u;

@@ -32,6 +32,7 @@ typedef struct options {
     int epochs, log_every, quiet, progress;
     int64_t batch_size, warmup;
     double lr, weight_decay, momentum;
+    double max_grad_norm; /* 0 = no clipping */
     int64_t seed;
 } options_t;
 
@@ -64,6 +65,10 @@ static void usage(FILE *f) {
             "                        when not started by mpirun/srun)\n"
             "  --sharding-strategy S no_shard | shard_grad_op | full_shard | hybrid_shard\n"
             "                        (default: config sharding_strategy, no_shard)\n"
+            "  --mixed-precision P   no | bf16 | fp16 (default: config mixed_precision, no)\n"
+            "  --reduce-dtype D      fp32 | bf16 | fp16: gradients on the wire (default fp32)\n"
+            "  --gradient-accumulation-steps K   micro-batches per optimizer step (default 1)\n"
+            "  --max-grad-norm X     clip gradients to this global L2 norm (default: no clipping)\n"
             "  --config FILE, --acx-KEY=VALUE   acx configuration (see docs/config.md)\n");
 }
 
@@ -82,6 +87,7 @@ static int parse_options(int argc, char **argv, options_t *o) {
         {"progress", no_argument, 0, 'P'},          {"no-progress", no_argument, 0, 'N'},
         {"project-dir", required_argument, 0, 'D'}, {"save-every", required_argument, 0, 'E'},
         {"resume", required_argument, 0, 'R'},      {"help", no_argument, 0, 'h'},
+        {"max-grad-norm", required_argument, 0, 'G'},
         {0, 0, 0, 0}};
     int c, idx = 0;
     char *end;
@@ -94,6 +100,7 @@ static int parse_options(int argc, char **argv, options_t *o) {
         case 'w': o->weight_decay = strtod(optarg, &end); if (*end || !(o->weight_decay >= 0)) goto bad; break;
         case 'o': o->optimizer = optarg; break;
         case 'm': o->momentum = strtod(optarg, &end); if (*end || !(o->momentum >= 0)) goto bad; break;
+        case 'G': o->max_grad_norm = strtod(optarg, &end); if (*end || !(o->max_grad_norm > 0)) goto bad; break;
         case 's': o->schedule = optarg; break;
         case 'W': o->warmup = strtoll(optarg, &end, 10); if (*end || o->warmup < 0) goto bad; break;
         case 'S': o->seed = strtoll(optarg, &end, 10); if (*optarg == '\0' || *end) goto bad; break;
@@ -276,6 +283,11 @@ static acx_status_t train_step(acx_accelerator_t *acc, model_t *md, mlp_workspac
     mlp_load_input(ws, &md->dims, batch->tensors[0], n);
     mlp_forward(&md->dims, &p, ws, n);
     *loss_p = mlp_loss(&md->dims, ws, batch->tensors[1], n);
+    acx_record_loss(acc, *loss_p);
+    /* fp16: backward starts from the scaled loss (1 otherwise) */
+    float scale = (float)acx_loss_scale(acc);
+    if (scale != 1.0f)
+        for (size_t i = 0; i < (size_t)n * (size_t)md->dims.out; i++) ws->dact[i] *= scale;
     for (int l = MLP_LAYERS - 1; l >= 0; l--) {
         mlp_backward_layer(&md->dims, &p, &g, ws, l, n);
         ACX_TRY(acx_unit_grads_ready(md->unit[l]));
@@ -343,16 +355,28 @@ static void progress(const acx_accelerator_t *acc, const options_t *o, int tty, 
     fflush(stdout);
 }
 
-/* --sharding-strategy S is the config key sharding_strategy: rewrite it as
- * --acx-sharding_strategy=S so acx_init validates it (naming the accepted
- * values) and records where it came from. The strings live until exit. */
+/* --sharding-strategy S (and the other options below) are config keys:
+ * rewrite them as --acx-KEY=S so acx_init validates them (naming the
+ * accepted values) and records where they came from. The strings live
+ * until exit. */
 static void alias_acx_options(int *argc, char **argv) {
-    static const char opt[] = "--sharding-strategy";
-    static char storage[8][160];
+    static const char *const alias[][2] = {
+        {"--sharding-strategy", "sharding_strategy"},
+        {"--mixed-precision", "mixed_precision"},
+        {"--gradient-accumulation-steps", "gradient_accumulation_steps"},
+        {"--reduce-dtype", "reduce_dtype"}};
+    static char storage[16][160];
     int used = 0;
-    for (int i = 1; i < *argc && used < 8; i++) {
-        size_t len = sizeof opt - 1;
-        if (strncmp(argv[i], opt, len) != 0) continue;
+    for (int i = 1; i < *argc && used < 16; i++) {
+        int a = 0, na = (int)(sizeof alias / sizeof alias[0]);
+        size_t len = 0;
+        for (; a < na; a++) {
+            len = strlen(alias[a][0]);
+            if (strncmp(argv[i], alias[a][0], len) == 0 &&
+                (argv[i][len] == '=' || argv[i][len] == '\0'))
+                break;
+        }
+        if (a == na) continue;
         const char *v = argv[i][len] == '=' ? argv[i] + len + 1 : NULL;
         if (argv[i][len] == '\0' && i + 1 < *argc) { /* "--sharding-strategy S": drop S */
             v = argv[i + 1];
@@ -360,7 +384,7 @@ static void alias_acx_options(int *argc, char **argv) {
             (*argc)--;
         }
         if (v == NULL) continue;
-        snprintf(storage[used], sizeof storage[used], "--acx-sharding_strategy=%s", v);
+        snprintf(storage[used], sizeof storage[used], "--acx-%s=%s", alias[a][1], v);
         argv[i] = storage[used++];
     }
 }
@@ -530,6 +554,7 @@ static int run(int argc, char **argv) {
             CHECK(acx_accumulate_begin(acc));
             CHECK(train_step(acc, &md, &ws, batch, &loss));
             if (acx_sync_gradients(acc)) {
+                if (o.max_grad_norm > 0) CHECK(acx_clip_grad_norm(acc, o.max_grad_norm, 2.0, NULL));
                 CHECK(acx_optimizer_step(opt));
                 if (sched) CHECK(acx_scheduler_step(sched));
                 CHECK(acx_optimizer_zero_grad(opt));

@@ -119,6 +119,37 @@ ACX_API acx_status_t acx_clip_grad_norm(acx_accelerator_t *acc, double max_norm,
  * rows). Errors: ACX_ERR_INVALID_ARG (clip_value < 0 or NaN), ACX_ERR_STATE. */
 ACX_API acx_status_t acx_clip_grad_value(acx_accelerator_t *acc, double clip_value);
 
+/* ---- mixed precision and loss normalization ---- */
+
+/* The factor to multiply the loss (the seed of backward) by: the fp16 loss
+ * scale (torch.amp.GradScaler, initially loss_scale.init = 2^16; halved on
+ * an overflow, doubled after loss_scale.growth_interval clean steps), or
+ * exactly 1 unless mixed_precision is fp16. acx divides it out of the
+ * reduced gradients before clipping and the optimizer step. */
+ACX_API double acx_loss_scale(const acx_accelerator_t *acc);
+
+/* Tell acx this micro-step's (unscaled) loss. Optional; under fp16 it lets
+ * the diagnostic of a failing run say whether the loss itself was
+ * non-finite or the gradients overflowed. Not collective. */
+ACX_API void acx_record_loss(acx_accelerator_t *acc, double loss);
+
+/* Global normalization: report the number of items (samples, tokens) in
+ * this rank's micro-batch, inside its micro-step and before its backward,
+ * on every micro-step. The program then adds the gradient of the SUM of its
+ * per-item losses (not the mean), and at the boundary acx scales the
+ * gradients once by 1 / (items summed over the accumulated micro-steps and
+ * over all ranks) — the item mean of the whole global batch, whatever the
+ * split of items across micro-batches and ranks (not a mean of means). A
+ * partial last group (end of data) is normalized by the items it actually
+ * holds. Without this call acx divides by world_size x micro-steps instead.
+ * Collective on a boundary micro-step (one all-reduce of the count), local
+ * otherwise. Errors: ACX_ERR_STATE (outside a micro-step), ACX_ERR_INVALID_ARG
+ * (items < 0), ACX_ERR_MPI. */
+ACX_API acx_status_t acx_accumulate_items(acx_accelerator_t *acc, int64_t items);
+
+/* The item total the last boundary normalized by (0 before any). */
+ACX_API int64_t acx_accumulated_items(const acx_accelerator_t *acc);
+
 /* Number of optimizer steps taken (boundaries passed), and micro-steps. */
 ACX_API int64_t acx_step(const acx_accelerator_t *acc);
 ACX_API int64_t acx_micro_step(const acx_accelerator_t *acc);

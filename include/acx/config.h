@@ -96,6 +96,21 @@ typedef struct acx_fsdp_config {
                               0 = no cap (default 2); acquires the program asks for are never refused */
 } acx_fsdp_config_t;
 
+/* The dtype gradients travel in (FSDP's MixedPrecision.reduce_dtype). */
+typedef enum acx_reduce_dtype {
+    ACX_REDUCE_FP32 = 0, /* default: exact sums of float32 */
+    ACX_REDUCE_BF16 = 1, /* half the bytes; rounded to bfloat16 before the reduction */
+    ACX_REDUCE_FP16 = 2  /* half the bytes; rounded to float16 (mind overflow past 65504) */
+} acx_reduce_dtype_t;
+
+/* Dynamic loss scaling under mixed_precision fp16 (torch.amp.GradScaler). */
+typedef struct acx_loss_scale_config {
+    double init;               /* initial scale, > 0 (default 65536 = 2^16) */
+    int growth_interval;       /* clean steps in a row before the scale doubles, >= 1 (default 2000) */
+    double min;                /* the run stops when the scale would fall below this, >= 0 (default 1) */
+    int max_consecutive_skips; /* the run stops after this many skipped steps in a row, >= 1 (default 20) */
+} acx_loss_scale_config_t;
+
 typedef struct acx_config {
     size_t size;             /* sizeof(acx_config_t) as the program saw it */
     const char *config_file; /* YAML file; overrides --config/ACX_CONFIG_FILE; NULL = unset */
@@ -116,6 +131,8 @@ typedef struct acx_config {
     acx_fsdp_config_t fsdp;
     int ranks_per_node; /* > 0: treat every `ranks_per_node` consecutive ranks as one node
                            (simulates nodes for HYBRID_SHARD); 0 = the real nodes (default) */
+    int reduce_dtype; /* acx_reduce_dtype_t: gradients on the wire under mixed precision (default fp32) */
+    acx_loss_scale_config_t loss_scale;
 } acx_config_t;
 
 #define ACX_CONFIG_DEFAULT                                                     \
@@ -136,7 +153,10 @@ typedef struct acx_config {
         .fsdp = {.forward_prefetch = ACX_UNSET,                                \
                  .backward_prefetch = ACX_UNSET,                               \
                  .limit_all_gathers = ACX_UNSET },                             \
-        .ranks_per_node = ACX_UNSET                                            \
+        .ranks_per_node = ACX_UNSET,                                           \
+        .reduce_dtype = ACX_UNSET,                                             \
+        .loss_scale = {.init = ACX_UNSET_F, .growth_interval = ACX_UNSET,      \
+                       .min = ACX_UNSET_F, .max_consecutive_skips = ACX_UNSET } \
     }
 
 /* Resolve the configuration the way acx_init would, without starting MPI,

@@ -53,9 +53,21 @@ ACX_API acx_status_t acx_adamw_create(acx_model_t *model, const acx_adam_hparams
 
 /* Apply one update to the local shard with the current learning rate and
  * refresh the parameters the program sees. Call after acx_backward_end on a
- * boundary. Not collective under NO_SHARD (sharded strategies all-gather
- * inside: then collective). Errors: ACX_ERR_STATE (not prepared). */
+ * boundary. Collective (sharded strategies all-gather inside; under fp16 the
+ * loss scaler agrees on skipping over all ranks). Under mixed_precision fp16
+ * the gradients are first unscaled and checked (runtime/scaler.c): a
+ * non-finite one anywhere skips the update everywhere (see
+ * acx_optimizer_step_was_skipped). Errors: ACX_ERR_STATE (not prepared; or
+ * fp16 loss scaling gave up: the scale fell below loss_scale.min or
+ * loss_scale.max_consecutive_skips steps in a row were skipped — the
+ * message says whether the loss itself was non-finite), ACX_ERR_MPI. */
 ACX_API acx_status_t acx_optimizer_step(acx_optimizer_t *opt);
+
+/* 1 when the last acx_optimizer_step skipped the update because the fp16
+ * loss scaler found inf/NaN gradients on some rank (every rank skips
+ * together; weights, moments and the step count are unchanged, and
+ * acx_scheduler_step does not advance after it); else 0. */
+ACX_API int acx_optimizer_step_was_skipped(const acx_optimizer_t *opt);
 
 /* Zero every gradient the program adds into. Not collective. */
 ACX_API acx_status_t acx_optimizer_zero_grad(acx_optimizer_t *opt);

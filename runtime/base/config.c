@@ -94,6 +94,9 @@ static const enum_name_t prefetch_names[] = {{"backward_pre", ACX_BACKWARD_PRE},
                                              {"no_prefetch", ACX_BACKWARD_NONE},
                                              {NULL, 0}};
 
+static const enum_name_t reduce_names[] = {
+    {"fp32", ACX_REDUCE_FP32}, {"bf16", ACX_REDUCE_BF16}, {"fp16", ACX_REDUCE_FP16}, {NULL, 0}};
+
 /* Accelerate's values acx has no counterpart for. */
 static const char *const mp_unhonoured[] = {"fp8", NULL};
 static const char *const trackers[] = {"tensorboard", "wandb",   "comet_ml", "aim", "mlflow",
@@ -111,6 +114,8 @@ static const config_key_t key_table[] = {
      NOBUF, "no", mp_unhonoured, NULL},
     {"sharding_strategy", "ACX_SHARDING_STRATEGY", KT_ENUM, shard_names, UNBOUNDED,
      FIELD(sharding_strategy), NOBUF, "no_shard", PLAIN},
+    {"reduce_dtype", "ACX_REDUCE_DTYPE", KT_ENUM, reduce_names, UNBOUNDED, FIELD(reduce_dtype),
+     NOBUF, "fp32", NULL, "the dtype gradients are reduced in under mixed precision"},
     {"gradient_accumulation_steps", "ACX_GRADIENT_ACCUMULATION_STEPS", KT_INT, NULL, 1, INFINITY, 0,
      FIELD(gradient_accumulation_steps), NOBUF, "1", PLAIN},
     {"seed", "ACX_SEED", KT_INT64, NULL, UNBOUNDED, FIELD(seed), NOBUF, "42", PLAIN},
@@ -151,6 +156,14 @@ static const config_key_t key_table[] = {
     {"fsdp.limit_all_gathers", "ACX_FSDP_LIMIT_ALL_GATHERS", KT_INT, NULL, 0, INFINITY, 0,
      FIELD(fsdp.limit_all_gathers), NOBUF, "2", NULL,
      "0 = no cap; PyTorch's limit_all_gathers=True is 2, False is 0"},
+    {"loss_scale.init", "ACX_LOSS_SCALE_INIT", KT_DOUBLE, NULL, 0, INFINITY, 1,
+     FIELD(loss_scale.init), NOBUF, "65536", PLAIN},
+    {"loss_scale.growth_interval", "ACX_LOSS_SCALE_GROWTH_INTERVAL", KT_INT, NULL, 1, INFINITY, 0,
+     FIELD(loss_scale.growth_interval), NOBUF, "2000", PLAIN},
+    {"loss_scale.min", "ACX_LOSS_SCALE_MIN", KT_DOUBLE, NULL, 0, INFINITY, 0,
+     FIELD(loss_scale.min), NOBUF, "1", PLAIN},
+    {"loss_scale.max_consecutive_skips", "ACX_LOSS_SCALE_MAX_CONSECUTIVE_SKIPS", KT_INT, NULL, 1,
+     INFINITY, 0, FIELD(loss_scale.max_consecutive_skips), NOBUF, "20", PLAIN},
 };
 
 #define NUM_KEYS ((int)(sizeof key_table / sizeof key_table[0]))

@@ -30,7 +30,7 @@ typedef enum acx_config_source {
     ACX_SRC_PROGRAM = 4 /* origin: "program" */
 } acx_config_source_t;
 
-#define ACX_CONFIG_MAX_KEYS 32
+#define ACX_CONFIG_MAX_KEYS 48
 
 typedef struct acx_config_origin {
     acx_config_source_t source;

@@ -97,7 +97,7 @@ static acx_status_t resolve(const acx_config_t *program, const char *file, int n
 
 static int test_table(void) {
     TESTING("key table, names, formatting");
-    CHECK(acx_config_num_keys() == 20);
+    CHECK(acx_config_num_keys() == 25);
     CHECK(strcmp(acx_config_key_name(0), "mixed_precision") == 0);
     CHECK(acx_config_key_name(-1) == NULL);
     CHECK(acx_config_key_name(acx_config_num_keys()) == NULL);
@@ -433,6 +433,52 @@ static int origin_is(const char *key, acx_config_source_t src, const char *where
                 (int)o->source, where, (int)src);
         return 0;
     }
+    return 1;
+}
+
+static int test_precision_keys(void) {
+    TESTING("reduce_dtype and loss_scale.*: defaults, sources, bad values");
+    env_clear();
+    CHECK_OK(resolve(NULL, NULL, 0, NULL));
+    CHECK(cfg.values.reduce_dtype == ACX_REDUCE_FP32);
+    CHECK(cfg.values.loss_scale.init == 65536.0);
+    CHECK(cfg.values.loss_scale.growth_interval == 2000);
+    CHECK(cfg.values.loss_scale.min == 1.0);
+    CHECK(cfg.values.loss_scale.max_consecutive_skips == 20);
+    const char *path = write_yaml("reduce_dtype: bf16\n"    /* 1 */
+                                  "loss_scale:\n"           /* 2 */
+                                  "  init: 1024\n"          /* 3 */
+                                  "  growth_interval: 3\n"); /* 4 */
+    char where[128];
+    CHECK_OK(resolve(NULL, path, 0, NULL));
+    CHECK(cfg.values.reduce_dtype == ACX_REDUCE_BF16);
+    CHECK(cfg.values.loss_scale.init == 1024.0);
+    CHECK(cfg.values.loss_scale.growth_interval == 3);
+    snprintf(where, sizeof where, "%s:1", path);
+    CHECK(origin_is("reduce_dtype", ACX_SRC_FILE, where));
+    snprintf(where, sizeof where, "%s:4", path);
+    CHECK(origin_is("loss_scale.growth_interval", ACX_SRC_FILE, where));
+    env_set("ACX_REDUCE_DTYPE", "FP16");
+    env_set("ACX_LOSS_SCALE_MIN", "0.25");
+    CHECK_OK(resolve(NULL, path, 0, NULL));
+    CHECK(cfg.values.reduce_dtype == ACX_REDUCE_FP16);
+    CHECK(cfg.values.loss_scale.min == 0.25);
+    CHECK(origin_is("loss_scale.min", ACX_SRC_ENV, "ACX_LOSS_SCALE_MIN"));
+    const char *ov[] = {"--acx-loss-scale.max-consecutive-skips=5"};
+    CHECK_OK(resolve(NULL, path, 1, ov));
+    CHECK(cfg.values.loss_scale.max_consecutive_skips == 5);
+    env_clear();
+    CHECK_STATUS(resolve(NULL, write_yaml("reduce_dtype: fp64\n"), 0, NULL), ACX_ERR_INVALID_CONFIG,
+                 "fp64");
+    CHECK(strstr(acx_last_error(), "bf16") != NULL);
+    CHECK_STATUS(resolve(NULL, write_yaml("loss_scale:\n  init: 0\n"), 0, NULL),
+                 ACX_ERR_INVALID_CONFIG, "loss_scale.init");
+    const char *bad[] = {"--acx-loss_scale.growth_interval=0"};
+    CHECK_STATUS(resolve(NULL, NULL, 1, bad), ACX_ERR_INVALID_CONFIG, "growth_interval");
+    PASSED();
+    return 0;
+error:
+    FAILED();
     return 1;
 }
 
@@ -1642,6 +1688,7 @@ int main(void) {
     failed += test_file_choice();
     failed += test_precedence();
     failed += test_fsdp_keys();
+    failed += test_precision_keys();
     failed += test_program_size();
     failed += test_file_errors();
     failed += test_other_errors();

@@ -1,0 +1,129 @@
+/*
+ * runtime/scaler.c — dynamic loss scaling under mixed_precision fp16, with
+ * torch.amp.GradScaler's semantics (torch/amp/grad_scaler.py):
+ *
+ *   - the program multiplies its loss (the seed of its backward) by
+ *     acx_loss_scale(acc), initially loss_scale.init = 2^16;
+ *   - before the optimizer update, the reduced gradients are checked for
+ *     inf/NaN and multiplied by 1/scale ("unscale_"; acx_clip_grad_norm does
+ *     it first when it runs, so the norm is of the true gradients);
+ *   - a non-finite gradient on ANY rank skips the update on EVERY rank (one
+ *     all-reduce on a flag): master weights, optimizer moments and the step
+ *     count stay bitwise unchanged and the LR schedule does not advance; the
+ *     scale is multiplied by 0.5 (backoff_factor) and the growth tracker
+ *     restarts;
+ *   - after growth_interval clean steps in a row the scale is multiplied by
+ *     2 (growth_factor).
+ * Beyond torch: the run stops (acx_optimizer_step returns ACX_ERR_STATE)
+ * when the scale would fall below loss_scale.min or after
+ * loss_scale.max_consecutive_skips skipped steps in a row, with a diagnostic
+ * that says whether the loss itself was non-finite (acx_record_loss tells
+ * acx the loss) or the gradients overflowed fp16 while the loss was finite.
+ *
+ * Left to others: where gradients live (sharding/), the update (optimizer.c).
+ */
+#include <math.h>
+
+#include "runtime/accelerator.h"
+#include "runtime/base/error.h"
+#include "runtime/base/log.h"
+#include "runtime/scaler.h"
+#include "sharding/model.h"
+
+void acx_scaler_init(acx_scaler_t *s, const acx_config_t *c) {
+    *s = (acx_scaler_t){.enabled = c->mixed_precision == ACX_MP_FP16,
+                        .scale = 1.0,
+                        .growth_interval = c->loss_scale.growth_interval,
+                        .min_scale = c->loss_scale.min,
+                        .max_consecutive_skips = c->loss_scale.max_consecutive_skips,
+                        .last_loss_step = -1};
+    if (s->enabled) s->scale = c->loss_scale.init;
+}
+
+acx_status_t acx_scaler_unscale(acx_accelerator_t *acc) {
+    acx_scaler_t *s = &acc->scaler;
+    if (!s->enabled || s->unscaled) return ACX_OK;
+    acx_model_t *m = acc->model;
+    float *g = m->shard_grad;
+    int flags[2] = {0, s->loss_nonfinite};
+    for (size_t i = 0; i < m->shard_numel; i++)
+        if (!isfinite(g[i])) {
+            flags[0] = 1;
+            break;
+        }
+    /* every rank decides from the same two bits: any non-finite gradient
+     * anywhere, and any non-finite recorded loss anywhere */
+    ACX_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, flags, 2, MPI_INT, MPI_MAX, acc->world->mpi));
+    s->found_inf = flags[0];
+    s->loss_nonfinite = flags[1];
+    if (!s->found_inf) {
+        /* torch multiplies by the float32 reciprocal of the scale; powers
+         * of two make it exact */
+        float inv = (float)(1.0 / s->scale);
+        for (size_t i = 0; i < m->shard_numel; i++) g[i] *= inv;
+    }
+    s->unscaled = 1;
+    return ACX_OK;
+}
+
+acx_status_t acx_scaler_step(acx_accelerator_t *acc, int *skip_p) {
+    acx_scaler_t *s = &acc->scaler;
+    *skip_p = 0;
+    s->step_skipped = 0;
+    if (!s->enabled) return ACX_OK;
+    ACX_CHECK(acx_scaler_unscale(acc));
+    int skip = s->found_inf;
+    double used = s->scale;
+    int loss_bad = s->loss_nonfinite;
+    s->unscaled = 0;
+    s->found_inf = 0;
+    s->loss_nonfinite = 0;
+    if (!skip) {
+        s->consecutive_skips = 0;
+        if (++s->growth_tracker >= s->growth_interval) {
+            s->scale *= 2.0;
+            s->growth_tracker = 0;
+            ACX_DEBUG(ACX_SUBSYS_OPTIM, "loss scale grows to %g", s->scale);
+        }
+        return ACX_OK;
+    }
+    *skip_p = 1;
+    s->step_skipped = 1;
+    s->skipped_total++;
+    s->consecutive_skips++;
+    s->growth_tracker = 0;
+    s->scale *= 0.5;
+    ACX_INFO(ACX_SUBSYS_OPTIM, "step %lld skipped: non-finite gradients at loss scale %g; scale now %g",
+             (long long)acc->step, used, s->scale);
+    const char *why = loss_bad
+        ? "the loss itself was not finite on at least one rank (see acx_record_loss): a bug, "
+          "bad data or a diverged model, not an fp16 overflow"
+        : "the recorded losses were finite, so the gradients overflowed fp16's range (65504) "
+          "even at this scale: reduce the learning rate, clip gradients, or train in bf16";
+    if (s->scale < s->min_scale)
+        return ACX_ERROR(ACX_ERR_STATE,
+                         "fp16 loss scaling gave up at step %lld: the scale fell to %g, below "
+                         "loss_scale.min = %g, after %d skipped step(s) in a row; %s",
+                         (long long)acc->step, s->scale, s->min_scale, s->consecutive_skips, why);
+    if (s->consecutive_skips >= s->max_consecutive_skips)
+        return ACX_ERROR(ACX_ERR_STATE,
+                         "fp16 loss scaling gave up at step %lld: %d steps in a row were skipped "
+                         "for non-finite gradients (loss_scale.max_consecutive_skips = %d; scale "
+                         "now %g); %s",
+                         (long long)acc->step, s->consecutive_skips, s->max_consecutive_skips,
+                         s->scale, why);
+    return ACX_OK;
+}
+
+/* ---- public ---- */
+
+ACX_API double acx_loss_scale(const acx_accelerator_t *acc) {
+    return acc != NULL ? acc->scaler.scale : 1.0;
+}
+
+ACX_API void acx_record_loss(acx_accelerator_t *acc, double loss) {
+    if (acc == NULL) return;
+    acc->scaler.last_loss = loss;
+    acc->scaler.last_loss_step = acc->step;
+    if (!isfinite(loss)) acc->scaler.loss_nonfinite = 1;
+}
