@@ -19,6 +19,7 @@
  *   5. choose the collective backend and build the world/node communicators.
  */
 #include <limits.h>
+#include <math.h>
 #include <mpi.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -26,6 +27,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "collectives/watchdog.h"
 #include "io/loader.h"
 #include "runtime/accelerator.h"
 #include "runtime/base/error.h"
@@ -365,8 +367,18 @@ ACX_API acx_status_t acx_init(int *argc, char ***argv, const acx_config_t *confi
         acx_comm_destroy(acc->world);
         acc->world = w;
     }
+    /* the launcher's numbering is compared with MPI's real one, before
+     * ranks_per_node may replace the local rank with a simulated one */
+    char mismatch[512];
+    if (acx_launch_env_check_rank(&env, acc->rank, acc->local_rank, mismatch, sizeof mismatch))
+        ACX_WARN(ACX_SUBSYS_LAUNCH, "%s", mismatch);
     ACX_CHECK_GOTO(acx_coll_agree(acc->world, simulate_nodes(acc)), status, err_comm);
     acx_scaler_init(&acc->scaler, c);
+    if (c->collective_timeout > 0 && isfinite(c->collective_timeout))
+        ACX_CHECK_GOTO(acx_coll_agree(acc->world, acx_watchdog_start(c->collective_timeout,
+                                                                     acc->rank, acc->host,
+                                                                     &acc->step)),
+                       status, err_comm);
     ACX_CHECK_GOTO(acx_comm_split(acc->world, acc->node_rank, acc->local_rank, &acc->node), status,
                    err_comm);
 
@@ -377,9 +389,6 @@ ACX_API acx_status_t acx_init(int *argc, char ***argv, const acx_config_t *confi
     } else if (env.warnings[0] != '\0') {
         ACX_WARN(ACX_SUBSYS_LAUNCH, "launcher environment: %s", env.warnings);
     }
-    char mismatch[512];
-    if (acx_launch_env_check_rank(&env, acc->rank, acc->local_rank, mismatch, sizeof mismatch))
-        ACX_WARN(ACX_SUBSYS_LAUNCH, "%s", mismatch);
     /* Device placement arrives with the NCCL backend; until then every
      * buffer acx owns is host memory, whatever the build found. */
     ACX_INFO(ACX_SUBSYS_INIT, "device: host memory (%s backend); local rank %d of %d on this node",
@@ -403,6 +412,7 @@ ACX_API acx_status_t acx_init(int *argc, char ***argv, const acx_config_t *confi
     return ACX_OK;
 
 err_comm:
+    acx_watchdog_stop();
     acx_comm_destroy(acc->node);
     acx_comm_destroy(acc->world);
     acc->node = acc->world = NULL;
@@ -422,6 +432,7 @@ static void accelerator_free(acx_accelerator_t *acc) {
     free(acc->optimizers);
     free(acc->models);
     acx_checkpoint_free(acc);
+    acx_watchdog_stop();
     acx_comm_destroy(acc->node);
     acx_comm_destroy(acc->world);
     free(acc);
