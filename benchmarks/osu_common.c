@@ -1,0 +1,867 @@
+/*
+ * benchmarks/osu_common.c — the driver shared by the OSU-style collective
+ * benchmarks: options, start-up, buffers, validation rounds, the timing loop,
+ * statistics across ranks and the output (an OSU Micro-Benchmarks 7.x table
+ * on stdout, optionally a JSON file).
+ *
+ * Timing follows OSU's collective tests: per size, a barrier, W warm-up and
+ * I timed calls, each bracketed by MPI_Wtime; a rank's latency is the mean of
+ * its I calls; the row gives the mean over ranks of those means (and with -f
+ * their minimum and maximum, and I); a barrier ends the size. With
+ * --compare-raw (and --fused) the raw MPI call runs in the same loop, every
+ * iteration one acx call and one raw call, the order swapped every other
+ * iteration so that neither side always follows the other; each side is
+ * bracketed and summed on its own.
+ *
+ * Validation (-c) runs before the timed loop of each size and outside it:
+ * two rounds of fresh inputs, the operation, and a comparison of every output
+ * element with the value this rank computes itself from the fill formula
+ * (osu_value); ranks add up their mismatches, so every rank prints and exits
+ * alike. Inputs are small integers, so sums are exact in every dtype and the
+ * comparison is bit for bit.
+ *
+ * What an operation is (its buffers, calls and expected values) is its own
+ * file's (osu_allreduce.c, ...); the bandwidth formulas are osu_bw.c's.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "osu_common.h"
+
+/* OSU's defaults: messages up to 8 KiB get 1000 iterations and 100 warm-up
+ * calls, larger ones 100 and 10. */
+#define OSU_LARGE_MESSAGE 8192
+#define OSU_ITERS_SMALL 1000
+#define OSU_WARMUP_SMALL 100
+#define OSU_ITERS_LARGE 100
+#define OSU_WARMUP_LARGE 10
+#define OSU_VALIDATION_ROUNDS 2
+#define OSU_MAX_DTYPES 8
+#define EXIT_USAGE 2
+#define EXIT_UNAVAILABLE 77
+
+/* ---- 16-bit floats (raw side's SUM ops, validation values) ---- */
+
+/* MPI has no 16-bit float type, so the raw baseline reduces float16 and
+ * bfloat16 with a user-defined op on MPI_UINT16_T, the way a hand-written
+ * MPI program would: widen both operands, add in float32, round to nearest
+ * even. These conversions are the benchmark's own, independent of acx's. */
+
+static float bf16_to_f32(uint16_t h) {
+    uint32_t b = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &b, sizeof f);
+    return f;
+}
+
+static uint16_t f32_to_bf16(float f) {
+    uint32_t b;
+    memcpy(&b, &f, sizeof b);
+    if ((b & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((b >> 16) | 0x40u); /* quiet NaN */
+    b += 0x7fffu + ((b >> 16) & 1u);                                           /* to nearest even */
+    return (uint16_t)(b >> 16);
+}
+
+static float f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;
+    if (exp == 31) { /* inf, NaN */
+        uint32_t b = sign | 0x7f800000u | (man << 13);
+        float f;
+        memcpy(&f, &b, sizeof f);
+        return f;
+    }
+    float f = exp == 0 ? ldexpf((float)man, -24) : ldexpf((float)(man | 0x400u), (int)exp - 25);
+    return sign ? -f : f;
+}
+
+static uint16_t f32_to_f16(float f) {
+    uint32_t b;
+    memcpy(&b, &f, sizeof b);
+    uint16_t sign = (uint16_t)((b >> 16) & 0x8000u);
+    uint32_t a = b & 0x7fffffffu;
+    if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u); /* NaN */
+    if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* >= 65520 rounds to inf */
+    if (a < 0x38800000u) { /* below 2^-14: a subnormal result, in units of 2^-24 */
+        float v;
+        memcpy(&v, &a, sizeof v);
+        return (uint16_t)(sign | (uint16_t)lrintf(v * 16777216.0f)); /* rint: to nearest even */
+    }
+    uint32_t h = (((a >> 23) - 112u) << 10) | ((a & 0x7fffffu) >> 13), rem = a & 0x1fffu;
+    if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) h++; /* a carry bumps the exponent: right */
+    return (uint16_t)(sign | h);
+}
+
+static void bf16_sum_fn(void *in, void *inout, int *len, MPI_Datatype *type) {
+    (void)type;
+    const uint16_t *a = in;
+    uint16_t *b = inout;
+    for (int i = 0; i < *len; i++)
+        b[i] = f32_to_bf16(bf16_to_f32(a[i]) + bf16_to_f32(b[i]));
+}
+
+static void f16_sum_fn(void *in, void *inout, int *len, MPI_Datatype *type) {
+    (void)type;
+    const uint16_t *a = in;
+    uint16_t *b = inout;
+    for (int i = 0; i < *len; i++)
+        b[i] = f32_to_f16(f16_to_f32(a[i]) + f16_to_f32(b[i]));
+}
+
+/* ---- validation values ---- */
+
+int osu_value(int rank, size_t i, int round, int vmax) {
+    size_t v = (size_t)rank * 7919u + i * 31u + (size_t)round * 101u + 1u;
+    return (int)(v % ((size_t)vmax + 1u));
+}
+
+void osu_put(void *buf, size_t i, acx_dtype_t dtype, long v) {
+    switch (dtype) {
+    case ACX_DTYPE_FLOAT32: ((float *)buf)[i] = (float)v; break;
+    case ACX_DTYPE_FLOAT64: ((double *)buf)[i] = (double)v; break;
+    case ACX_DTYPE_FLOAT16: ((uint16_t *)buf)[i] = f32_to_f16((float)v); break;
+    case ACX_DTYPE_BFLOAT16: ((uint16_t *)buf)[i] = f32_to_bf16((float)v); break;
+    case ACX_DTYPE_INT8: ((int8_t *)buf)[i] = (int8_t)v; break;
+    case ACX_DTYPE_UINT8: ((uint8_t *)buf)[i] = (uint8_t)v; break;
+    case ACX_DTYPE_INT32: ((int32_t *)buf)[i] = (int32_t)v; break;
+    case ACX_DTYPE_INT64: ((int64_t *)buf)[i] = (int64_t)v; break;
+    default: break;
+    }
+}
+
+int osu_is(const void *buf, size_t i, acx_dtype_t dtype, long v) {
+    unsigned char want[8];
+    size_t es = acx_dtype_size(dtype);
+    osu_put(want, 0, dtype, v);
+    return memcmp((const unsigned char *)buf + i * es, want, es) == 0;
+}
+
+/* Largest validation value so that the sum over `summed` ranks stays an
+ * integer the dtype holds exactly (and, for the 8-bit types, in range). */
+static int value_max(acx_dtype_t dtype, int summed) {
+    long exact;
+    switch (dtype) {
+    case ACX_DTYPE_INT8: exact = 127; break;
+    case ACX_DTYPE_UINT8: exact = 255; break;
+    case ACX_DTYPE_BFLOAT16: exact = 256; break; /* 8 significant bits */
+    case ACX_DTYPE_FLOAT16: exact = 2048; break; /* 11 significant bits */
+    default: exact = 1L << 20; break;
+    }
+    long v = exact / (summed > 0 ? summed : 1);
+    if (v > 1000) v = 1000;
+    return v < 1 ? 1 : (int)v;
+}
+
+/* ---- options ---- */
+
+typedef struct options {
+    size_t min_size, max_size; /* bytes */
+    long iterations, warmup;   /* -1: OSU's defaults for each size */
+    int full, validate, busbw, compare_raw;
+    int fused_k; /* 0: off */
+    double bucket_mb;
+    acx_dtype_t dtypes[OSU_MAX_DTYPES]; /* -t a,b,...: one table each */
+    int num_dtypes;
+    int device_cuda;
+    acx_backend_kind_t backend;
+    const char *json;
+} options_t;
+
+static const struct {
+    const char *name;
+    acx_dtype_t dtype;
+} dtype_names[] = {
+    {"float", ACX_DTYPE_FLOAT32},    {"float32", ACX_DTYPE_FLOAT32}, {"double", ACX_DTYPE_FLOAT64},
+    {"float64", ACX_DTYPE_FLOAT64},  {"float16", ACX_DTYPE_FLOAT16}, {"half", ACX_DTYPE_FLOAT16},
+    {"bfloat16", ACX_DTYPE_BFLOAT16}, {"bf16", ACX_DTYPE_BFLOAT16},  {"int8", ACX_DTYPE_INT8},
+    {"uint8", ACX_DTYPE_UINT8},      {"char", ACX_DTYPE_UINT8},      {"int32", ACX_DTYPE_INT32},
+    {"int", ACX_DTYPE_INT32},        {"int64", ACX_DTYPE_INT64},
+};
+
+static void usage(const osu_coll_t *coll, FILE *f) {
+    fprintf(f,
+            "Usage: mpirun -np N %s [options]\n"
+            "OSU Micro-Benchmarks 7.x style %s latency test through acx, on host memory.\n"
+            "Options:\n"
+            "  -m, --message-size [MIN:]MAX  sizes in bytes, MIN, 2 MIN, 4 MIN, ... <= MAX\n"
+            "                                (default 1:1048576; K, M, G suffixes are 2^10..)\n"
+            "  -i, --iterations N            timed calls per size (default 1000 up to 8 KiB,\n"
+            "                                100 above)\n"
+            "  -x, --warmup N                untimed calls first (default 100 / 10)\n"
+            "  -f, --full                    also min and max latency over ranks, iterations\n"
+            "  -c, --validation              check every result; a Validation column, exit 1\n"
+            "                                on a mismatch\n"
+            "  -d, --accelerator host|cuda   buffer memory (default host)\n"
+            "  -b, --backend mpi|nccl        acx collective backend (default mpi)\n"
+            "  -t, --type TYPE[,TYPE...]     float (float32), double (float64), float16, bfloat16,\n"
+            "                                int8, uint8, int32, int64 (default %s); sizes are\n"
+            "                                rounded down to whole elements; a list: one table\n"
+            "                                per type\n"
+            "      --busbw                   algorithm and bus bandwidth columns (GB/s, nccl-tests)\n"
+            "      --compare-raw             also time the raw MPI call, alternating with acx\n"
+            "      --json FILE               also write the rows to FILE as JSON\n"
+            "%s"
+            "  -h, --help                    this text\n"
+            "acx's own options (--config FILE, --acx-KEY=VALUE, --debug) are passed to acx_init.\n"
+            "Exit status: 0 ok, 1 failure or validation mismatch, 2 bad usage, 77 device or\n"
+            "backend not available. See docs/benchmarks.md.\n",
+            coll->prog, coll->title, acx_dtype_name(coll->default_dtype),
+            coll->fused ? "      --fused K                 K tensors of each size through acx's fusion\n"
+                          "                                buckets against K separate MPI_Allreduce calls\n"
+                          "      --bucket-mb MB            bucket size for --fused (default 25)\n"
+                        : "");
+}
+
+/* Parse an unsigned byte count with an optional K/M/G (binary) suffix. */
+static int parse_bytes(const char *s, size_t *out_p) {
+    char *end;
+    if (s == NULL || *s < '0' || *s > '9') return -1;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno != 0) return -1;
+    unsigned shift = 0;
+    if (*end == 'K' || *end == 'k') shift = 10, end++;
+    else if (*end == 'M' || *end == 'm') shift = 20, end++;
+    else if (*end == 'G' || *end == 'g') shift = 30, end++;
+    if (*end != '\0' || v > (1ULL << 40) >> shift) return -1;
+    *out_p = (size_t)(v << shift);
+    return 0;
+}
+
+static int parse_long(const char *s, long lo, long hi, long *out_p) {
+    char *end;
+    if (s == NULL || *s == '\0') return -1;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno != 0 || *end != '\0' || v < lo || v > hi) return -1;
+    *out_p = v;
+    return 0;
+}
+
+/* -m: "MIN:MAX", "MAX", "MIN:" or ":MAX". */
+static int parse_sizes(const char *s, options_t *o) {
+    const char *colon = strchr(s, ':');
+    size_t lo = 1, hi = 1048576;
+    if (colon == NULL) {
+        if (parse_bytes(s, &hi) != 0) return -1;
+    } else {
+        char first[64];
+        size_t n = (size_t)(colon - s);
+        if (n >= sizeof first) return -1;
+        memcpy(first, s, n);
+        first[n] = '\0';
+        if (n > 0 && parse_bytes(first, &lo) != 0) return -1;
+        if (colon[1] != '\0' && parse_bytes(colon + 1, &hi) != 0) return -1;
+    }
+    if (lo < 1 || hi < lo) return -1;
+    o->min_size = lo;
+    o->max_size = hi;
+    return 0;
+}
+
+/* acx_init's options are acx's, not the benchmark's: leave them out of what
+ * getopt sees (acx_init strips them from the real argv itself). Same rules
+ * as runtime/accelerator.c: --config FILE|=FILE, --debug, --acx-KEY=VALUE,
+ * --acx-KEY VALUE (VALUE not starting with "--"). */
+static int filter_acx_options(int argc, char **argv, char **out) {
+    int n = 0;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        if (i > 0 && strcmp(a, "--config") == 0) {
+            i++;
+            continue;
+        }
+        if (i > 0 && (strncmp(a, "--config=", 9) == 0 || strcmp(a, "--debug") == 0)) continue;
+        if (i > 0 && strncmp(a, "--acx-", 6) == 0) {
+            if (strchr(a, '=') == NULL && i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0) i++;
+            continue;
+        }
+        out[n++] = argv[i];
+    }
+    out[n] = NULL;
+    return n;
+}
+
+enum { OPT_BUSBW = 256, OPT_COMPARE_RAW, OPT_JSON, OPT_FUSED, OPT_BUCKET_MB };
+
+/* Fills *o; returns 0, 1 (help printed: exit 0) or -1 (message in err). */
+static int parse_options(int argc, char **argv, const osu_coll_t *coll, int rank, options_t *o,
+                         char *err, size_t errlen) {
+    static const struct option longs[] = {
+        {"message-size", required_argument, NULL, 'm'},
+        {"iterations", required_argument, NULL, 'i'},
+        {"warmup", required_argument, NULL, 'x'},
+        {"full", no_argument, NULL, 'f'},
+        {"validation", no_argument, NULL, 'c'},
+        {"accelerator", required_argument, NULL, 'd'},
+        {"backend", required_argument, NULL, 'b'},
+        {"type", required_argument, NULL, 't'},
+        {"help", no_argument, NULL, 'h'},
+        {"busbw", no_argument, NULL, OPT_BUSBW},
+        {"compare-raw", no_argument, NULL, OPT_COMPARE_RAW},
+        {"json", required_argument, NULL, OPT_JSON},
+        {"fused", required_argument, NULL, OPT_FUSED},
+        {"bucket-mb", required_argument, NULL, OPT_BUCKET_MB},
+        {NULL, 0, NULL, 0},
+    };
+    *o = (options_t){.min_size = 1,
+                     .max_size = 1048576,
+                     .iterations = -1,
+                     .warmup = -1,
+                     .bucket_mb = 25.0,
+                     .dtypes = {coll->default_dtype},
+                     .num_dtypes = 1,
+                     .backend = ACX_BACKEND_MPI};
+    char **av = malloc(((size_t)argc + 1) * sizeof *av);
+    if (av == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    int ac = filter_acx_options(argc, argv, av), ret = 0, c;
+    long v;
+    opterr = 0;
+    optind = 1;
+#define BAD(...)                                                                                   \
+    do {                                                                                           \
+        snprintf(err, errlen, __VA_ARGS__);                                                        \
+        ret = -1;                                                                                  \
+        goto out;                                                                                  \
+    } while (0)
+    while ((c = getopt_long(ac, av, ":m:i:x:fcd:b:t:h", longs, NULL)) != -1) {
+        switch (c) {
+        case 'm':
+            if (parse_sizes(optarg, o) != 0)
+                BAD("invalid value '%s' for -m: expected [MIN:]MAX in bytes with 1 <= MIN <= MAX "
+                    "<= 1T (e.g. 1:1048576, 4096, 8:64K)",
+                    optarg);
+            break;
+        case 'i':
+            if (parse_long(optarg, 1, 1000000000L, &v) != 0)
+                BAD("invalid value '%s' for -i: expected an integer from 1 to 1000000000", optarg);
+            o->iterations = v;
+            break;
+        case 'x':
+            if (parse_long(optarg, 0, 1000000000L, &v) != 0)
+                BAD("invalid value '%s' for -x: expected an integer from 0 to 1000000000", optarg);
+            o->warmup = v;
+            break;
+        case 'f': o->full = 1; break;
+        case 'c': o->validate = 1; break;
+        case 'd':
+            if (strcmp(optarg, "host") == 0) o->device_cuda = 0;
+            else if (strcmp(optarg, "cuda") == 0) o->device_cuda = 1;
+            else BAD("invalid value '%s' for -d: expected host or cuda", optarg);
+            break;
+        case 'b':
+            if (strcmp(optarg, "mpi") == 0) o->backend = ACX_BACKEND_MPI;
+            else if (strcmp(optarg, "nccl") == 0) o->backend = ACX_BACKEND_NCCL;
+            else BAD("invalid value '%s' for -b: expected mpi or nccl", optarg);
+            break;
+        case 't': {
+            const char *p = optarg;
+            o->num_dtypes = 0;
+            for (;;) {
+                size_t len = strcspn(p, ","), k, n = sizeof dtype_names / sizeof dtype_names[0];
+                for (k = 0; k < n; k++)
+                    if (strlen(dtype_names[k].name) == len && strncmp(p, dtype_names[k].name, len) == 0)
+                        break;
+                if (k == n)
+                    BAD("invalid value '%s' for -t: expected float, double, float16, bfloat16, "
+                        "int8, uint8, int32 or int64 (or a comma-separated list of them)",
+                        optarg);
+                if (o->num_dtypes == OSU_MAX_DTYPES)
+                    BAD("invalid value '%s' for -t: at most %d types", optarg, OSU_MAX_DTYPES);
+                o->dtypes[o->num_dtypes++] = dtype_names[k].dtype;
+                if (p[len] == '\0') break;
+                p += len + 1;
+            }
+            break;
+        }
+        case 'h':
+            if (rank == 0) usage(coll, stdout);
+            ret = 1;
+            goto out;
+        case OPT_BUSBW: o->busbw = 1; break;
+        case OPT_COMPARE_RAW: o->compare_raw = 1; break;
+        case OPT_JSON: o->json = optarg; break;
+        case OPT_FUSED:
+            if (coll->fused == NULL)
+                BAD("--fused is only offered by acx-bench-allreduce (gradient buckets are "
+                    "all-reduces)");
+            if (parse_long(optarg, 1, 100000, &v) != 0)
+                BAD("invalid value '%s' for --fused: expected a tensor count from 1 to 100000",
+                    optarg);
+            o->fused_k = (int)v;
+            break;
+        case OPT_BUCKET_MB: {
+            char *end;
+            errno = 0;
+            double mb = strtod(optarg, &end);
+            if (errno != 0 || *end != '\0' || !(mb > 0.0) || mb > 1048576.0)
+                BAD("invalid value '%s' for --bucket-mb: expected a size in MiB, > 0", optarg);
+            o->bucket_mb = mb;
+            break;
+        }
+        case ':': {
+            const char *name = av[optind - 1];
+            BAD("option %s needs a value", name);
+        }
+        default: {
+            const char *name = av[optind - 1];
+            if (optopt > 0 && optopt < 256 && optopt != '?')
+                BAD("unknown option -%c", optopt);
+            BAD("unknown option %s", name);
+        }
+        }
+    }
+    if (optind < ac) BAD("unexpected argument '%s' (this benchmark takes options only)", av[optind]);
+    if (o->fused_k > 0 && (size_t)o->fused_k * o->max_size > ((size_t)1 << 34))
+        BAD("--fused %d x %zu bytes is more than 16 GiB per rank", o->fused_k, o->max_size);
+out:
+#undef BAD
+    free(av);
+    return ret;
+}
+
+/* ---- buffers ---- */
+
+static size_t extent_elems(osu_extent_t e, size_t count, int n) {
+    return e == OSU_NONE ? 0 : e == OSU_ONE ? count : count * (size_t)n;
+}
+
+static void *alloc_buf(size_t elems, size_t esize) {
+    if (elems == 0) return NULL;
+    return calloc(elems, esize);
+}
+
+/* ---- running and timing ---- */
+
+typedef struct run {
+    const osu_coll_t *coll;
+    const options_t *o;
+    osu_ctx_t c;
+    void *flat, *raw_flat; /* --fused: [k x max count] each */
+    void *fused_state;
+    int inject_fault; /* OSU_BENCH_INJECT_FAULT=1: corrupt one output (tests -c itself) */
+} run_t;
+
+static void die(const run_t *r, const char *what) {
+    fprintf(stderr, "%s: rank %d: %s\n", r->coll->prog, r->c.rank, what);
+    fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+}
+
+static void acx_call(run_t *r) {
+    acx_status_t st =
+        r->o->fused_k > 0 ? r->coll->fused->step(r->fused_state) : r->coll->run_acx(&r->c);
+    if (st != ACX_OK) die(r, acx_last_error());
+}
+
+/* The raw side of --fused: k separate in-place MPI_Allreduce calls, one per
+ * tensor of raw_flat [k x count]. */
+static int raw_fused(run_t *r) {
+    osu_ctx_t *c = &r->c;
+    size_t bytes = c->count * c->esize;
+    for (int u = 0; u < r->o->fused_k; u++) {
+        int ret = MPI_Allreduce(MPI_IN_PLACE, (char *)r->raw_flat + (size_t)u * bytes,
+                                (int)c->count, c->mpi_type, c->mpi_sum, c->comm);
+        if (ret != MPI_SUCCESS) return ret;
+    }
+    return MPI_SUCCESS;
+}
+
+static void raw_call(run_t *r) {
+    int ret = r->o->fused_k > 0 ? raw_fused(r) : r->coll->run_raw(&r->c);
+    if (ret != MPI_SUCCESS) {
+        char msg[MPI_MAX_ERROR_STRING + 32];
+        int len = 0;
+        snprintf(msg, sizeof msg, "raw MPI call failed: ");
+        MPI_Error_string(ret, msg + strlen(msg), &len);
+        die(r, msg);
+    }
+}
+
+/* Time warmup + iters calls; the per-rank totals (seconds) of the timed ones
+ * go to *acx_s_p and *raw_s_p (0 without a raw side). */
+static void time_size(run_t *r, long iters, long warmup, double *acx_s_p, double *raw_s_p) {
+    int raw = r->o->compare_raw || r->o->fused_k > 0;
+    double t_acx = 0.0, t_raw = 0.0;
+    MPI_Barrier(r->c.comm);
+    for (long i = 0; i < warmup + iters; i++) {
+        double a0, a1, r0 = 0.0, r1 = 0.0;
+        int raw_first = raw && (i & 1);
+        if (raw_first) {
+            r0 = MPI_Wtime();
+            raw_call(r);
+            r1 = MPI_Wtime();
+        }
+        a0 = MPI_Wtime();
+        acx_call(r);
+        a1 = MPI_Wtime();
+        if (raw && !raw_first) {
+            r0 = MPI_Wtime();
+            raw_call(r);
+            r1 = MPI_Wtime();
+        }
+        if (i >= warmup) {
+            t_acx += a1 - a0;
+            t_raw += r1 - r0;
+        }
+    }
+    *acx_s_p = t_acx;
+    *raw_s_p = t_raw;
+}
+
+/* -c for one size: returns the number of wrong elements over all ranks. */
+static long validate_size(run_t *r) {
+    osu_ctx_t *c = &r->c;
+    const osu_coll_t *coll = r->coll;
+    int vmax = value_max(c->dtype, coll->reduces ? c->size : 1);
+    long bad = 0;
+    for (int round = 0; round < OSU_VALIDATION_ROUNDS; round++) {
+        if (r->o->fused_k > 0) {
+            size_t total = (size_t)r->o->fused_k * c->count;
+            for (size_t i = 0; i < total; i++)
+                osu_put(r->flat, i, c->dtype, osu_value(c->rank, i, round, vmax));
+            acx_call(r);
+            if (r->inject_fault && c->rank == 0) ((unsigned char *)r->flat)[0] ^= 0x40;
+            for (size_t i = 0; i < total; i++) {
+                long want = 0;
+                for (int q = 0; q < c->size; q++)
+                    want += osu_value(q, i, round, vmax);
+                bad += !osu_is(r->flat, i, c->dtype, want);
+            }
+            continue;
+        }
+        size_t out_elems = extent_elems(coll->recv_extent, c->count, c->size);
+        if (c->recv != NULL) memset(c->recv, 0xa5, out_elems * c->esize); /* no stale result */
+        coll->fill(c, round, vmax);
+        acx_call(r);
+        void *out = c->recv != NULL ? c->recv : c->send;
+        if (r->inject_fault && c->rank == 0 && c->count > 0) ((unsigned char *)out)[0] ^= 0x40;
+        bad += (long)coll->check(c, round, vmax);
+    }
+    if (r->o->fused_k > 0) memset(r->flat, 0, (size_t)r->o->fused_k * c->count * c->esize);
+    MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_LONG, MPI_SUM, c->comm);
+    return bad;
+}
+
+/* ---- statistics and output ---- */
+
+typedef struct stats {
+    double avg, min, max; /* microseconds: over ranks, of each rank's mean */
+} stats_t;
+
+static stats_t stats_over_ranks(double local_us, MPI_Comm comm, int n) {
+    double sum = local_us, mm[2] = {local_us, -local_us};
+    MPI_Allreduce(MPI_IN_PLACE, &sum, 1, MPI_DOUBLE, MPI_SUM, comm);
+    MPI_Allreduce(MPI_IN_PLACE, mm, 2, MPI_DOUBLE, MPI_MAX, comm);
+    return (stats_t){.avg = sum / n, .min = -mm[1], .max = mm[0]};
+}
+
+typedef struct row {
+    size_t bytes, count;
+    long iters, warmup;
+    stats_t acx, raw;
+    int has_raw, validated, pass, buckets;
+    double algbw, busbw;
+} row_t;
+
+static void print_header(const run_t *r) {
+    const options_t *o = r->o;
+    const osu_ctx_t *c = &r->c;
+    printf("# OSU-style acx %s Latency Test\n", r->coll->title);
+    printf("# Datatype: %s (%zu bytes/element); ranks: %d; backend: mpi; buffers: host\n",
+           acx_dtype_name(c->dtype), c->esize, c->size);
+    if (c->esize > 1)
+        printf("# Size: bytes per rank rounded down to whole elements; sizes below one element "
+               "skipped\n");
+    if (r->coll->op == OSU_ALL_GATHER || r->coll->op == OSU_REDUCE_SCATTER)
+        printf("# Size: per rank (%s); the whole array is ranks x Size\n",
+               r->coll->op == OSU_ALL_GATHER ? "each rank's contribution"
+                                              : "each rank's share of the result");
+    if (o->compare_raw && o->fused_k == 0)
+        printf("# --compare-raw: the raw MPI call timed in the same loop, alternating with acx; "
+               "Overhead = acx - raw, Acx/Raw = acx / raw\n");
+    if (o->fused_k > 0)
+        printf("# --fused %d: each row reduces %d tensors of Size bytes: Avg = one step through "
+               "acx's fusion buckets (%.6g MiB), Separate = %d MPI_Allreduce calls, Speedup = "
+               "Separate / Avg\n",
+               o->fused_k, o->fused_k, o->bucket_mb, o->fused_k);
+    if (o->busbw)
+        printf("# Algbw, Busbw: GB/s (1e9 B/s) as nccl-tests defines them (docs/benchmarks.md)\n");
+    printf("%-10s%18s", "# Size", "Avg Latency(us)");
+    if (o->full) printf("%18s%18s%12s", "Min Latency(us)", "Max Latency(us)", "Iterations");
+    if (o->validate) printf("%18s", "Validation");
+    if (o->compare_raw && o->fused_k == 0)
+        printf("%18s%18s%18s", "Raw Avg(us)", "Overhead(us)", "Acx/Raw");
+    if (o->fused_k > 0) printf("%18s%18s%12s", "Separate(us)", "Speedup", "Buckets");
+    if (o->busbw) printf("%18s%18s", "Algbw(GB/s)", "Busbw(GB/s)");
+    printf("\n");
+    fflush(stdout);
+}
+
+static void print_row(const run_t *r, const row_t *w) {
+    const options_t *o = r->o;
+    printf("%-10zu%18.2f", w->bytes, w->acx.avg);
+    if (o->full) printf("%18.2f%18.2f%12ld", w->acx.min, w->acx.max, w->iters);
+    if (o->validate) printf("%18s", w->pass ? "Pass" : "Fail");
+    if (o->compare_raw && o->fused_k == 0)
+        printf("%18.2f%18.2f%18.3f", w->raw.avg, w->acx.avg - w->raw.avg, w->acx.avg / w->raw.avg);
+    if (o->fused_k > 0) printf("%18.2f%18.3f%12d", w->raw.avg, w->raw.avg / w->acx.avg, w->buckets);
+    if (o->busbw) printf("%18.2f%18.2f", w->algbw, w->busbw);
+    printf("\n");
+    fflush(stdout);
+}
+
+static const char *op_key(osu_op_t op) {
+    switch (op) {
+    case OSU_ALL_REDUCE: return "all_reduce";
+    case OSU_ALL_GATHER: return "all_gather";
+    case OSU_REDUCE_SCATTER: return "reduce_scatter";
+    default: return "broadcast";
+    }
+}
+
+static void json_begin(FILE *f, const run_t *r) {
+    fprintf(f,
+            "{\n  \"benchmark\": \"%s\",\n  \"op\": \"%s\",\n"
+            "  \"ranks\": %d,\n  \"backend\": \"mpi\",\n  \"buffers\": \"host\",\n"
+            "  \"results\": [",
+            r->coll->prog, op_key(r->coll->op), r->c.size);
+}
+
+static void json_row(FILE *f, const run_t *r, const row_t *w, int first) {
+    const options_t *o = r->o;
+    fprintf(f,
+            "%s\n    {\"dtype\": \"%s\", \"size\": %zu, \"count\": %zu, \"iterations\": %ld, "
+            "\"warmup\": %ld, "
+            "\"avg_us\": %.6g, \"min_us\": %.6g, \"max_us\": %.6g, \"algbw_gbps\": %.6g, "
+            "\"busbw_gbps\": %.6g",
+            first ? "" : ",", acx_dtype_name(r->c.dtype), w->bytes, w->count, w->iters, w->warmup, w->acx.avg, w->acx.min,
+            w->acx.max, w->algbw, w->busbw);
+    if (o->validate) fprintf(f, ", \"validation\": \"%s\"", w->pass ? "pass" : "fail");
+    if (o->compare_raw && o->fused_k == 0)
+        fprintf(f, ", \"raw_avg_us\": %.6g, \"raw_min_us\": %.6g, \"raw_max_us\": %.6g, "
+                   "\"overhead_us\": %.6g, \"acx_over_raw\": %.6g",
+                w->raw.avg, w->raw.min, w->raw.max, w->acx.avg - w->raw.avg,
+                w->acx.avg / w->raw.avg);
+    if (o->fused_k > 0)
+        fprintf(f, ", \"fused_tensors\": %d, \"bucket_mb\": %.6g, \"buckets\": %d, "
+                   "\"separate_avg_us\": %.6g, \"speedup\": %.6g",
+                o->fused_k, o->bucket_mb, w->buckets, w->raw.avg, w->raw.avg / w->acx.avg);
+    fprintf(f, "}");
+}
+
+/* ---- one size ---- */
+
+static void run_size(run_t *r, size_t count, row_t *w) {
+    const options_t *o = r->o;
+    osu_ctx_t *c = &r->c;
+    c->count = count;
+    w->count = count;
+    w->bytes = count * c->esize;
+    int small = w->bytes <= OSU_LARGE_MESSAGE;
+    w->iters = o->iterations > 0 ? o->iterations : small ? OSU_ITERS_SMALL : OSU_ITERS_LARGE;
+    w->warmup = o->warmup >= 0 ? o->warmup : small ? OSU_WARMUP_SMALL : OSU_WARMUP_LARGE;
+    w->buckets = 0;
+    if (o->fused_k > 0) {
+        acx_status_t st = r->coll->fused->create(r->flat, count, o->fused_k, c->dtype,
+                                                 (size_t)(o->bucket_mb * 1048576.0), &r->fused_state);
+        if (st != ACX_OK) die(r, acx_last_error());
+        w->buckets = r->coll->fused->num_buckets(r->fused_state);
+    }
+    w->validated = o->validate;
+    w->pass = 1;
+    if (o->validate) w->pass = validate_size(r) == 0;
+
+    double acx_s, raw_s;
+    time_size(r, w->iters, w->warmup, &acx_s, &raw_s);
+    w->acx = stats_over_ranks(acx_s * 1e6 / (double)w->iters, c->comm, c->size);
+    w->has_raw = o->compare_raw || o->fused_k > 0;
+    if (w->has_raw) w->raw = stats_over_ranks(raw_s * 1e6 / (double)w->iters, c->comm, c->size);
+    size_t rated = o->fused_k > 0 ? w->bytes * (size_t)o->fused_k : w->bytes;
+    osu_bandwidth(r->coll->op, rated, c->size, w->acx.avg * 1e-6, &w->algbw, &w->busbw);
+    if (o->fused_k > 0) {
+        r->coll->fused->destroy(r->fused_state);
+        r->fused_state = NULL;
+    }
+    MPI_Barrier(c->comm);
+}
+
+/* ---- main ---- */
+
+/* Raw side's MPI datatype and SUM op for dtype. */
+static int raw_type_and_op(acx_dtype_t dtype, MPI_Datatype *type_p, MPI_Op *op_p) {
+    *op_p = MPI_SUM;
+    switch (dtype) {
+    case ACX_DTYPE_FLOAT32: *type_p = MPI_FLOAT; return MPI_SUCCESS;
+    case ACX_DTYPE_FLOAT64: *type_p = MPI_DOUBLE; return MPI_SUCCESS;
+    case ACX_DTYPE_INT8: *type_p = MPI_INT8_T; return MPI_SUCCESS;
+    case ACX_DTYPE_UINT8: *type_p = MPI_UINT8_T; return MPI_SUCCESS;
+    case ACX_DTYPE_INT32: *type_p = MPI_INT32_T; return MPI_SUCCESS;
+    case ACX_DTYPE_INT64: *type_p = MPI_INT64_T; return MPI_SUCCESS;
+    case ACX_DTYPE_FLOAT16: *type_p = MPI_UINT16_T; return MPI_Op_create(f16_sum_fn, 1, op_p);
+    default: *type_p = MPI_UINT16_T; return MPI_Op_create(bf16_sum_fn, 1, op_p);
+    }
+}
+
+/* One table: every size of -m for one dtype. Adds its rows to *rows_p (the
+ * JSON rows so far) and its validation failures to *failed_p; returns the
+ * number of rows. */
+static int run_table(run_t *r, acx_dtype_t dtype, FILE *json, int *rows_p, int *failed_p) {
+    const options_t *o = r->o;
+    const osu_coll_t *coll = r->coll;
+    osu_ctx_t *c = &r->c;
+    c->dtype = dtype;
+    c->esize = acx_dtype_size(dtype);
+    if (raw_type_and_op(dtype, &c->mpi_type, &c->mpi_sum) != MPI_SUCCESS)
+        die(r, "MPI_Op_create failed");
+
+    /* Buffers for the largest size, reused by every size. */
+    size_t max_count = o->max_size / c->esize;
+    size_t ns = extent_elems(coll->send_extent, max_count, c->size);
+    size_t nr = extent_elems(coll->recv_extent, max_count, c->size);
+    if (o->fused_k > 0) {
+        r->flat = alloc_buf((size_t)o->fused_k * max_count, c->esize);
+        r->raw_flat = alloc_buf((size_t)o->fused_k * max_count, c->esize);
+        if (max_count > 0 && (r->flat == NULL || r->raw_flat == NULL))
+            die(r, "out of memory for the --fused buffers");
+    } else {
+        c->send = alloc_buf(ns, c->esize);
+        c->recv = alloc_buf(nr, c->esize);
+        c->raw_send = alloc_buf(ns, c->esize);
+        c->raw_recv = alloc_buf(nr, c->esize);
+        if (max_count > 0 && (c->send == NULL || c->raw_send == NULL ||
+                              (nr > 0 && (c->recv == NULL || c->raw_recv == NULL))))
+            die(r, "out of memory for the message buffers");
+    }
+
+    int rows = 0;
+    if (c->rank == 0) print_header(r);
+    for (size_t size = o->min_size; size <= o->max_size; size *= 2) {
+        size_t count = size / c->esize;
+        if (count == 0) continue;
+        row_t w;
+        run_size(r, count, &w);
+        *failed_p += !w.pass;
+        if (c->rank == 0) print_row(r, &w);
+        if (json) json_row(json, r, &w, *rows_p == 0);
+        (*rows_p)++;
+        rows++;
+        if (size > SIZE_MAX / 2) break;
+    }
+
+    free(c->send);
+    free(c->recv);
+    free(c->raw_send);
+    free(c->raw_recv);
+    free(r->flat);
+    free(r->raw_flat);
+    c->send = c->recv = c->raw_send = c->raw_recv = r->flat = r->raw_flat = NULL;
+    if (c->mpi_sum != MPI_SUM) MPI_Op_free(&c->mpi_sum);
+    return rows;
+}
+
+int osu_main(int argc, char **argv, const osu_coll_t *coll) {
+    int provided, rank, world, rc = 0;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+
+    options_t o;
+    char err[512];
+    int parsed = parse_options(argc, argv, coll, rank, &o, err, sizeof err);
+    if (parsed != 0) { /* every rank parsed the same arguments and agrees */
+        if (parsed < 0 && rank == 0)
+            fprintf(stderr, "%s: %s\nTry '%s -h' for the options.\n", coll->prog, err, coll->prog);
+        MPI_Finalize();
+        return parsed < 0 ? EXIT_USAGE : 0;
+    }
+    if (o.device_cuda) {
+        if (rank == 0)
+            fprintf(stderr,
+                    "%s: -d cuda: device buffers are not available in this build/machine: acx's "
+                    "device-memory path (the NCCL backend) is not implemented in this version; "
+                    "use -d host\n",
+                    coll->prog);
+        MPI_Finalize();
+        return EXIT_UNAVAILABLE;
+    }
+
+    acx_config_t cfg = ACX_CONFIG_DEFAULT;
+    cfg.backend = o.backend;
+    acx_accelerator_t *acc = NULL;
+    acx_status_t st = acx_init(&argc, &argv, &cfg, &acc);
+    if (st != ACX_OK) {
+        int unavailable = o.backend == ACX_BACKEND_NCCL && st == ACX_ERR_NOT_SUPPORTED;
+        if (rank == 0)
+            fprintf(stderr, "%s: %s%s\n", coll->prog,
+                    unavailable ? "-b nccl: not available in this build/machine: " : "",
+                    acx_last_error());
+        MPI_Finalize();
+        return unavailable ? EXIT_UNAVAILABLE : 1;
+    }
+
+    run_t r = {.coll = coll, .o = &o};
+    const char *inject = getenv("OSU_BENCH_INJECT_FAULT");
+    r.inject_fault = inject != NULL && strcmp(inject, "1") == 0;
+    r.c.acc = acc;
+    r.c.rank = rank;
+    r.c.size = world;
+    MPI_Comm_dup(MPI_COMM_WORLD, &r.c.comm);
+
+    /* The JSON file is opened up front, so a bad path fails before any
+     * timing, on every rank alike. */
+    FILE *json = NULL;
+    int json_ok = 1, rows = 0, failed = 0;
+    if (o.json != NULL && rank == 0) {
+        json = fopen(o.json, "w");
+        json_ok = json != NULL;
+        if (!json_ok) fprintf(stderr, "%s: --json %s: %s\n", coll->prog, o.json, strerror(errno));
+    }
+    MPI_Bcast(&json_ok, 1, MPI_INT, 0, r.c.comm);
+    if (!json_ok) {
+        rc = 1;
+        goto out;
+    }
+    if (json) json_begin(json, &r);
+    for (int d = 0; d < o.num_dtypes; d++) {
+        if (d > 0 && rank == 0) printf("\n");
+        int n = run_table(&r, o.dtypes[d], json, &rows, &failed);
+        if (n == 0 && rank == 0)
+            fprintf(stderr, "%s: no size in -m %zu:%zu holds one %s element (%zu bytes)\n",
+                    coll->prog, o.min_size, o.max_size, acx_dtype_name(o.dtypes[d]),
+                    acx_dtype_size(o.dtypes[d]));
+        if (n == 0) rc = 1;
+    }
+    if (json) {
+        fprintf(json, "\n  ]\n}\n");
+        if (fclose(json) != 0) {
+            fprintf(stderr, "%s: --json %s: write failed\n", coll->prog, o.json);
+            rc = 1;
+        }
+        json = NULL;
+    }
+    if (failed > 0) {
+        if (rank == 0)
+            fprintf(stderr, "%s: validation failed at %d size%s\n", coll->prog, failed,
+                    failed == 1 ? "" : "s");
+        rc = 1;
+    }
+
+out:
+    if (json) fclose(json);
+    MPI_Comm_free(&r.c.comm);
+    if (acx_finalize(acc) != ACX_OK) {
+        if (rank == 0) fprintf(stderr, "%s: acx_finalize: %s\n", coll->prog, acx_last_error());
+        rc = 1;
+    }
+    MPI_Finalize();
+    return rc;
+}

@@ -1,0 +1,97 @@
+/*
+ * benchmarks/osu_common.h — the shared driver of the OSU-style collective
+ * benchmarks (acx-bench-allreduce, -allgather, -reduce-scatter, -bcast).
+ *
+ * The driver (osu_common.c) owns everything the four have in common: option
+ * parsing (OSU Micro-Benchmarks 7.x flags plus acx's), MPI and acx start-up,
+ * buffers, the timing loop, statistics across ranks, validation rounds, the
+ * OSU-format table and the --json file. Each benchmark's main (osu_<op>.c)
+ * only describes its operation in an osu_coll_t: buffer shapes, the acx call,
+ * the raw MPI call it is compared with, and how to fill inputs and check
+ * outputs for -c. docs/benchmarks.md is the user's side of this.
+ */
+#ifndef ACX_BENCH_OSU_COMMON_H
+#define ACX_BENCH_OSU_COMMON_H
+
+#include <mpi.h>
+#include <stddef.h>
+
+#include <acx/acx.h>
+
+#include "osu_bw.h"
+
+/* One size of one run, as the operation callbacks see it. */
+typedef struct osu_ctx {
+    acx_accelerator_t *acc;
+    MPI_Comm comm; /* the raw side's communicator: a duplicate of MPI_COMM_WORLD */
+    int rank, size;
+    acx_dtype_t dtype;
+    size_t esize;         /* bytes per element */
+    MPI_Datatype mpi_type; /* raw side: the dtype (16-bit floats: MPI_UINT16_T) */
+    MPI_Op mpi_sum;        /* raw side: SUM for the dtype (16-bit floats: a user op) */
+    size_t count;          /* elements per rank at this size */
+    /* acx's buffers and the raw side's own, each [send_elems] / [recv_elems]
+     * as the operation's shape says (recv NULL when it has none) */
+    void *send, *recv;
+    void *raw_send, *raw_recv;
+} osu_ctx_t;
+
+/* How big a buffer is, in units of count elements. */
+typedef enum osu_extent {
+    OSU_NONE = 0,  /* not used */
+    OSU_ONE = 1,   /* [count] */
+    OSU_WORLD = 2  /* [world_size x count] */
+} osu_extent_t;
+
+/* --fused K (all-reduce only): K tensors of count elements, laid out in one
+ * flat buffer [K x count], reduced through acx's gradient fusion buckets.
+ * Provided by osu_allreduce.c, which links the library's internals. */
+typedef struct osu_fused_ops {
+    /* Plan buckets of at most bucket_bytes over flat [k x count] of dtype,
+     * tensor u being unit u (ready in order 0..k-1). Collective. */
+    acx_status_t (*create)(void *flat, size_t count, int k, acx_dtype_t dtype,
+                           size_t bucket_bytes, void **state_p);
+    /* One step: every unit reports ready, then wait for all buckets (each
+     * tensor is SUM-all-reduced in place). Collective. */
+    acx_status_t (*step)(void *state);
+    int (*num_buckets)(const void *state);
+    void (*destroy)(void *state); /* collective */
+} osu_fused_ops_t;
+
+typedef struct osu_coll {
+    const char *prog;  /* "acx-bench-allreduce" */
+    const char *title; /* "Allreduce": "# OSU-style acx Allreduce Latency Test" */
+    osu_op_t op;
+    acx_dtype_t default_dtype;
+    int reduces; /* a reduction (SUM): validation values must stay exact when summed */
+    osu_extent_t send_extent, recv_extent;
+    /* The timed calls (the raw one returns MPI's code). */
+    acx_status_t (*run_acx)(osu_ctx_t *c);
+    int (*run_raw)(osu_ctx_t *c);
+    /* -c: fill acx's inputs for validation round `round` (the same call on
+     * every rank, each filling its own), then after run_acx count the output
+     * elements that differ from the values this rank computes on its own. */
+    void (*fill)(osu_ctx_t *c, int round, int vmax);
+    size_t (*check)(const osu_ctx_t *c, int round, int vmax);
+    const osu_fused_ops_t *fused; /* NULL: --fused is refused */
+} osu_coll_t;
+
+/* The benchmark: parse, run, print; returns the process's exit status
+ * (0 ok, 1 a failure or a -c mismatch, 2 bad usage, 77 an unavailable
+ * device or backend). */
+int osu_main(int argc, char **argv, const osu_coll_t *coll);
+
+/* ---- validation values (for the fill/check callbacks) ---- */
+
+/* The integer rank r holds at element i in round k: in 0..vmax, different
+ * for neighbouring ranks and elements. Sums of up to `summed` such values
+ * stay exactly representable in the dtype with the vmax the driver passes. */
+int osu_value(int rank, size_t i, int round, int vmax);
+
+/* buf[i] of dtype = v (a small non-negative integer, exact in dtype). */
+void osu_put(void *buf, size_t i, acx_dtype_t dtype, long v);
+
+/* buf[i] of dtype is exactly v (bit for bit its encoding). */
+int osu_is(const void *buf, size_t i, acx_dtype_t dtype, long v);
+
+#endif /* ACX_BENCH_OSU_COMMON_H */
