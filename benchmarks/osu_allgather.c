@@ -26,8 +26,8 @@ static size_t check(const osu_ctx_t *c, int round, int vmax) {
     size_t bad = 0;
     for (int q = 0; q < c->size; q++)
         for (size_t i = 0; i < c->count; i++)
-            bad += !osu_is(c->recv, (size_t)q * c->count + i, c->dtype,
-                           osu_value(q, i, round, vmax));
+            bad +=
+                !osu_is(c->recv, (size_t)q * c->count + i, c->dtype, osu_value(q, i, round, vmax));
     return bad;
 }
 

@@ -24,8 +24,7 @@ static acx_status_t run_acx(osu_ctx_t *c) {
 }
 
 static int run_raw(osu_ctx_t *c) {
-    return MPI_Allreduce(c->raw_send, c->raw_recv, (int)c->count, c->mpi_type, c->mpi_sum,
-                         c->comm);
+    return MPI_Allreduce(c->raw_send, c->raw_recv, (int)c->count, c->mpi_type, c->mpi_sum, c->comm);
 }
 
 static void fill(osu_ctx_t *c, int round, int vmax) {

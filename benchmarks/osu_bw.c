@@ -26,8 +26,8 @@ double osu_busbw_factor(osu_op_t op, int nranks) {
     }
 }
 
-void osu_bandwidth(osu_op_t op, size_t bytes_per_rank, int nranks, double seconds,
-                   double *algbw_p, double *busbw_p) {
+void osu_bandwidth(osu_op_t op, size_t bytes_per_rank, int nranks, double seconds, double *algbw_p,
+                   double *busbw_p) {
     double algbw = 0.0, busbw = 0.0, factor = osu_busbw_factor(op, nranks);
     if (seconds > 0.0 && factor >= 0.0) {
         algbw = osu_rated_bytes(op, bytes_per_rank, nranks) / seconds / 1e9;

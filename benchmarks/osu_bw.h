@@ -39,7 +39,7 @@ double osu_busbw_factor(osu_op_t op, int nranks);
 
 /* algbw and busbw in GB/s (1e9 B/s) of one operation that took seconds
  * (> 0; otherwise both are 0). */
-void osu_bandwidth(osu_op_t op, size_t bytes_per_rank, int nranks, double seconds,
-                   double *algbw_p, double *busbw_p);
+void osu_bandwidth(osu_op_t op, size_t bytes_per_rank, int nranks, double seconds, double *algbw_p,
+                   double *busbw_p);
 
 #endif /* ACX_BENCH_OSU_BW_H */

@@ -8,10 +8,11 @@
  * I timed calls, each bracketed by MPI_Wtime; a rank's latency is the mean of
  * its I calls; the row gives the mean over ranks of those means (and with -f
  * their minimum and maximum, and I); a barrier ends the size. With
- * --compare-raw (and --fused) the raw MPI call runs in the same loop, every
- * iteration one acx call and one raw call, the order swapped every other
- * iteration so that neither side always follows the other; each side is
- * bracketed and summed on its own.
+ * --compare-raw the raw MPI call runs in the same loop: every iteration one
+ * acx call and one raw call, the order swapped every other iteration so that
+ * neither side always follows the other; each side is bracketed and summed on
+ * its own. --fused adds a third side (one raw call over all K tensors) and
+ * rotates the three the same way.
  *
  * Validation (-c) runs before the timed loop of each size and outside it:
  * two rounds of fresh inputs, the operation, and a comparison of every output
@@ -36,15 +37,15 @@
 
 /* OSU's defaults: messages up to 8 KiB get 1000 iterations and 100 warm-up
  * calls, larger ones 100 and 10. */
-#define OSU_LARGE_MESSAGE 8192
-#define OSU_ITERS_SMALL 1000
-#define OSU_WARMUP_SMALL 100
-#define OSU_ITERS_LARGE 100
-#define OSU_WARMUP_LARGE 10
+#define OSU_LARGE_MESSAGE     8192
+#define OSU_ITERS_SMALL       1000
+#define OSU_WARMUP_SMALL      100
+#define OSU_ITERS_LARGE       100
+#define OSU_WARMUP_LARGE      10
 #define OSU_VALIDATION_ROUNDS 2
-#define OSU_MAX_DTYPES 8
-#define EXIT_USAGE 2
-#define EXIT_UNAVAILABLE 77
+#define OSU_MAX_DTYPES        8
+#define EXIT_USAGE            2
+#define EXIT_UNAVAILABLE      77
 
 /* ---- 16-bit floats (raw side's SUM ops, validation values) ---- */
 
@@ -85,7 +86,7 @@ static uint16_t f32_to_f16(float f) {
     memcpy(&b, &f, sizeof b);
     uint16_t sign = (uint16_t)((b >> 16) & 0x8000u);
     uint32_t a = b & 0x7fffffffu;
-    if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u); /* NaN */
+    if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u);  /* NaN */
     if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* >= 65520 rounds to inf */
     if (a < 0x38800000u) { /* below 2^-14: a subnormal result, in units of 2^-24 */
         float v;
@@ -176,45 +177,47 @@ static const struct {
     const char *name;
     acx_dtype_t dtype;
 } dtype_names[] = {
-    {"float", ACX_DTYPE_FLOAT32},    {"float32", ACX_DTYPE_FLOAT32}, {"double", ACX_DTYPE_FLOAT64},
-    {"float64", ACX_DTYPE_FLOAT64},  {"float16", ACX_DTYPE_FLOAT16}, {"half", ACX_DTYPE_FLOAT16},
-    {"bfloat16", ACX_DTYPE_BFLOAT16}, {"bf16", ACX_DTYPE_BFLOAT16},  {"int8", ACX_DTYPE_INT8},
-    {"uint8", ACX_DTYPE_UINT8},      {"char", ACX_DTYPE_UINT8},      {"int32", ACX_DTYPE_INT32},
-    {"int", ACX_DTYPE_INT32},        {"int64", ACX_DTYPE_INT64},
+    {"float", ACX_DTYPE_FLOAT32},     {"float32", ACX_DTYPE_FLOAT32}, {"double", ACX_DTYPE_FLOAT64},
+    {"float64", ACX_DTYPE_FLOAT64},   {"float16", ACX_DTYPE_FLOAT16}, {"half", ACX_DTYPE_FLOAT16},
+    {"bfloat16", ACX_DTYPE_BFLOAT16}, {"bf16", ACX_DTYPE_BFLOAT16},   {"int8", ACX_DTYPE_INT8},
+    {"uint8", ACX_DTYPE_UINT8},       {"char", ACX_DTYPE_UINT8},      {"int32", ACX_DTYPE_INT32},
+    {"int", ACX_DTYPE_INT32},         {"int64", ACX_DTYPE_INT64},
 };
 
 static void usage(const osu_coll_t *coll, FILE *f) {
-    fprintf(f,
-            "Usage: mpirun -np N %s [options]\n"
-            "OSU Micro-Benchmarks 7.x style %s latency test through acx, on host memory.\n"
-            "Options:\n"
-            "  -m, --message-size [MIN:]MAX  sizes in bytes, MIN, 2 MIN, 4 MIN, ... <= MAX\n"
-            "                                (default 1:1048576; K, M, G suffixes are 2^10..)\n"
-            "  -i, --iterations N            timed calls per size (default 1000 up to 8 KiB,\n"
-            "                                100 above)\n"
-            "  -x, --warmup N                untimed calls first (default 100 / 10)\n"
-            "  -f, --full                    also min and max latency over ranks, iterations\n"
-            "  -c, --validation              check every result; a Validation column, exit 1\n"
-            "                                on a mismatch\n"
-            "  -d, --accelerator host|cuda   buffer memory (default host)\n"
-            "  -b, --backend mpi|nccl        acx collective backend (default mpi)\n"
-            "  -t, --type TYPE[,TYPE...]     float (float32), double (float64), float16, bfloat16,\n"
-            "                                int8, uint8, int32, int64 (default %s); sizes are\n"
-            "                                rounded down to whole elements; a list: one table\n"
-            "                                per type\n"
-            "      --busbw                   algorithm and bus bandwidth columns (GB/s, nccl-tests)\n"
-            "      --compare-raw             also time the raw MPI call, alternating with acx\n"
-            "      --json FILE               also write the rows to FILE as JSON\n"
-            "%s"
-            "  -h, --help                    this text\n"
-            "acx's own options (--config FILE, --acx-KEY=VALUE, --debug) are passed to acx_init.\n"
-            "Exit status: 0 ok, 1 failure or validation mismatch, 2 bad usage, 77 device or\n"
-            "backend not available. See docs/benchmarks.md.\n",
-            coll->prog, coll->title, acx_dtype_name(coll->default_dtype),
-            coll->fused ? "      --fused K                 K tensors of each size through acx's fusion\n"
-                          "                                buckets against K separate MPI_Allreduce calls\n"
-                          "      --bucket-mb MB            bucket size for --fused (default 25)\n"
-                        : "");
+    fprintf(
+        f,
+        "Usage: mpirun -np N %s [options]\n"
+        "OSU Micro-Benchmarks 7.x style %s latency test through acx, on host memory.\n"
+        "Options:\n"
+        "  -m, --message-size [MIN:]MAX  sizes in bytes, MIN, 2 MIN, 4 MIN, ... <= MAX\n"
+        "                                (default 1:1048576; K, M, G suffixes are 2^10..)\n"
+        "  -i, --iterations N            timed calls per size (default 1000 up to 8 KiB,\n"
+        "                                100 above)\n"
+        "  -x, --warmup N                untimed calls first (default 100 / 10)\n"
+        "  -f, --full                    also min and max latency over ranks, iterations\n"
+        "  -c, --validation              check every result; a Validation column, exit 1\n"
+        "                                on a mismatch\n"
+        "  -d, --accelerator host|cuda   buffer memory (default host)\n"
+        "  -b, --backend mpi|nccl        acx collective backend (default mpi)\n"
+        "  -t, --type TYPE[,TYPE...]     float (float32), double (float64), float16, bfloat16,\n"
+        "                                int8, uint8, int32, int64 (default %s); sizes are\n"
+        "                                rounded down to whole elements; a list: one table\n"
+        "                                per type\n"
+        "      --busbw                   algorithm and bus bandwidth columns (GB/s, nccl-tests)\n"
+        "      --compare-raw             also time the raw MPI call, alternating with acx\n"
+        "      --json FILE               also write the rows to FILE as JSON\n"
+        "%s"
+        "  -h, --help                    this text\n"
+        "acx's own options (--config FILE, --acx-KEY=VALUE, --debug) are passed to acx_init.\n"
+        "Exit status: 0 ok, 1 failure or validation mismatch, 2 bad usage, 77 device or\n"
+        "backend not available. See docs/benchmarks.md.\n",
+        coll->prog, coll->title, acx_dtype_name(coll->default_dtype),
+        coll->fused
+            ? "      --fused K                 K tensors of each size through acx's fusion\n"
+              "                                buckets against K separate MPI_Allreduce calls\n"
+              "      --bucket-mb MB            bucket size for --fused (default 25)\n"
+            : "");
 }
 
 /* Parse an unsigned byte count with an optional K/M/G (binary) suffix. */
@@ -225,9 +228,12 @@ static int parse_bytes(const char *s, size_t *out_p) {
     unsigned long long v = strtoull(s, &end, 10);
     if (errno != 0) return -1;
     unsigned shift = 0;
-    if (*end == 'K' || *end == 'k') shift = 10, end++;
-    else if (*end == 'M' || *end == 'm') shift = 20, end++;
-    else if (*end == 'G' || *end == 'g') shift = 30, end++;
+    if (*end == 'K' || *end == 'k')
+        shift = 10, end++;
+    else if (*end == 'M' || *end == 'm')
+        shift = 20, end++;
+    else if (*end == 'G' || *end == 'g')
+        shift = 30, end++;
     if (*end != '\0' || v > (1ULL << 40) >> shift) return -1;
     *out_p = (size_t)(v << shift);
     return 0;
@@ -353,14 +359,20 @@ static int parse_options(int argc, char **argv, const osu_coll_t *coll, int rank
         case 'f': o->full = 1; break;
         case 'c': o->validate = 1; break;
         case 'd':
-            if (strcmp(optarg, "host") == 0) o->device_cuda = 0;
-            else if (strcmp(optarg, "cuda") == 0) o->device_cuda = 1;
-            else BAD("invalid value '%s' for -d: expected host or cuda", optarg);
+            if (strcmp(optarg, "host") == 0)
+                o->device_cuda = 0;
+            else if (strcmp(optarg, "cuda") == 0)
+                o->device_cuda = 1;
+            else
+                BAD("invalid value '%s' for -d: expected host or cuda", optarg);
             break;
         case 'b':
-            if (strcmp(optarg, "mpi") == 0) o->backend = ACX_BACKEND_MPI;
-            else if (strcmp(optarg, "nccl") == 0) o->backend = ACX_BACKEND_NCCL;
-            else BAD("invalid value '%s' for -b: expected mpi or nccl", optarg);
+            if (strcmp(optarg, "mpi") == 0)
+                o->backend = ACX_BACKEND_MPI;
+            else if (strcmp(optarg, "nccl") == 0)
+                o->backend = ACX_BACKEND_NCCL;
+            else
+                BAD("invalid value '%s' for -b: expected mpi or nccl", optarg);
             break;
         case 't': {
             const char *p = optarg;
@@ -368,7 +380,8 @@ static int parse_options(int argc, char **argv, const osu_coll_t *coll, int rank
             for (;;) {
                 size_t len = strcspn(p, ","), k, n = sizeof dtype_names / sizeof dtype_names[0];
                 for (k = 0; k < n; k++)
-                    if (strlen(dtype_names[k].name) == len && strncmp(p, dtype_names[k].name, len) == 0)
+                    if (strlen(dtype_names[k].name) == len &&
+                        strncmp(p, dtype_names[k].name, len) == 0)
                         break;
                 if (k == n)
                     BAD("invalid value '%s' for -t: expected float, double, float16, bfloat16, "
@@ -413,15 +426,15 @@ static int parse_options(int argc, char **argv, const osu_coll_t *coll, int rank
         }
         default: {
             const char *name = av[optind - 1];
-            if (optopt > 0 && optopt < 256 && optopt != '?')
-                BAD("unknown option -%c", optopt);
+            if (optopt > 0 && optopt < 256 && optopt != '?') BAD("unknown option -%c", optopt);
             BAD("unknown option %s", name);
         }
         }
     }
-    if (optind < ac) BAD("unexpected argument '%s' (this benchmark takes options only)", av[optind]);
-    if (o->fused_k > 0 && (size_t)o->fused_k * o->max_size > ((size_t)1 << 34))
-        BAD("--fused %d x %zu bytes is more than 16 GiB per rank", o->fused_k, o->max_size);
+    if (optind < ac)
+        BAD("unexpected argument '%s' (this benchmark takes options only)", av[optind]);
+    if (o->fused_k > 0 && (size_t)o->fused_k * o->max_size > ((size_t)1 << 31))
+        BAD("--fused %d x %zu bytes is more than 2 GiB per rank", o->fused_k, o->max_size);
 out:
 #undef BAD
     free(av);
@@ -456,65 +469,85 @@ static void die(const run_t *r, const char *what) {
     MPI_Abort(MPI_COMM_WORLD, 1);
 }
 
-static void acx_call(run_t *r) {
-    acx_status_t st =
-        r->o->fused_k > 0 ? r->coll->fused->step(r->fused_state) : r->coll->run_acx(&r->c);
-    if (st != ACX_OK) die(r, acx_last_error());
+/* The sides timed in one loop: acx, the raw MPI call (--compare-raw; with
+ * --fused the K separate calls), and with --fused one raw MPI_Allreduce of
+ * all K tensors at once: the best any fusion could do through MPI. */
+enum { SIDE_ACX = 0, SIDE_RAW = 1, SIDE_ONE = 2, NUM_SIDES = 3 };
+
+static void check_mpi(const run_t *r, int ret) {
+    if (ret == MPI_SUCCESS) return;
+    char msg[MPI_MAX_ERROR_STRING + 32];
+    int len = 0;
+    snprintf(msg, sizeof msg, "raw MPI call failed: ");
+    MPI_Error_string(ret, msg + strlen(msg), &len);
+    die(r, msg);
 }
 
-/* The raw side of --fused: k separate in-place MPI_Allreduce calls, one per
- * tensor of raw_flat [k x count]. */
-static int raw_fused(run_t *r) {
+static void call_side(run_t *r, int side) {
     osu_ctx_t *c = &r->c;
-    size_t bytes = c->count * c->esize;
-    for (int u = 0; u < r->o->fused_k; u++) {
-        int ret = MPI_Allreduce(MPI_IN_PLACE, (char *)r->raw_flat + (size_t)u * bytes,
-                                (int)c->count, c->mpi_type, c->mpi_sum, c->comm);
-        if (ret != MPI_SUCCESS) return ret;
-    }
-    return MPI_SUCCESS;
-}
-
-static void raw_call(run_t *r) {
-    int ret = r->o->fused_k > 0 ? raw_fused(r) : r->coll->run_raw(&r->c);
-    if (ret != MPI_SUCCESS) {
-        char msg[MPI_MAX_ERROR_STRING + 32];
-        int len = 0;
-        snprintf(msg, sizeof msg, "raw MPI call failed: ");
-        MPI_Error_string(ret, msg + strlen(msg), &len);
-        die(r, msg);
+    int k = r->o->fused_k;
+    if (side == SIDE_ACX) {
+        acx_status_t st = k > 0 ? r->coll->fused->step(r->fused_state) : r->coll->run_acx(c);
+        if (st != ACX_OK) die(r, acx_last_error());
+    } else if (k == 0) {
+        check_mpi(r, r->coll->run_raw(c));
+    } else if (side == SIDE_RAW) { /* k in-place calls, one per tensor of raw_flat [k x count] */
+        size_t bytes = c->count * c->esize;
+        for (int u = 0; u < k; u++)
+            check_mpi(r, MPI_Allreduce(MPI_IN_PLACE, (char *)r->raw_flat + (size_t)u * bytes,
+                                       (int)c->count, c->mpi_type, c->mpi_sum, c->comm));
+    } else { /* one in-place call over raw_flat [k x count] */
+        check_mpi(r, MPI_Allreduce(MPI_IN_PLACE, r->raw_flat, (int)((size_t)k * c->count),
+                                   c->mpi_type, c->mpi_sum, c->comm));
     }
 }
 
-/* Time warmup + iters calls; the per-rank totals (seconds) of the timed ones
- * go to *acx_s_p and *raw_s_p (0 without a raw side). */
-static void time_size(run_t *r, long iters, long warmup, double *acx_s_p, double *raw_s_p) {
-    int raw = r->o->compare_raw || r->o->fused_k > 0;
-    double t_acx = 0.0, t_raw = 0.0;
+/* Per-call samples kept for the medians (the first ones of a longer run). */
+#define OSU_MAX_SAMPLES (1L << 20)
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Median of x [n] (sorts x). */
+static double median(double *x, long n) {
+    if (n <= 0) return 0.0;
+    qsort(x, (size_t)n, sizeof *x, cmp_double);
+    return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
+}
+
+/* Time warmup + iters rounds; in each, every side runs once, bracketed by
+ * MPI_Wtime, starting with side (round mod sides) so that no side always
+ * follows another. Per side and rank: total_s [NUM_SIDES] the timed
+ * rounds' seconds, median_s [NUM_SIDES] the median single call (the mean is
+ * OSU's figure; the median is the one a busy machine's preemptions barely
+ * move). Sides not run stay 0. */
+static void time_size(run_t *r, long iters, long warmup, double *total_s, double *median_s) {
+    int sides = r->o->fused_k > 0 ? 3 : r->o->compare_raw ? 2 : 1;
+    long ns = iters < OSU_MAX_SAMPLES ? iters : OSU_MAX_SAMPLES;
+    double *samples[NUM_SIDES] = {NULL};
+    for (int s = 0; s < NUM_SIDES; s++) {
+        total_s[s] = median_s[s] = 0.0;
+        if (s < sides && (samples[s] = malloc((size_t)ns * sizeof(double))) == NULL)
+            die(r, "out of memory for the timing samples");
+    }
     MPI_Barrier(r->c.comm);
     for (long i = 0; i < warmup + iters; i++) {
-        double a0, a1, r0 = 0.0, r1 = 0.0;
-        int raw_first = raw && (i & 1);
-        if (raw_first) {
-            r0 = MPI_Wtime();
-            raw_call(r);
-            r1 = MPI_Wtime();
-        }
-        a0 = MPI_Wtime();
-        acx_call(r);
-        a1 = MPI_Wtime();
-        if (raw && !raw_first) {
-            r0 = MPI_Wtime();
-            raw_call(r);
-            r1 = MPI_Wtime();
-        }
-        if (i >= warmup) {
-            t_acx += a1 - a0;
-            t_raw += r1 - r0;
+        for (int j = 0; j < sides; j++) {
+            int s = (int)((i + j) % sides);
+            double t0 = MPI_Wtime();
+            call_side(r, s);
+            double dt = MPI_Wtime() - t0;
+            if (i < warmup) continue;
+            total_s[s] += dt;
+            if (i - warmup < ns) samples[s][i - warmup] = dt;
         }
     }
-    *acx_s_p = t_acx;
-    *raw_s_p = t_raw;
+    for (int s = 0; s < sides; s++) {
+        median_s[s] = median(samples[s], ns);
+        free(samples[s]);
+    }
 }
 
 /* -c for one size: returns the number of wrong elements over all ranks. */
@@ -528,7 +561,7 @@ static long validate_size(run_t *r) {
             size_t total = (size_t)r->o->fused_k * c->count;
             for (size_t i = 0; i < total; i++)
                 osu_put(r->flat, i, c->dtype, osu_value(c->rank, i, round, vmax));
-            acx_call(r);
+            call_side(r, SIDE_ACX);
             if (r->inject_fault && c->rank == 0) ((unsigned char *)r->flat)[0] ^= 0x40;
             for (size_t i = 0; i < total; i++) {
                 long want = 0;
@@ -541,7 +574,7 @@ static long validate_size(run_t *r) {
         size_t out_elems = extent_elems(coll->recv_extent, c->count, c->size);
         if (c->recv != NULL) memset(c->recv, 0xa5, out_elems * c->esize); /* no stale result */
         coll->fill(c, round, vmax);
-        acx_call(r);
+        call_side(r, SIDE_ACX);
         void *out = c->recv != NULL ? c->recv : c->send;
         if (r->inject_fault && c->rank == 0 && c->count > 0) ((unsigned char *)out)[0] ^= 0x40;
         bad += (long)coll->check(c, round, vmax);
@@ -567,7 +600,8 @@ static stats_t stats_over_ranks(double local_us, MPI_Comm comm, int n) {
 typedef struct row {
     size_t bytes, count;
     long iters, warmup;
-    stats_t acx, raw;
+    stats_t acx, raw, one;                     /* one: --fused's single raw call */
+    double acx_median, raw_median, one_median; /* us: mean over ranks of each rank's median */
     int has_raw, validated, pass, buckets;
     double algbw, busbw;
 } row_t;
@@ -584,15 +618,15 @@ static void print_header(const run_t *r) {
     if (r->coll->op == OSU_ALL_GATHER || r->coll->op == OSU_REDUCE_SCATTER)
         printf("# Size: per rank (%s); the whole array is ranks x Size\n",
                r->coll->op == OSU_ALL_GATHER ? "each rank's contribution"
-                                              : "each rank's share of the result");
+                                             : "each rank's share of the result");
     if (o->compare_raw && o->fused_k == 0)
         printf("# --compare-raw: the raw MPI call timed in the same loop, alternating with acx; "
                "Overhead = acx - raw, Acx/Raw = acx / raw\n");
     if (o->fused_k > 0)
         printf("# --fused %d: each row reduces %d tensors of Size bytes: Avg = one step through "
                "acx's fusion buckets (%.6g MiB), Separate = %d MPI_Allreduce calls, Speedup = "
-               "Separate / Avg\n",
-               o->fused_k, o->fused_k, o->bucket_mb, o->fused_k);
+               "Separate / Avg, Raw 1 call = one MPI_Allreduce of all %d (fusion's best case)\n",
+               o->fused_k, o->fused_k, o->bucket_mb, o->fused_k, o->fused_k);
     if (o->busbw)
         printf("# Algbw, Busbw: GB/s (1e9 B/s) as nccl-tests defines them (docs/benchmarks.md)\n");
     printf("%-10s%18s", "# Size", "Avg Latency(us)");
@@ -600,7 +634,8 @@ static void print_header(const run_t *r) {
     if (o->validate) printf("%18s", "Validation");
     if (o->compare_raw && o->fused_k == 0)
         printf("%18s%18s%18s", "Raw Avg(us)", "Overhead(us)", "Acx/Raw");
-    if (o->fused_k > 0) printf("%18s%18s%12s", "Separate(us)", "Speedup", "Buckets");
+    if (o->fused_k > 0)
+        printf("%18s%18s%12s%18s", "Separate(us)", "Speedup", "Buckets", "Raw 1 call(us)");
     if (o->busbw) printf("%18s%18s", "Algbw(GB/s)", "Busbw(GB/s)");
     printf("\n");
     fflush(stdout);
@@ -613,7 +648,9 @@ static void print_row(const run_t *r, const row_t *w) {
     if (o->validate) printf("%18s", w->pass ? "Pass" : "Fail");
     if (o->compare_raw && o->fused_k == 0)
         printf("%18.2f%18.2f%18.3f", w->raw.avg, w->acx.avg - w->raw.avg, w->acx.avg / w->raw.avg);
-    if (o->fused_k > 0) printf("%18.2f%18.3f%12d", w->raw.avg, w->raw.avg / w->acx.avg, w->buckets);
+    if (o->fused_k > 0)
+        printf("%18.2f%18.3f%12d%18.2f", w->raw.avg, w->raw.avg / w->acx.avg, w->buckets,
+               w->one.avg);
     if (o->busbw) printf("%18.2f%18.2f", w->algbw, w->busbw);
     printf("\n");
     fflush(stdout);
@@ -641,20 +678,24 @@ static void json_row(FILE *f, const run_t *r, const row_t *w, int first) {
     fprintf(f,
             "%s\n    {\"dtype\": \"%s\", \"size\": %zu, \"count\": %zu, \"iterations\": %ld, "
             "\"warmup\": %ld, "
-            "\"avg_us\": %.6g, \"min_us\": %.6g, \"max_us\": %.6g, \"algbw_gbps\": %.6g, "
-            "\"busbw_gbps\": %.6g",
-            first ? "" : ",", acx_dtype_name(r->c.dtype), w->bytes, w->count, w->iters, w->warmup, w->acx.avg, w->acx.min,
-            w->acx.max, w->algbw, w->busbw);
+            "\"avg_us\": %.6g, \"min_us\": %.6g, \"max_us\": %.6g, \"median_us\": %.6g, "
+            "\"algbw_gbps\": %.6g, \"busbw_gbps\": %.6g",
+            first ? "" : ",", acx_dtype_name(r->c.dtype), w->bytes, w->count, w->iters, w->warmup,
+            w->acx.avg, w->acx.min, w->acx.max, w->acx_median, w->algbw, w->busbw);
     if (o->validate) fprintf(f, ", \"validation\": \"%s\"", w->pass ? "pass" : "fail");
     if (o->compare_raw && o->fused_k == 0)
-        fprintf(f, ", \"raw_avg_us\": %.6g, \"raw_min_us\": %.6g, \"raw_max_us\": %.6g, "
-                   "\"overhead_us\": %.6g, \"acx_over_raw\": %.6g",
-                w->raw.avg, w->raw.min, w->raw.max, w->acx.avg - w->raw.avg,
+        fprintf(f,
+                ", \"raw_avg_us\": %.6g, \"raw_min_us\": %.6g, \"raw_max_us\": %.6g, "
+                "\"raw_median_us\": %.6g, \"overhead_us\": %.6g, \"acx_over_raw\": %.6g",
+                w->raw.avg, w->raw.min, w->raw.max, w->raw_median, w->acx.avg - w->raw.avg,
                 w->acx.avg / w->raw.avg);
     if (o->fused_k > 0)
-        fprintf(f, ", \"fused_tensors\": %d, \"bucket_mb\": %.6g, \"buckets\": %d, "
-                   "\"separate_avg_us\": %.6g, \"speedup\": %.6g",
-                o->fused_k, o->bucket_mb, w->buckets, w->raw.avg, w->raw.avg / w->acx.avg);
+        fprintf(f,
+                ", \"fused_tensors\": %d, \"bucket_mb\": %.6g, \"buckets\": %d, "
+                "\"separate_avg_us\": %.6g, \"separate_median_us\": %.6g, \"speedup\": %.6g, "
+                "\"raw_one_call_avg_us\": %.6g, \"raw_one_call_median_us\": %.6g",
+                o->fused_k, o->bucket_mb, w->buckets, w->raw.avg, w->raw_median,
+                w->raw.avg / w->acx.avg, w->one.avg, w->one_median);
     fprintf(f, "}");
 }
 
@@ -671,8 +712,9 @@ static void run_size(run_t *r, size_t count, row_t *w) {
     w->warmup = o->warmup >= 0 ? o->warmup : small ? OSU_WARMUP_SMALL : OSU_WARMUP_LARGE;
     w->buckets = 0;
     if (o->fused_k > 0) {
-        acx_status_t st = r->coll->fused->create(r->flat, count, o->fused_k, c->dtype,
-                                                 (size_t)(o->bucket_mb * 1048576.0), &r->fused_state);
+        acx_status_t st =
+            r->coll->fused->create(r->flat, count, o->fused_k, c->dtype,
+                                   (size_t)(o->bucket_mb * 1048576.0), &r->fused_state);
         if (st != ACX_OK) die(r, acx_last_error());
         w->buckets = r->coll->fused->num_buckets(r->fused_state);
     }
@@ -680,11 +722,15 @@ static void run_size(run_t *r, size_t count, row_t *w) {
     w->pass = 1;
     if (o->validate) w->pass = validate_size(r) == 0;
 
-    double acx_s, raw_s;
-    time_size(r, w->iters, w->warmup, &acx_s, &raw_s);
-    w->acx = stats_over_ranks(acx_s * 1e6 / (double)w->iters, c->comm, c->size);
+    double total[NUM_SIDES], med[NUM_SIDES];
+    time_size(r, w->iters, w->warmup, total, med);
+    stats_t *st[NUM_SIDES] = {&w->acx, &w->raw, &w->one};
+    double *md[NUM_SIDES] = {&w->acx_median, &w->raw_median, &w->one_median};
+    for (int s = 0; s < NUM_SIDES; s++) { /* collective: every rank runs all three */
+        *st[s] = stats_over_ranks(total[s] * 1e6 / (double)w->iters, c->comm, c->size);
+        *md[s] = stats_over_ranks(med[s] * 1e6, c->comm, c->size).avg;
+    }
     w->has_raw = o->compare_raw || o->fused_k > 0;
-    if (w->has_raw) w->raw = stats_over_ranks(raw_s * 1e6 / (double)w->iters, c->comm, c->size);
     size_t rated = o->fused_k > 0 ? w->bytes * (size_t)o->fused_k : w->bytes;
     osu_bandwidth(r->coll->op, rated, c->size, w->acx.avg * 1e-6, &w->algbw, &w->busbw);
     if (o->fused_k > 0) {

@@ -26,21 +26,21 @@ typedef struct osu_ctx {
     MPI_Comm comm; /* the raw side's communicator: a duplicate of MPI_COMM_WORLD */
     int rank, size;
     acx_dtype_t dtype;
-    size_t esize;         /* bytes per element */
+    size_t esize;          /* bytes per element */
     MPI_Datatype mpi_type; /* raw side: the dtype (16-bit floats: MPI_UINT16_T) */
     MPI_Op mpi_sum;        /* raw side: SUM for the dtype (16-bit floats: a user op) */
     size_t count;          /* elements per rank at this size */
-    /* acx's buffers and the raw side's own, each [send_elems] / [recv_elems]
-     * as the operation's shape says (recv NULL when it has none) */
+    /* acx's buffers and the raw side's own, of the operation's shapes:
+     * send [send_extent x count], recv [recv_extent x count] (NULL if none) */
     void *send, *recv;
     void *raw_send, *raw_recv;
 } osu_ctx_t;
 
 /* How big a buffer is, in units of count elements. */
 typedef enum osu_extent {
-    OSU_NONE = 0,  /* not used */
-    OSU_ONE = 1,   /* [count] */
-    OSU_WORLD = 2  /* [world_size x count] */
+    OSU_NONE = 0, /* not used */
+    OSU_ONE = 1,  /* [count] */
+    OSU_WORLD = 2 /* [world_size x count] */
 } osu_extent_t;
 
 /* --fused K (all-reduce only): K tensors of count elements, laid out in one
@@ -49,8 +49,8 @@ typedef enum osu_extent {
 typedef struct osu_fused_ops {
     /* Plan buckets of at most bucket_bytes over flat [k x count] of dtype,
      * tensor u being unit u (ready in order 0..k-1). Collective. */
-    acx_status_t (*create)(void *flat, size_t count, int k, acx_dtype_t dtype,
-                           size_t bucket_bytes, void **state_p);
+    acx_status_t (*create)(void *flat, size_t count, int k, acx_dtype_t dtype, size_t bucket_bytes,
+                           void **state_p);
     /* One step: every unit reports ready, then wait for all buckets (each
      * tensor is SUM-all-reduced in place). Collective. */
     acx_status_t (*step)(void *state);
@@ -83,9 +83,10 @@ int osu_main(int argc, char **argv, const osu_coll_t *coll);
 
 /* ---- validation values (for the fill/check callbacks) ---- */
 
-/* The integer rank r holds at element i in round k: in 0..vmax, different
- * for neighbouring ranks and elements. Sums of up to `summed` such values
- * stay exactly representable in the dtype with the vmax the driver passes. */
+/* The integer rank `rank` holds at element i in validation round `round`:
+ * in 0..vmax, different for neighbouring ranks and elements. The driver
+ * picks vmax so that the sum over all ranks is still an integer the dtype
+ * holds exactly (bfloat16: <= 256, float16: <= 2048, int8: <= 127). */
 int osu_value(int rank, size_t i, int round, int vmax);
 
 /* buf[i] of dtype = v (a small non-negative integer, exact in dtype). */

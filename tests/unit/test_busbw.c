@@ -60,7 +60,7 @@ static int test_golden(void) {
     /* 1 MiB in 100 us: 1048576 / 1e-4 / 1e9 = 10.48576 GB/s */
     if (bw_is(OSU_ALL_REDUCE, MIB, 4, 100e-6, 10.48576, 15.72864)) goto error; /* x 6/4 */
     if (bw_is(OSU_ALL_REDUCE, MIB, 1, 100e-6, 10.48576, 0.0)) goto error;
-    if (bw_is(OSU_ALL_REDUCE, 8, 2, 0.5e-6, 0.016, 0.016)) goto error; /* x 1 */
+    if (bw_is(OSU_ALL_REDUCE, 8, 2, 0.5e-6, 0.016, 0.016)) goto error;  /* x 1 */
     if (bw_is(OSU_ALL_REDUCE, 3000, 3, 1e-3, 0.003, 0.004)) goto error; /* x 4/3 */
     /* all-gather: 4 x 1 MiB gathered in 100 us = 41.94304 GB/s, x 3/4 */
     if (bw_is(OSU_ALL_GATHER, MIB, 4, 100e-6, 41.94304, 31.45728)) goto error;
