@@ -578,8 +578,11 @@ static const char estimate_memory_usage[] =
     "master weights, optimizer state, transient buffers (gathered units and\n"
     "communication staging) and their total, with the ZeRO paper's figure for\n"
     "mixed-precision Adam below. Activations, the data loader and MPI's own\n"
-    "buffers are not counted. The formulas, and how they differ from the\n"
-    "paper's: docs/memory.md. Does not start MPI.\n"
+    "buffers are not counted. This is the host layout: compute copies and\n"
+    "full gradients are float32 even under bf16/fp16 (16-bit buffers only\n"
+    "carry communication), so mixed precision holds more than the paper's\n"
+    "no_shard figure. The formulas, and how they differ from the paper's:\n"
+    "docs/memory.md. Does not start MPI.\n"
     "\n"
     "the model (one of):\n"
     "  --params N             N parameter elements; a suffix K, M, B or T (10^3,\n"
@@ -597,6 +600,8 @@ static const char estimate_memory_usage[] =
     "  --strategy S           no_shard, shard_grad_op, full_shard, hybrid_shard,\n"
     "                         or all: every strategy side by side (default all)\n"
     "  --mixed-precision MP   no, bf16 or fp16 (default no)\n"
+    "  --reduce-dtype RD      fp32, bf16 or fp16: the dtype gradients are reduced\n"
+    "                         in, independent of MP (default fp32)\n"
     "  --optimizer OPT        adamw or adam (2 fp32 states per element),\n"
     "                         sgd-momentum (1) or sgd (0) (default adamw)\n"
     "  --ranks-per-node R     hybrid_shard's shard group, a divisor of W\n"
@@ -933,7 +938,7 @@ static int64_t est_paper_div(int64_t a, int64_t b, int64_t c) {
 static int cmd_estimate_memory(int argc, char **argv) {
     static const char where[] = "estimate-memory";
     const char *params = NULL, *model_path = NULL, *largest = NULL;
-    const char *strategy = NULL, *mp = NULL, *optimizer = NULL;
+    const char *strategy = NULL, *mp = NULL, *reduce = NULL, *optimizer = NULL;
     const char *world = NULL, *rpn = NULL, *limit = NULL;
     int exact = 0;
 
@@ -942,11 +947,11 @@ static int cmd_estimate_memory(int argc, char **argv) {
         const char *name, *meta;
         const char **value;
     } opts[] = {
-        {"--params", "N", &params},        {"--model", "FILE", &model_path},
-        {"--world-size", "W", &world},     {"--strategy", "S", &strategy},
-        {"--mixed-precision", "MP", &mp},  {"--optimizer", "OPT", &optimizer},
-        {"--ranks-per-node", "R", &rpn},   {"--limit-all-gathers", "G", &limit},
-        {"--largest-unit", "N", &largest},
+        {"--params", "N", &params},           {"--model", "FILE", &model_path},
+        {"--world-size", "W", &world},        {"--strategy", "S", &strategy},
+        {"--mixed-precision", "MP", &mp},     {"--reduce-dtype", "RD", &reduce},
+        {"--optimizer", "OPT", &optimizer},   {"--ranks-per-node", "R", &rpn},
+        {"--limit-all-gathers", "G", &limit}, {"--largest-unit", "N", &largest},
     };
     const int num_opts = (int)(sizeof opts / sizeof opts[0]);
 
@@ -1029,6 +1034,17 @@ static int cmd_estimate_memory(int argc, char **argv) {
         else
             EST_BAD("invalid --mixed-precision '%s' (expected no, bf16 or fp16)", mp);
     }
+    int reduce_dtype = ACX_REDUCE_FP32;
+    if (reduce != NULL) {
+        if (strcmp(reduce, "fp32") == 0)
+            reduce_dtype = ACX_REDUCE_FP32;
+        else if (strcmp(reduce, "bf16") == 0)
+            reduce_dtype = ACX_REDUCE_BF16;
+        else if (strcmp(reduce, "fp16") == 0)
+            reduce_dtype = ACX_REDUCE_FP16;
+        else
+            EST_BAD("invalid --reduce-dtype '%s' (expected fp32, bf16 or fp16)", reduce);
+    }
     int states = 2, adam = 1;
     if (optimizer != NULL) {
         if (strcmp(optimizer, "adamw") == 0 || strcmp(optimizer, "adam") == 0)
@@ -1093,7 +1109,8 @@ static int cmd_estimate_memory(int argc, char **argv) {
                                 .mixed_precision = mixed,
                                 .optimizer_states = states,
                                 .limit_all_gathers = G,
-                                .num_units = in.num_units};
+                                .num_units = in.num_units,
+                                .reduce_dtype = reduce_dtype};
         acx_status_t st = acx_memory_estimate(&m, &est[s]);
         if (st != ACX_OK) {
             est_tensors_free(&tensors);
@@ -1115,6 +1132,7 @@ static int cmd_estimate_memory(int argc, char **argv) {
 
     /* ---- what was assumed ---- */
     static const char *const mp_names[3] = {"no", "bf16", "fp16"};
+    static const char *const rd_names[3] = {"fp32", "bf16", "fp16"};
     printf("Model state per rank (acx_memory_estimate; formulas in docs/memory.md)\n");
     if (in.file != NULL)
         printf("model:    %lld parameter elements (P) in %d tensors of %s '%s';\n"
@@ -1127,10 +1145,10 @@ static int cmd_estimate_memory(int argc, char **argv) {
                largest ? "" : " (P/8)");
     printf("ranks:    world size %d (N)", W);
     if (last == ACX_HYBRID_SHARD) printf("; hybrid_shard shards over %d ranks per node (R)", R);
-    printf("\ntraining: mixed precision %s, optimizer %s (%d fp32 state%s per element), "
-           "limit_all_gathers %d%s\n\n",
-           mp_names[mixed], optimizer ? optimizer : "adamw", states, states == 1 ? "" : "s", G,
-           G == 0 ? " (no cap)" : "");
+    printf("\ntraining: mixed precision %s, reduce dtype %s, optimizer %s (%d fp32 state%s per "
+           "element),\n          limit_all_gathers %d%s\n\n",
+           mp_names[mixed], rd_names[reduce_dtype], optimizer ? optimizer : "adamw", states,
+           states == 1 ? "" : "s", G, G == 0 ? " (no cap)" : "");
 
     /* ---- the table: a row per category, a column per strategy ---- */
     char cell[7][4][48];
@@ -1161,6 +1179,11 @@ static int cmd_estimate_memory(int argc, char **argv) {
            paper[first] < 0 ? "; not shown: it needs\n--mixed-precision bf16 or fp16 and "
                               "--optimizer adam or adamw"
                             : ".");
+    if (mixed != ACX_MP_NO)
+        printf("On the host acx computes with float32 arrays of bf16/fp16-rounded values and\n"
+               "float32 gradients (4 bytes where the paper counts 2), so no_shard and\n"
+               "shard_grad_op hold more than the paper; 16-bit buffers only carry\n"
+               "communication (docs/memory.md).\n");
     est_tensors_free(&tensors);
     return EXIT_OK;
 }
