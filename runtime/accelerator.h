@@ -53,6 +53,12 @@ struct acx_accelerator {
     int64_t items_total;    /* the last boundary's total over ranks and micro-steps */
     struct acx_request *requests; /* public non-blocking collectives not yet waited */
 
+    /* public collectives (runtime/coll_debug.h, runtime/eval.c) */
+    uint64_t coll_seq; /* public collectives started so far; debug reports say "#seq" */
+    int coll_debug;    /* ACX_DEBUG_MODE: ACX_COLL_DEBUG_UNREAD / _OFF / _ON */
+    int trigger;       /* acx_set_trigger called since the last acx_check_trigger */
+    int first_block;   /* inside main_process_first: 0 no, 1 world, 2 node (local_) */
+
     /* checkpoint state (runtime/checkpoint.c) */
     struct acx_ckpt_entry *ckpt_user; /* registered program state */
     int num_ckpt_user, cap_ckpt_user;
