@@ -29,6 +29,7 @@
 
 #include "collectives/watchdog.h"
 #include "io/loader.h"
+#include "runtime/coll_debug.h"
 #include "runtime/accelerator.h"
 #include "runtime/base/error.h"
 #include "runtime/base/log.h"
@@ -219,7 +220,8 @@ static void key_env_name(int k, char *buf, size_t n) {
  * silently ignored otherwise: warn once, on the main process. Variables
  * read elsewhere and the ACX_TEST_ prefix (the test suite's) are known. */
 static void warn_unknown_env(const acx_accelerator_t *acc) {
-    static const char *const other[] = {"ACX_CONFIG_FILE", "ACX_LOG_SUBSYS", "ACX_LOG_FILE"};
+    static const char *const other[] = {"ACX_CONFIG_FILE", "ACX_LOG_SUBSYS", "ACX_LOG_FILE",
+                                        "ACX_DEBUG_MODE"};
     if (acc->rank != 0 || environ == NULL) return;
     for (char **e = environ; *e != NULL; e++) {
         if (strncmp(*e, "ACX_", 4) != 0 || strncmp(*e, "ACX_TEST_", 9) == 0) continue;
@@ -381,6 +383,7 @@ ACX_API acx_status_t acx_init(int *argc, char ***argv, const acx_config_t *confi
                        status, err_comm);
     ACX_CHECK_GOTO(acx_comm_split(acc->world, acc->node_rank, acc->local_rank, &acc->node), status,
                    err_comm);
+    ACX_CHECK_GOTO(acx_coll_debug_init(acc), status, err_comm); /* ACX_DEBUG_MODE, agreed */
 
     if (acx_log_enabled(ACX_LOG_INFO, ACX_SUBSYS_LAUNCH)) {
         char line[2048];
@@ -485,7 +488,8 @@ ACX_API const acx_config_t *acx_get_config(const acx_accelerator_t *acc) {
 
 ACX_API acx_status_t acx_wait_for_everyone(acx_accelerator_t *acc) {
     if (acc == NULL) return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_wait_for_everyone: acc is NULL");
-    return acc->world->ops->barrier(acc->world);
+    /* through the public barrier, so ACX_DEBUG_MODE checks it too */
+    return acx_barrier_at(__FILE__, __LINE__, acc);
 }
 
 /* ---- agreement of per-rank arguments ---- */
