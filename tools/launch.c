@@ -403,14 +403,12 @@ static int mpi_flavor(void) {
 /* ---- running the launcher ---- */
 
 static volatile sig_atomic_t launcher_pid;
-static volatile sig_atomic_t got_signal;
 
 /* Pass a signal on to the launcher, unless the terminal sent it: a Ctrl-C
  * reaches the whole foreground process group, the launcher included, and a
  * second SIGINT makes mpirun and srun abort without their cleanup. */
 static void forward_to_launcher(int sig, siginfo_t *info, void *ctx) {
     (void)ctx;
-    got_signal = sig;
     if (info != NULL && info->si_code == SI_KERNEL) return;
     if (launcher_pid > 0) kill((pid_t)launcher_pid, sig);
 }
@@ -493,7 +491,6 @@ static int run_command(const acx_launch_cmd_t *cmd, const char *status_dir, int 
     }
     if (pid == 0) {
         close(pipefd[0]);
-        signal(SIGINT, SIG_DFL);
         for (int k = 0; k < NUM_FORWARDED; k++) signal(forwarded_signals[k], SIG_DFL);
         for (int k = 0; k < cmd->n_env; k++) putenv(cmd->env[k]);
         execvp(cmd->argv[0], cmd->argv);
