@@ -74,7 +74,8 @@ static void sv_addf(strvec_t *v, const char *fmt, ...) {
 }
 
 static void sv_free(strvec_t *v) {
-    for (int i = 0; i < v->n; i++) free(v->s[i]);
+    for (int i = 0; i < v->n; i++)
+        free(v->s[i]);
     free(v->s);
     v->s = NULL;
     v->n = v->cap = 0;
@@ -103,8 +104,7 @@ static int positive_var(const char *(*env)(const char *), const char *name) {
  * order of config.c's key table. */
 static void add_settings(strvec_t *env, const acx_launch_request_t *req) {
     if (req->config_file != NULL) sv_addf(env, "ACX_CONFIG_FILE=%s", req->config_file);
-    if (req->mixed_precision != NULL)
-        sv_addf(env, "ACX_MIXED_PRECISION=%s", req->mixed_precision);
+    if (req->mixed_precision != NULL) sv_addf(env, "ACX_MIXED_PRECISION=%s", req->mixed_precision);
     if (req->sharding_strategy != NULL)
         sv_addf(env, "ACX_SHARDING_STRATEGY=%s", req->sharding_strategy);
     if (req->gradient_accumulation_steps != NULL)
@@ -120,18 +120,22 @@ static void add_rank_command(strvec_t *argv, const acx_launch_request_t *req) {
         sv_add(argv, "--rank-supervisor");
         sv_add(argv, req->status_dir);
     }
-    for (int i = 0; i < req->n_program_args; i++) sv_add(argv, req->program_args[i]);
+    for (int i = 0; i < req->n_program_args; i++)
+        sv_add(argv, req->program_args[i]);
 }
 
 static void add_launcher_args(strvec_t *argv, const acx_launch_request_t *req) {
-    for (int i = 0; i < req->n_launcher_args; i++) sv_add(argv, req->launcher_args[i]);
+    for (int i = 0; i < req->n_launcher_args; i++)
+        sv_add(argv, req->launcher_args[i]);
 }
 
 static acx_status_t check_request(const acx_launch_request_t *req, const acx_launch_host_t *host,
                                   acx_launch_cmd_t **cmd_p) {
     if (req == NULL || host == NULL || cmd_p == NULL)
         return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_launch_cmd_build: %s is NULL",
-                         req == NULL ? "req" : host == NULL ? "host" : "cmd_p");
+                         req == NULL    ? "req"
+                         : host == NULL ? "host"
+                                        : "cmd_p");
     if (req->n_program_args < 1 || req->program_args == NULL || req->program_args[0] == NULL)
         return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx launch: no PROGRAM to run");
     for (int i = 0; i < req->n_program_args; i++)
@@ -149,8 +153,7 @@ static acx_status_t check_request(const acx_launch_request_t *req, const acx_lau
     if (req->supervisor != NULL && (req->status_dir == NULL || req->status_dir[0] == '\0'))
         return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx launch: a supervisor needs a status directory");
     if (host->nproc < 1)
-        return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx launch: nproc %ld (expected >= 1)",
-                         host->nproc);
+        return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx launch: nproc %ld (expected >= 1)", host->nproc);
     return ACX_OK;
 }
 
@@ -307,14 +310,15 @@ static int shell_safe(const char *w) {
 
 size_t acx_shell_quote(const char *word, char *buf, size_t size) {
     size_t len = 0;
-#define PUT(ch)                                                                \
-    do {                                                                       \
-        if (len + 1 < size) buf[len] = (ch);                                   \
-        len++;                                                                 \
+#define PUT(ch)                                                                                    \
+    do {                                                                                           \
+        if (len + 1 < size) buf[len] = (ch);                                                       \
+        len++;                                                                                     \
     } while (0)
     if (word == NULL) word = "";
     if (shell_safe(word)) {
-        for (const char *p = word; *p; p++) PUT(*p);
+        for (const char *p = word; *p; p++)
+            PUT(*p);
     } else {
         PUT('\'');
         for (const char *p = word; *p; p++) {

@@ -29,28 +29,28 @@ typedef enum acx_mpi_flavor {
 /* What `acx launch` was asked for, its options already parsed (the tool
  * checks the values). Strings are borrowed; NULL / 0 = not given. */
 typedef struct acx_launch_request {
-    int num_processes;          /* -n N, >= 1; 0 = not given */
-    int config_num_processes;   /* num_processes of the config file, >= 1; 0 = none */
-    const char *config_file;    /* --config FILE -> ACX_CONFIG_FILE */
-    const char *mixed_precision;   /* -> ACX_MIXED_PRECISION */
-    const char *sharding_strategy; /* -> ACX_SHARDING_STRATEGY */
+    int num_processes;                       /* -n N, >= 1; 0 = not given */
+    int config_num_processes;                /* num_processes of the config file, >= 1; 0 = none */
+    const char *config_file;                 /* --config FILE -> ACX_CONFIG_FILE */
+    const char *mixed_precision;             /* -> ACX_MIXED_PRECISION */
+    const char *sharding_strategy;           /* -> ACX_SHARDING_STRATEGY */
     const char *gradient_accumulation_steps; /* -> ACX_GRADIENT_ACCUMULATION_STEPS */
-    int debug;                  /* --debug -> ACX_LOG_LEVEL=debug */
-    const char *hostfile;       /* --hostfile FILE (mpirun/mpiexec only) */
-    int n_launcher_args;        /* passthrough: inserted before the rank command */
+    int debug;                               /* --debug -> ACX_LOG_LEVEL=debug */
+    const char *hostfile;                    /* --hostfile FILE (mpirun/mpiexec only) */
+    int n_launcher_args;                     /* passthrough: inserted before the rank command */
     const char *const *launcher_args;
     /* The rank supervisor: `supervisor launch --rank-supervisor status_dir
      * PROGRAM ARGS`. supervisor NULL = run PROGRAM directly (no summary). */
     const char *supervisor;
     const char *status_dir;
-    int n_program_args;         /* >= 1: PROGRAM and its arguments */
+    int n_program_args; /* >= 1: PROGRAM and its arguments */
     const char *const *program_args;
 } acx_launch_request_t;
 
 /* This machine. */
 typedef struct acx_launch_host {
-    long nproc;   /* CPUs this process may run on (sched_getaffinity), >= 1 */
-    int is_root;  /* effective uid 0: Open MPI's mpirun refuses root without a flag */
+    long nproc;     /* CPUs this process may run on (sched_getaffinity), >= 1 */
+    int is_root;    /* effective uid 0: Open MPI's mpirun refuses root without a flag */
     int mpi_flavor; /* acx_mpi_flavor_t: the MPI acx was built with */
 } acx_launch_host_t;
 
@@ -59,9 +59,9 @@ typedef struct acx_launch_host {
  * exports the whole environment, mpirun gets one `-x NAME` each). All
  * strings are owned by the command; free it with acx_launch_cmd_free. */
 typedef struct acx_launch_cmd {
-    const char *launcher;   /* "srun", "mpirun" or "mpiexec" (static) */
-    int num_processes;      /* ranks, or 0 = srun's default (the allocation's tasks) */
-    int oversubscribed;     /* more ranks per node than nproc */
+    const char *launcher; /* "srun", "mpirun" or "mpiexec" (static) */
+    int num_processes;    /* ranks, or 0 = srun's default (the allocation's tasks) */
+    int oversubscribed;   /* more ranks per node than nproc */
     int argc;
     char **argv;
     int n_env;
@@ -104,21 +104,21 @@ acx_status_t acx_launch_cmd_format(const acx_launch_cmd_t *cmd, char **text_p);
 /* ---- exit records ---- */
 
 #define ACX_LAUNCH_HOST_MAX 256
-#define ACX_LAUNCH_WHY_MAX 512
+#define ACX_LAUNCH_WHY_MAX  512
 
 /* How one rank ended, as its supervisor saw it. */
 typedef struct acx_rank_exit {
-    int rank;              /* from the launcher's variables; -1 unknown */
+    int rank; /* from the launcher's variables; -1 unknown */
     char host[ACX_LAUNCH_HOST_MAX];
-    long pid;              /* the program's pid */
-    int exit_code;         /* 0..255 when it exited, else -1 */
-    int signal;            /* the signal that killed it, else 0 */
-    int teardown;          /* 1: the supervisor was told to stop it first (the
-                              launcher tearing the job down, or a user's
-                              signal): not a failure of its own */
-    long long time_ns;     /* CLOCK_REALTIME when the supervisor saw the end */
-    long job_id;           /* Slurm job, 0 if none */
-    long step_id;          /* Slurm step, -1 if none */
+    long pid;                     /* the program's pid */
+    int exit_code;                /* 0..255 when it exited, else -1 */
+    int signal;                   /* the signal that killed it, else 0 */
+    int teardown;                 /* 1: the supervisor was told to stop it first (the
+                                     launcher tearing the job down, or a user's
+                                     signal): not a failure of its own */
+    long long time_ns;            /* CLOCK_REALTIME when the supervisor saw the end */
+    long job_id;                  /* Slurm job, 0 if none */
+    long step_id;                 /* Slurm step, -1 if none */
     char why[ACX_LAUNCH_WHY_MAX]; /* e.g. "cannot execute 'x': ..."; "" = nothing to add */
 } acx_rank_exit_t;
 

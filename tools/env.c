@@ -140,8 +140,7 @@ static const char env_usage[] =
 
 long tool_count_cpus(void) {
     cpu_set_t set;
-    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
-        return CPU_COUNT(&set);
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     return n > 0 ? n : 1;
 }
@@ -246,8 +245,8 @@ int cmd_env(int argc, char **argv) {
             config_file = value;
             continue;
         }
-        return usage_error(where, arg[0] == '-' ? "unknown option '%s'" : "unexpected argument '%s'",
-                           arg);
+        return usage_error(where,
+                           arg[0] == '-' ? "unknown option '%s'" : "unexpected argument '%s'", arg);
     }
     acx_resolved_config_t *cfg = malloc(sizeof *cfg);
     if (cfg == NULL) {
@@ -363,7 +362,8 @@ static int key_index(const char *name) {
 static acx_status_t resolve_answers(const char *const answers[NUM_WRITTEN],
                                     acx_resolved_config_t *cfg) {
     tool_env_reset(1);
-    for (int k = 0; k < NUM_WRITTEN; k++) tool_env_set(written_keys[k].var, answers[k]);
+    for (int k = 0; k < NUM_WRITTEN; k++)
+        tool_env_set(written_keys[k].var, answers[k]);
     acx_status_t st = acx_config_resolve(NULL, NULL, 0, NULL, tool_env, cfg);
     tool_env_reset(0);
     return st;
@@ -483,8 +483,8 @@ static int parse_write_options(int argc, char **argv, const char *where, const c
             *output_p = value;
             continue;
         }
-        return usage_error(where, arg[0] == '-' ? "unknown option '%s'" : "unexpected argument '%s'",
-                           arg);
+        return usage_error(where,
+                           arg[0] == '-' ? "unknown option '%s'" : "unexpected argument '%s'", arg);
     }
     return EXIT_OK;
 }
@@ -512,8 +512,8 @@ static const char config_default_usage[] =
 int cmd_config_default(int argc, char **argv) {
     const char *output = NULL;
     int force = 0;
-    int rc = parse_write_options(argc, argv, "config default", config_default_usage, &output,
-                                 &force);
+    int rc =
+        parse_write_options(argc, argv, "config default", config_default_usage, &output, &force);
     if (rc < 0) return EXIT_OK;
     if (rc != EXIT_OK) return rc;
     char path[PATH_MAX];
@@ -554,7 +554,8 @@ static int ask(const char *question, const char *def, char *buf, size_t size) {
     if (fgets(buf, (int)size, stdin) == NULL) return 0;
     buf[strcspn(buf, "\r\n")] = '\0';
     size_t a = strspn(buf, " \t"), n = strlen(buf);
-    while (n > a && (buf[n - 1] == ' ' || buf[n - 1] == '\t')) n--;
+    while (n > a && (buf[n - 1] == ' ' || buf[n - 1] == '\t'))
+        n--;
     memmove(buf, buf + a, n - a);
     buf[n - a] = '\0';
     if (buf[0] == '\0') snprintf(buf, size, "%s", def);

@@ -126,8 +126,7 @@ static void write_record(const char *dir, const acx_rank_exit_t *r) {
     snprintf(path, sizeof path, "%s/rank-%d.%ld", dir, r->rank, r->pid);
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    if (fd < 0 || write(fd, line, len) != (ssize_t)len || close(fd) != 0 ||
-        rename(tmp, path) != 0)
+    if (fd < 0 || write(fd, line, len) != (ssize_t)len || close(fd) != 0 || rename(tmp, path) != 0)
         fprintf(stderr, "acx launch: rank supervisor: cannot write '%s': %s\n", path,
                 strerror(errno));
 }
@@ -179,7 +178,8 @@ static int run_supervisor(int argc, char **argv) {
     sigset_t set, old_mask;
     sigemptyset(&set);
     sigaddset(&set, SIGCHLD);
-    for (int k = 0; k < NUM_FORWARDED; k++) sigaddset(&set, forwarded_signals[k]);
+    for (int k = 0; k < NUM_FORWARDED; k++)
+        sigaddset(&set, forwarded_signals[k]);
     sigprocmask(SIG_BLOCK, &set, &old_mask);
 
     int pipefd[2];
@@ -234,8 +234,7 @@ static int run_supervisor(int argc, char **argv) {
     r.job_id = le.in_slurm_job ? le.slurm_job_id : 0;
     r.step_id = le.in_slurm_step ? le.slurm_step_id : -1;
     if (exec_errno != 0)
-        snprintf(r.why, sizeof r.why, "cannot execute '%.300s': %s", argv[1],
-                 strerror(exec_errno));
+        snprintf(r.why, sizeof r.why, "cannot execute '%.300s': %s", argv[1], strerror(exec_errno));
     write_record(dir, &r);
     return end_like(wstatus);
 }
@@ -263,7 +262,8 @@ static int parse_options(int argc, char **argv, launch_options_t *o) {
         if (strcmp(arg, "--") == 0) {
             /* The second form: launcher options up to the next '--'. */
             int end = i + 1;
-            while (end < argc && strcmp(argv[end], "--") != 0) end++;
+            while (end < argc && strcmp(argv[end], "--") != 0)
+                end++;
             if (end >= argc)
                 return usage_error(where, "%s",
                                    "a '--' before PROGRAM opens the launcher's options and needs "
@@ -316,7 +316,8 @@ static int parse_options(int argc, char **argv, launch_options_t *o) {
             snprintf(msg, sizeof msg, "option '%%s' needs %s", strings[k].what);
             if (r < 0) return usage_error(where, msg, strings[k].name);
             const char **field = (const char **)((char *)q + strings[k].offset);
-            if (*field != NULL) return usage_error(where, "option '%s' given twice", strings[k].name);
+            if (*field != NULL)
+                return usage_error(where, "option '%s' given twice", strings[k].name);
             *field = value;
         }
         if (!matched) return usage_error(where, "unknown option '%s'", arg);
@@ -324,7 +325,8 @@ static int parse_options(int argc, char **argv, launch_options_t *o) {
     if (i >= argc) return usage_error(where, "%s", "missing PROGRAM");
     /* PROGRAM ARGS [-- LAUNCHER-OPTIONS] */
     int end = i;
-    while (end < argc && strcmp(argv[end], "--") != 0) end++;
+    while (end < argc && strcmp(argv[end], "--") != 0)
+        end++;
     q->n_program_args = end - i;
     q->program_args = (const char *const *)argv + i;
     if (end < argc) {
@@ -482,7 +484,8 @@ static int run_command(const acx_launch_cmd_t *cmd, const char *status_dir, int 
     sa.sa_sigaction = forward_to_launcher;
     sa.sa_flags = SA_SIGINFO | SA_RESTART;
     sigemptyset(&sa.sa_mask);
-    for (int k = 0; k < NUM_FORWARDED; k++) sigaction(forwarded_signals[k], &sa, NULL);
+    for (int k = 0; k < NUM_FORWARDED; k++)
+        sigaction(forwarded_signals[k], &sa, NULL);
 
     pid_t pid = fork();
     if (pid < 0) {
@@ -491,8 +494,10 @@ static int run_command(const acx_launch_cmd_t *cmd, const char *status_dir, int 
     }
     if (pid == 0) {
         close(pipefd[0]);
-        for (int k = 0; k < NUM_FORWARDED; k++) signal(forwarded_signals[k], SIG_DFL);
-        for (int k = 0; k < cmd->n_env; k++) putenv(cmd->env[k]);
+        for (int k = 0; k < NUM_FORWARDED; k++)
+            signal(forwarded_signals[k], SIG_DFL);
+        for (int k = 0; k < cmd->n_env; k++)
+            putenv(cmd->env[k]);
         execvp(cmd->argv[0], cmd->argv);
         int err = errno;
         ssize_t w = write(pipefd[1], &err, sizeof err);
@@ -608,8 +613,8 @@ int cmd_launch(int argc, char **argv) {
             acx_launch_cmd_free(cmd);
             return acx_failure(st);
         }
-        fprintf(o.dry_run ? stdout : stderr, "%s%s\n", o.dry_run ? "" : "acx launch: running: ",
-                text);
+        fprintf(o.dry_run ? stdout : stderr, "%s%s\n",
+                o.dry_run ? "" : "acx launch: running: ", text);
         free(text);
     }
     rc = o.dry_run ? EXIT_OK : run_command(cmd, status_dir, q->debug);

@@ -70,8 +70,8 @@ static const char *joined_env(const acx_launch_cmd_t *c) {
     return buf;
 }
 
-static int expect_cmd(const acx_launch_request_t *q, acx_launch_host_t host,
-                      const char *const *env, const char *want_argv, const char *want_env) {
+static int expect_cmd(const acx_launch_request_t *q, acx_launch_host_t host, const char *const *env,
+                      const char *want_argv, const char *want_env) {
     acx_launch_cmd_t *c = NULL;
     fake_set(env);
     acx_status_t st = acx_launch_cmd_build(q, &host, fake_env, &c);
@@ -140,13 +140,13 @@ static int test_mpirun_settings(void) {
     q.sharding_strategy = "full_shard";
     q.gradient_accumulation_steps = "4";
     q.debug = 1;
-    CHECK(expect_cmd(&q, (acx_launch_host_t){2, 0, ACX_MPI_FLAVOR_OPENMPI}, no_env,
-                     "mpirun -np 2 -x ACX_CONFIG_FILE -x ACX_MIXED_PRECISION -x "
-                     "ACX_SHARDING_STRATEGY -x ACX_GRADIENT_ACCUMULATION_STEPS -x ACX_LOG_LEVEL "
-                     RANK_CMD,
-                     "ACX_CONFIG_FILE=run.yaml ACX_MIXED_PRECISION=bf16 "
-                     "ACX_SHARDING_STRATEGY=full_shard ACX_GRADIENT_ACCUMULATION_STEPS=4 "
-                     "ACX_LOG_LEVEL=debug"));
+    CHECK(expect_cmd(
+        &q, (acx_launch_host_t){2, 0, ACX_MPI_FLAVOR_OPENMPI}, no_env,
+        "mpirun -np 2 -x ACX_CONFIG_FILE -x ACX_MIXED_PRECISION -x "
+        "ACX_SHARDING_STRATEGY -x ACX_GRADIENT_ACCUMULATION_STEPS -x ACX_LOG_LEVEL " RANK_CMD,
+        "ACX_CONFIG_FILE=run.yaml ACX_MIXED_PRECISION=bf16 "
+        "ACX_SHARDING_STRATEGY=full_shard ACX_GRADIENT_ACCUMULATION_STEPS=4 "
+        "ACX_LOG_LEVEL=debug"));
     PASSED();
     return 0;
 error:
@@ -218,8 +218,8 @@ static int test_srun(void) {
     TESTING("srun: inside an allocation, its task count, pmix, kill-on-bad-exit");
     acx_launch_request_t q = request();
     q.config_num_processes = 3; /* ignored: the allocation decides */
-    const char *const alloc[] = {"SLURM_JOB_ID", "4242", "SLURM_NTASKS", "8",
-                                 "SLURM_JOB_NUM_NODES", "2", NULL};
+    const char *const alloc[] = {
+        "SLURM_JOB_ID", "4242", "SLURM_NTASKS", "8", "SLURM_JOB_NUM_NODES", "2", NULL};
     /* 4 tasks per node on 4 CPUs: not oversubscribed; no -x, no root flag. */
     CHECK(expect_cmd(&q, (acx_launch_host_t){4, 1, ACX_MPI_FLAVOR_OPENMPI}, alloc,
                      "srun --mpi=pmix --kill-on-bad-exit=1 -n 8 " RANK_CMD, ""));
@@ -243,14 +243,13 @@ static int test_srun_oversubscribed(void) {
                      "srun --mpi=pmix --kill-on-bad-exit=1 -n 4 " RANK_CMD,
                      "OMPI_MCA_mpi_yield_when_idle=1"));
     /* 5 tasks on 2 nodes: ceil(5/2) = 3 > 2 CPUs. */
-    const char *const two[] = {"SLURM_JOB_ID", "7", "SLURM_NTASKS", "5", "SLURM_NNODES", "2",
-                               NULL};
+    const char *const two[] = {"SLURM_JOB_ID", "7", "SLURM_NTASKS", "5", "SLURM_NNODES", "2", NULL};
     CHECK(expect_cmd(&q, (acx_launch_host_t){2, 0, ACX_MPI_FLAVOR_OPENMPI}, two,
                      "srun --mpi=pmix --kill-on-bad-exit=1 -n 5 " RANK_CMD,
                      "OMPI_MCA_mpi_yield_when_idle=1"));
     /* 4 tasks on 2 nodes of 2 CPUs: exactly full. */
-    const char *const full[] = {"SLURM_JOB_ID", "7", "SLURM_NTASKS", "4", "SLURM_NNODES", "2",
-                                NULL};
+    const char *const full[] = {
+        "SLURM_JOB_ID", "7", "SLURM_NTASKS", "4", "SLURM_NNODES", "2", NULL};
     CHECK(expect_cmd(&q, (acx_launch_host_t){2, 0, ACX_MPI_FLAVOR_OPENMPI}, full,
                      "srun --mpi=pmix --kill-on-bad-exit=1 -n 4 " RANK_CMD, ""));
     PASSED();
@@ -353,8 +352,8 @@ error:
 
 static int test_format_through_shell(void) {
     TESTING("--dry-run line: /bin/sh reads back every word and variable");
-    static const char *const words[] = {"printf", "[%s]\\n", "a b", "it's", "", "$HOME",
-                                        "x\"y", "back\\slash", "--", "*"};
+    static const char *const words[] = {"printf", "[%s]\\n", "a b",         "it's", "",
+                                        "$HOME",  "x\"y",    "back\\slash", "--",   "*"};
     static char *env[] = {(char *)"ACX_CONFIG_FILE=my conf's.yaml", NULL};
     acx_launch_cmd_t c = {"mpirun", 1, 0, 10, (char **)words, 1, env};
     char *text = NULL;
