@@ -2,15 +2,20 @@
  * tools/acx.c — the `acx` command: a dispatcher over subcommands.
  *
  * Owns: argument parsing, usage texts and exit codes of the command line
- * tool. Now: `acx version`, `acx config show`, `acx data import-idx`,
- * `acx ckpt info|verify|export` and `acx estimate-memory`. `launch`, `env`
- * and `slurm` slot into the command table below as they are written (a
- * name, a handler, a one-line summary); the top-level help lists exactly
- * the table, so it never advertises a command that does not exist.
- * Leaves to others: all real work, done through the public API (acx/acx.h)
- * only — the tool is a program like any user's, and links libacx.so. (It
- * also reads HDF5 itself, as a user's program may: `estimate-memory
- * --model` lists a file's dataset shapes.)
+ * tool. Here: `acx version`, `acx config show`, `acx data import-idx`,
+ * `acx ckpt info|verify|export` and `acx estimate-memory`; `acx launch` is
+ * in tools/launch.c, `acx env` and `acx config default` (and the questions
+ * of a bare `acx config`) in tools/env.c. `slurm` slots into the command
+ * table below when it is written (a name, a handler, a one-line summary);
+ * the top-level help lists exactly the table, so it never advertises a
+ * command that does not exist.
+ * Leaves to others: all real work. The commands here use the public API
+ * (acx/acx.h) only (`estimate-memory --model` also reads HDF5 itself, as a
+ * user's program may); launch and env also use library-private modules
+ * (the launch command and exit records, slurm/launcher.h; launch-environment
+ * detection; the config key table with each value's source), which are not
+ * ABI — so the tool links the library's objects (libacx_core) rather than
+ * libacx.so.
  *
  * Conventions (every subcommand follows them):
  *   - `acx <cmd> --help` / `-h` and `acx help <cmd> ...` print the command's
@@ -34,15 +39,14 @@
 #include <unistd.h>
 
 #include "acx/acx.h"
-
-enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2 };
+#include "tools/tool.h"
 
 /* ---- shared helpers ---- */
 
-static int is_help(const char *arg) { return strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0; }
+int is_help(const char *arg) { return strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0; }
 
 /* A usage error: "acx <where>: <what>" and a hint at the right --help. */
-static int usage_error(const char *where, const char *fmt, const char *arg) {
+int usage_error(const char *where, const char *fmt, const char *arg) {
     fprintf(stderr, "acx%s%s: ", where[0] ? " " : "", where);
     fprintf(stderr, fmt, arg);
     fprintf(stderr, "\nRun 'acx%s%s --help' for usage.\n", where[0] ? " " : "", where);
@@ -51,7 +55,7 @@ static int usage_error(const char *where, const char *fmt, const char *arg) {
 
 /* A failed acx call: the library's own message, which names file:line, the
  * file and what was expected. */
-static int acx_failure(acx_status_t status) {
+int acx_failure(acx_status_t status) {
     const char *msg = acx_last_error();
     fprintf(stderr, "acx: %s\n", msg[0] ? msg : acx_status_string(status));
     return EXIT_FAIL;
@@ -61,8 +65,8 @@ static int acx_failure(acx_status_t status) {
  * "--name=VALUE", or the short alias "-x VALUE" (short may be NULL).
  * Returns 1 and sets *value_p (consuming the value's argument), 0 if
  * argv[*i] is another option, -1 if the value is missing or empty. */
-static int take_option(int argc, char **argv, int *i, const char *long_name,
-                       const char *short_name, const char **value_p) {
+int take_option(int argc, char **argv, int *i, const char *long_name, const char *short_name,
+                const char **value_p) {
     const char *arg = argv[*i];
     size_t n = strlen(long_name);
     if (strncmp(arg, long_name, n) == 0 && arg[n] == '=') {
@@ -397,21 +401,25 @@ static const char config_usage[] =
     "\n"
     "Inspect acx's configuration (keys, files, environment: docs/config.md).\n"
     "\n"
+    "Without a subcommand, on a terminal: ask a few questions (processes,\n"
+    "mixed precision, sharding, gradient accumulation, project directory) and\n"
+    "write the answers as the default config file\n"
+    "(~/.config/acx/default_config.yaml; --output FILE, --force to replace).\n"
+    "\n"
     "subcommands:\n"
-    "  show   print the resolved configuration and where each value came from\n"
+    "  show      print the resolved configuration and where each value came from\n"
+    "  default   write a default config file without asking\n"
     "\n"
     "Run 'acx config <subcommand> --help' for its options.\n";
 
 static int cmd_config(int argc, char **argv) {
-    if (argc < 2) {
-        fputs(config_usage, stderr);
-        return EXIT_USAGE;
-    }
-    if (is_help(argv[1])) {
+    if (argc >= 2 && is_help(argv[1])) {
         fputs(config_usage, stdout);
         return EXIT_OK;
     }
+    if (argc < 2 || argv[1][0] == '-') return cmd_config_interactive(argc, argv);
     if (strcmp(argv[1], "show") == 0) return cmd_config_show(argc - 1, argv + 1);
+    if (strcmp(argv[1], "default") == 0) return cmd_config_default(argc - 1, argv + 1);
     return usage_error("config", argv[1][0] == '-' ? "unknown option '%s'"
                                                    : "unknown subcommand '%s'",
                        argv[1]);
@@ -1201,7 +1209,9 @@ static int cmd_help(int argc, char **argv);
 /* In the order `acx --help` lists them. */
 static const tool_command_t commands[] = {
     {"version", cmd_version, "print the acx version and the MPI library it runs on"},
-    {"config", cmd_config, "show the resolved configuration and where each value came from"},
+    {"launch", cmd_launch, "run a program on N ranks (srun in Slurm, else mpirun)"},
+    {"config", cmd_config, "write or show the configuration (default, show; questions)"},
+    {"env", cmd_env, "versions, resolved configuration and launcher: for bug reports"},
     {"data", cmd_data, "prepare datasets (data import-idx: IDX files to HDF5)"},
     {"ckpt", cmd_ckpt, "inspect, verify and export checkpoints (info, verify, export)"},
     {"estimate-memory", cmd_estimate_memory,
