@@ -109,7 +109,10 @@ static void add_settings(strvec_t *env, const acx_launch_request_t *req) {
         sv_addf(env, "ACX_SHARDING_STRATEGY=%s", req->sharding_strategy);
     if (req->gradient_accumulation_steps != NULL)
         sv_addf(env, "ACX_GRADIENT_ACCUMULATION_STEPS=%s", req->gradient_accumulation_steps);
-    if (req->debug) sv_add(env, "ACX_LOG_LEVEL=debug");
+    if (req->debug) {
+        sv_add(env, "ACX_LOG_LEVEL=debug");
+        sv_add(env, "ACX_DEBUG_MODE=1"); /* cross-rank checks before every collective */
+    }
 }
 
 /* The command every rank runs: the supervisor wrapping PROGRAM, or PROGRAM. */

@@ -143,10 +143,11 @@ static int test_mpirun_settings(void) {
     CHECK(expect_cmd(
         &q, (acx_launch_host_t){2, 0, ACX_MPI_FLAVOR_OPENMPI}, no_env,
         "mpirun -np 2 -x ACX_CONFIG_FILE -x ACX_MIXED_PRECISION -x "
-        "ACX_SHARDING_STRATEGY -x ACX_GRADIENT_ACCUMULATION_STEPS -x ACX_LOG_LEVEL " RANK_CMD,
+        "ACX_SHARDING_STRATEGY -x ACX_GRADIENT_ACCUMULATION_STEPS -x ACX_LOG_LEVEL "
+        "-x ACX_DEBUG_MODE " RANK_CMD,
         "ACX_CONFIG_FILE=run.yaml ACX_MIXED_PRECISION=bf16 "
         "ACX_SHARDING_STRATEGY=full_shard ACX_GRADIENT_ACCUMULATION_STEPS=4 "
-        "ACX_LOG_LEVEL=debug"));
+        "ACX_LOG_LEVEL=debug ACX_DEBUG_MODE=1"));
     PASSED();
     return 0;
 error:
