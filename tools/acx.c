@@ -570,6 +570,7 @@ typedef struct tool_command {
 } tool_command_t;
 
 static int cmd_help(int argc, char **argv);
+int cmd_slurm(int argc, char **argv); /* tools/slurm_cmd.c */
 
 /* In the order `acx --help` lists them. */
 static const tool_command_t commands[] = {
@@ -577,6 +578,7 @@ static const tool_command_t commands[] = {
     {"config", cmd_config, "show the resolved configuration and where each value came from"},
     {"data", cmd_data, "prepare datasets (data import-idx: IDX files to HDF5)"},
     {"ckpt", cmd_ckpt, "inspect, verify and export checkpoints (info, verify, export)"},
+    {"slurm", cmd_slurm, "write and submit Slurm batch scripts (slurm sbatch)"},
     {"help", cmd_help, "show this text, or a command's usage (acx help <command>)"},
 };
 #define NUM_COMMANDS ((int)(sizeof commands / sizeof commands[0]))
