@@ -24,13 +24,14 @@
  * when nothing happens is that all-reduce of 8 bytes per optimizer step
  * (~0.5 us at 2 ranks here); preemption.signals: none removes it.
  *
- * A signal sent twice. USR1/USR2 repeated are ignored: the stop is already
- * pending (a user pressing scancel twice must not lose the checkpoint).
- * TERM, INT, HUP and XCPU repeated while a stop is pending take their
- * default action — Ctrl-C twice, or a launcher's second TERM, still ends a
- * process that cannot reach its next boundary (a hung peer, a long step).
- * The launcher's SIGKILL that follows a TERM after a grace period (Open
- * MPI: 1 s; Slurm: KillWait) is unaffected.
+ * A signal sent twice. Repeats are ignored while a stop is pending: the
+ * same signal often arrives twice by design (Slurm signals a job step's
+ * tasks directly and srun forwards what it gets too; a user presses scancel
+ * twice), and none of them may cost the checkpoint. The exception is INT:
+ * Ctrl-C twice at a terminal ends the process at once (the default action),
+ * for a run that cannot reach its next boundary. The launchers' SIGKILL
+ * after a grace period (Open MPI: 1 s after TERM; Slurm: KillWait) stays
+ * the hard stop.
  *
  * Requeue. Inside a Slurm job with preemption.requeue set, rank 0 runs
  * `scontrol requeue $SLURM_JOB_ID` after the checkpoint is complete on every
@@ -64,13 +65,14 @@
 extern char **environ;
 
 /* The signals preemption.signals may name. `repeat_ends`: a second one
- * while a stop is pending takes the default action (see the file comment). */
+ * while a stop is pending takes the default action (INT only; see the file
+ * comment). */
 static const struct {
     const char *name;
     int sig;
     int repeat_ends;
-} known_signals[] = {{"USR1", SIGUSR1, 0}, {"USR2", SIGUSR2, 0}, {"TERM", SIGTERM, 1},
-                     {"INT", SIGINT, 1},   {"HUP", SIGHUP, 1},   {"XCPU", SIGXCPU, 1}};
+} known_signals[] = {{"USR1", SIGUSR1, 0}, {"USR2", SIGUSR2, 0}, {"TERM", SIGTERM, 0},
+                     {"INT", SIGINT, 1},   {"HUP", SIGHUP, 0},   {"XCPU", SIGXCPU, 0}};
 #define NUM_KNOWN ((int)(sizeof known_signals / sizeof known_signals[0]))
 
 /* ---- the handler and its state (process-wide, as dispositions are) ---- */

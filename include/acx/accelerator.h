@@ -104,9 +104,9 @@ ACX_API acx_status_t acx_accumulate_end(acx_accelerator_t *acc);
  * rank 0 run `scontrol requeue $SLURM_JOB_ID`, and returns ACX_PREEMPTED on
  * every rank. The program should then leave its loop, call acx_finalize and
  * exit with ACX_EXIT_PREEMPTED; with resume: auto the next run continues
- * from the checkpoint at acx_prepare. A second TERM, INT, HUP or XCPU while
- * a stop is pending ends the process at once (the signal's default
- * action); repeated USR1/USR2 are ignored. */
+ * from the checkpoint at acx_prepare. Repeated signals are ignored while a
+ * stop is pending, except a second SIGINT (Ctrl-C twice), which ends the
+ * process at once. */
 
 /* The exit status of a program that stopped for preemption: 75, EX_TEMPFAIL
  * of <sysexits.h> ("try again later") — distinct from 1 (failure), 124
