@@ -33,6 +33,7 @@
 #include "runtime/accelerator.h"
 #include "runtime/base/error.h"
 #include "runtime/base/log.h"
+#include "runtime/preempt.h"
 #include "sharding/model.h"
 #include "slurm/launch_env.h"
 
@@ -409,6 +410,7 @@ ACX_API acx_status_t acx_init(int *argc, char ***argv, const acx_config_t *confi
                       o->source == ACX_SRC_DEFAULT ? "default" : "from ", o->where, "");
         }
     }
+    ACX_CHECK_GOTO(acx_coll_agree(acc->world, acx_preempt_init(acc)), status, err_comm);
     argv_opts_free(&opts);
     acc->sync = 1;
     *acc_p = acc;
@@ -435,6 +437,7 @@ static void accelerator_free(acx_accelerator_t *acc) {
     free(acc->optimizers);
     free(acc->models);
     acx_checkpoint_free(acc);
+    acx_preempt_fini(acc);
     acx_watchdog_stop();
     acx_comm_destroy(acc->node);
     acx_comm_destroy(acc->world);
@@ -667,7 +670,7 @@ ACX_API acx_status_t acx_prepare(acx_accelerator_t *acc, acx_model_t *model,
     acc->sync = 1;
     model->sync = 1;
     model->grad_prescale = 1.0f / (float)acc->world_size;
-    return ACX_OK;
+    return acx_preempt_prepared(acc); /* resume: auto */
 }
 
 ACX_API acx_status_t acx_accumulate_begin(acx_accelerator_t *acc) {
@@ -701,7 +704,8 @@ ACX_API acx_status_t acx_accumulate_end(acx_accelerator_t *acc) {
         acc->micro_since_sync = 0;
         acc->items_local = 0;
         acc->step++;
-        return acx_checkpoint_step_end(acc); /* checkpoint.save_every_steps */
+        ACX_CHECK(acx_checkpoint_step_end(acc)); /* checkpoint.save_every_steps */
+        return acx_preempt_step_end(acc);        /* a preemption signal: save and stop */
     }
     return ACX_OK;
 }

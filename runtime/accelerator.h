@@ -65,6 +65,10 @@ struct acx_accelerator {
     uint64_t rng_seed;    /* this rank's stream is (rng_seed, rank) ... */
     uint64_t rng_counter; /* ... at draw rng_counter */
     int rng_restored;     /* rng_seed came from a checkpoint (else: the config's seed) */
+
+    /* preemption state (runtime/preempt.c) */
+    int preempt_active; /* signal handlers installed: agree at every boundary */
+    int preempted;      /* the job agreed to stop; its checkpoint is saved */
 };
 
 /* Optimizer internals needed by the accelerator (runtime/optimizer.c). */

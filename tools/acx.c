@@ -1205,6 +1205,7 @@ typedef struct tool_command {
 } tool_command_t;
 
 static int cmd_help(int argc, char **argv);
+int cmd_slurm(int argc, char **argv); /* tools/slurm_cmd.c */
 
 /* In the order `acx --help` lists them. */
 static const tool_command_t commands[] = {
@@ -1216,6 +1217,7 @@ static const tool_command_t commands[] = {
     {"ckpt", cmd_ckpt, "inspect, verify and export checkpoints (info, verify, export)"},
     {"estimate-memory", cmd_estimate_memory,
      "bytes of model state per rank under each sharding strategy"},
+    {"slurm", cmd_slurm, "write and submit Slurm batch scripts (slurm sbatch)"},
     {"help", cmd_help, "show this text, or a command's usage (acx help <command>)"},
 };
 #define NUM_COMMANDS ((int)(sizeof commands / sizeof commands[0]))
