@@ -43,6 +43,7 @@
 
 #include "collectives/coll.h"
 #include "collectives/half.h"
+#include "collectives/watchdog.h"
 #include "runtime/base/error.h"
 
 /* Most elements one MPI call moves. Overridable at compile time only, so the
@@ -862,18 +863,77 @@ err_free:
     return status;
 }
 
+/* ---- the stall detector's brackets ---- */
+
+/* Every call that can block waiting for other ranks is timed by the stall
+ * detector (collectives/watchdog.c): the blocking collectives and wait. The
+ * starts and test return at once and are not. */
+static acx_status_t watched_all_reduce(acx_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                       size_t count, acx_dtype_t dtype, acx_red_op_t op) {
+    acx_watch_enter("all_reduce");
+    acx_status_t st = mpi_all_reduce(comm, sendbuf, recvbuf, count, dtype, op);
+    acx_watch_exit();
+    return st;
+}
+
+static acx_status_t watched_reduce_scatter(acx_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                           size_t count, acx_dtype_t dtype, acx_red_op_t op) {
+    acx_watch_enter("reduce_scatter");
+    acx_status_t st = mpi_reduce_scatter(comm, sendbuf, recvbuf, count, dtype, op);
+    acx_watch_exit();
+    return st;
+}
+
+static acx_status_t watched_broadcast(acx_comm_t *comm, void *buf, size_t count, acx_dtype_t dtype,
+                                      int root) {
+    acx_watch_enter("broadcast");
+    acx_status_t st = mpi_broadcast(comm, buf, count, dtype, root);
+    acx_watch_exit();
+    return st;
+}
+
+static acx_status_t watched_all_gather(acx_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                       size_t count, acx_dtype_t dtype) {
+    acx_watch_enter("all_gather");
+    acx_status_t st = mpi_all_gather(comm, sendbuf, recvbuf, count, dtype);
+    acx_watch_exit();
+    return st;
+}
+
+static acx_status_t watched_gather(acx_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                   size_t count, acx_dtype_t dtype, int root) {
+    acx_watch_enter("gather");
+    acx_status_t st = mpi_gather(comm, sendbuf, recvbuf, count, dtype, root);
+    acx_watch_exit();
+    return st;
+}
+
+static acx_status_t watched_barrier(acx_comm_t *comm) {
+    acx_watch_enter("barrier");
+    acx_status_t st = mpi_barrier(comm);
+    acx_watch_exit();
+    return st;
+}
+
+static acx_status_t watched_wait(acx_coll_req_t *req) {
+    acx_watch_enter("wait");
+    acx_status_t st = mpi_wait(req);
+    acx_watch_exit();
+    return st;
+}
+
 /* ---- the table ---- */
 
 const acx_coll_ops_t acx_coll_mpi_ops = {
     .name = "mpi",
     .comm_init = mpi_comm_init,
     .comm_fini = mpi_comm_fini,
-    .all_reduce = mpi_all_reduce,
-    .reduce_scatter = mpi_reduce_scatter,
-    .broadcast = mpi_broadcast,
-    .all_gather = mpi_all_gather,
-    .gather = mpi_gather,
-    .barrier = mpi_barrier,
+    .all_reduce = watched_all_reduce,
+    .reduce_scatter = watched_reduce_scatter,
+    .broadcast = watched_broadcast,
+    .all_gather = watched_all_gather,
+    .gather = watched_gather,
+    .barrier = watched_barrier,
     .all_reduce_start = mpi_all_reduce_start,
     .reduce_scatter_start = mpi_reduce_scatter_start,
     .broadcast_start = mpi_broadcast_start,
@@ -881,5 +941,5 @@ const acx_coll_ops_t acx_coll_mpi_ops = {
     .gather_start = mpi_gather_start,
     .barrier_start = mpi_barrier_start,
     .test = mpi_test,
-    .wait = mpi_wait,
+    .wait = watched_wait,
 };

@@ -29,8 +29,8 @@ static void account(acx_mem_category_t cat, int64_t delta) {
     }
 }
 
-void *acx_mem_alloc_(acx_mem_category_t cat, size_t bytes, const char *what, const char *file,
-                     int line) {
+static void *mem_alloc(acx_mem_category_t cat, size_t bytes, int zero, const char *what,
+                       const char *file, int line) {
     void *p = NULL;
     if ((unsigned)cat >= ACX_MEM_NUM_CATEGORIES) {
         acx_error_set(ACX_ERR_INTERNAL, file, line, "memory category %d for %s", (int)cat, what);
@@ -43,9 +43,19 @@ void *acx_mem_alloc_(acx_mem_category_t cat, size_t bytes, const char *what, con
                       what);
         return NULL;
     }
-    memset(p, 0, rounded);
+    if (zero) memset(p, 0, rounded);
     account(cat, (int64_t)bytes);
     return p;
+}
+
+void *acx_mem_alloc_(acx_mem_category_t cat, size_t bytes, const char *what, const char *file,
+                     int line) {
+    return mem_alloc(cat, bytes, 1, what, file, line);
+}
+
+void *acx_mem_alloc_raw_(acx_mem_category_t cat, size_t bytes, const char *what, const char *file,
+                         int line) {
+    return mem_alloc(cat, bytes, 0, what, file, line);
 }
 
 void acx_mem_free(acx_mem_category_t cat, void *p, size_t bytes) {
