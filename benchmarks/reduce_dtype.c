@@ -12,12 +12,15 @@
  * the slowest rank's time); rounds alternate which dtype goes first.
  *
  * Two byte counts per step and rank:
- *   MPI payload  what acx hands to MPI's reductions: count x size of the MPI
- *                datatype of every MPI_Allreduce, MPI_Iallreduce,
- *                MPI_Reduce_scatter_block and MPI_Ireduce_scatter_block call,
- *                counted here through the MPI profiling interface (these
- *                functions are defined below and call PMPI_*), independently
- *                of acx's own bookkeeping.
+ *   MPI payload  what acx hands to MPI's gradient reductions: count x size
+ *                of the MPI datatype of every MPI_Allreduce, MPI_Iallreduce,
+ *                MPI_Reduce_scatter_block and MPI_Ireduce_scatter_block call
+ *                on float data (MPI_FLOAT, or MPI_UINT16_T as 16-bit floats
+ *                travel), counted here through the MPI profiling interface
+ *                (these functions are defined below and call PMPI_*),
+ *                independently of acx's own bookkeeping. Reductions of other
+ *                types (the per-step preemption agreement, item counts) are
+ *                counted apart, as control reductions.
  *   reduce_dtype the gradient elements reduced per step x the size of
  *                reduce_dtype (2 for bf16/fp16, 4 for fp32): what a backend
  *                that moves 16-bit values (NCCL) puts on the wire.
@@ -47,10 +50,14 @@
 /* ---- counting what reaches MPI (profiling interface) ---- */
 
 static int counting;
-static long long red_calls, red_bytes;
+static long long red_calls, red_bytes, ctl_calls;
 
 static void count_red(int n, MPI_Datatype t) {
     if (!counting) return;
+    if (t != MPI_FLOAT && t != MPI_UINT16_T) { /* not gradients: flags, counts */
+        ctl_calls++;
+        return;
+    }
     int size = 0;
     PMPI_Type_size(t, &size);
     red_calls++;
@@ -197,7 +204,8 @@ static void unit_shape(long numel, int64_t *rows_p, int64_t *cols_p) {
 typedef struct result {
     double ms_per_step; /* slowest rank */
     double mpi_bytes;   /* per step, this rank (all ranks hand MPI the same amount) */
-    double calls;       /* reductions per step */
+    double calls;       /* gradient reductions per step */
+    double ctl_calls;   /* other reductions per step */
 } result_t;
 
 static const char *dtype_label(int d) {
@@ -245,7 +253,7 @@ static int run_block(const options_t *o, int dtype, result_t *res) {
     for (int s = 0; s < o->warmup + o->steps; s++) {
         if (s == o->warmup) {
             MPI_Barrier(MPI_COMM_WORLD);
-            red_calls = red_bytes = 0;
+            red_calls = red_bytes = ctl_calls = 0;
             counting = 1;
             t0 = MPI_Wtime();
         }
@@ -275,6 +283,7 @@ static int run_block(const options_t *o, int dtype, result_t *res) {
     res->ms_per_step = 1e3 * dt / o->steps;
     res->mpi_bytes = (double)red_bytes / o->steps;
     res->calls = (double)red_calls / o->steps;
+    res->ctl_calls = (double)ctl_calls / o->steps;
     acx_finalize(acc);
     return 0;
 err:
@@ -323,8 +332,8 @@ int main(int argc, char **argv) {
                : o.strategy == ACX_SHARD_GRAD_OP ? "shard_grad_op"
                                                  : "full_shard",
                (long long)numel, NUNITS, o.steps, o.rounds);
-        printf("round  reduce_dtype  ms/step   MPI payload MiB/step  reductions/step  reduce_dtype "
-               "MiB/step\n");
+        printf("round  reduce_dtype  ms/step   MPI payload MiB/step  grad reductions/step  "
+               "control reductions/step  reduce_dtype MiB/step\n");
     }
     for (int r = 0; r < o.rounds; r++)
         for (int j = 0; j < 2; j++) {
@@ -337,8 +346,9 @@ int main(int argc, char **argv) {
             ms[d][r] = res.ms_per_step;
             last[d] = res;
             if (rank == 0)
-                printf("%5d  %-12s  %7.3f   %20.3f  %15.1f  %21.3f\n", r, dtype_label(dt[d]),
-                       res.ms_per_step, res.mpi_bytes / 1048576.0, res.calls,
+                printf("%5d  %-12s  %7.3f   %20.3f  %20.1f  %23.1f  %21.3f\n", r,
+                       dtype_label(dt[d]), res.ms_per_step, res.mpi_bytes / 1048576.0, res.calls,
+                       res.ctl_calls,
                        (double)numel * (dt[d] == ACX_REDUCE_FP32 ? 4 : 2) / 1048576.0);
         }
     double m32 = median(ms[0], o.rounds), m16 = median(ms[1], o.rounds);
