@@ -99,8 +99,8 @@ typedef struct acx_fsdp_config {
 /* The dtype gradients travel in (FSDP's MixedPrecision.reduce_dtype). */
 typedef enum acx_reduce_dtype {
     ACX_REDUCE_FP32 = 0, /* default: exact sums of float32 */
-    ACX_REDUCE_BF16 = 1, /* half the bytes; rounded to bfloat16 before the reduction */
-    ACX_REDUCE_FP16 = 2  /* half the bytes; rounded to float16 (mind overflow past 65504) */
+    ACX_REDUCE_BF16 = 1, /* rounded to bfloat16 before the reduction (half the bytes on NCCL; not on MPI) */
+    ACX_REDUCE_FP16 = 2  /* rounded to float16 (mind overflow past 65504); bytes as bf16 */
 } acx_reduce_dtype_t;
 
 /* Dynamic loss scaling under mixed_precision fp16 (torch.amp.GradScaler). */
