@@ -42,9 +42,9 @@
  *   step time  from a barrier to a barrier (the slowest rank), median of the
  *              timed steps after the warm-up steps; and the CPU seconds (user,
  *              system) per timed step of the busiest rank, which other jobs on
- *              a shared machine disturb less than the wall time (they include
- *              MPI's polling while a rank waits; system time shows page faults
- *              and mmap/munmap).
+ *              a shared machine disturb less than the wall time (both include
+ *              MPI's polling while a rank waits — its sched_yield calls are
+ *              system time, beside page faults and mmap/munmap).
  *
  * Before acx_prepare the main process of each node checks that the node's
  * ranks fit: local ranks x (1.3 x formula + baseline) + 512 MiB must be below
