@@ -30,7 +30,7 @@
 #include "acx/status.h"
 
 /* Exit status of a process ended by the stall detector. */
-#define ACX_EXIT_STALL 75
+#define ACX_EXIT_STALL 76 /* ACX_EXIT_PREEMPTED is 75 */
 
 /* Start the watchdog: timeout_s > 0 seconds; step_p (may be NULL) is read
  * for the diagnostic. Collective over MPI_COMM_WORLD (allocates the node

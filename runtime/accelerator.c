@@ -29,9 +29,11 @@
 
 #include "collectives/watchdog.h"
 #include "io/loader.h"
+#include "runtime/coll_debug.h"
 #include "runtime/accelerator.h"
 #include "runtime/base/error.h"
 #include "runtime/base/log.h"
+#include "runtime/preempt.h"
 #include "sharding/model.h"
 #include "slurm/launch_env.h"
 
@@ -219,7 +221,8 @@ static void key_env_name(int k, char *buf, size_t n) {
  * silently ignored otherwise: warn once, on the main process. Variables
  * read elsewhere and the ACX_TEST_ prefix (the test suite's) are known. */
 static void warn_unknown_env(const acx_accelerator_t *acc) {
-    static const char *const other[] = {"ACX_CONFIG_FILE", "ACX_LOG_SUBSYS", "ACX_LOG_FILE"};
+    static const char *const other[] = {"ACX_CONFIG_FILE", "ACX_LOG_SUBSYS", "ACX_LOG_FILE",
+                                        "ACX_DEBUG_MODE"};
     if (acc->rank != 0 || environ == NULL) return;
     for (char **e = environ; *e != NULL; e++) {
         if (strncmp(*e, "ACX_", 4) != 0 || strncmp(*e, "ACX_TEST_", 9) == 0) continue;
@@ -381,6 +384,7 @@ ACX_API acx_status_t acx_init(int *argc, char ***argv, const acx_config_t *confi
                        status, err_comm);
     ACX_CHECK_GOTO(acx_comm_split(acc->world, acc->node_rank, acc->local_rank, &acc->node), status,
                    err_comm);
+    ACX_CHECK_GOTO(acx_coll_debug_init(acc), status, err_comm); /* ACX_DEBUG_MODE, agreed */
 
     if (acx_log_enabled(ACX_LOG_INFO, ACX_SUBSYS_LAUNCH)) {
         char line[2048];
@@ -406,6 +410,7 @@ ACX_API acx_status_t acx_init(int *argc, char ***argv, const acx_config_t *confi
                       o->source == ACX_SRC_DEFAULT ? "default" : "from ", o->where, "");
         }
     }
+    ACX_CHECK_GOTO(acx_coll_agree(acc->world, acx_preempt_init(acc)), status, err_comm);
     argv_opts_free(&opts);
     acc->sync = 1;
     *acc_p = acc;
@@ -432,6 +437,7 @@ static void accelerator_free(acx_accelerator_t *acc) {
     free(acc->optimizers);
     free(acc->models);
     acx_checkpoint_free(acc);
+    acx_preempt_fini(acc);
     acx_watchdog_stop();
     acx_comm_destroy(acc->node);
     acx_comm_destroy(acc->world);
@@ -485,7 +491,8 @@ ACX_API const acx_config_t *acx_get_config(const acx_accelerator_t *acc) {
 
 ACX_API acx_status_t acx_wait_for_everyone(acx_accelerator_t *acc) {
     if (acc == NULL) return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_wait_for_everyone: acc is NULL");
-    return acc->world->ops->barrier(acc->world);
+    /* through the public barrier, so ACX_DEBUG_MODE checks it too */
+    return acx_barrier_at(__FILE__, __LINE__, acc);
 }
 
 /* ---- agreement of per-rank arguments ---- */
@@ -663,7 +670,7 @@ ACX_API acx_status_t acx_prepare(acx_accelerator_t *acc, acx_model_t *model,
     acc->sync = 1;
     model->sync = 1;
     model->grad_prescale = 1.0f / (float)acc->world_size;
-    return ACX_OK;
+    return acx_preempt_prepared(acc); /* resume: auto */
 }
 
 ACX_API acx_status_t acx_accumulate_begin(acx_accelerator_t *acc) {
@@ -697,7 +704,8 @@ ACX_API acx_status_t acx_accumulate_end(acx_accelerator_t *acc) {
         acc->micro_since_sync = 0;
         acc->items_local = 0;
         acc->step++;
-        return acx_checkpoint_step_end(acc); /* checkpoint.save_every_steps */
+        ACX_CHECK(acx_checkpoint_step_end(acc)); /* checkpoint.save_every_steps */
+        return acx_preempt_step_end(acc);        /* a preemption signal: save and stop */
     }
     return ACX_OK;
 }

@@ -53,12 +53,22 @@ struct acx_accelerator {
     int64_t items_total;    /* the last boundary's total over ranks and micro-steps */
     struct acx_request *requests; /* public non-blocking collectives not yet waited */
 
+    /* public collectives (runtime/coll_debug.h, runtime/eval.c) */
+    uint64_t coll_seq; /* public collectives started so far; debug reports say "#seq" */
+    int coll_debug;    /* ACX_DEBUG_MODE: ACX_COLL_DEBUG_UNREAD / _OFF / _ON */
+    int trigger;       /* acx_set_trigger called since the last acx_check_trigger */
+    int first_block;   /* inside main_process_first: 0 no, 1 world, 2 node (local_) */
+
     /* checkpoint state (runtime/checkpoint.c) */
     struct acx_ckpt_entry *ckpt_user; /* registered program state */
     int num_ckpt_user, cap_ckpt_user;
     uint64_t rng_seed;    /* this rank's stream is (rng_seed, rank) ... */
     uint64_t rng_counter; /* ... at draw rng_counter */
     int rng_restored;     /* rng_seed came from a checkpoint (else: the config's seed) */
+
+    /* preemption state (runtime/preempt.c) */
+    int preempt_active; /* signal handlers installed: agree at every boundary */
+    int preempted;      /* the job agreed to stop; its checkpoint is saved */
 };
 
 /* Optimizer internals needed by the accelerator (runtime/optimizer.c). */

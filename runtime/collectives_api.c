@@ -1,15 +1,21 @@
 /*
  * runtime/collectives_api.c — the public collectives over the world
- * (acx/collectives.h) and the metrics helpers built on them.
+ * (acx/collectives.h): all-reduce, reduce-scatter, broadcast, all-gather,
+ * gather, barrier, their non-blocking forms, and public requests.
  *
- * Thin: argument checks, then the accelerator's backend (its table of
+ * Thin: argument checks, the debug-mode check (coll_debug.h: a counter when
+ * ACX_DEBUG_MODE is off), then the accelerator's backend (its table of
  * blocking and non-blocking collectives, collectives/coll.h); a public
- * request wraps the backend's one. gather_for_metrics
- * is the one with logic: it drops exactly the even_batches padding, so a
- * metric over the test set counts every sample once (Accelerate's
- * gather_for_metrics, which truncates by the loader's remainder; here each
- * rank knows its own padding count, so nothing global is needed).
+ * request wraps the backend's one. Each call exists twice: the *_at form
+ * that carries the program's call site (the header's macros call it) and
+ * the plain exported name, which reports no call site. The evaluation
+ * helpers built on top (gather_for_metrics, pad_across_processes, reduce,
+ * main_process_first, the trigger) are in eval.c.
  */
+/* The plain names are defined here, so the call-site macros must not
+ * rename them. */
+#define ACX_NO_CALL_SITE 1
+
 #include <limits.h>
 #include <mpi.h>
 #include <stdlib.h>
@@ -17,9 +23,10 @@
 
 #include "runtime/accelerator.h"
 #include "runtime/base/error.h"
+#include "runtime/coll_debug.h"
 
-/* A public request: the backend's request and the table that completes it. */
-/* Pending requests are linked into their accelerator, so acx_finalize can
+/* A public request: the backend's request and the table that completes it.
+ * Pending requests are linked into their accelerator, so acx_finalize can
  * complete the ones the program never waited for (MPI_Finalize with an
  * active request is erroneous and crashes Open MPI). */
 struct acx_request {
@@ -37,13 +44,17 @@ static void request_link(acx_request_t *r) {
 }
 
 static void request_unlink(acx_request_t *r) {
-    if (r->prev) r->prev->next = r->next; else r->acc->requests = r->next;
+    if (r->prev)
+        r->prev->next = r->next;
+    else
+        r->acc->requests = r->next;
     if (r->next) r->next->prev = r->prev;
 }
 
-static acx_status_t check_args(acx_accelerator_t *acc, const void *buf, size_t count,
-                               acx_dtype_t dtype, const char *fn) {
-    if (acc == NULL) return ACX_ERROR(ACX_ERR_INVALID_ARG, "%s: acc is NULL", fn);
+/* Local argument checks. Their status is not returned at once: it goes
+ * through acx_coll_debug_check, so that in debug mode a bad argument on one
+ * rank fails every rank instead of leaving the others in the collective. */
+static acx_status_t check_args(const void *buf, size_t count, acx_dtype_t dtype, const char *fn) {
     if (acx_dtype_size(dtype) == 0)
         return ACX_ERROR(ACX_ERR_INVALID_ARG, "%s: invalid dtype %d", fn, (int)dtype);
     if (buf == NULL && count > 0) return ACX_ERROR(ACX_ERR_INVALID_ARG, "%s: buffer is NULL", fn);
@@ -57,8 +68,14 @@ static acx_status_t check_root(acx_accelerator_t *acc, int root, const char *fn)
     return ACX_OK;
 }
 
-/* The wrapper for a backend request: allocated before the start so that a
- * started collective never has to be abandoned for lack of memory. */
+static acx_status_t check_acc(const acx_accelerator_t *acc, const char *fn) {
+    if (acc == NULL) return ACX_ERROR(ACX_ERR_INVALID_ARG, "%s: acc is NULL", fn);
+    return ACX_OK;
+}
+
+/* The wrapper for a backend request: allocated before the start (and
+ * before the debug check) so that a started collective never has to be
+ * abandoned for lack of memory. */
 static acx_status_t request_new(acx_accelerator_t *acc, acx_request_t **req_p, const char *fn,
                                 acx_request_t **r_p) {
     if (req_p == NULL) return ACX_ERROR(ACX_ERR_INVALID_ARG, "%s: req_p is NULL", fn);
@@ -67,6 +84,21 @@ static acx_status_t request_new(acx_accelerator_t *acc, acx_request_t **req_p, c
     r->ops = acc->world->ops;
     r->req = NULL;
     r->acc = acc;
+    *r_p = r;
+    return ACX_OK;
+}
+
+/* The common start of a non-blocking call: the request when the arguments
+ * passed (local), then the debug check. On failure nothing is left over. */
+static acx_status_t request_begin(acx_accelerator_t *acc, acx_coll_call_t call, acx_status_t local,
+                                  acx_request_t **req_p, const char *fn, acx_request_t **r_p) {
+    acx_request_t *r = NULL;
+    if (local == ACX_OK) local = request_new(acc, req_p, fn, &r);
+    acx_status_t status = acx_coll_debug_check(acc, &call, local);
+    if (status != ACX_OK) {
+        free(r);
+        return status;
+    }
     *r_p = r;
     return ACX_OK;
 }
@@ -82,111 +114,244 @@ static acx_status_t request_finish(acx_status_t status, acx_request_t *r, acx_re
     return ACX_OK;
 }
 
+/* The record of a call (coll_debug.h); -1: the operation has no such field. */
+static acx_coll_call_t call_of(acx_coll_id_t id, size_t count, acx_dtype_t dtype, int op, int root,
+                               const char *file, int line) {
+    return (acx_coll_call_t){.id = id,
+                             .count = count > (size_t)INT64_MAX ? INT64_MAX : (int64_t)count,
+                             .dtype = (int)dtype,
+                             .op = op,
+                             .root = root,
+                             .file = file,
+                             .line = line};
+}
+
 /* ---- all-reduce, reduce-scatter ---- */
 
-ACX_API acx_status_t acx_all_reduce(acx_accelerator_t *acc, const void *sendbuf, void *recvbuf,
-                                    size_t count, acx_dtype_t dtype, acx_red_op_t op) {
-    ACX_CHECK(check_args(acc, recvbuf, count, dtype, "acx_all_reduce"));
+ACX_API acx_status_t acx_all_reduce_at(const char *file, int line, acx_accelerator_t *acc,
+                                       const void *sendbuf, void *recvbuf, size_t count,
+                                       acx_dtype_t dtype, acx_red_op_t op) {
+    ACX_CHECK(check_acc(acc, "acx_all_reduce"));
+    acx_coll_call_t call = call_of(ACX_COLL_ALL_REDUCE, count, dtype, (int)op, -1, file, line);
+    ACX_CHECK(
+        acx_coll_debug_check(acc, &call, check_args(recvbuf, count, dtype, "acx_all_reduce")));
     if (sendbuf == NULL) sendbuf = recvbuf;
     return acc->world->ops->all_reduce(acc->world, sendbuf, recvbuf, count, dtype, op);
 }
 
-ACX_API acx_status_t acx_all_reduce_async(acx_accelerator_t *acc, const void *sendbuf,
-                                          void *recvbuf, size_t count, acx_dtype_t dtype,
-                                          acx_red_op_t op, acx_request_t **req_p) {
+ACX_API acx_status_t acx_all_reduce(acx_accelerator_t *acc, const void *sendbuf, void *recvbuf,
+                                    size_t count, acx_dtype_t dtype, acx_red_op_t op) {
+    return acx_all_reduce_at(NULL, 0, acc, sendbuf, recvbuf, count, dtype, op);
+}
+
+ACX_API acx_status_t acx_all_reduce_async_at(const char *file, int line, acx_accelerator_t *acc,
+                                             const void *sendbuf, void *recvbuf, size_t count,
+                                             acx_dtype_t dtype, acx_red_op_t op,
+                                             acx_request_t **req_p) {
+    static const char fn[] = "acx_all_reduce_async";
     acx_request_t *r;
-    ACX_CHECK(check_args(acc, recvbuf, count, dtype, "acx_all_reduce_async"));
-    ACX_CHECK(request_new(acc, req_p, "acx_all_reduce_async", &r));
+    ACX_CHECK(check_acc(acc, fn));
+    ACX_CHECK(request_begin(
+        acc, call_of(ACX_COLL_ALL_REDUCE_ASYNC, count, dtype, (int)op, -1, file, line),
+        check_args(recvbuf, count, dtype, fn), req_p, fn, &r));
     if (sendbuf == NULL) sendbuf = recvbuf;
     return request_finish(
         r->ops->all_reduce_start(acc->world, sendbuf, recvbuf, count, dtype, op, &r->req), r,
         req_p);
 }
 
-ACX_API acx_status_t acx_reduce_scatter(acx_accelerator_t *acc, const void *sendbuf, void *recvbuf,
-                                        size_t count, acx_dtype_t dtype, acx_red_op_t op) {
-    ACX_CHECK(check_args(acc, recvbuf, count, dtype, "acx_reduce_scatter"));
-    ACX_CHECK(check_args(acc, sendbuf, count, dtype, "acx_reduce_scatter"));
+ACX_API acx_status_t acx_all_reduce_async(acx_accelerator_t *acc, const void *sendbuf,
+                                          void *recvbuf, size_t count, acx_dtype_t dtype,
+                                          acx_red_op_t op, acx_request_t **req_p) {
+    return acx_all_reduce_async_at(NULL, 0, acc, sendbuf, recvbuf, count, dtype, op, req_p);
+}
+
+ACX_API acx_status_t acx_reduce_scatter_at(const char *file, int line, acx_accelerator_t *acc,
+                                           const void *sendbuf, void *recvbuf, size_t count,
+                                           acx_dtype_t dtype, acx_red_op_t op) {
+    static const char fn[] = "acx_reduce_scatter";
+    ACX_CHECK(check_acc(acc, fn));
+    acx_status_t local = check_args(recvbuf, count, dtype, fn);
+    if (local == ACX_OK) local = check_args(sendbuf, count, dtype, fn);
+    acx_coll_call_t call = call_of(ACX_COLL_REDUCE_SCATTER, count, dtype, (int)op, -1, file, line);
+    ACX_CHECK(acx_coll_debug_check(acc, &call, local));
     return acc->world->ops->reduce_scatter(acc->world, sendbuf, recvbuf, count, dtype, op);
 }
 
-ACX_API acx_status_t acx_reduce_scatter_async(acx_accelerator_t *acc, const void *sendbuf,
-                                              void *recvbuf, size_t count, acx_dtype_t dtype,
-                                              acx_red_op_t op, acx_request_t **req_p) {
+ACX_API acx_status_t acx_reduce_scatter(acx_accelerator_t *acc, const void *sendbuf, void *recvbuf,
+                                        size_t count, acx_dtype_t dtype, acx_red_op_t op) {
+    return acx_reduce_scatter_at(NULL, 0, acc, sendbuf, recvbuf, count, dtype, op);
+}
+
+ACX_API acx_status_t acx_reduce_scatter_async_at(const char *file, int line, acx_accelerator_t *acc,
+                                                 const void *sendbuf, void *recvbuf, size_t count,
+                                                 acx_dtype_t dtype, acx_red_op_t op,
+                                                 acx_request_t **req_p) {
+    static const char fn[] = "acx_reduce_scatter_async";
     acx_request_t *r;
-    ACX_CHECK(check_args(acc, recvbuf, count, dtype, "acx_reduce_scatter_async"));
-    ACX_CHECK(check_args(acc, sendbuf, count, dtype, "acx_reduce_scatter_async"));
-    ACX_CHECK(request_new(acc, req_p, "acx_reduce_scatter_async", &r));
+    ACX_CHECK(check_acc(acc, fn));
+    acx_status_t local = check_args(recvbuf, count, dtype, fn);
+    if (local == ACX_OK) local = check_args(sendbuf, count, dtype, fn);
+    ACX_CHECK(request_begin(
+        acc, call_of(ACX_COLL_REDUCE_SCATTER_ASYNC, count, dtype, (int)op, -1, file, line), local,
+        req_p, fn, &r));
     return request_finish(
         r->ops->reduce_scatter_start(acc->world, sendbuf, recvbuf, count, dtype, op, &r->req), r,
         req_p);
 }
 
+ACX_API acx_status_t acx_reduce_scatter_async(acx_accelerator_t *acc, const void *sendbuf,
+                                              void *recvbuf, size_t count, acx_dtype_t dtype,
+                                              acx_red_op_t op, acx_request_t **req_p) {
+    return acx_reduce_scatter_async_at(NULL, 0, acc, sendbuf, recvbuf, count, dtype, op, req_p);
+}
+
 /* ---- broadcast, all-gather, gather, barrier ---- */
 
-ACX_API acx_status_t acx_broadcast(acx_accelerator_t *acc, void *buf, size_t count,
-                                   acx_dtype_t dtype, int root) {
-    ACX_CHECK(check_args(acc, buf, count, dtype, "acx_broadcast"));
-    ACX_CHECK(check_root(acc, root, "acx_broadcast"));
+ACX_API acx_status_t acx_broadcast_at(const char *file, int line, acx_accelerator_t *acc, void *buf,
+                                      size_t count, acx_dtype_t dtype, int root) {
+    static const char fn[] = "acx_broadcast";
+    ACX_CHECK(check_acc(acc, fn));
+    acx_status_t local = check_args(buf, count, dtype, fn);
+    if (local == ACX_OK) local = check_root(acc, root, fn);
+    acx_coll_call_t call = call_of(ACX_COLL_BROADCAST, count, dtype, -1, root, file, line);
+    ACX_CHECK(acx_coll_debug_check(acc, &call, local));
     return acc->world->ops->broadcast(acc->world, buf, count, dtype, root);
 }
 
-ACX_API acx_status_t acx_broadcast_async(acx_accelerator_t *acc, void *buf, size_t count,
-                                         acx_dtype_t dtype, int root, acx_request_t **req_p) {
+ACX_API acx_status_t acx_broadcast(acx_accelerator_t *acc, void *buf, size_t count,
+                                   acx_dtype_t dtype, int root) {
+    return acx_broadcast_at(NULL, 0, acc, buf, count, dtype, root);
+}
+
+ACX_API acx_status_t acx_broadcast_async_at(const char *file, int line, acx_accelerator_t *acc,
+                                            void *buf, size_t count, acx_dtype_t dtype, int root,
+                                            acx_request_t **req_p) {
+    static const char fn[] = "acx_broadcast_async";
     acx_request_t *r;
-    ACX_CHECK(check_args(acc, buf, count, dtype, "acx_broadcast_async"));
-    ACX_CHECK(check_root(acc, root, "acx_broadcast_async"));
-    ACX_CHECK(request_new(acc, req_p, "acx_broadcast_async", &r));
+    ACX_CHECK(check_acc(acc, fn));
+    acx_status_t local = check_args(buf, count, dtype, fn);
+    if (local == ACX_OK) local = check_root(acc, root, fn);
+    ACX_CHECK(request_begin(acc,
+                            call_of(ACX_COLL_BROADCAST_ASYNC, count, dtype, -1, root, file, line),
+                            local, req_p, fn, &r));
     return request_finish(r->ops->broadcast_start(acc->world, buf, count, dtype, root, &r->req), r,
                           req_p);
 }
 
+ACX_API acx_status_t acx_broadcast_async(acx_accelerator_t *acc, void *buf, size_t count,
+                                         acx_dtype_t dtype, int root, acx_request_t **req_p) {
+    return acx_broadcast_async_at(NULL, 0, acc, buf, count, dtype, root, req_p);
+}
+
+ACX_API acx_status_t acx_all_gather_at(const char *file, int line, acx_accelerator_t *acc,
+                                       const void *sendbuf, void *recvbuf, size_t count,
+                                       acx_dtype_t dtype) {
+    static const char fn[] = "acx_all_gather";
+    ACX_CHECK(check_acc(acc, fn));
+    acx_status_t local = check_args(recvbuf, count, dtype, fn);
+    if (local == ACX_OK) local = check_args(sendbuf, count, dtype, fn);
+    acx_coll_call_t call = call_of(ACX_COLL_ALL_GATHER, count, dtype, -1, -1, file, line);
+    ACX_CHECK(acx_coll_debug_check(acc, &call, local));
+    return acc->world->ops->all_gather(acc->world, sendbuf, recvbuf, count, dtype);
+}
+
 ACX_API acx_status_t acx_all_gather(acx_accelerator_t *acc, const void *sendbuf, void *recvbuf,
                                     size_t count, acx_dtype_t dtype) {
-    ACX_CHECK(check_args(acc, recvbuf, count, dtype, "acx_all_gather"));
-    ACX_CHECK(check_args(acc, sendbuf, count, dtype, "acx_all_gather"));
-    return acc->world->ops->all_gather(acc->world, sendbuf, recvbuf, count, dtype);
+    return acx_all_gather_at(NULL, 0, acc, sendbuf, recvbuf, count, dtype);
+}
+
+ACX_API acx_status_t acx_all_gather_async_at(const char *file, int line, acx_accelerator_t *acc,
+                                             const void *sendbuf, void *recvbuf, size_t count,
+                                             acx_dtype_t dtype, acx_request_t **req_p) {
+    static const char fn[] = "acx_all_gather_async";
+    acx_request_t *r;
+    ACX_CHECK(check_acc(acc, fn));
+    acx_status_t local = check_args(recvbuf, count, dtype, fn);
+    if (local == ACX_OK) local = check_args(sendbuf, count, dtype, fn);
+    ACX_CHECK(request_begin(acc,
+                            call_of(ACX_COLL_ALL_GATHER_ASYNC, count, dtype, -1, -1, file, line),
+                            local, req_p, fn, &r));
+    return request_finish(
+        r->ops->all_gather_start(acc->world, sendbuf, recvbuf, count, dtype, &r->req), r, req_p);
 }
 
 ACX_API acx_status_t acx_all_gather_async(acx_accelerator_t *acc, const void *sendbuf,
                                           void *recvbuf, size_t count, acx_dtype_t dtype,
                                           acx_request_t **req_p) {
-    acx_request_t *r;
-    ACX_CHECK(check_args(acc, recvbuf, count, dtype, "acx_all_gather_async"));
-    ACX_CHECK(check_args(acc, sendbuf, count, dtype, "acx_all_gather_async"));
-    ACX_CHECK(request_new(acc, req_p, "acx_all_gather_async", &r));
-    return request_finish(
-        r->ops->all_gather_start(acc->world, sendbuf, recvbuf, count, dtype, &r->req), r, req_p);
+    return acx_all_gather_async_at(NULL, 0, acc, sendbuf, recvbuf, count, dtype, req_p);
+}
+
+ACX_API acx_status_t acx_gather_at(const char *file, int line, acx_accelerator_t *acc,
+                                   const void *sendbuf, void *recvbuf, size_t count,
+                                   acx_dtype_t dtype, int root) {
+    static const char fn[] = "acx_gather";
+    ACX_CHECK(check_acc(acc, fn));
+    acx_status_t local = check_args(sendbuf, count, dtype, fn);
+    if (local == ACX_OK) local = check_root(acc, root, fn);
+    acx_coll_call_t call = call_of(ACX_COLL_GATHER, count, dtype, -1, root, file, line);
+    ACX_CHECK(acx_coll_debug_check(acc, &call, local));
+    return acc->world->ops->gather(acc->world, sendbuf, recvbuf, count, dtype, root);
 }
 
 ACX_API acx_status_t acx_gather(acx_accelerator_t *acc, const void *sendbuf, void *recvbuf,
                                 size_t count, acx_dtype_t dtype, int root) {
-    ACX_CHECK(check_args(acc, sendbuf, count, dtype, "acx_gather"));
-    ACX_CHECK(check_root(acc, root, "acx_gather"));
-    return acc->world->ops->gather(acc->world, sendbuf, recvbuf, count, dtype, root);
+    return acx_gather_at(NULL, 0, acc, sendbuf, recvbuf, count, dtype, root);
+}
+
+ACX_API acx_status_t acx_gather_async_at(const char *file, int line, acx_accelerator_t *acc,
+                                         const void *sendbuf, void *recvbuf, size_t count,
+                                         acx_dtype_t dtype, int root, acx_request_t **req_p) {
+    static const char fn[] = "acx_gather_async";
+    acx_request_t *r;
+    ACX_CHECK(check_acc(acc, fn));
+    acx_status_t local = check_args(sendbuf, count, dtype, fn);
+    if (local == ACX_OK) local = check_root(acc, root, fn);
+    ACX_CHECK(request_begin(acc, call_of(ACX_COLL_GATHER_ASYNC, count, dtype, -1, root, file, line),
+                            local, req_p, fn, &r));
+    return request_finish(
+        r->ops->gather_start(acc->world, sendbuf, recvbuf, count, dtype, root, &r->req), r, req_p);
 }
 
 ACX_API acx_status_t acx_gather_async(acx_accelerator_t *acc, const void *sendbuf, void *recvbuf,
                                       size_t count, acx_dtype_t dtype, int root,
                                       acx_request_t **req_p) {
-    acx_request_t *r;
-    ACX_CHECK(check_args(acc, sendbuf, count, dtype, "acx_gather_async"));
-    ACX_CHECK(check_root(acc, root, "acx_gather_async"));
-    ACX_CHECK(request_new(acc, req_p, "acx_gather_async", &r));
-    return request_finish(
-        r->ops->gather_start(acc->world, sendbuf, recvbuf, count, dtype, root, &r->req), r, req_p);
+    return acx_gather_async_at(NULL, 0, acc, sendbuf, recvbuf, count, dtype, root, req_p);
 }
 
-ACX_API acx_status_t acx_barrier(acx_accelerator_t *acc) {
-    if (acc == NULL) return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_barrier: acc is NULL");
+ACX_API acx_status_t acx_barrier_at(const char *file, int line, acx_accelerator_t *acc) {
+    ACX_CHECK(check_acc(acc, "acx_barrier"));
+    acx_coll_call_t call = {.id = ACX_COLL_BARRIER,
+                            .count = -1,
+                            .dtype = -1,
+                            .op = -1,
+                            .root = -1,
+                            .file = file,
+                            .line = line};
+    ACX_CHECK(acx_coll_debug_check(acc, &call, ACX_OK));
     return acc->world->ops->barrier(acc->world);
 }
 
-ACX_API acx_status_t acx_barrier_async(acx_accelerator_t *acc, acx_request_t **req_p) {
+ACX_API acx_status_t acx_barrier(acx_accelerator_t *acc) { return acx_barrier_at(NULL, 0, acc); }
+
+ACX_API acx_status_t acx_barrier_async_at(const char *file, int line, acx_accelerator_t *acc,
+                                          acx_request_t **req_p) {
+    static const char fn[] = "acx_barrier_async";
     acx_request_t *r;
-    if (acc == NULL) return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_barrier_async: acc is NULL");
-    ACX_CHECK(request_new(acc, req_p, "acx_barrier_async", &r));
+    ACX_CHECK(check_acc(acc, fn));
+    acx_coll_call_t call = {.id = ACX_COLL_BARRIER_ASYNC,
+                            .count = -1,
+                            .dtype = -1,
+                            .op = -1,
+                            .root = -1,
+                            .file = file,
+                            .line = line};
+    ACX_CHECK(request_begin(acc, call, ACX_OK, req_p, fn, &r));
     return request_finish(r->ops->barrier_start(acc->world, &r->req), r, req_p);
+}
+
+ACX_API acx_status_t acx_barrier_async(acx_accelerator_t *acc, acx_request_t **req_p) {
+    return acx_barrier_async_at(NULL, 0, acc, req_p);
 }
 
 /* ---- requests ---- */
@@ -215,79 +380,4 @@ ACX_API acx_status_t acx_request_test(acx_request_t *req, int *done_p) {
         return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_request_test: %s is NULL",
                          req == NULL ? "req" : "done_p");
     return req->ops->test(req->req, done_p);
-}
-
-/* ---- metrics ---- */
-
-ACX_API acx_status_t acx_reduce_scalar(acx_accelerator_t *acc, double value, acx_red_op_t op,
-                                       double *out_p) {
-    if (acc == NULL || out_p == NULL)
-        return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_reduce_scalar: acc and out_p must not be NULL");
-    double v = value;
-    /* Metrics are host scalars: always MPI, whatever the data backend. */
-    ACX_CHECK(acx_coll_mpi_ops.all_reduce(acc->world, &v, &v, 1, ACX_DTYPE_FLOAT64, op));
-    *out_p = v;
-    return ACX_OK;
-}
-
-ACX_API acx_status_t acx_gather_for_metrics(acx_accelerator_t *acc, const acx_batch_t *batch,
-                                            const void *local, size_t sample_bytes, void *out,
-                                            int64_t out_capacity, int to_main_only,
-                                            int64_t *count_p) {
-    if (acc == NULL || batch == NULL || count_p == NULL || sample_bytes == 0)
-        return ACX_ERROR(ACX_ERR_INVALID_ARG,
-                         "acx_gather_for_metrics: acc, batch, count_p must not be NULL and sample_bytes > 0");
-    int n = acc->world_size;
-    MPI_Comm comm = acc->world->mpi;
-    int64_t real = batch->size - batch->num_padding;
-    if (real < 0 || (real > 0 && local == NULL))
-        return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_gather_for_metrics: local is NULL or the batch is inconsistent");
-    int64_t *counts = acx_malloc((size_t)n * sizeof *counts, "gather counts");
-    int *rcounts = acx_malloc((size_t)n * sizeof *rcounts, "gather counts");
-    int *displs = acx_malloc((size_t)n * sizeof *displs, "gather displacements");
-    acx_status_t status = ACX_OK;
-    if (counts == NULL || rcounts == NULL || displs == NULL) {
-        status = ACX_ERR_NO_MEMORY;
-        goto out;
-    }
-    ACX_MPI_CHECK_GOTO(MPI_Allgather(&real, 1, MPI_INT64_T, counts, 1, MPI_INT64_T, comm), status, out);
-    int64_t total = 0;
-    for (int r = 0; r < n; r++) {
-        int64_t bytes = counts[r] * (int64_t)sample_bytes, at = total * (int64_t)sample_bytes;
-        if (bytes > INT_MAX || at > INT_MAX) {
-            status = ACX_ERROR(ACX_ERR_NOT_SUPPORTED,
-                               "acx_gather_for_metrics: more than 2 GiB gathered in one call; gather in smaller pieces");
-            goto out;
-        }
-        rcounts[r] = (int)bytes;
-        displs[r] = (int)at;
-        total += counts[r];
-    }
-    int receives = !to_main_only || acc->rank == 0;
-    /* Capacity is checked on every rank against the same total, so either
-     * all ranks go on to the collective or none does. */
-    if (receives && total > 0 && out == NULL) {
-        status = ACX_ERROR(ACX_ERR_INVALID_ARG,
-                           "acx_gather_for_metrics: out is NULL on rank %d, which receives %lld samples",
-                           acc->rank, (long long)total);
-    } else if (receives && total > out_capacity) {
-        status = ACX_ERROR(ACX_ERR_INVALID_ARG,
-                           "acx_gather_for_metrics: output holds %lld samples but %lld are gathered",
-                           (long long)out_capacity, (long long)total);
-    }
-    status = acx_coll_agree(acc->world, status);
-    if (status != ACX_OK) goto out;
-    int sendbytes = (int)(real * (int64_t)sample_bytes);
-    if (to_main_only)
-        ACX_MPI_CHECK_GOTO(MPI_Gatherv(local, sendbytes, MPI_BYTE, out, rcounts, displs, MPI_BYTE, 0, comm),
-                           status, out);
-    else
-        ACX_MPI_CHECK_GOTO(MPI_Allgatherv(local, sendbytes, MPI_BYTE, out, rcounts, displs, MPI_BYTE, comm),
-                           status, out);
-    *count_p = receives ? total : 0;
-out:
-    free(counts);
-    free(rcounts);
-    free(displs);
-    return status;
 }

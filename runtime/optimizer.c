@@ -229,7 +229,11 @@ ACX_API acx_status_t acx_optimizer_step(acx_optimizer_t *opt) {
     acx_accelerator_t *acc = m->ctx.owner;
     int skip = 0;
     opt->step_skipped = 0;
-    ACX_CHECK(acx_scaler_step(acc, &skip));
+    acx_status_t status = acx_scaler_step(acc, &skip);
+    if (status != ACX_OK) { /* loss scaling gave up: this step did not happen either */
+        opt->step_skipped = 1;
+        return status;
+    }
     if (skip) { /* fp16 overflow: weights, moments and step count unchanged */
         opt->step_skipped = 1;
         return ACX_OK;

@@ -7,6 +7,14 @@
  * memory tests hold the two against each other (acx_memory_stats measures
  * the same categories, runtime/base/memstat.c).
  *
+ * The layout is the host one (sharding/no_shard.c, sharding/sharded.c,
+ * collectives/bucket.c): the parameters the program reads and its full
+ * gradient buffers are float32 arrays whatever the mixed precision — under
+ * bf16/fp16 the compute copies hold values rounded to 16 bits, but are
+ * still stored as float, since the plain C kernels read float. 16-bit
+ * buffers appear only on the wire: all-gathers move param_dtype,
+ * reduce-scatters and DDP's all-reduces move reduce_dtype.
+ *
  * Leaves to others: measuring (memstat.c), reading a model's size from a
  * file and printing tables (`acx estimate-memory`, tools/acx.c).
  *
@@ -20,8 +28,16 @@
  *       parameter is split along dim 0, rank r owning ceil(R/S) rows, so
  *       rank 0 holds the most), else ceil(P/S)
  *   Up  S * ceil(U/S): a unit's flat buffer padded to S equal pieces, the
- *       shape of its all-gather and reduce-scatter staging
- *   cb  compute bytes: 4 without mixed precision, 2 for bf16 and fp16
+ *       shape of its all-gather and reduce-scatter staging (sharded.c pads
+ *       each parameter of the unit to whole rows per rank, so its segment
+ *       can be a little larger than ceil(U/S): an approximation from below)
+ *   pb  param (all-gather) wire bytes: 4 without mixed precision, 2 for
+ *       bf16 and fp16
+ *   rb  reduce wire bytes: 4 for reduce_dtype fp32, 2 for bf16 and fp16
+ *       (independent of the mixed precision)
+ *   snd the all-gather's 16-bit send buffer, pb * ceil(U/S) when pb = 2
+ *       (each rank rounds its fp32 master segment into it); 0 when pb = 4
+ *       (the master segment is sent as it is)
  *   K   optimizer_states: fp32 states per element (AdamW/Adam 2: exp_avg,
  *       exp_avg_sq; SGD with momentum 1; plain SGD 0)
  *   G   units gathered at once: limit_all_gathers, or num_units when it is
@@ -29,36 +45,47 @@
  *
  * ---- what each strategy allocates ----
  *
- *   category    NO_SHARD        SHARD_GRAD_OP        FULL_SHARD, HYBRID_SHARD
- *   params      cb*P            cb*P                 0
- *   grads       cb*P            cb*U + 4*Sh          cb*U + 4*Sh
- *   master      4*P  (mp only)  4*Sh                 4*Sh
- *   optimizer   4*K*P           4*K*Sh               4*K*Sh
- *   transient   0               2*cb*Up              G*(cb*U + cb*Up) + 2*cb*Up
+ *   category   NO_SHARD             SHARD_GRAD_OP      FULL_SHARD, HYBRID_SHARD
+ *   params     4*P                  4*P                0
+ *   grads      4*P (+ 2*P if rb=2)  4*U + 4*Sh         4*U + 4*Sh
+ *   master     4*P (mp only)        4*Sh               4*Sh
+ *   optimizer  4*K*P                4*K*Sh             4*K*Sh
+ *   transient  0                    max(2*rb*Up,       G*(4*U + pb*Up + snd)
+ *                                       2*(pb*Up+snd))   + 2*rb*Up
  *
  * NO_SHARD (DDP) replicates everything. Without mixed precision the fp32
  * parameters are the master weights (the optimizer updates them in place),
- * so master is 0; with bf16/fp16 there are cb-byte compute copies beside the
- * fp32 master. Gradients are all-reduced in place in their buckets, so
- * nothing transient.
+ * so master is 0; with bf16/fp16 the compute copies (float32 arrays of
+ * rounded values, 4*P) sit beside a separate fp32 master (4*P). Gradients
+ * are all-reduced in place in their buckets; with a 16-bit reduce_dtype the
+ * buckets are rounded into a 16-bit wire buffer the size of the model
+ * (2*P, counted as gradients, allocated for the model's life) and reduced
+ * there. Nothing transient.
  *
- * SHARD_GRAD_OP (ZeRO-2) keeps the compute parameters replicated, but a
- * gradient lives in full only while its unit is being reduced: one unit's
- * cb-byte gradient buffer (cb*U, sized for the largest unit and reused),
- * reduce-scattered into the rank's fp32 gradient shard (4*Sh). Master
- * weights and optimizer state cover the shard only. In flight there are two
- * reduce-scatter stagings of a padded unit (2*cb*Up: one unit's reduction
- * overlaps the next unit's backward); the all-gather after the step reuses
- * one of them, so it adds nothing.
+ * SHARD_GRAD_OP (ZeRO-2) keeps the compute parameters replicated (4*P), but
+ * a gradient lives in full only while its unit is being reduced: one unit's
+ * float32 gradient buffer (4*U, sized for the largest unit), copied into a
+ * reduce-scatter staging of reduce_dtype and freed, the result widened into
+ * the rank's fp32 gradient shard (4*Sh). Master weights and optimizer state
+ * cover the shard only. Transient buffers peak at one of two moments that
+ * never overlap: in backward two reduce-scatter stagings are in flight
+ * (2*rb*Up: one unit's reduction overlaps the next unit's backward); after
+ * the step the updated shards are all-gathered into the resident params,
+ * two units in flight, each with its staging (pb*Up) and, under bf16/fp16,
+ * its send buffer (snd).
  *
  * FULL_SHARD (ZeRO-3) keeps no parameters at rest: only the fp32 master
- * shard. Acquiring a unit all-gathers it into a staging buffer (cb*Up),
- * casting the master rows while it gathers, and unpacks a full copy (cb*U);
- * up to G units are held that way at once (the one in use plus prefetches,
- * capped by limit_all_gathers). Gradients and reduce-scatter staging are as
- * under SHARD_GRAD_OP. HYBRID_SHARD is FULL_SHARD inside a node of S ranks,
- * with the shards replicated across nodes, so the same formulas with S =
- * ranks_per_node.
+ * shard. Acquiring a unit all-gathers it (staging pb*Up, send buffer snd)
+ * and unpacks a float32 full copy (4*U); up to G units are held that way at
+ * once (the one in use plus prefetches, capped by limit_all_gathers), each
+ * counted with its staging and send buffer, an upper bound (a unit in use
+ * has already freed them). Gradients and reduce-scatter staging are as
+ * under SHARD_GRAD_OP, and can be in flight while units are gathered.
+ * HYBRID_SHARD is FULL_SHARD inside a node of S ranks, with the shards
+ * replicated across nodes, so the same formulas with S = ranks_per_node.
+ *
+ * The gradient terms assume a sync at every micro-step: accumulating
+ * without sync keeps every unit's 4*U buffer until the boundary.
  *
  * ---- against the ZeRO paper ----
  *
@@ -66,24 +93,33 @@
  * (2-byte parameters and gradients, K = 12 bytes of fp32 master, momentum
  * and variance per element), N data-parallel ranks:
  *
- *   baseline (DDP)   (2 + 2 + 12) P         = 16P
- *   ZeRO-2 (P_os+g)  2P + (2 + 12) P / N    = 2P + 14P/N
- *   ZeRO-3 (P_os+g+p) (2 + 2 + 12) P / N    = 16P/N
+ *   baseline (DDP)    (2 + 2 + 12) P         = 16P
+ *   ZeRO-2 (P_os+g)   2P + (2 + 12) P / N    = 2P + 14P/N
+ *   ZeRO-3 (P_os+g+p) (2 + 2 + 12) P / N     = 16P/N
  *
- * acx under bf16/fp16 with AdamW (cb = 2, K = 2), transient buffers and the
- * unit's gradient buffer (2U) set aside, Sh = P/N:
+ * acx on the host under bf16/fp16 with AdamW and reduce_dtype fp32, the
+ * unit's gradient buffer (4U) and the transient buffers set aside,
+ * Sh = P/N:
  *
- *   NO_SHARD       2P + 2P + 4P + 8P        = 16P          (the paper's)
- *   SHARD_GRAD_OP  2P + 4P/N + 4P/N + 8P/N  = 2P + 16P/N   (2P/N more)
+ *   NO_SHARD       4P + 4P + 4P + 8P        = 20P          (4P more)
+ *   SHARD_GRAD_OP  4P + 4P/N + 4P/N + 8P/N  = 4P + 16P/N   (2P + 2P/N more)
  *   FULL_SHARD     0 + 4P/N + 4P/N + 8P/N   = 16P/N        (the paper's)
  *
- * The split differs from the paper's: acx keeps the reduced gradient shard
- * in fp32 (4 bytes, the optimizer's input, no second rounding), and under
- * FULL_SHARD it keeps no 2-byte parameter shard at all — the gather casts
- * the fp32 master rows — so FULL_SHARD's 2 + 2 + 12 becomes 0 + 4 + 12 and
- * totals the same 16P/N, while SHARD_GRAD_OP's fp32 gradient shard costs
- * 2P/N over the paper's 14P/N. Without mixed precision (cb = 4) the baseline
- * is also 16P: 4P parameters (the master) + 4P gradients + 8P AdamW state.
+ * The replicated strategies hold more than the paper: float32 compute
+ * copies cost 4 bytes per element where the paper counts 2, and under
+ * NO_SHARD the full float32 gradients another 2 (a 16-bit reduce_dtype
+ * adds its 2*P wire buffer on top: 22P). That is the price of plain-C
+ * kernels reading float; mixed precision on the host saves communication
+ * bytes, not memory. SHARD_GRAD_OP also keeps the reduced gradient shard in
+ * fp32 (4 bytes, the optimizer's input, no second rounding): 2P/N over the
+ * paper's 14P/N. FULL_SHARD at rest keeps no parameters at all — the
+ * gather rounds the fp32 master rows — so its 2 + 2 + 12 becomes
+ * 0 + 4 + 12 and totals the paper's 16P/N; its float32 gathered units show
+ * up in the transient term (4U each instead of 2U). Without mixed precision
+ * NO_SHARD is also 16P: 4P parameters (the master) + 4P gradients + 8P
+ * AdamW state. A device build (the GPU path, future) would hold 2-byte
+ * compute copies and gradient buffers: NO_SHARD would come to the paper's
+ * 16P and SHARD_GRAD_OP to 2P + 16P/N.
  */
 #include <stdint.h>
 
@@ -134,6 +170,11 @@ static acx_status_t check_model(const acx_memory_model_t *m) {
                          "acx_memory_estimate: mixed_precision = %d (expected an "
                          "acx_mixed_precision_t, %d..%d)",
                          m->mixed_precision, (int)ACX_MP_NO, (int)ACX_MP_FP16);
+    if (m->reduce_dtype < ACX_REDUCE_FP32 || m->reduce_dtype > ACX_REDUCE_FP16)
+        return ACX_ERROR(ACX_ERR_INVALID_ARG,
+                         "acx_memory_estimate: reduce_dtype = %d (expected an "
+                         "acx_reduce_dtype_t, %d..%d)",
+                         m->reduce_dtype, (int)ACX_REDUCE_FP32, (int)ACX_REDUCE_FP16);
     if (m->ranks_per_node < 0 || (m->ranks_per_node > 0 && m->world_size % m->ranks_per_node != 0))
         return ACX_ERROR(ACX_ERR_INVALID_ARG,
                          "acx_memory_estimate: ranks_per_node = %d (expected 0 or a divisor of "
@@ -168,7 +209,8 @@ ACX_API acx_status_t acx_memory_estimate(const acx_memory_model_t *m,
 
     const int64_t P = m->numel, U = m->largest_unit;
     const int64_t K = m->optimizer_states;
-    const int64_t cb = m->mixed_precision == ACX_MP_NO ? 4 : 2;
+    const int64_t pb = m->mixed_precision == ACX_MP_NO ? 4 : 2;
+    const int64_t rb = m->reduce_dtype == ACX_REDUCE_FP32 ? 4 : 2;
     const int64_t S = m->strategy == ACX_HYBRID_SHARD && m->ranks_per_node > 0 ? m->ranks_per_node
                                                                                : m->world_size;
     /* The largest rank's shard can be neither smaller than an even split nor
@@ -181,41 +223,48 @@ ACX_API acx_status_t acx_memory_estimate(const acx_memory_model_t *m,
                          (long long)m->shard_numel, (long long)S, (long long)ceil_div(P, S),
                          (long long)P);
     const int64_t Sh = m->shard_numel > 0 ? m->shard_numel : ceil_div(P, S);
-    const int64_t Up = S * ceil_div(U, S); /* <= U + S - 1: no overflow for U <= P */
+    const int64_t piece = ceil_div(U, S); /* one rank's segment of the largest unit */
+    const int64_t Up = S * piece;         /* <= U + S - 1: no overflow for U <= P */
     int64_t G = m->limit_all_gathers > 0 ? m->limit_all_gathers : m->num_units;
     if (m->num_units > 0 && G > m->num_units) G = m->num_units;
 
     /* the terms of the table above, in bytes (P-sized ones only where used:
      * a FULL_SHARD estimate may fit where a replicated copy would not) */
     int ovf = 0;
-    const int64_t unit = mul3(cb, U, 1, &ovf);        /* a full copy of the largest unit */
-    const int64_t staging = mul3(cb, Up, 1, &ovf);    /* its padded collective buffer */
-    const int64_t shard = mul3(4, Sh, 1, &ovf);       /* an fp32 shard */
-    const int64_t states = mul3(4, K, Sh, &ovf);      /* optimizer state of a shard */
-    const int64_t two_rs = mul3(2, staging, 1, &ovf); /* reduce-scatters in flight */
+    const int64_t unit = mul3(4, U, 1, &ovf);    /* a float32 full copy of the largest unit */
+    const int64_t rs = mul3(rb, Up, 1, &ovf);    /* its reduce-scatter staging */
+    const int64_t shard = mul3(4, Sh, 1, &ovf);  /* an fp32 shard */
+    const int64_t states = mul3(4, K, Sh, &ovf); /* optimizer state of a shard */
+    const int64_t two_rs = mul3(2, rs, 1, &ovf); /* reduce-scatters in flight */
+    /* one all-gather in flight: its staging, and under bf16/fp16 the 16-bit
+     * send buffer the rank's segment is rounded into */
+    const int64_t send = pb == 2 ? mul3(pb, piece, 1, &ovf) : 0;
+    const int64_t ag = add2(mul3(pb, Up, 1, &ovf), send, &ovf);
 
     acx_memory_estimate_t e = {0};
     switch (m->strategy) {
     case ACX_NO_SHARD:
-        e.params = mul3(cb, P, 1, &ovf);
-        e.grads = e.params;
-        e.master = m->mixed_precision == ACX_MP_NO ? 0 : mul3(4, P, 1, &ovf);
+        e.params = mul3(4, P, 1, &ovf);
+        e.grads = rb == 2 ? add2(e.params, mul3(2, P, 1, &ovf), &ovf) : e.params;
+        e.master = m->mixed_precision == ACX_MP_NO ? 0 : e.params;
         e.optimizer = mul3(4, K, P, &ovf);
         e.transient = 0;
         break;
-    case ACX_SHARD_GRAD_OP:
-        e.params = mul3(cb, P, 1, &ovf);
+    case ACX_SHARD_GRAD_OP: {
+        const int64_t two_ag = mul3(2, ag, 1, &ovf); /* the refresh after the step */
+        e.params = mul3(4, P, 1, &ovf);
         e.grads = add2(unit, shard, &ovf);
         e.master = shard;
         e.optimizer = states;
-        e.transient = two_rs;
+        e.transient = two_rs > two_ag ? two_rs : two_ag;
         break;
+    }
     default: /* ACX_FULL_SHARD, ACX_HYBRID_SHARD (S chosen above) */
         e.params = 0;
         e.grads = add2(unit, shard, &ovf);
         e.master = shard;
         e.optimizer = states;
-        e.transient = add2(mul3(G, add2(unit, staging, &ovf), 1, &ovf), two_rs, &ovf);
+        e.transient = add2(mul3(G, add2(unit, ag, &ovf), 1, &ovf), two_rs, &ovf);
         break;
     }
     e.total = add2(add2(add2(e.params, e.grads, &ovf), add2(e.master, e.optimizer, &ovf), &ovf),

@@ -202,15 +202,15 @@ static acx_status_t gather_start(acx_model_t *m, int u) {
     acx_dtype_t dt = m->ctx.param_dtype;
     size_t esz = dsize(dt);
     if (us->data == NULL) {
-        us->data = acx_mem_alloc(data_category(st), unit->numel * sizeof(float), "gathered unit");
+        us->data = acx_mem_alloc_raw(data_category(st), unit->numel * sizeof(float), "gathered unit");
         if (us->data == NULL) return ACX_ERR_NO_MEMORY;
         if (st->policy != POLICY_GRAD_OP) st->num_gathered++;
     }
-    us->staging = acx_mem_alloc(ACX_MEM_TRANSIENT, S * us->seg * esz, "all-gather staging");
+    us->staging = acx_mem_alloc_raw(ACX_MEM_TRANSIENT, S * us->seg * esz, "all-gather staging");
     if (us->staging == NULL) return ACX_ERR_NO_MEMORY;
     const void *send = m->master + us->shard_off;
     if (acx_dtype_is_half(dt)) { /* round the segment once: the wire carries param_dtype */
-        us->send = acx_mem_alloc(ACX_MEM_TRANSIENT, us->seg * esz, "all-gather send buffer");
+        us->send = acx_mem_alloc_raw(ACX_MEM_TRANSIENT, us->seg * esz, "all-gather send buffer");
         if (us->send == NULL) {
             acx_mem_free(ACX_MEM_TRANSIENT, us->staging, S * us->seg * esz);
             us->staging = NULL;

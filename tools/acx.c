@@ -2,15 +2,20 @@
  * tools/acx.c — the `acx` command: a dispatcher over subcommands.
  *
  * Owns: argument parsing, usage texts and exit codes of the command line
- * tool. Now: `acx version`, `acx config show`, `acx data import-idx`,
- * `acx ckpt info|verify|export` and `acx estimate-memory`. `launch`, `env`
- * and `slurm` slot into the command table below as they are written (a
- * name, a handler, a one-line summary); the top-level help lists exactly
- * the table, so it never advertises a command that does not exist.
- * Leaves to others: all real work, done through the public API (acx/acx.h)
- * only — the tool is a program like any user's, and links libacx.so. (It
- * also reads HDF5 itself, as a user's program may: `estimate-memory
- * --model` lists a file's dataset shapes.)
+ * tool. Here: `acx version`, `acx config show`, `acx data import-idx`,
+ * `acx ckpt info|verify|export` and `acx estimate-memory`; `acx launch` is
+ * in tools/launch.c, `acx env` and `acx config default` (and the questions
+ * of a bare `acx config`) in tools/env.c. `slurm` slots into the command
+ * table below when it is written (a name, a handler, a one-line summary);
+ * the top-level help lists exactly the table, so it never advertises a
+ * command that does not exist.
+ * Leaves to others: all real work. The commands here use the public API
+ * (acx/acx.h) only (`estimate-memory --model` also reads HDF5 itself, as a
+ * user's program may); launch and env also use library-private modules
+ * (the launch command and exit records, slurm/launcher.h; launch-environment
+ * detection; the config key table with each value's source), which are not
+ * ABI — so the tool links the library's objects (libacx_core) rather than
+ * libacx.so.
  *
  * Conventions (every subcommand follows them):
  *   - `acx <cmd> --help` / `-h` and `acx help <cmd> ...` print the command's
@@ -34,15 +39,14 @@
 #include <unistd.h>
 
 #include "acx/acx.h"
-
-enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2 };
+#include "tools/tool.h"
 
 /* ---- shared helpers ---- */
 
-static int is_help(const char *arg) { return strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0; }
+int is_help(const char *arg) { return strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0; }
 
 /* A usage error: "acx <where>: <what>" and a hint at the right --help. */
-static int usage_error(const char *where, const char *fmt, const char *arg) {
+int usage_error(const char *where, const char *fmt, const char *arg) {
     fprintf(stderr, "acx%s%s: ", where[0] ? " " : "", where);
     fprintf(stderr, fmt, arg);
     fprintf(stderr, "\nRun 'acx%s%s --help' for usage.\n", where[0] ? " " : "", where);
@@ -51,7 +55,7 @@ static int usage_error(const char *where, const char *fmt, const char *arg) {
 
 /* A failed acx call: the library's own message, which names file:line, the
  * file and what was expected. */
-static int acx_failure(acx_status_t status) {
+int acx_failure(acx_status_t status) {
     const char *msg = acx_last_error();
     fprintf(stderr, "acx: %s\n", msg[0] ? msg : acx_status_string(status));
     return EXIT_FAIL;
@@ -61,8 +65,8 @@ static int acx_failure(acx_status_t status) {
  * "--name=VALUE", or the short alias "-x VALUE" (short may be NULL).
  * Returns 1 and sets *value_p (consuming the value's argument), 0 if
  * argv[*i] is another option, -1 if the value is missing or empty. */
-static int take_option(int argc, char **argv, int *i, const char *long_name,
-                       const char *short_name, const char **value_p) {
+int take_option(int argc, char **argv, int *i, const char *long_name, const char *short_name,
+                const char **value_p) {
     const char *arg = argv[*i];
     size_t n = strlen(long_name);
     if (strncmp(arg, long_name, n) == 0 && arg[n] == '=') {
@@ -397,21 +401,25 @@ static const char config_usage[] =
     "\n"
     "Inspect acx's configuration (keys, files, environment: docs/config.md).\n"
     "\n"
+    "Without a subcommand, on a terminal: ask a few questions (processes,\n"
+    "mixed precision, sharding, gradient accumulation, project directory) and\n"
+    "write the answers as the default config file\n"
+    "(~/.config/acx/default_config.yaml; --output FILE, --force to replace).\n"
+    "\n"
     "subcommands:\n"
-    "  show   print the resolved configuration and where each value came from\n"
+    "  show      print the resolved configuration and where each value came from\n"
+    "  default   write a default config file without asking\n"
     "\n"
     "Run 'acx config <subcommand> --help' for its options.\n";
 
 static int cmd_config(int argc, char **argv) {
-    if (argc < 2) {
-        fputs(config_usage, stderr);
-        return EXIT_USAGE;
-    }
-    if (is_help(argv[1])) {
+    if (argc >= 2 && is_help(argv[1])) {
         fputs(config_usage, stdout);
         return EXIT_OK;
     }
+    if (argc < 2 || argv[1][0] == '-') return cmd_config_interactive(argc, argv);
     if (strcmp(argv[1], "show") == 0) return cmd_config_show(argc - 1, argv + 1);
+    if (strcmp(argv[1], "default") == 0) return cmd_config_default(argc - 1, argv + 1);
     return usage_error("config", argv[1][0] == '-' ? "unknown option '%s'"
                                                    : "unknown subcommand '%s'",
                        argv[1]);
@@ -578,8 +586,11 @@ static const char estimate_memory_usage[] =
     "master weights, optimizer state, transient buffers (gathered units and\n"
     "communication staging) and their total, with the ZeRO paper's figure for\n"
     "mixed-precision Adam below. Activations, the data loader and MPI's own\n"
-    "buffers are not counted. The formulas, and how they differ from the\n"
-    "paper's: docs/memory.md. Does not start MPI.\n"
+    "buffers are not counted. This is the host layout: compute copies and\n"
+    "full gradients are float32 even under bf16/fp16 (16-bit buffers only\n"
+    "carry communication), so mixed precision holds more than the paper's\n"
+    "no_shard figure. The formulas, and how they differ from the paper's:\n"
+    "docs/memory.md. Does not start MPI.\n"
     "\n"
     "the model (one of):\n"
     "  --params N             N parameter elements; a suffix K, M, B or T (10^3,\n"
@@ -597,6 +608,8 @@ static const char estimate_memory_usage[] =
     "  --strategy S           no_shard, shard_grad_op, full_shard, hybrid_shard,\n"
     "                         or all: every strategy side by side (default all)\n"
     "  --mixed-precision MP   no, bf16 or fp16 (default no)\n"
+    "  --reduce-dtype RD      fp32, bf16 or fp16: the dtype gradients are reduced\n"
+    "                         in, independent of MP (default fp32)\n"
     "  --optimizer OPT        adamw or adam (2 fp32 states per element),\n"
     "                         sgd-momentum (1) or sgd (0) (default adamw)\n"
     "  --ranks-per-node R     hybrid_shard's shard group, a divisor of W\n"
@@ -933,7 +946,7 @@ static int64_t est_paper_div(int64_t a, int64_t b, int64_t c) {
 static int cmd_estimate_memory(int argc, char **argv) {
     static const char where[] = "estimate-memory";
     const char *params = NULL, *model_path = NULL, *largest = NULL;
-    const char *strategy = NULL, *mp = NULL, *optimizer = NULL;
+    const char *strategy = NULL, *mp = NULL, *reduce = NULL, *optimizer = NULL;
     const char *world = NULL, *rpn = NULL, *limit = NULL;
     int exact = 0;
 
@@ -942,11 +955,11 @@ static int cmd_estimate_memory(int argc, char **argv) {
         const char *name, *meta;
         const char **value;
     } opts[] = {
-        {"--params", "N", &params},        {"--model", "FILE", &model_path},
-        {"--world-size", "W", &world},     {"--strategy", "S", &strategy},
-        {"--mixed-precision", "MP", &mp},  {"--optimizer", "OPT", &optimizer},
-        {"--ranks-per-node", "R", &rpn},   {"--limit-all-gathers", "G", &limit},
-        {"--largest-unit", "N", &largest},
+        {"--params", "N", &params},           {"--model", "FILE", &model_path},
+        {"--world-size", "W", &world},        {"--strategy", "S", &strategy},
+        {"--mixed-precision", "MP", &mp},     {"--reduce-dtype", "RD", &reduce},
+        {"--optimizer", "OPT", &optimizer},   {"--ranks-per-node", "R", &rpn},
+        {"--limit-all-gathers", "G", &limit}, {"--largest-unit", "N", &largest},
     };
     const int num_opts = (int)(sizeof opts / sizeof opts[0]);
 
@@ -1029,6 +1042,17 @@ static int cmd_estimate_memory(int argc, char **argv) {
         else
             EST_BAD("invalid --mixed-precision '%s' (expected no, bf16 or fp16)", mp);
     }
+    int reduce_dtype = ACX_REDUCE_FP32;
+    if (reduce != NULL) {
+        if (strcmp(reduce, "fp32") == 0)
+            reduce_dtype = ACX_REDUCE_FP32;
+        else if (strcmp(reduce, "bf16") == 0)
+            reduce_dtype = ACX_REDUCE_BF16;
+        else if (strcmp(reduce, "fp16") == 0)
+            reduce_dtype = ACX_REDUCE_FP16;
+        else
+            EST_BAD("invalid --reduce-dtype '%s' (expected fp32, bf16 or fp16)", reduce);
+    }
     int states = 2, adam = 1;
     if (optimizer != NULL) {
         if (strcmp(optimizer, "adamw") == 0 || strcmp(optimizer, "adam") == 0)
@@ -1093,7 +1117,8 @@ static int cmd_estimate_memory(int argc, char **argv) {
                                 .mixed_precision = mixed,
                                 .optimizer_states = states,
                                 .limit_all_gathers = G,
-                                .num_units = in.num_units};
+                                .num_units = in.num_units,
+                                .reduce_dtype = reduce_dtype};
         acx_status_t st = acx_memory_estimate(&m, &est[s]);
         if (st != ACX_OK) {
             est_tensors_free(&tensors);
@@ -1115,6 +1140,7 @@ static int cmd_estimate_memory(int argc, char **argv) {
 
     /* ---- what was assumed ---- */
     static const char *const mp_names[3] = {"no", "bf16", "fp16"};
+    static const char *const rd_names[3] = {"fp32", "bf16", "fp16"};
     printf("Model state per rank (acx_memory_estimate; formulas in docs/memory.md)\n");
     if (in.file != NULL)
         printf("model:    %lld parameter elements (P) in %d tensors of %s '%s';\n"
@@ -1127,10 +1153,10 @@ static int cmd_estimate_memory(int argc, char **argv) {
                largest ? "" : " (P/8)");
     printf("ranks:    world size %d (N)", W);
     if (last == ACX_HYBRID_SHARD) printf("; hybrid_shard shards over %d ranks per node (R)", R);
-    printf("\ntraining: mixed precision %s, optimizer %s (%d fp32 state%s per element), "
-           "limit_all_gathers %d%s\n\n",
-           mp_names[mixed], optimizer ? optimizer : "adamw", states, states == 1 ? "" : "s", G,
-           G == 0 ? " (no cap)" : "");
+    printf("\ntraining: mixed precision %s, reduce dtype %s, optimizer %s (%d fp32 state%s per "
+           "element),\n          limit_all_gathers %d%s\n\n",
+           mp_names[mixed], rd_names[reduce_dtype], optimizer ? optimizer : "adamw", states,
+           states == 1 ? "" : "s", G, G == 0 ? " (no cap)" : "");
 
     /* ---- the table: a row per category, a column per strategy ---- */
     char cell[7][4][48];
@@ -1161,6 +1187,11 @@ static int cmd_estimate_memory(int argc, char **argv) {
            paper[first] < 0 ? "; not shown: it needs\n--mixed-precision bf16 or fp16 and "
                               "--optimizer adam or adamw"
                             : ".");
+    if (mixed != ACX_MP_NO)
+        printf("On the host acx computes with float32 arrays of bf16/fp16-rounded values and\n"
+               "float32 gradients (4 bytes where the paper counts 2), so no_shard and\n"
+               "shard_grad_op hold more than the paper; 16-bit buffers only carry\n"
+               "communication (docs/memory.md).\n");
     est_tensors_free(&tensors);
     return EXIT_OK;
 }
@@ -1174,15 +1205,19 @@ typedef struct tool_command {
 } tool_command_t;
 
 static int cmd_help(int argc, char **argv);
+int cmd_slurm(int argc, char **argv); /* tools/slurm_cmd.c */
 
 /* In the order `acx --help` lists them. */
 static const tool_command_t commands[] = {
     {"version", cmd_version, "print the acx version and the MPI library it runs on"},
-    {"config", cmd_config, "show the resolved configuration and where each value came from"},
+    {"launch", cmd_launch, "run a program on N ranks (srun in Slurm, else mpirun)"},
+    {"config", cmd_config, "write or show the configuration (default, show; questions)"},
+    {"env", cmd_env, "versions, resolved configuration and launcher: for bug reports"},
     {"data", cmd_data, "prepare datasets (data import-idx: IDX files to HDF5)"},
     {"ckpt", cmd_ckpt, "inspect, verify and export checkpoints (info, verify, export)"},
     {"estimate-memory", cmd_estimate_memory,
      "bytes of model state per rank under each sharding strategy"},
+    {"slurm", cmd_slurm, "write and submit Slurm batch scripts (slurm sbatch)"},
     {"help", cmd_help, "show this text, or a command's usage (acx help <command>)"},
 };
 #define NUM_COMMANDS ((int)(sizeof commands / sizeof commands[0]))

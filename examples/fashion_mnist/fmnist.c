@@ -12,6 +12,12 @@
  * optimizer steps under PROJECT_DIR/checkpoints (acx's
  * checkpoint.save_every_steps); --resume latest (or a file or directory)
  * continues a run exactly where its checkpoint left it, mid-epoch included.
+ *
+ * Preemption: on SIGUSR1 or SIGTERM (acx's preemption.signals) every rank
+ * stops at the next optimizer step, acx saves a checkpoint there, and the
+ * program exits with ACX_EXIT_PREEMPTED (75). --resume latest, or the config
+ * key resume: auto (--acx-resume=auto; what `acx slurm sbatch` scripts set
+ * for requeued jobs), continues from it.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -60,6 +66,7 @@ static void usage(FILE *f) {
             "  --resume latest|PATH  continue from a checkpoint: the newest in\n"
             "                        PROJECT_DIR/checkpoints, a checkpoint directory or a file;\n"
             "                        --epochs still counts from the start of the run\n"
+            "                        (--acx-resume=auto: the newest, if there is one)\n"
             "  --quiet               no progress output (final line only)\n"
             "  --progress, --no-progress  force the progress bar on/off (default: on a terminal\n"
             "                        when not started by mpirun/srun)\n"
@@ -490,14 +497,17 @@ static int run(int argc, char **argv) {
     /* Resuming restores the parameters, the optimizer and its schedule, the
      * loader's epoch and position and the step counters: the loop below
      * then starts in the saved epoch, at the batch after the last one the
-     * saved run consumed. */
+     * saved run consumed. With resume: auto acx_prepare has already loaded
+     * the latest checkpoint if there was one (the step count says so). */
     int first_epoch = 0, resumed = 0;
-    if (o.resume != NULL) {
+    if (o.resume != NULL)
         CHECK(acx_load_state(acc, strcmp(o.resume, "latest") == 0 ? NULL : o.resume, 1));
+    if (o.resume != NULL || acx_step(acc) > 0) {
         first_epoch = (int)acx_dataloader_epoch(train);
         resumed = 1;
-        acx_print(acc, "acx-fmnist: resumed from %s at step %lld (epoch %d, batch %lld)\n", o.resume,
-                  (long long)acx_step(acc), first_epoch + 1, (long long)acx_dataloader_position(train));
+        acx_print(acc, "acx-fmnist: resumed from %s at step %lld (epoch %d, batch %lld)\n",
+                  o.resume != NULL ? o.resume : "latest (resume: auto)", (long long)acx_step(acc),
+                  first_epoch + 1, (long long)acx_dataloader_position(train));
     }
 
     /* split_batches: --batch-size is the global batch, divided among ranks */
@@ -559,7 +569,10 @@ static int run(int argc, char **argv) {
                 if (sched) CHECK(acx_scheduler_step(sched));
                 CHECK(acx_optimizer_zero_grad(opt));
             }
-            CHECK(acx_accumulate_end(acc));
+            /* A preemption signal: every rank stops at this step, whose
+             * checkpoint acx has just saved. */
+            if ((st = acx_accumulate_end(acc)) == ACX_PREEMPTED) goto preempted;
+            if (st != ACX_OK) goto fail;
             loss_sum += loss;
             window_loss += loss;
             nb++;
@@ -610,6 +623,14 @@ static int run(int argc, char **argv) {
     rc = 0;
     goto done;
 
+preempted:
+    acx_print(acc, "acx-fmnist: preempted at step %lld (epoch %d, batch %lld of %lld): %s\n",
+              (long long)acx_step(acc), (int)acx_dataloader_epoch(train) + 1,
+              (long long)acx_dataloader_position(train), (long long)steps_per_epoch,
+              acx_last_error());
+    rc = ACX_EXIT_PREEMPTED;
+    goto done;
+
 fail:
     if (!reported) fprintf(stderr, "acx-fmnist (rank %d): %s\n", acx_rank(acc), acx_last_error());
 fail_quiet:
@@ -617,7 +638,7 @@ fail_quiet:
 done:
     if (metrics) fclose(metrics);
     mlp_workspace_free(&ws);
-    if (rc != 0 && training) {
+    if (rc != 0 && rc != ACX_EXIT_PREEMPTED && training) {
         /* A failure in the loop may be local to this rank (a read error):
          * the others would wait for it in their next collective, so end the
          * job. Setup failures are agreed by every rank and finalize cleanly. */

@@ -23,7 +23,8 @@ extern "C" {
  * rank, world size, local rank/size (MPI_Comm_split_type SHARED) and nodes,
  * resolve the configuration (see acx/config.h), check the launch environment
  * (N singletons started by srun without PMIx is an error), choose the
- * collective backend and log the decisions.
+ * collective backend, install the preemption.signals handlers (below) and
+ * log the decisions.
  *
  * argc/argv: may be NULL. acx removes its own options from them: --config
  * FILE, --config=FILE, --debug (= --acx-log_level=debug: every decision made
@@ -72,6 +73,9 @@ ACX_API acx_status_t acx_wait_for_everyone(acx_accelerator_t *acc);
  * sharding strategy, initialize parameter values (identical for every world
  * size), plan gradient buckets (bucket_size_mb, reverse registration order)
  * and register the loader (may be NULL) for end-of-data detection.
+ * With resume: auto, then load <project_dir>/checkpoints/latest when it
+ * exists (acx_load_state, strict): acx_step() > 0 tells the program it
+ * continues an earlier run.
  * After this, units can be acquired and parameter/gradient pointers are valid.
  * Collective. Errors: ACX_ERR_STATE (prepared twice, model empty),
  * ACX_ERR_INVALID_ARG, ACX_ERR_NO_MEMORY, ACX_ERR_MPI. */
@@ -83,7 +87,35 @@ ACX_API acx_status_t acx_prepare(acx_accelerator_t *acc, acx_model_t *model,
  * boundary: every gradient_accumulation_steps-th micro-step, or the last
  * batch of the prepared loader's epoch. Not collective. */
 ACX_API acx_status_t acx_accumulate_begin(acx_accelerator_t *acc);
+/* acx_accumulate_end on a boundary counts the optimizer step, saves when
+ * checkpoint.save_every_steps divides it, and handles a pending preemption
+ * (below): collective on boundaries. Returns ACX_OK, ACX_PREEMPTED (stop
+ * now: the checkpoint is saved), or the errors of acx_save_state. */
 ACX_API acx_status_t acx_accumulate_end(acx_accelerator_t *acc);
+
+/* ---- preemption and time limits (docs/slurm.md) ----
+ *
+ * A signal of preemption.signals (default SIGUSR1 and SIGTERM; installed by
+ * acx_init, restored by acx_finalize) only sets a flag. At the next
+ * synchronization boundary acx_accumulate_end makes every rank agree (one
+ * small all-reduce per boundary, skipped when preemption.signals is
+ * "none"), saves a checkpoint with acx_save_state(acc, NULL) (the same
+ * step on every rank), inside a Slurm job with preemption.requeue set has
+ * rank 0 run `scontrol requeue $SLURM_JOB_ID`, and returns ACX_PREEMPTED on
+ * every rank. The program should then leave its loop, call acx_finalize and
+ * exit with ACX_EXIT_PREEMPTED; with resume: auto the next run continues
+ * from the checkpoint at acx_prepare. Repeated signals are ignored while a
+ * stop is pending, except a second SIGINT (Ctrl-C twice), which ends the
+ * process at once. */
+
+/* The exit status of a program that stopped for preemption: 75, EX_TEMPFAIL
+ * of <sysexits.h> ("try again later") — distinct from 1 (failure), 124
+ * (timeout(1)), 77/99 (the test harness) and 128+N (killed by signal N). */
+#define ACX_EXIT_PREEMPTED 75
+
+/* Nonzero once acx_accumulate_end has returned ACX_PREEMPTED (the job
+ * agreed to stop and its checkpoint is saved). Not collective. */
+ACX_API int acx_preempted(const acx_accelerator_t *acc);
 
 /* Nonzero when the current micro-step ends at a synchronization boundary:
  * gradients are communicated and the optimizer should step. */

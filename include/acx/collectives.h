@@ -1,10 +1,14 @@
 /*
  * acx/collectives.h — collectives over the world, through the accelerator's
  * backend (MPI on host memory; NCCL on device memory when built and chosen),
- * and the metrics helpers built on them.
+ * and the evaluation helpers built on them (Accelerate's gather_for_metrics,
+ * pad_across_processes, reduce, main_process_first and the cross-rank
+ * trigger).
  *
  * All functions here are collective over every rank of the world, with the
- * same count, dtype and op everywhere (acx_request_wait/test are local).
+ * same count, dtype and op everywhere (acx_request_wait/test and
+ * acx_set_trigger are local). With ACX_DEBUG_MODE=1 every rank checks that
+ * claim before each call (see "debug mode" at the end of this header).
  */
 #ifndef ACX_COLLECTIVES_H
 #define ACX_COLLECTIVES_H
@@ -122,23 +126,242 @@ ACX_API acx_status_t acx_request_wait(acx_request_t *req);
  * (returning at once after done). Errors: ACX_ERR_INVALID_ARG, ACX_ERR_MPI. */
 ACX_API acx_status_t acx_request_test(acx_request_t *req, int *done_p);
 
-/* ---- metrics helpers ---- */
+/* ---- evaluation helpers (Accelerate's) ---- */
 
-/* Mean (op ACX_OP_AVG) or sum/max/min of one double over ranks, into *out_p. */
+/*
+ * The helpers below move metrics, predictions and flags: host memory always,
+ * whatever the data backend (they go over MPI on the world communicator).
+ * Each is collective over the world unless it says otherwise.
+ */
+
+/* Mean (op ACX_OP_AVG), sum, max or min of one double over ranks, into
+ * *out_p (the same on every rank). The scalar form of acx_reduce. */
 ACX_API acx_status_t acx_reduce_scalar(acx_accelerator_t *acc, double value, acx_red_op_t op,
                                        double *out_p);
 
+/* Reduce an array across ranks, every rank getting the result: recvbuf
+ * [count] = op over ranks of sendbuf [count], element-wise. op: ACX_OP_SUM,
+ * ACX_OP_AVG (the mean: the sum divided by the world size, as Accelerate's
+ * reduce(..., reduction="mean")), ACX_OP_MAX or ACX_OP_MIN. In place:
+ * sendbuf == recvbuf, or sendbuf NULL. Host memory with any backend; the
+ * dtype rules are acx_all_reduce's (float16/bfloat16 accumulate in float32
+ * and round once). Follows accelerate.utils.reduce.
+ * Errors: ACX_ERR_INVALID_ARG (acc NULL, a NULL buffer with count > 0, a bad
+ * dtype, op ACX_OP_PROD or not an acx_red_op_t), ACX_ERR_NOT_SUPPORTED
+ * (ACX_OP_AVG of an integer dtype: a mean of integers is not an integer;
+ * reduce with ACX_OP_SUM and divide), ACX_ERR_NO_MEMORY, ACX_ERR_MPI. */
+ACX_API acx_status_t acx_reduce(acx_accelerator_t *acc, const void *sendbuf, void *recvbuf,
+                                size_t count, acx_dtype_t dtype, acx_red_op_t op);
+
 /* Gather per-sample values of a batch from every rank, dropping exactly the
- * even_batches padding (batch->num_padding trailing samples on each rank).
- * local: [batch->size x sample_bytes] bytes. out: receives the real samples
- * of rank 0, then rank 1, ...; capacity out_capacity samples. *count_p =
- * samples written. to_main_only: only rank 0 receives (others get *count_p = 0).
- * Errors: ACX_ERR_INVALID_ARG (capacity too small: the message gives the
- * needed count), ACX_ERR_MPI. */
+ * even_batches padding (batch->num_padding trailing samples on each rank),
+ * so that over an epoch every sample of the dataset is gathered once: the
+ * total equals the dataset length without drop_last, and the samples of
+ * the full global batches with it (Accelerate's gather_for_metrics, which
+ * truncates the last gathered batch by the dataset's remainder — the same
+ * samples, since padding is always the tail of the last global batch).
+ * local: [batch->size x sample_bytes] bytes (only the first size -
+ * num_padding samples are read; NULL if there are none). out: receives the
+ * real samples of rank 0, then rank 1, ... (the order of the dataset
+ * stream); capacity out_capacity samples. *count_p = samples written.
+ * to_main_only: only rank 0 receives (the others get *count_p = 0 and may
+ * pass out NULL). Every rank must call it for the same batches: without
+ * even_batches a rank may have one batch fewer than the others, and must
+ * then not call it for the batch it does not have (use even_batches or
+ * drop_last for evaluation). sample_bytes and to_main_only the same on
+ * every rank. Errors: ACX_ERR_INVALID_ARG (on every rank when a receiving
+ * rank's capacity is too small: the message gives the needed count),
+ * ACX_ERR_NOT_SUPPORTED (2 GiB or more gathered in one call), ACX_ERR_MPI. */
 ACX_API acx_status_t acx_gather_for_metrics(acx_accelerator_t *acc, const acx_batch_t *batch,
                                             const void *local, size_t sample_bytes, void *out,
                                             int64_t out_capacity, int to_main_only,
                                             int64_t *count_p);
+
+/* Pad a ragged first dimension to the same length on every rank, so that
+ * the buffers can then be all-gathered (Accelerate's pad_across_processes
+ * with dim 0). buf: [rows x row_numel] of dtype, this rank's rows (rows may
+ * differ across ranks, 0 allowed: buf may then be NULL). *max_rows_p = the
+ * largest rows over ranks; *out_p = a new buffer [max_rows x row_numel] of
+ * dtype holding buf's rows followed by max_rows - rows rows of pad_value
+ * (pad_first: the padding rows first, then buf's rows). pad_value is
+ * converted to dtype: rounded to nearest even for float32/float16/bfloat16
+ * (overflow gives an infinity); integer dtypes need an integral value in
+ * the dtype's range (int64: exactly representable in a double, |v| <= 2^53
+ * is always safe). Ownership: *out_p is the caller's, freed with free();
+ * it is never NULL on success (an empty result is a 1-byte allocation).
+ * One all-reduce of one int64; row_numel and dtype the same on every rank.
+ * Errors: ACX_ERR_INVALID_ARG (acc, out_p or max_rows_p NULL, rows or
+ * row_numel negative, buf NULL with data, a bad dtype, a pad_value the
+ * dtype cannot hold — on the rank that passed it), ACX_ERR_NO_MEMORY,
+ * ACX_ERR_MPI. */
+ACX_API acx_status_t acx_pad_across_processes(acx_accelerator_t *acc, const void *buf, int64_t rows,
+                                              int64_t row_numel, acx_dtype_t dtype,
+                                              double pad_value, int pad_first, void **out_p,
+                                              int64_t *max_rows_p);
+
+/*
+ * "Main process first" (Accelerate's main_process_first context manager):
+ *
+ *     ACX_TRY(acx_main_process_first_begin(acc));
+ *     ... download, preprocess or cache a file ...
+ *     ACX_TRY(acx_main_process_first_end(acc));
+ *
+ * The main process (rank 0) runs the block at once; every other rank waits
+ * in begin until the main process has reached end, then runs the block
+ * itself (typically finding the file the main process wrote). Collective
+ * over the world: every rank calls both. The local_ pair does the same per
+ * node: each node's local main process (local rank 0) goes first and the
+ * other ranks of that node wait for it only. The block must not call any
+ * collective (acx or MPI): the main process would wait in it for ranks that
+ * are themselves waiting for the main process. Blocks do not nest.
+ * Errors: ACX_ERR_INVALID_ARG (acc NULL), ACX_ERR_STATE (begin inside an
+ * open block, end without begin, or the end of the other kind of block),
+ * ACX_ERR_MPI.
+ */
+ACX_API acx_status_t acx_main_process_first_begin(acx_accelerator_t *acc);
+ACX_API acx_status_t acx_main_process_first_end(acx_accelerator_t *acc);
+ACX_API acx_status_t acx_local_main_process_first_begin(acx_accelerator_t *acc);
+ACX_API acx_status_t acx_local_main_process_first_end(acx_accelerator_t *acc);
+
+/*
+ * The cross-rank trigger (Accelerate's set_trigger/check_trigger), e.g. for
+ * early stopping decided by one rank:
+ *
+ *     if (my_loss < target) acx_set_trigger(acc);       local, any rank
+ *     ACX_TRY(acx_check_trigger(acc, &stop));           collective
+ *     if (stop) break;                                   every rank alike
+ *
+ * acx_set_trigger is local and cheap (no communication). acx_check_trigger
+ * is collective (one all-reduce MAX of one int): *triggered_p = 1 on every
+ * rank if any rank called acx_set_trigger since the previous check, else 0;
+ * a check that reports 1 clears the trigger on every rank.
+ * Errors: ACX_ERR_INVALID_ARG (acc or triggered_p NULL), ACX_ERR_MPI.
+ */
+ACX_API acx_status_t acx_set_trigger(acx_accelerator_t *acc);
+ACX_API acx_status_t acx_check_trigger(acx_accelerator_t *acc, int *triggered_p);
+
+/* ---- debug mode and call sites ---- */
+
+/*
+ * With ACX_DEBUG_MODE=1 in the environment (also true/yes/on; 0, false,
+ * no, off or unset: off; anything else: the collectives fail with
+ * ACX_ERR_INVALID_CONFIG), every rank checks before each collective of
+ * this header (blocking and async forms, the evaluation helpers, both
+ * halves of main_process_first) that all ranks are making the same call:
+ * one MPI_Allgather of a small fixed record per rank {sequence number of
+ * the call on this accelerator, operation, count, dtype, reduction op,
+ * root, call site file:line, this rank's argument check}. If the
+ * operation, count, dtype, op, root or sequence number differs on any
+ * rank, the call returns ACX_ERR_INVALID_ARG on every rank — instead of
+ * deadlocking or mixing up data — without running the collective, and
+ * acx_last_error() lists each rank's values, ranks with the same values
+ * grouped:
+ *
+ *   collective mismatch at #57: rank 0 barrier at train.c:120; ranks 1-3
+ *   all_reduce(count 1024, float32, sum) at train.c:88
+ *
+ * Call sites are reported, not compared (one call per branch of an `if`
+ * is legitimate). A bad argument on some ranks (a NULL buffer, a root out
+ * of range) fails every rank with that rank's message instead of leaving
+ * the others waiting. Counts compared are the ones that must agree: the
+ * element count (all collectives), sample_bytes (gather_for_metrics; its
+ * per-rank sample counts may differ) and row_numel (pad_across_processes;
+ * its rows may differ). The program can go on after a reported mismatch:
+ * every rank skipped the same call. Without ACX_DEBUG_MODE nothing is
+ * exchanged (a counter increments). The variable is read once, at the
+ * first collective, and must be the same on every rank.
+ *
+ * Call sites: the names above are also macros that pass __FILE__ and
+ * __LINE__ to the exported *_at functions below, so a debug report names
+ * the program's own lines. The plain functions remain exported (a report
+ * then says "unknown call site"); define ACX_NO_CALL_SITE before including
+ * acx headers to call them directly (e.g. from a language binding), or
+ * call the _at forms with a site of your own (file may be NULL).
+ */
+ACX_API acx_status_t acx_all_reduce_at(const char *file, int line, acx_accelerator_t *acc,
+                                       const void *sendbuf, void *recvbuf, size_t count,
+                                       acx_dtype_t dtype, acx_red_op_t op);
+ACX_API acx_status_t acx_all_reduce_async_at(const char *file, int line, acx_accelerator_t *acc,
+                                             const void *sendbuf, void *recvbuf, size_t count,
+                                             acx_dtype_t dtype, acx_red_op_t op,
+                                             acx_request_t **req_p);
+ACX_API acx_status_t acx_reduce_scatter_at(const char *file, int line, acx_accelerator_t *acc,
+                                           const void *sendbuf, void *recvbuf, size_t count,
+                                           acx_dtype_t dtype, acx_red_op_t op);
+ACX_API acx_status_t acx_reduce_scatter_async_at(const char *file, int line, acx_accelerator_t *acc,
+                                                 const void *sendbuf, void *recvbuf, size_t count,
+                                                 acx_dtype_t dtype, acx_red_op_t op,
+                                                 acx_request_t **req_p);
+ACX_API acx_status_t acx_broadcast_at(const char *file, int line, acx_accelerator_t *acc, void *buf,
+                                      size_t count, acx_dtype_t dtype, int root);
+ACX_API acx_status_t acx_broadcast_async_at(const char *file, int line, acx_accelerator_t *acc,
+                                            void *buf, size_t count, acx_dtype_t dtype, int root,
+                                            acx_request_t **req_p);
+ACX_API acx_status_t acx_all_gather_at(const char *file, int line, acx_accelerator_t *acc,
+                                       const void *sendbuf, void *recvbuf, size_t count,
+                                       acx_dtype_t dtype);
+ACX_API acx_status_t acx_all_gather_async_at(const char *file, int line, acx_accelerator_t *acc,
+                                             const void *sendbuf, void *recvbuf, size_t count,
+                                             acx_dtype_t dtype, acx_request_t **req_p);
+ACX_API acx_status_t acx_gather_at(const char *file, int line, acx_accelerator_t *acc,
+                                   const void *sendbuf, void *recvbuf, size_t count,
+                                   acx_dtype_t dtype, int root);
+ACX_API acx_status_t acx_gather_async_at(const char *file, int line, acx_accelerator_t *acc,
+                                         const void *sendbuf, void *recvbuf, size_t count,
+                                         acx_dtype_t dtype, int root, acx_request_t **req_p);
+ACX_API acx_status_t acx_barrier_at(const char *file, int line, acx_accelerator_t *acc);
+ACX_API acx_status_t acx_barrier_async_at(const char *file, int line, acx_accelerator_t *acc,
+                                          acx_request_t **req_p);
+ACX_API acx_status_t acx_reduce_scalar_at(const char *file, int line, acx_accelerator_t *acc,
+                                          double value, acx_red_op_t op, double *out_p);
+ACX_API acx_status_t acx_reduce_at(const char *file, int line, acx_accelerator_t *acc,
+                                   const void *sendbuf, void *recvbuf, size_t count,
+                                   acx_dtype_t dtype, acx_red_op_t op);
+ACX_API acx_status_t acx_gather_for_metrics_at(const char *file, int line, acx_accelerator_t *acc,
+                                               const acx_batch_t *batch, const void *local,
+                                               size_t sample_bytes, void *out, int64_t out_capacity,
+                                               int to_main_only, int64_t *count_p);
+ACX_API acx_status_t acx_pad_across_processes_at(const char *file, int line, acx_accelerator_t *acc,
+                                                 const void *buf, int64_t rows, int64_t row_numel,
+                                                 acx_dtype_t dtype, double pad_value, int pad_first,
+                                                 void **out_p, int64_t *max_rows_p);
+ACX_API acx_status_t acx_main_process_first_begin_at(const char *file, int line,
+                                                     acx_accelerator_t *acc);
+ACX_API acx_status_t acx_main_process_first_end_at(const char *file, int line,
+                                                   acx_accelerator_t *acc);
+ACX_API acx_status_t acx_local_main_process_first_begin_at(const char *file, int line,
+                                                           acx_accelerator_t *acc);
+ACX_API acx_status_t acx_local_main_process_first_end_at(const char *file, int line,
+                                                         acx_accelerator_t *acc);
+ACX_API acx_status_t acx_check_trigger_at(const char *file, int line, acx_accelerator_t *acc,
+                                          int *triggered_p);
+
+#ifndef ACX_NO_CALL_SITE
+#define ACX_AT_                           __FILE__, __LINE__
+#define acx_all_reduce(...)               acx_all_reduce_at(ACX_AT_, __VA_ARGS__)
+#define acx_all_reduce_async(...)         acx_all_reduce_async_at(ACX_AT_, __VA_ARGS__)
+#define acx_reduce_scatter(...)           acx_reduce_scatter_at(ACX_AT_, __VA_ARGS__)
+#define acx_reduce_scatter_async(...)     acx_reduce_scatter_async_at(ACX_AT_, __VA_ARGS__)
+#define acx_broadcast(...)                acx_broadcast_at(ACX_AT_, __VA_ARGS__)
+#define acx_broadcast_async(...)          acx_broadcast_async_at(ACX_AT_, __VA_ARGS__)
+#define acx_all_gather(...)               acx_all_gather_at(ACX_AT_, __VA_ARGS__)
+#define acx_all_gather_async(...)         acx_all_gather_async_at(ACX_AT_, __VA_ARGS__)
+#define acx_gather(...)                   acx_gather_at(ACX_AT_, __VA_ARGS__)
+#define acx_gather_async(...)             acx_gather_async_at(ACX_AT_, __VA_ARGS__)
+#define acx_barrier(...)                  acx_barrier_at(ACX_AT_, __VA_ARGS__)
+#define acx_barrier_async(...)            acx_barrier_async_at(ACX_AT_, __VA_ARGS__)
+#define acx_reduce_scalar(...)            acx_reduce_scalar_at(ACX_AT_, __VA_ARGS__)
+#define acx_reduce(...)                   acx_reduce_at(ACX_AT_, __VA_ARGS__)
+#define acx_gather_for_metrics(...)       acx_gather_for_metrics_at(ACX_AT_, __VA_ARGS__)
+#define acx_pad_across_processes(...)     acx_pad_across_processes_at(ACX_AT_, __VA_ARGS__)
+#define acx_main_process_first_begin(...) acx_main_process_first_begin_at(ACX_AT_, __VA_ARGS__)
+#define acx_main_process_first_end(...)   acx_main_process_first_end_at(ACX_AT_, __VA_ARGS__)
+#define acx_local_main_process_first_begin(...)                                                    \
+    acx_local_main_process_first_begin_at(ACX_AT_, __VA_ARGS__)
+#define acx_local_main_process_first_end(...)                                                      \
+    acx_local_main_process_first_end_at(ACX_AT_, __VA_ARGS__)
+#define acx_check_trigger(...) acx_check_trigger_at(ACX_AT_, __VA_ARGS__)
+#endif
 
 #ifdef __cplusplus
 }

@@ -99,8 +99,8 @@ typedef struct acx_fsdp_config {
 /* The dtype gradients travel in (FSDP's MixedPrecision.reduce_dtype). */
 typedef enum acx_reduce_dtype {
     ACX_REDUCE_FP32 = 0, /* default: exact sums of float32 */
-    ACX_REDUCE_BF16 = 1, /* half the bytes; rounded to bfloat16 before the reduction */
-    ACX_REDUCE_FP16 = 2  /* half the bytes; rounded to float16 (mind overflow past 65504) */
+    ACX_REDUCE_BF16 = 1, /* rounded to bfloat16 before the reduction (half the bytes on NCCL; not on MPI) */
+    ACX_REDUCE_FP16 = 2  /* rounded to float16 (mind overflow past 65504); bytes as bf16 */
 } acx_reduce_dtype_t;
 
 /* Dynamic loss scaling under mixed_precision fp16 (torch.amp.GradScaler). */
@@ -110,6 +110,23 @@ typedef struct acx_loss_scale_config {
     double min;                /* the run stops when the scale would fall below this, >= 0 (default 1) */
     int max_consecutive_skips; /* the run stops after this many skipped steps in a row, >= 1 (default 20) */
 } acx_loss_scale_config_t;
+
+/* What acx_prepare does about an earlier run's checkpoints. */
+typedef enum acx_resume {
+    ACX_RESUME_NO = 0,  /* start from the freshly initialized state (default) */
+    ACX_RESUME_AUTO = 1 /* load <project_dir>/checkpoints/latest when it exists, else start
+                           fresh: a requeued or restarted job continues where it stopped */
+} acx_resume_t;
+
+/* Preemption and time limits (docs/slurm.md). A listed signal asks the job
+ * to stop at the next synchronization boundary: the ranks agree, save a
+ * checkpoint, and acx_accumulate_end returns ACX_PREEMPTED. */
+typedef struct acx_preemption_config {
+    const char *signals; /* comma-separated names: USR1, USR2, TERM, INT, HUP, XCPU (SIG prefix
+                            and case optional); "none" = no handler (default "USR1,TERM") */
+    int requeue;         /* 0/1: inside a Slurm job, rank 0 runs `scontrol requeue
+                            $SLURM_JOB_ID` once the checkpoint is saved (default 0) */
+} acx_preemption_config_t;
 
 typedef struct acx_config {
     size_t size;             /* sizeof(acx_config_t) as the program saw it */
@@ -133,6 +150,8 @@ typedef struct acx_config {
                            (simulates nodes for HYBRID_SHARD); 0 = the real nodes (default) */
     int reduce_dtype; /* acx_reduce_dtype_t: gradients on the wire under mixed precision (default fp32) */
     acx_loss_scale_config_t loss_scale;
+    int resume; /* acx_resume_t (default ACX_RESUME_NO) */
+    acx_preemption_config_t preemption;
 } acx_config_t;
 
 #define ACX_CONFIG_DEFAULT                                                     \
@@ -156,7 +175,9 @@ typedef struct acx_config {
         .ranks_per_node = ACX_UNSET,                                           \
         .reduce_dtype = ACX_UNSET,                                             \
         .loss_scale = {.init = ACX_UNSET_F, .growth_interval = ACX_UNSET,      \
-                       .min = ACX_UNSET_F, .max_consecutive_skips = ACX_UNSET } \
+                       .min = ACX_UNSET_F, .max_consecutive_skips = ACX_UNSET }, \
+        .resume = ACX_UNSET,                                                   \
+        .preemption = {.signals = NULL, .requeue = ACX_UNSET }                 \
     }
 
 /* Resolve the configuration the way acx_init would, without starting MPI,

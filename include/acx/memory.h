@@ -49,11 +49,16 @@ ACX_API void acx_memory_reset_peak(void);
 /* Per-rank bytes a strategy needs for a model, by the formulas of the ZeRO
  * paper (Rajbhandari et al., "ZeRO: Memory Optimizations Toward Training
  * Trillion Parameter Models", SC'20, section 5 / figure 1) applied to acx's
- * layout: P = numel, N = ranks sharing the shards (world size; ranks per node
- * under HYBRID_SHARD), shards padded to whole rows per rank as acx does. */
+ * host layout: P = numel, N = ranks sharing the shards (world size; ranks
+ * per node under HYBRID_SHARD), shards padded to whole rows per rank as acx
+ * does. On the host the compute copies and full gradient buffers are
+ * float32 even under bf16/fp16 (they hold rounded values); 16-bit buffers
+ * exist only for communication, so mixed precision holds more than the
+ * paper's 16P under NO_SHARD (20P with AdamW). */
 typedef struct acx_memory_estimate {
-    int64_t params;    /* resident compute copies: P x (4 fp32 | 2 bf16/fp16) when replicated */
-    int64_t grads;     /* gradient storage */
+    int64_t params;    /* resident compute copies: P x 4 when replicated (float32 arrays, of
+                          values rounded to bf16/fp16 under mixed precision) */
+    int64_t grads;     /* gradient storage (with NO_SHARD's 16-bit wire buffer) */
     int64_t master;    /* fp32 master weights (0 when they are the params: NO_SHARD fp32) */
     int64_t optimizer; /* states x 4 bytes x (P or P/N) */
     int64_t transient; /* gathered-unit and staging buffers at their peak */
@@ -73,13 +78,17 @@ typedef struct acx_memory_model {
     int num_units;             /* units in the model: the gathered units when
                                   limit_all_gathers = 0, and their cap otherwise
                                   (0 = unknown: no cap) */
+    int reduce_dtype;          /* acx_reduce_dtype_t; 0 = fp32. The dtype gradients are
+                                  reduced in, as in the config: bf16/fp16 halves the
+                                  reduce-scatter staging and adds NO_SHARD's 2 x P wire
+                                  buffer. Independent of mixed_precision */
 } acx_memory_model_t;
 
 /* Fill *est_p for the model and strategy described by *m (written only on
  * success). Not collective; no MPI needed. The formulas per strategy and
  * their derivation: sharding/memory_estimate.c and docs/memory.md.
  * Errors: ACX_ERR_INVALID_ARG (NULL pointers, numel < 0, world_size < 1,
- * unknown strategy or mixed precision, ranks_per_node not dividing
+ * unknown strategy, mixed precision or reduce_dtype, ranks_per_node not dividing
  * world_size, largest_unit outside 0..numel, a negative optimizer_states,
  * limit_all_gathers or num_units, shard_numel neither 0 nor between
  * ceil(numel / N) and numel, byte counts beyond int64), each naming the

@@ -39,6 +39,9 @@ typedef enum acx_status {
     ACX_ERR_ZLIB = 16,
     ACX_ERR_TIMEOUT = 17,
     ACX_ERR_INTERNAL = 18, /* a bug in acx: please report it */
+    ACX_PREEMPTED = 19,    /* not an error: a preemption signal arrived, every rank agreed to
+                            * stop and the checkpoint is saved; exit with ACX_EXIT_PREEMPTED
+                            * (acx/accelerator.h) and resume from the checkpoint */
     ACX_STATUS_COUNT_
 } acx_status_t;
 

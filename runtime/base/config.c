@@ -96,6 +96,8 @@ static const enum_name_t prefetch_names[] = {{"backward_pre", ACX_BACKWARD_PRE},
 
 static const enum_name_t reduce_names[] = {
     {"fp32", ACX_REDUCE_FP32}, {"bf16", ACX_REDUCE_BF16}, {"fp16", ACX_REDUCE_FP16}, {NULL, 0}};
+static const enum_name_t resume_names[] = {
+    {"no", ACX_RESUME_NO}, {"auto", ACX_RESUME_AUTO}, {NULL, 0}};
 
 /* Accelerate's values acx has no counterpart for. */
 static const char *const mp_unhonoured[] = {"fp8", NULL};
@@ -139,6 +141,15 @@ static const config_key_t key_table[] = {
      FIELD(checkpoint.total_limit), NOBUF, "0", PLAIN},
     {"checkpoint.save_every_steps", "ACX_CHECKPOINT_SAVE_EVERY_STEPS", KT_INT64, NULL, 0, INFINITY,
      0, FIELD(checkpoint.save_every_steps), NOBUF, "0", PLAIN},
+    {"resume", "ACX_RESUME", KT_ENUM, resume_names, UNBOUNDED, FIELD(resume), NOBUF, "no", NULL,
+     "auto = load <project_dir>/checkpoints/latest at acx_prepare when it exists"},
+    /* The signal names are checked by acx_init (runtime/preempt.c). */
+    {"preemption.signals", "ACX_PREEMPTION_SIGNALS", KT_STRING, NULL, UNBOUNDED,
+     FIELD(preemption.signals), offsetof(acx_resolved_config_t, preemption_signals),
+     sizeof(((acx_resolved_config_t *)0)->preemption_signals), "USR1,TERM", NULL,
+     "comma-separated signal names (USR1, USR2, TERM, INT, HUP, XCPU), or none"},
+    {"preemption.requeue", "ACX_PREEMPTION_REQUEUE", KT_BOOL, NULL, UNBOUNDED,
+     FIELD(preemption.requeue), NOBUF, "false", PLAIN},
     {"dataloader.drop_last", "ACX_DATALOADER_DROP_LAST", KT_BOOL, NULL, UNBOUNDED,
      FIELD(dataloader.drop_last), NOBUF, "false", PLAIN},
     {"dataloader.even_batches", "ACX_DATALOADER_EVEN_BATCHES", KT_BOOL, NULL, UNBOUNDED,
@@ -214,6 +225,7 @@ const char *acx_mixed_precision_name(int mp) { return enum_canonical(mp_names, m
 const char *acx_backend_name(int b) { return enum_canonical(backend_names, b); }
 const char *acx_log_with_name(int w) { return enum_canonical(log_with_names, w); }
 const char *acx_backward_prefetch_name(int p) { return enum_canonical(prefetch_names, p); }
+const char *acx_resume_name(int r) { return enum_canonical(resume_names, r); }
 
 static int find_key(const char *name) {
     for (int i = 0; i < NUM_KEYS; i++)

@@ -56,6 +56,7 @@ typedef struct acx_resolved_config {
     acx_config_t values;
     char config_file[ACX_PATH_MAX]; /* "" when no file was read */
     char project_dir[ACX_PATH_MAX];
+    char preemption_signals[128];
     acx_config_origin_t origin[ACX_CONFIG_MAX_KEYS]; /* indexed like the key table */
     int accelerate; /* the file is an Accelerate default_config.yaml */
     acx_config_info_t info;
@@ -111,5 +112,6 @@ const char *acx_mixed_precision_name(int mp);
 const char *acx_backend_name(int b);
 const char *acx_log_with_name(int w);
 const char *acx_backward_prefetch_name(int p);
+const char *acx_resume_name(int r);
 
 #endif /* ACX_BASE_CONFIG_RESOLVE_H */

@@ -35,6 +35,7 @@ static const char *const status_text[ACX_STATUS_COUNT_] = {
     [ACX_ERR_ZLIB] = "zlib error",
     [ACX_ERR_TIMEOUT] = "timed out",
     [ACX_ERR_INTERNAL] = "internal error (a bug in acx)",
+    [ACX_PREEMPTED] = "preempted (checkpoint saved)",
 };
 
 ACX_API const char *acx_status_string(acx_status_t status) {

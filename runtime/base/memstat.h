@@ -26,7 +26,16 @@ void *acx_mem_alloc_(acx_mem_category_t cat, size_t bytes, const char *what, con
                      int line);
 #define acx_mem_alloc(cat, bytes, what) acx_mem_alloc_((cat), (bytes), (what), __FILE__, __LINE__)
 
-/* Free a buffer from acx_mem_alloc of `bytes` bytes in cat (NULL is fine). */
+/* The same without zero-filling, for buffers that are written in full
+ * before they are read (gathered units, all-gather staging). */
+void *acx_mem_alloc_raw_(acx_mem_category_t cat, size_t bytes, const char *what, const char *file,
+                         int line);
+#define acx_mem_alloc_raw(cat, bytes, what) \
+    acx_mem_alloc_raw_((cat), (bytes), (what), __FILE__, __LINE__)
+
+/* Free a buffer from acx_mem_alloc of `bytes` bytes in cat (NULL is fine).
+ * `bytes` must be the size it was allocated with: buffers of 1 MiB and more
+ * are mappings of their own (memstat.c says why). */
 void acx_mem_free(acx_mem_category_t cat, void *p, size_t bytes);
 
 #endif /* ACX_BASE_MEMSTAT_H */

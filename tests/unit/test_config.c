@@ -1,7 +1,8 @@
 /*
  * tests/unit/test_config.c — configuration resolution: defaults, YAML file
  * (nested and dotted keys), environment, --acx-* options and the program's
- * struct in precedence order (also for the fsdp.* and ranks_per_node keys),
+ * struct in precedence order (also for the fsdp.*, ranks_per_node, resume and
+ * preemption.* keys),
  * the struct's size field, the origin of every value, the choice of the
  * file, errors (file:line, key, bad value, accepted values), the YAML
  * rendering reading back to the same values, Accelerate default_config.yaml
@@ -97,7 +98,7 @@ static acx_status_t resolve(const acx_config_t *program, const char *file, int n
 
 static int test_table(void) {
     TESTING("key table, names, formatting");
-    CHECK(acx_config_num_keys() == 25);
+    CHECK(acx_config_num_keys() == 28);
     CHECK(strcmp(acx_config_key_name(0), "mixed_precision") == 0);
     CHECK(acx_config_key_name(-1) == NULL);
     CHECK(acx_config_key_name(acx_config_num_keys()) == NULL);
@@ -115,6 +116,8 @@ static int test_table(void) {
     CHECK(strcmp(acx_backward_prefetch_name(ACX_BACKWARD_POST), "backward_post") == 0);
     CHECK(strcmp(acx_backward_prefetch_name(ACX_BACKWARD_NONE), "no_prefetch") == 0);
     CHECK(strcmp(acx_backward_prefetch_name(ACX_UNSET), "invalid") == 0);
+    CHECK(strcmp(acx_resume_name(ACX_RESUME_NO), "no") == 0);
+    CHECK(strcmp(acx_resume_name(ACX_RESUME_AUTO), "auto") == 0);
     CHECK(acx_config_num_info() == 5);
     CHECK(strcmp(acx_config_info_name(0), "num_processes") == 0);
     CHECK(strcmp(acx_config_info_name(4), "main_process_port") == 0);
@@ -155,6 +158,10 @@ static int test_defaults(void) {
     CHECK(cfg.values.fsdp.backward_prefetch == ACX_BACKWARD_PRE);
     CHECK(cfg.values.fsdp.limit_all_gathers == 2);
     CHECK(cfg.values.ranks_per_node == 0);
+    CHECK(cfg.values.resume == ACX_RESUME_NO);
+    CHECK(strcmp(cfg.values.preemption.signals, "USR1,TERM") == 0);
+    CHECK(cfg.values.preemption.signals == cfg.preemption_signals);
+    CHECK(cfg.values.preemption.requeue == 0);
     CHECK(cfg.config_file[0] == '\0' && cfg.values.config_file == NULL);
     CHECK(cfg.accelerate == 0 && cfg.warning[0] == '\0');
     CHECK(cfg.info.num_processes == ACX_UNSET && cfg.info.main_process_port == ACX_UNSET);
@@ -178,6 +185,9 @@ static int test_defaults(void) {
     CHECK(has_value(&cfg, "fsdp.backward_prefetch", "backward_pre"));
     CHECK(has_value(&cfg, "fsdp.limit_all_gathers", "2"));
     CHECK(has_value(&cfg, "ranks_per_node", "0"));
+    CHECK(has_value(&cfg, "resume", "no"));
+    CHECK(has_value(&cfg, "preemption.signals", "USR1,TERM"));
+    CHECK(has_value(&cfg, "preemption.requeue", "false"));
 
     /* $HOME without ~/.config/acx/default_config.yaml: skipped silently. */
     char home[] = "/tmp/acx_home_XXXXXX";
@@ -783,6 +793,86 @@ static int test_file_errors(void) {
     CHECK_STATUS(resolve(NULL, NULL, 0, NULL), ACX_ERR_IO, "'/nonexistent/env.yaml'");
     env_clear();
     CHECK_STATUS(resolve(NULL, "/tmp", 0, NULL), ACX_ERR_IO, "'/tmp' is a directory");
+    PASSED();
+    return 0;
+error:
+    env_clear();
+    FAILED();
+    return 1;
+}
+
+static int test_preemption_keys(void) {
+    TESTING("resume and preemption.*: each source, origins, errors");
+    const char *path = write_yaml("resume: AUTO\n"          /* 1 */
+                                  "preemption:\n"           /* 2 */
+                                  "  signals: USR2, XCPU\n" /* 3 */
+                                  "  requeue: yes\n");      /* 4 */
+    char where[128];
+    env_clear();
+    CHECK_OK(resolve(NULL, path, 0, NULL));
+    CHECK(cfg.values.resume == ACX_RESUME_AUTO);
+    CHECK(strcmp(cfg.values.preemption.signals, "USR2, XCPU") == 0);
+    CHECK(cfg.values.preemption.requeue == 1);
+    snprintf(where, sizeof where, "%s:1", path);
+    CHECK(origin_is("resume", ACX_SRC_FILE, where));
+    snprintf(where, sizeof where, "%s:3", path);
+    CHECK(origin_is("preemption.signals", ACX_SRC_FILE, where));
+    snprintf(where, sizeof where, "%s:4", path);
+    CHECK(origin_is("preemption.requeue", ACX_SRC_FILE, where));
+    CHECK(has_value(&cfg, "resume", "auto"));
+
+    env_set("ACX_RESUME", " no ");
+    env_set("ACX_PREEMPTION_SIGNALS", "none");
+    env_set("ACX_PREEMPTION_REQUEUE", "off");
+    CHECK_OK(resolve(NULL, path, 0, NULL));
+    CHECK(cfg.values.resume == ACX_RESUME_NO);
+    CHECK(strcmp(cfg.values.preemption.signals, "none") == 0);
+    CHECK(cfg.values.preemption.requeue == 0);
+    CHECK(origin_is("resume", ACX_SRC_ENV, "ACX_RESUME"));
+    CHECK(origin_is("preemption.signals", ACX_SRC_ENV, "ACX_PREEMPTION_SIGNALS"));
+    CHECK(origin_is("preemption.requeue", ACX_SRC_ENV, "ACX_PREEMPTION_REQUEUE"));
+
+    const char *ov[] = {"--acx-resume=auto", "--acx-preemption-signals=TERM",
+                        "--acx-preemption.requeue"}; /* a bool key alone = true */
+    CHECK_OK(resolve(NULL, path, 3, ov));
+    CHECK(cfg.values.resume == ACX_RESUME_AUTO);
+    CHECK(strcmp(cfg.values.preemption.signals, "TERM") == 0);
+    CHECK(cfg.values.preemption.requeue == 1);
+    CHECK(origin_is("preemption.signals", ACX_SRC_ARGV, "--acx-preemption-signals"));
+    CHECK(origin_is("preemption.requeue", ACX_SRC_ARGV, "--acx-preemption.requeue"));
+
+    acx_config_t prog = ACX_CONFIG_DEFAULT;
+    prog.resume = ACX_RESUME_NO;
+    prog.preemption.signals = "SIGUSR1";
+    CHECK_OK(resolve(&prog, path, 3, ov));
+    CHECK(cfg.values.resume == ACX_RESUME_NO);
+    CHECK(strcmp(cfg.values.preemption.signals, "SIGUSR1") == 0);
+    CHECK(cfg.values.preemption.signals == cfg.preemption_signals); /* copied, not borrowed */
+    CHECK(cfg.values.preemption.requeue == 1); /* left unset by the program: the option */
+    CHECK(origin_is("resume", ACX_SRC_PROGRAM, "program"));
+    CHECK(origin_is("preemption.signals", ACX_SRC_PROGRAM, "program"));
+    CHECK(origin_is("preemption.requeue", ACX_SRC_ARGV, "--acx-preemption.requeue"));
+
+    /* A program built before these keys: its struct ends at ranks_per_node. */
+    prog.resume = 77;
+    prog.preemption.requeue = -1;
+    prog.size = offsetof(acx_config_t, resume);
+    env_clear();
+    CHECK_OK(resolve(&prog, NULL, 0, NULL));
+    CHECK(cfg.values.resume == ACX_RESUME_NO && cfg.values.preemption.requeue == 0);
+    CHECK(strcmp(cfg.values.preemption.signals, "USR1,TERM") == 0);
+    CHECK(origin_is("resume", ACX_SRC_DEFAULT, ""));
+    prog.size = sizeof prog;
+    CHECK_STATUS(resolve(&prog, NULL, 0, NULL), ACX_ERR_INVALID_CONFIG,
+                 "field 'resume' set by the program: invalid value 77");
+
+    CHECK(expect_file_error("resume: latest\n", ACX_ERR_INVALID_CONFIG, 1, "resume",
+                            "one of: no, auto"));
+    CHECK(expect_file_error("preemption:\n  requeue: maybe\n", ACX_ERR_INVALID_CONFIG, 2,
+                            "preemption.requeue", "true or false"));
+    const char *empty[] = {"--acx-preemption.signals="};
+    CHECK_STATUS(resolve(NULL, NULL, 1, empty), ACX_ERR_INVALID_CONFIG, "preemption.signals");
+    env_clear();
     PASSED();
     return 0;
 error:
@@ -1692,6 +1782,7 @@ int main(void) {
     failed += test_program_size();
     failed += test_file_errors();
     failed += test_other_errors();
+    failed += test_preemption_keys();
     failed += test_yaml_roundtrip();
     failed += test_accelerate_files();
     failed += test_accelerate_rules();

@@ -1,27 +1,33 @@
 /*
  * tests/unit/test_memory_estimate.c — acx_memory_estimate
  * (sharding/memory_estimate.c) against numbers worked out by hand in the
- * comments below for every strategy, with and without mixed precision;
- * the ZeRO paper's mixed-precision Adam totals (16P, 2P + 14P/N, 16P/N)
- * recovered when the unit is tiny; padding of units and of shards; the cap
- * on gathered units; and every argument error, which must name the field
- * and its value and leave the output untouched.
+ * comments below for every strategy, with and without mixed precision and
+ * with every reduce_dtype; the host layout against the ZeRO paper's
+ * mixed-precision Adam totals when the unit is tiny (FULL_SHARD's 16P/N
+ * reached, NO_SHARD's 20P and SHARD_GRAD_OP's 4P + 16P/N above the paper's
+ * 16P and 2P + 14P/N: float32 compute copies); padding of units and of
+ * shards; the all-gather's 16-bit send buffer; the cap on gathered units;
+ * and every argument error, which must name the field and its value and
+ * leave the output untouched.
  *
  * Notation as in memory_estimate.c: P numel, U largest unit, S shard group,
- * Sh shard elements, Up = S * ceil(U / S), cb compute bytes, K optimizer
- * states, G gathered units.
+ * Sh shard elements, Up = S * ceil(U / S), pb all-gather bytes (4, or 2
+ * under bf16/fp16), rb reduce bytes (4, or 2 for a 16-bit reduce_dtype),
+ * snd = pb * ceil(U / S) when pb = 2 else 0, K optimizer states, G
+ * gathered units. Compute copies and full gradients are 4 bytes always.
  */
 #include <stdint.h>
 
 #include "tests/acx_test.h"
 
 /* A model of P elements whose largest unit is U, on N ranks, fp32 AdamW,
- * two units gathered at most, four units. */
+ * fp32 reduction, two units gathered at most, four units. */
 static acx_memory_model_t model(int64_t P, int64_t U, int N, int strategy) {
     return (acx_memory_model_t){.numel = P, .largest_unit = U, .shard_numel = 0,
                                 .world_size = N, .ranks_per_node = 0, .strategy = strategy,
                                 .mixed_precision = ACX_MP_NO, .optimizer_states = 2,
-                                .limit_all_gathers = 2, .num_units = 4};
+                                .limit_all_gathers = 2, .num_units = 4,
+                                .reduce_dtype = ACX_REDUCE_FP32};
 }
 
 /* est equals the six expected numbers (total given separately, so that
@@ -107,31 +113,34 @@ error:
 /* ---- mixed precision ---- */
 
 static int test_mixed(void) {
-    TESTING("bf16/fp16 AdamW, P=1000 U=300 N=4, every strategy");
+    TESTING("bf16/fp16 AdamW, fp32 reduction, P=1000 U=300 N=4, every strategy");
     acx_memory_estimate_t e;
     acx_memory_model_t m;
 
     for (int mp = ACX_MP_BF16; mp <= ACX_MP_FP16; mp++) {
-        /* NO_SHARD: params 2*1000; grads 2*1000; master 4*1000; optimizer
-         * 8*1000. 2000+2000+4000+8000 = 16000 = 16P. */
+        /* NO_SHARD: params 4*1000 (float32 compute copies); grads 4*1000;
+         * master 4*1000; optimizer 8*1000. 4000+4000+4000+8000 = 20000 =
+         * 20P, not the paper's 16P. */
         m = model(1000, 300, 4, ACX_NO_SHARD);
         m.mixed_precision = mp;
         CHECK_OK(acx_memory_estimate(&m, &e));
-        CHECK(same(&e, 2000, 2000, 4000, 8000, 0, 16000));
+        CHECK(same(&e, 4000, 4000, 4000, 8000, 0, 20000));
 
-        /* SHARD_GRAD_OP: params 2000; grads 2*300 + 4*250 = 1600; master
-         * 1000; optimizer 2000; transient 2*2*300 = 1200.
-         * 2000+1600+1000+2000+1200 = 7800. */
+        /* SHARD_GRAD_OP: Sh = 250, Up = 300, ceil(U/S) = 75.
+         * params 4000; grads 4*300 + 4*250 = 2200; master 1000; optimizer
+         * 2000; transient max(two fp32 reduce-scatters 2*4*300 = 2400,
+         * two bf16 all-gathers 2*(2*300 + 2*75) = 1500) = 2400.
+         * 4000+2200+1000+2000+2400 = 11600. */
         m.strategy = ACX_SHARD_GRAD_OP;
         CHECK_OK(acx_memory_estimate(&m, &e));
-        CHECK(same(&e, 2000, 1600, 1000, 2000, 1200, 7800));
+        CHECK(same(&e, 4000, 2200, 1000, 2000, 2400, 11600));
 
-        /* FULL_SHARD: params 0; grads 1600; master 1000; optimizer 2000;
-         * transient 2*(2*300 + 2*300) + 2*2*300 = 2400 + 1200 = 3600.
-         * 1600+1000+2000+3600 = 8200. */
+        /* FULL_SHARD, G = 2: params 0; grads 2200; master 1000; optimizer
+         * 2000; transient 2*(4*300 + 2*300 + 2*75) + 2*4*300
+         * = 2*1950 + 2400 = 6300. 2200+1000+2000+6300 = 11500. */
         m.strategy = ACX_FULL_SHARD;
         CHECK_OK(acx_memory_estimate(&m, &e));
-        CHECK(same(&e, 0, 1600, 1000, 2000, 3600, 8200));
+        CHECK(same(&e, 0, 2200, 1000, 2000, 6300, 11500));
     }
     PASSED();
     return 0;
@@ -140,48 +149,113 @@ error:
     return 1;
 }
 
-/* With a one-element unit (U = 1, so Up = N) the unit's gradient buffer is
- * 2 bytes and the transient buffers are a few bytes: what remains is the
- * ZeRO paper's model-state count (Rajbhandari et al. SC'20, figure 1,
- * mixed-precision Adam, K = 12). P = 8,000,000, N = 8 (P/N = 1,000,000):
- *   baseline 16P                       = 128,000,000  = acx NO_SHARD
- *   ZeRO-3   16P/N                     =  16,000,000  = acx FULL_SHARD
- *   ZeRO-2   2P + 14P/N                =  30,000,000;
- *            acx SHARD_GRAD_OP keeps the gradient shard in fp32: + 2P/N
- *                                      =  32,000,000
- * (total - transient - 2U, U = 1). */
+/* ---- reduce_dtype ---- */
+
+static int test_reduce_dtype(void) {
+    TESTING("16-bit reduce_dtype, with and without mixed precision");
+    acx_memory_estimate_t e;
+    acx_memory_model_t m;
+
+    for (int rd = ACX_REDUCE_BF16; rd <= ACX_REDUCE_FP16; rd++) {
+        /* bf16 params, 16-bit reduction, P=1000 U=300 N=4.
+         * NO_SHARD: grads 4*1000 + a 2*1000 wire buffer = 6000;
+         * 4000+6000+4000+8000 = 22000. */
+        m = model(1000, 300, 4, ACX_NO_SHARD);
+        m.mixed_precision = ACX_MP_BF16;
+        m.reduce_dtype = rd;
+        CHECK_OK(acx_memory_estimate(&m, &e));
+        CHECK(same(&e, 4000, 6000, 4000, 8000, 0, 22000));
+
+        /* SHARD_GRAD_OP: transient max(2*2*300 = 1200, 2*(2*300 + 2*75) =
+         * 1500) = 1500: the all-gathers with their send buffers are the
+         * peak now. 4000+2200+1000+2000+1500 = 10700. */
+        m.strategy = ACX_SHARD_GRAD_OP;
+        CHECK_OK(acx_memory_estimate(&m, &e));
+        CHECK(same(&e, 4000, 2200, 1000, 2000, 1500, 10700));
+
+        /* FULL_SHARD: transient 2*(1200 + 600 + 150) + 2*2*300 = 3900 +
+         * 1200 = 5100. 2200+1000+2000+5100 = 10300. */
+        m.strategy = ACX_FULL_SHARD;
+        CHECK_OK(acx_memory_estimate(&m, &e));
+        CHECK(same(&e, 0, 2200, 1000, 2000, 5100, 10300));
+
+        /* fp32 params, 16-bit reduction (the two are independent).
+         * NO_SHARD: master 0, grads 4000 + 2000; 4000+6000+8000 = 18000. */
+        m = model(1000, 300, 4, ACX_NO_SHARD);
+        m.reduce_dtype = rd;
+        CHECK_OK(acx_memory_estimate(&m, &e));
+        CHECK(same(&e, 4000, 6000, 0, 8000, 0, 18000));
+        /* SHARD_GRAD_OP: transient max(1200, fp32 all-gathers without send
+         * buffer 2*4*300 = 2400) = 2400; total 11600. */
+        m.strategy = ACX_SHARD_GRAD_OP;
+        CHECK_OK(acx_memory_estimate(&m, &e));
+        CHECK(same(&e, 4000, 2200, 1000, 2000, 2400, 11600));
+        /* FULL_SHARD: 2*(1200 + 1200) + 1200 = 6000; total 11200. */
+        m.strategy = ACX_FULL_SHARD;
+        CHECK_OK(acx_memory_estimate(&m, &e));
+        CHECK(same(&e, 0, 2200, 1000, 2000, 6000, 11200));
+    }
+    PASSED();
+    return 0;
+error:
+    FAILED();
+    return 1;
+}
+
+/* With a one-element unit (U = 1, so Up = N, ceil(U/N) = 1) the unit's
+ * gradient buffer is 4 bytes and the transient buffers are a few bytes:
+ * what remains is the model-state count of the ZeRO paper (Rajbhandari et
+ * al. SC'20, figure 1, mixed-precision Adam, K = 12). P = 8,000,000, N = 8
+ * (P/N = 1,000,000), AdamW:
+ *   baseline 16P        = 128,000,000; acx NO_SHARD on the host 4P compute
+ *                         copies + 4P grads + 4P master + 8P = 20P
+ *                       = 160,000,000 (22P = 176,000,000 with a bf16
+ *                         wire buffer)
+ *   ZeRO-3   16P/N      =  16,000,000 = acx FULL_SHARD
+ *   ZeRO-2   2P + 14P/N =  30,000,000; acx SHARD_GRAD_OP 4P + 16P/N
+ *                       =  48,000,000 (float32 compute copies, fp32
+ *                         gradient shard)
+ * (total - transient - 4U, U = 1). */
 static int test_paper(void) {
-    TESTING("mixed precision reproduces the ZeRO paper (tiny unit)");
+    TESTING("mixed precision against the ZeRO paper (tiny unit)");
     const int64_t P = 8000000, N = 8;
     acx_memory_estimate_t e;
     acx_memory_model_t m = model(P, 1, (int)N, ACX_NO_SHARD);
     m.mixed_precision = ACX_MP_BF16;
 
     CHECK_OK(acx_memory_estimate(&m, &e));
-    CHECK(e.total == 16 * P);
-    CHECK(e.total == 128000000);
-
-    m.strategy = ACX_FULL_SHARD;
+    CHECK(e.total == 20 * P);
+    CHECK(e.total == 160000000);
+    CHECK(e.total - 16 * P == 4 * P); /* 2 + 2 bytes more than the paper */
+    m.reduce_dtype = ACX_REDUCE_BF16;
     CHECK_OK(acx_memory_estimate(&m, &e));
-    CHECK(e.total - e.transient - 2 == 16 * P / N);
-    CHECK(e.total - e.transient - 2 == 16000000);
-    /* the split: no 2-byte parameter shard, a 4-byte gradient shard */
-    CHECK(e.params == 0 && e.grads - 2 == 4 * P / N && e.master + e.optimizer == 12 * P / N);
-    /* transient: G = 2 gathered units of 2*1 + 2*8 bytes, two stagings of 2*8 */
-    CHECK(e.transient == 2 * (2 + 16) + 2 * 16);
+    CHECK(e.total == 176000000);
+
+    m = model(P, 1, (int)N, ACX_FULL_SHARD);
+    m.mixed_precision = ACX_MP_BF16;
+    CHECK_OK(acx_memory_estimate(&m, &e));
+    CHECK(e.total - e.transient - 4 == 16 * P / N);
+    CHECK(e.total - e.transient - 4 == 16000000);
+    /* the split: no parameters at rest, a 4-byte gradient shard */
+    CHECK(e.params == 0 && e.grads - 4 == 4 * P / N && e.master + e.optimizer == 12 * P / N);
+    /* transient: G = 2 gathered units of 4*1 (float32 copy) + 2*8 (bf16
+     * staging) + 2*1 (send buffer), two fp32 reduce-scatter stagings 4*8 */
+    CHECK(e.transient == 2 * (4 + 16 + 2) + 2 * 32);
 
     m.strategy = ACX_HYBRID_SHARD; /* 16 ranks, nodes of 8: 16P/8 again */
     m.world_size = 16;
     m.ranks_per_node = 8;
     CHECK_OK(acx_memory_estimate(&m, &e));
-    CHECK(e.total - e.transient - 2 == 16 * P / 8);
+    CHECK(e.total - e.transient - 4 == 16 * P / 8);
 
     m = model(P, 1, (int)N, ACX_SHARD_GRAD_OP);
     m.mixed_precision = ACX_MP_FP16;
     CHECK_OK(acx_memory_estimate(&m, &e));
-    CHECK(e.total - e.transient - 2 == 2 * P + 14 * P / N + 2 * P / N);
-    CHECK(e.total - e.transient - 2 == 32000000);
-    CHECK(e.transient == 2 * 2 * 8);
+    CHECK(e.total - e.transient - 4 == 4 * P + 16 * P / N);
+    CHECK(e.total - e.transient - 4 == 48000000);
+    /* max(two fp32 reduce-scatters 2*4*8 = 64, two fp16 all-gathers
+     * 2*(2*8 + 2*1) = 36) */
+    CHECK(e.transient == 64);
     PASSED();
     return 0;
 error:
@@ -207,6 +281,20 @@ static int test_padding(void) {
     m.strategy = ACX_FULL_SHARD;
     CHECK_OK(acx_memory_estimate(&m, &e));
     CHECK(same(&e, 0, 2204, 1000, 2000, 7272, 12476));
+    /* bf16: the send buffer is one rank's padded piece, 2*ceil(301/4) =
+     * 2*76 = 152 bytes. FULL_SHARD, fp32 reduction: transient
+     * 2*(4*301 + 2*304 + 152) + 2*4*304 = 2*1964 + 2432 = 6360; total
+     * 2204+1000+2000+6360 = 11564. */
+    m.mixed_precision = ACX_MP_BF16;
+    CHECK_OK(acx_memory_estimate(&m, &e));
+    CHECK(same(&e, 0, 2204, 1000, 2000, 6360, 11564));
+    /* SHARD_GRAD_OP, bf16 reduction: transient max(2*2*304 = 1216,
+     * 2*(2*304 + 152) = 1520) = 1520; total 4000+2204+1000+2000+1520 =
+     * 10724. Without the send buffer it would be 1216. */
+    m.strategy = ACX_SHARD_GRAD_OP;
+    m.reduce_dtype = ACX_REDUCE_BF16;
+    CHECK_OK(acx_memory_estimate(&m, &e));
+    CHECK(same(&e, 4000, 2204, 1000, 2000, 1520, 10724));
 
     /* One unit: fc.weight [7, 3] and fc.bias [7], P = 28, on 4 ranks. Rank 0
      * owns ceil(7/4) = 2 rows of each: 2*3 + 2 = 8 elements, one more than
@@ -276,6 +364,7 @@ static int test_variants(void) {
     for (int s = ACX_NO_SHARD; s <= ACX_HYBRID_SHARD; s++) {
         m = model(0, 0, 4, s);
         m.mixed_precision = ACX_MP_BF16;
+        m.reduce_dtype = ACX_REDUCE_BF16;
         CHECK_OK(acx_memory_estimate(&m, &e));
         CHECK(same(&e, 0, 0, 0, 0, 0, 0));
     }
@@ -322,6 +411,10 @@ static int test_errors(void) {
     CHECK(fails(&m, "mixed_precision = 3"));
     m = ok, m.mixed_precision = -1;
     CHECK(fails(&m, "mixed_precision = -1"));
+    m = ok, m.reduce_dtype = 3;
+    CHECK(fails(&m, "reduce_dtype = 3 (expected an acx_reduce_dtype_t, 0..2)"));
+    m = ok, m.reduce_dtype = -1;
+    CHECK(fails(&m, "reduce_dtype = -1"));
     m = ok, m.ranks_per_node = 3;
     CHECK(fails(&m, "ranks_per_node = 3 (expected 0 or a divisor of world_size 8)"));
     m = ok, m.ranks_per_node = -2;
@@ -351,15 +444,18 @@ static int test_errors(void) {
     CHECK_OK(acx_memory_estimate(&m, &e));
     CHECK(e.total == INT64_C(1) << 62);
     /* 2^62 elements sharded over 2^30 ranks fit, though one replica would
-     * not: bf16 FULL_SHARD, U = 1, Sh = 2^32, Up = 2^30, G = 2:
-     * grads 2 + 4*2^32; master 2^34; optimizer 8*2^32 = 2^35; transient
-     * 2*(2 + 2*2^30) + 2*2*2^30 = 2^33 + 4; total 2^36 + 2^33 + 6. */
+     * not: bf16 FULL_SHARD, U = 1, Sh = 2^32, Up = 2^30, ceil(U/S) = 1,
+     * G = 2: grads 4 + 4*2^32; master 2^34; optimizer 8*2^32 = 2^35;
+     * transient 2*(4 + 2*2^30 + 2) + 2*4*2^30 = 2^32 + 12 + 2^33;
+     * total 4 + 2^34 + 2^34 + 2^35 + 2^33 + 2^32 + 12
+     *     = 2^36 + 2^33 + 2^32 + 16. */
     m = model(INT64_C(1) << 62, 1, 1 << 30, ACX_FULL_SHARD);
     m.mixed_precision = ACX_MP_BF16;
     CHECK_OK(acx_memory_estimate(&m, &e));
-    CHECK(same(&e, 0, 2 + (INT64_C(1) << 34), INT64_C(1) << 34, INT64_C(1) << 35,
-               (INT64_C(1) << 33) + 4, (INT64_C(1) << 36) + (INT64_C(1) << 33) + 6));
-    m.strategy = ACX_SHARD_GRAD_OP; /* its 2-byte replica is 2^63 bytes */
+    CHECK(same(&e, 0, 4 + (INT64_C(1) << 34), INT64_C(1) << 34, INT64_C(1) << 35,
+               (INT64_C(1) << 33) + (INT64_C(1) << 32) + 12,
+               (INT64_C(1) << 36) + (INT64_C(1) << 33) + (INT64_C(1) << 32) + 16));
+    m.strategy = ACX_SHARD_GRAD_OP; /* its float32 replica is 2^64 bytes */
     CHECK(fails(&m, "exceed int64"));
     PASSED();
     return 0;
@@ -373,6 +469,7 @@ int main(void) {
     int failed = 0;
     failed += test_fp32();
     failed += test_mixed();
+    failed += test_reduce_dtype();
     failed += test_paper();
     failed += test_padding();
     failed += test_variants();

@@ -38,6 +38,8 @@ static int test_status_strings(void) {
     CHECK(strcmp(acx_status_string((acx_status_t)1000), "unknown status") == 0);
     /* Values are part of the ABI and of logs: never renumbered. */
     CHECK(ACX_ERR_INVALID_CONFIG == 3 && ACX_ERR_YAML == 15 && ACX_ERR_INTERNAL == 18);
+    CHECK(ACX_PREEMPTED == 19);
+    CHECK(strcmp(acx_status_string(ACX_PREEMPTED), "preempted (checkpoint saved)") == 0);
     PASSED();
     return 0;
 error:

@@ -1,0 +1,36 @@
+/*
+ * runtime/preempt.h — preemption, time limits and automatic resume
+ * (library-private to runtime/; the public side is in acx/accelerator.h).
+ *
+ * The accelerator calls these four hooks: at the end of acx_init, at the
+ * end of acx_prepare, after every synchronization boundary, and when it is
+ * freed. The signal disposition is process-wide, as signals are; one
+ * accelerator per process.
+ */
+#ifndef ACX_RUNTIME_PREEMPT_H
+#define ACX_RUNTIME_PREEMPT_H
+
+#include "acx/acx.h"
+
+/* Parse preemption.signals and install its handlers (none for "none");
+ * log the Slurm job and SLURM_RESTART_COUNT. Every rank parses the same
+ * agreed config, so all succeed or all fail. Errors: ACX_ERR_INVALID_CONFIG
+ * (an unknown signal name: the message names the key, value, origin and the
+ * accepted names), ACX_ERR_SYSTEM (sigaction). */
+acx_status_t acx_preempt_init(acx_accelerator_t *acc);
+
+/* resume: auto — load <project_dir>/checkpoints/latest when it exists.
+ * Collective (rank 0 looks; all load). Errors: those of acx_load_state. */
+acx_status_t acx_preempt_prepared(acx_accelerator_t *acc);
+
+/* After a boundary's step count and periodic save: agree whether any rank
+ * got a preemption signal (one MPI_Allreduce, MAXLOC of the signal number);
+ * if so save (unless the periodic save just did), requeue under Slurm
+ * (preemption.requeue) and return ACX_PREEMPTED on every rank. Collective.
+ * Errors: ACX_ERR_MPI, those of acx_save_state. */
+acx_status_t acx_preempt_step_end(acx_accelerator_t *acc);
+
+/* Put back the signal dispositions acx_preempt_init replaced. */
+void acx_preempt_fini(acx_accelerator_t *acc);
+
+#endif /* ACX_RUNTIME_PREEMPT_H */
