@@ -17,14 +17,18 @@
 
 #define OP_NAME_MAX 24
 
-/* One rank's row in the node table, written only by that rank's main thread. */
+/* One rank's row in the node table, written only by that rank's main
+ * thread; a cache line of its own so ranks never contend for one. The hot
+ * path (enter/exit, on every collective) is relaxed stores plus one release
+ * store of `inside`, which the readers acquire: a reader that sees
+ * inside == 1 sees the op, step and time of that entry. */
 typedef struct slot {
-    _Atomic uint64_t seq;      /* outermost collectives entered so far */
-    _Atomic int inside;        /* 1 while in one */
-    _Atomic int64_t t_enter;   /* CLOCK_MONOTONIC ns when it entered (or left the last one) */
-    _Atomic int64_t step;      /* training step at entry */
+    _Alignas(64) _Atomic uint64_t seq; /* outermost collectives entered so far */
+    _Atomic int inside;                /* 1 while in one */
+    _Atomic int64_t t_enter;           /* coarse monotonic ns at entry (or at the last exit) */
+    _Atomic int64_t step;              /* training step at entry */
     int world_rank;
-    char op[OP_NAME_MAX];      /* written before `inside` becomes 1 */
+    char op[OP_NAME_MAX];              /* the op's name (no pointers: other processes read it) */
 } slot_t;
 
 static struct {
@@ -42,9 +46,15 @@ static struct {
     _Atomic int stop;
 } wd;
 
+/* The coarse clock (the last tick, a few ms resolution) costs a few ns
+ * where CLOCK_MONOTONIC costs ~35: plenty for timeouts of seconds. */
 static int64_t now_ns(void) {
     struct timespec ts;
+#ifdef CLOCK_MONOTONIC_COARSE
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+#else
     clock_gettime(CLOCK_MONOTONIC, &ts);
+#endif
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
@@ -53,18 +63,22 @@ static int64_t now_ns(void) {
 void acx_watch_enter(const char *op) {
     if (!wd.started || wd.depth++ > 0) return;
     slot_t *me = &wd.table[wd.node_rank];
-    snprintf(me->op, sizeof me->op, "%s", op);
-    atomic_store(&me->step, wd.step_p ? *wd.step_p : -1);
-    atomic_store(&me->t_enter, now_ns());
-    atomic_fetch_add(&me->seq, 1);
-    atomic_store(&me->inside, 1);
+    size_t n = strlen(op); /* short static names: a few ns, unlike snprintf */
+    if (n >= OP_NAME_MAX) n = OP_NAME_MAX - 1;
+    memcpy(me->op, op, n);
+    me->op[n] = '\0';
+    atomic_store_explicit(&me->step, wd.step_p ? *wd.step_p : -1, memory_order_relaxed);
+    atomic_store_explicit(&me->t_enter, now_ns(), memory_order_relaxed);
+    atomic_store_explicit(&me->seq, atomic_load_explicit(&me->seq, memory_order_relaxed) + 1,
+                          memory_order_relaxed);
+    atomic_store_explicit(&me->inside, 1, memory_order_release);
 }
 
 void acx_watch_exit(void) {
     if (!wd.started || wd.depth == 0 || --wd.depth > 0) return;
     slot_t *me = &wd.table[wd.node_rank];
-    atomic_store(&me->inside, 0);
-    atomic_store(&me->t_enter, now_ns());
+    atomic_store_explicit(&me->t_enter, now_ns(), memory_order_relaxed);
+    atomic_store_explicit(&me->inside, 0, memory_order_release);
 }
 
 /* ---- the thread ---- */
@@ -83,19 +97,22 @@ static void report_and_exit(const slot_t *me, double waited) {
     for (int i = 0; i < wd.node_size && len < (int)sizeof line - 160; i++) {
         const slot_t *s = &wd.table[i];
         uint64_t sseq = atomic_load(&s->seq);
-        int in = atomic_load(&s->inside);
+        int in = atomic_load_explicit(&s->inside, memory_order_acquire);
+        char sop[OP_NAME_MAX];
+        memcpy(sop, s->op, sizeof sop);
+        sop[OP_NAME_MAX - 1] = '\0';
         double ago = (double)(now - atomic_load(&s->t_enter)) / 1e9;
         const char *what;
         char buf[128];
         if (i == wd.node_rank) continue;
-        if (in && sseq == seq && strcmp(s->op, me->op) == 0)
+        if (in && sseq == seq && strcmp(sop, me->op) == 0)
             what = "arrived";
         else if (in && sseq == seq) {
-            snprintf(buf, sizeof buf, "in a different collective, %s #%llu", s->op,
+            snprintf(buf, sizeof buf, "in a different collective, %s #%llu", sop,
                      (unsigned long long)sseq);
             what = buf;
         } else if (in) {
-            snprintf(buf, sizeof buf, "in %s #%llu for %.0f s", s->op, (unsigned long long)sseq, ago);
+            snprintf(buf, sizeof buf, "in %s #%llu for %.0f s", sop, (unsigned long long)sseq, ago);
             what = buf;
         } else {
             snprintf(buf, sizeof buf, "NOT ARRIVED (outside any collective for %.0f s, after #%llu)",
@@ -147,6 +164,7 @@ acx_status_t acx_watchdog_start(double timeout_s, int world_rank, const char *ho
     ACX_MPI_CHECK_GOTO(MPI_Win_shared_query(wd.win, 0, &size, &disp, &wd.table), status, err_win);
     memset(mine, 0, sizeof *mine);
     mine->world_rank = world_rank;
+    strcpy(mine->op, "none");
     atomic_store(&mine->t_enter, now_ns());
     ACX_MPI_CHECK_GOTO(MPI_Barrier(wd.node), status, err_win); /* every row initialized */
     wd.timeout_s = timeout_s;

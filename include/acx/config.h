@@ -137,7 +137,7 @@ typedef struct acx_config {
     int64_t seed;            /* any value (default 42) */
     const char *project_dir; /* checkpoints, logs (default ".") */
     int log_level;           /* acx_log_level_t (default ACX_LOG_WARN) */
-    double collective_timeout; /* seconds, > 0 (default 600) */
+    double collective_timeout; /* seconds, >= 0; 0 = no stall detector (default 600) */
     double bucket_size_mb;   /* gradient fusion bucket size in MiB, > 0 (default 25) */
     int backend;             /* acx_backend_kind_t (default AUTO) */
     acx_dataloader_config_t dataloader;

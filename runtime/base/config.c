@@ -129,8 +129,8 @@ static const config_key_t key_table[] = {
      trackers,
      "acx writes metrics as JSONL; Accelerate's trackers (tensorboard, wandb, ...) are "
      "not available"},
-    {"collective_timeout", "ACX_COLLECTIVE_TIMEOUT", KT_DOUBLE, NULL, 0, INFINITY, 1,
-     FIELD(collective_timeout), NOBUF, "600", PLAIN},
+    {"collective_timeout", "ACX_COLLECTIVE_TIMEOUT", KT_DOUBLE, NULL, 0, INFINITY, 0,
+     FIELD(collective_timeout), NOBUF, "600", NULL, "seconds; 0 = no stall detector"},
     {"bucket_size_mb", "ACX_BUCKET_SIZE_MB", KT_DOUBLE, NULL, 0, INFINITY, 1, FIELD(bucket_size_mb),
      NOBUF, "25", PLAIN},
     {"backend", "ACX_BACKEND", KT_ENUM, backend_names, UNBOUNDED, FIELD(backend), NOBUF, "auto",

@@ -703,7 +703,11 @@ static int test_file_errors(void) {
                             "key 'bucket_size_mb': invalid value '0' (expected a number > 0)",
                             NULL));
     CHECK(expect_file_error("collective_timeout: .inf\n", ACX_ERR_INVALID_CONFIG, 1,
-                            "invalid value '.inf' (expected a number > 0)", NULL));
+                            "invalid value '.inf' (expected a number >= 0; seconds; 0 = no stall "
+                            "detector)",
+                            NULL));
+    CHECK(expect_file_error("collective_timeout: -1\n", ACX_ERR_INVALID_CONFIG, 1,
+                            "invalid value '-1'", NULL));
     CHECK(expect_file_error("dataloader.prefetch: -1\n", ACX_ERR_INVALID_CONFIG, 1,
                             "expected an integer >= 0", NULL));
     CHECK(expect_file_error("project_dir: ''\n", ACX_ERR_INVALID_CONFIG, 1,
