@@ -109,7 +109,7 @@ for np in 1 "$ngpu"; do
     [ "$np" = "$ngpu" ] && break
 done
 grep '^bench' "$out/logs/bench-nccl.txt" | sort -u | while read -r line; do result "$line"; done
-echo "(busbw = algbw * 2(n-1)/n as nccl-tests defines it: 0 on one rank, where NCCL copies in place)"
+echo "(busbw = algbw * 2(n-1)/n, as nccl-tests defines it: 0 on one rank)"
 
 # ---- the whole suite in the CUDA build ----
 if [ "${ACX_GPU_FULL_SUITE:-1}" = 1 ]; then
@@ -119,9 +119,10 @@ if [ "${ACX_GPU_FULL_SUITE:-1}" = 1 ]; then
     sed -n '/^# TOTAL/,/^# ERROR/p' test-suite.log
     grep -E '^(FAIL|ERROR):' check.log | while read -r line; do result "suite $line"; done
     cp test-suite.log "$out/logs/" 2>/dev/null
-    for f in $(grep -lE '^(FAIL|ERROR)' $(find tests -name '*.trs') 2>/dev/null); do
-        cp "${f%.trs}.log" "$out/logs/suite-$(echo "${f%.trs}" | tr / _).log" 2>/dev/null
-    done
+    find tests -name '*.trs' -exec grep -lE '^:test-result: (FAIL|ERROR)' {} + 2>/dev/null |
+        while read -r f; do
+            cp "${f%.trs}.log" "$out/logs/suite-$(echo "${f%.trs}" | tr / _).log" 2>/dev/null
+        done
     result "suite: $(grep -E '^# (PASS|FAIL|SKIP|ERROR)' test-suite.log 2>/dev/null | tr -s ' ' | tr '\n' ' ')($(($(date +%s) - t0)) s)"
 fi
 

@@ -9,9 +9,10 @@
  *     compared bit for bit with collectives/half.h;
  *   - Adam, AdamW and SGD (every variant) over several steps: bitwise equal
  *     to acx_kernel_*_ieee with the host build's multiply-add rounding, and
- *     within 1e-6 relative error on the parameters with the other one;
+ *     within 1e-6 relative error (max norm) on the parameters with the
+ *     other one;
  *   - the inf/NaN check and the unscale multiply (runtime/scaler.c's);
- *   - the sum of squares (relative error <= 1e-12 against runtime/clip.c's
+ *   - the sum of squares (relative error <= 1e-11 against runtime/clip.c's
  *     sequential double sum, and bitwise reproducible) and max |x| (exact,
  *     NaN propagating);
  *   - argument errors.
@@ -225,15 +226,19 @@ error:
     return 1;
 }
 
-/* Device array d[n] against host h[n]: bitwise (max_rel < 0) or within a
- * relative error; returns the number of elements out of bounds. */
+/* Device array d[n] against host h[n]: bitwise (max_rel < 0), or within
+ * max_rel relative error in the max norm (|d - h| <= max_rel * max |h|: an
+ * elementwise ratio is meaningless for parameters that pass through 0);
+ * returns the number of elements out of bounds. */
 static size_t compare(const float *d, const float *h, float *scratch, size_t n, double max_rel,
                       const char *what) {
     if (cudaMemcpy(scratch, d, n * 4, cudaMemcpyDeviceToHost) != cudaSuccess) return n;
+    double scale = 0;
+    for (size_t i = 0; i < n; i++) scale = fmax(scale, fabs((double)h[i]));
     size_t bad = 0;
     for (size_t i = 0; i < n; i++) {
         int ok = max_rel < 0 ? f32_bits(scratch[i]) == f32_bits(h[i])
-                             : fabs((double)scratch[i] - h[i]) <= max_rel * fabs((double)h[i]);
+                             : fabs((double)scratch[i] - h[i]) <= max_rel * scale;
         if (!ok && bad++ < 3)
             fprintf(stderr, "\n%s[%zu]: gpu %.9g (0x%08x), cpu %.9g (0x%08x)", what, i, scratch[i],
                     f32_bits(scratch[i]), h[i], f32_bits(h[i]));
@@ -399,7 +404,8 @@ static int test_norms(void) {
         CHECK_OK(acx_cuda_sum_squares(d, n, ws, dres, NULL));
         CHECK_OK(acx_cuda_max_abs(d, n, ws, dres + 1, NULL));
         CU(cudaMemcpy(got, dres, sizeof got, cudaMemcpyDeviceToHost));
-        CHECK(fabs(got[0] - sumsq) <= 1e-12 * sumsq);
+        /* the sequential sum's own rounding is ~u sqrt(n) relative */
+        CHECK(fabs(got[0] - sumsq) <= 1e-11 * sumsq);
         CHECK(got[1] == maxabs);
         /* the same bits again */
         CHECK_OK(acx_cuda_sum_squares(d, n, ws, dres, NULL));
