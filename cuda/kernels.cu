@@ -31,7 +31,7 @@ extern "C" {
 #include "cuda/check.h"
 #include "cuda/kernels.h"
 
-#define THREADS 256
+#define THREADS    256
 #define MAX_BLOCKS 8192
 
 static unsigned grid_for(size_t n) {
@@ -104,7 +104,8 @@ static void adam_launch(float *p, const float *g, float *m, float *v, size_t n, 
     if (fused)
         adam_kernel<DECOUPLED, L2, SMALL_W, true><<<grid_for(n), THREADS, 0, s>>>(p, g, m, v, n, c);
     else
-        adam_kernel<DECOUPLED, L2, SMALL_W, false><<<grid_for(n), THREADS, 0, s>>>(p, g, m, v, n, c);
+        adam_kernel<DECOUPLED, L2, SMALL_W, false>
+            <<<grid_for(n), THREADS, 0, s>>>(p, g, m, v, n, c);
 }
 
 extern "C" acx_status_t acx_cuda_adam_step(float *p, const float *g, float *m, float *v, size_t n,
@@ -136,12 +137,18 @@ extern "C" acx_status_t acx_cuda_adam_step(float *p, const float *g, float *m, f
     bool small_w = fabsf(w) < 0.5f, fused = madd_kind == ACX_CUDA_MADD_FUSED;
     cudaStream_t s = (cudaStream_t)stream;
     /* AdamW never adds L2 decay: (dec, l2) is one of (0,0), (1,0), (0,1) */
-    if (dec && small_w) adam_launch<true, false, true>(p, g, m, v, n, c, fused, s);
-    else if (dec) adam_launch<true, false, false>(p, g, m, v, n, c, fused, s);
-    else if (l2 && small_w) adam_launch<false, true, true>(p, g, m, v, n, c, fused, s);
-    else if (l2) adam_launch<false, true, false>(p, g, m, v, n, c, fused, s);
-    else if (small_w) adam_launch<false, false, true>(p, g, m, v, n, c, fused, s);
-    else adam_launch<false, false, false>(p, g, m, v, n, c, fused, s);
+    if (dec && small_w)
+        adam_launch<true, false, true>(p, g, m, v, n, c, fused, s);
+    else if (dec)
+        adam_launch<true, false, false>(p, g, m, v, n, c, fused, s);
+    else if (l2 && small_w)
+        adam_launch<false, true, true>(p, g, m, v, n, c, fused, s);
+    else if (l2)
+        adam_launch<false, true, false>(p, g, m, v, n, c, fused, s);
+    else if (small_w)
+        adam_launch<false, false, true>(p, g, m, v, n, c, fused, s);
+    else
+        adam_launch<false, false, false>(p, g, m, v, n, c, fused, s);
     return launched(what);
 }
 
@@ -164,8 +171,9 @@ __global__ void sgd_kernel(float *__restrict__ p, const float *__restrict__ g,
         float d = g[i];
         if (WD) d = madd<FUSED>(c.wd, pi, d);
         if (MOMENTUM != SGD_NO_MOMENTUM) {
-            float b = MOMENTUM == SGD_FIRST ? d
-                                            : madd<FUSED>(c.one_minus_damp, d, __fmul_rn(buf[i], c.mom));
+            float b = MOMENTUM == SGD_FIRST
+                          ? d
+                          : madd<FUSED>(c.one_minus_damp, d, __fmul_rn(buf[i], c.mom));
             buf[i] = b;
             d = NESTEROV ? madd<FUSED>(c.mom, b, d) : b;
         }
@@ -185,11 +193,16 @@ static void sgd_launch(float *p, const float *g, float *buf, size_t n, sgd_coef 
 template <bool WD>
 static void sgd_dispatch(float *p, const float *g, float *buf, size_t n, sgd_coef c, int momentum,
                          bool nesterov, bool fused, cudaStream_t s) {
-    if (momentum == SGD_NO_MOMENTUM) sgd_launch<WD, SGD_NO_MOMENTUM, false>(p, g, buf, n, c, fused, s);
-    else if (momentum == SGD_FIRST && nesterov) sgd_launch<WD, SGD_FIRST, true>(p, g, buf, n, c, fused, s);
-    else if (momentum == SGD_FIRST) sgd_launch<WD, SGD_FIRST, false>(p, g, buf, n, c, fused, s);
-    else if (nesterov) sgd_launch<WD, SGD_LATER, true>(p, g, buf, n, c, fused, s);
-    else sgd_launch<WD, SGD_LATER, false>(p, g, buf, n, c, fused, s);
+    if (momentum == SGD_NO_MOMENTUM)
+        sgd_launch<WD, SGD_NO_MOMENTUM, false>(p, g, buf, n, c, fused, s);
+    else if (momentum == SGD_FIRST && nesterov)
+        sgd_launch<WD, SGD_FIRST, true>(p, g, buf, n, c, fused, s);
+    else if (momentum == SGD_FIRST)
+        sgd_launch<WD, SGD_FIRST, false>(p, g, buf, n, c, fused, s);
+    else if (nesterov)
+        sgd_launch<WD, SGD_LATER, true>(p, g, buf, n, c, fused, s);
+    else
+        sgd_launch<WD, SGD_LATER, false>(p, g, buf, n, c, fused, s);
 }
 
 extern "C" acx_status_t acx_cuda_sgd_step(float *p, const float *g, float *buf, size_t n,
@@ -364,7 +377,8 @@ template <int KIND> __device__ __forceinline__ double block_tree(double acc, dou
     sh[threadIdx.x] = acc;
     __syncthreads();
     for (int w = THREADS / 2; w > 0; w >>= 1) {
-        if ((int)threadIdx.x < w) sh[threadIdx.x] = combine<KIND>(sh[threadIdx.x], sh[threadIdx.x + w]);
+        if ((int)threadIdx.x < w)
+            sh[threadIdx.x] = combine<KIND>(sh[threadIdx.x], sh[threadIdx.x + w]);
         __syncthreads();
     }
     return sh[0];
@@ -387,7 +401,8 @@ __global__ void norm_final_kernel(const double *__restrict__ partial, unsigned n
                                   double *result) {
     __shared__ double sh[THREADS];
     double acc = 0.0;
-    for (unsigned b = threadIdx.x; b < nblocks; b += THREADS) acc = combine<KIND>(acc, partial[b]);
+    for (unsigned b = threadIdx.x; b < nblocks; b += THREADS)
+        acc = combine<KIND>(acc, partial[b]);
     double r = block_tree<KIND>(acc, sh);
     if (threadIdx.x == 0) *result = r;
 }

@@ -98,7 +98,7 @@ typedef struct nccl_state {
     cudaEvent_t done;      /* completion of a blocking collective */
     int32_t *barrier_word; /* device [1]: the barrier's all-reduce */
     int device;
-    atomic_int aborted; /* ncclCommAbort called: the communicator is unusable */
+    atomic_int aborted;      /* ncclCommAbort called: the communicator is unusable */
     struct nccl_state *next; /* the live list */
 } nccl_state_t;
 
@@ -261,8 +261,8 @@ static int nccl_datatype(acx_dtype_t dtype, ncclDataType_t *type_p) {
 }
 
 static int dtype_is_float(acx_dtype_t dtype) {
-    return dtype == ACX_DTYPE_FLOAT32 || dtype == ACX_DTYPE_FLOAT64 ||
-           dtype == ACX_DTYPE_FLOAT16 || dtype == ACX_DTYPE_BFLOAT16;
+    return dtype == ACX_DTYPE_FLOAT32 || dtype == ACX_DTYPE_FLOAT64 || dtype == ACX_DTYPE_FLOAT16 ||
+           dtype == ACX_DTYPE_BFLOAT16;
 }
 
 /* The communicator's state, usable: not NULL, not aborted. */
@@ -345,7 +345,8 @@ static acx_status_t check_in_place(const acx_comm_t *comm, const void *whole, co
     if (count == 0 || block == byte_at(whole, (size_t)comm->rank * count * esize)) return ACX_OK;
     if (overlap(whole, size * count * esize, block, count * esize))
         return ACX_ERROR(ACX_ERR_INVALID_ARG,
-                         "%s: the buffers overlap but not in place (in place means %s)", what, rule);
+                         "%s: the buffers overlap but not in place (in place means %s)", what,
+                         rule);
     return ACX_OK;
 }
 
@@ -356,6 +357,25 @@ static acx_status_t order_after_compute(nccl_state_t *st) {
     ACX_CUDA_CHECK(cudaEventRecord(st->ready, st->compute));
     ACX_CUDA_CHECK(cudaStreamWaitEvent(st->stream, st->ready, 0));
     return ACX_OK;
+}
+
+/* ACX_OK while st has no asynchronous error. When NCCL reports one (a peer
+ * died, the network failed), record it, abort the communicator so that its
+ * kernels end instead of waiting for ever, and return ACX_ERR_NCCL. */
+static acx_status_t check_async(nccl_state_t *st, const char *what) {
+    if (atomic_load(&st->aborted))
+        return ACX_ERROR(ACX_ERR_STATE, "%s: the NCCL communicator was aborted while waiting",
+                         what);
+    ncclResult_t async = ncclSuccess;
+    ncclResult_t ret = ncclCommGetAsyncError(st->nccl, &async);
+    if (ret != ncclSuccess) return nccl_error(ret, "ncclCommGetAsyncError", __FILE__, __LINE__);
+    if (async == ncclSuccess || async == ncclInProgress) return ACX_OK;
+    acx_status_t status = ACX_ERROR(ACX_ERR_NCCL,
+                                    "%s: NCCL reported an asynchronous error: %s: %s; the "
+                                    "communicator was aborted (ncclCommAbort)",
+                                    what, ncclGetErrorString(async), ncclGetLastError(st->nccl));
+    state_abort(st);
+    return status;
 }
 
 /* Wait for `ev` (recorded on st->stream after a collective), polling so an
@@ -370,23 +390,7 @@ static acx_status_t wait_event(nccl_state_t *st, cudaEvent_t ev, const char *wha
         if (ret != cudaErrorNotReady)
             return ACX_ERROR(ACX_ERR_CUDA, "%s: cudaEventQuery failed: %s: %s", what,
                              cudaGetErrorName(ret), cudaGetErrorString(ret));
-        if (atomic_load(&st->aborted))
-            return ACX_ERROR(ACX_ERR_STATE, "%s: the NCCL communicator was aborted while waiting",
-                             what);
-        ncclResult_t async = ncclSuccess;
-        ncclResult_t qret = ncclCommGetAsyncError(st->nccl, &async);
-        if (qret != ncclSuccess) return nccl_error(qret, "ncclCommGetAsyncError", __FILE__, __LINE__);
-        if (async != ncclSuccess && async != ncclInProgress) {
-            /* a peer or the network failed: end this communicator's kernels
-             * now rather than let the stream wait for ever */
-            acx_status_t status =
-                ACX_ERROR(ACX_ERR_NCCL,
-                          "%s: NCCL reported an asynchronous error: %s: %s; the communicator "
-                          "was aborted (ncclCommAbort)",
-                          what, ncclGetErrorString(async), ncclGetLastError(st->nccl));
-            state_abort(st);
-            return status;
-        }
+        ACX_CHECK(check_async(st, what));
         if (spin >= 1000) sched_yield();
     }
 }
@@ -430,19 +434,7 @@ static acx_status_t nccl_test(acx_coll_req_t *req, int *done_p) {
     if (!req->complete) {
         cudaError_t ret = cudaEventQuery(req->done);
         if (ret == cudaErrorNotReady) {
-            /* not done: an asynchronous error is reported here too */
-            ncclResult_t async = ncclSuccess;
-            if (!atomic_load(&req->st->aborted) &&
-                ncclCommGetAsyncError(req->st->nccl, &async) == ncclSuccess &&
-                async != ncclSuccess && async != ncclInProgress) {
-                acx_status_t status =
-                    ACX_ERROR(ACX_ERR_NCCL,
-                              "%s: NCCL reported an asynchronous error: %s: %s; the "
-                              "communicator was aborted (ncclCommAbort)",
-                              req->what, ncclGetErrorString(async), ncclGetLastError(req->st->nccl));
-                state_abort(req->st);
-                return status;
-            }
+            ACX_CHECK(check_async(req->st, req->what)); /* not done: failed? */
             *done_p = 0;
             return ACX_OK;
         }
@@ -497,8 +489,7 @@ static acx_status_t reduce_scatter(acx_comm_t *comm, const void *sendbuf, void *
                              "recvbuf == sendbuf + rank * count elements"));
     ACX_CHECK(order_after_compute(st));
     if (count > 0)
-        ACX_NCCL_CHECK(
-            ncclReduceScatter(sendbuf, recvbuf, count, type, nop, st->nccl, st->stream));
+        ACX_NCCL_CHECK(ncclReduceScatter(sendbuf, recvbuf, count, type, nop, st->nccl, st->stream));
     return complete_or_request(st, what, req_p);
 }
 
@@ -512,8 +503,7 @@ static acx_status_t broadcast(acx_comm_t *comm, void *buf, size_t count, acx_dty
     ACX_CHECK(check_root(comm, root, what));
     ACX_CHECK(check_bufs(buf, buf, count, what));
     ACX_CHECK(order_after_compute(st));
-    if (count > 0)
-        ACX_NCCL_CHECK(ncclBroadcast(buf, buf, count, type, root, st->nccl, st->stream));
+    if (count > 0) ACX_NCCL_CHECK(ncclBroadcast(buf, buf, count, type, root, st->nccl, st->stream));
     return complete_or_request(st, what, req_p);
 }
 
@@ -560,8 +550,8 @@ static acx_status_t gather(acx_comm_t *comm, const void *sendbuf, void *recvbuf,
         if (is_root) {
             for (int r = 0; r < comm->size; r++)
                 if (r != root)
-                    ACX_NCCL_CHECK_GOTO(ncclRecv((void *)byte_at(recvbuf, (size_t)r * block),
-                                                 count, type, r, st->nccl, st->stream),
+                    ACX_NCCL_CHECK_GOTO(ncclRecv((void *)byte_at(recvbuf, (size_t)r * block), count,
+                                                 type, r, st->nccl, st->stream),
                                         status, end_group);
         } else {
             ACX_NCCL_CHECK_GOTO(ncclSend(sendbuf, count, type, root, st->nccl, st->stream), status,
@@ -660,9 +650,9 @@ static acx_status_t nccl_all_reduce_start(acx_comm_t *comm, const void *sendbuf,
     return all_reduce(comm, sendbuf, recvbuf, count, dtype, op, req_p);
 }
 
-static acx_status_t nccl_reduce_scatter_start(acx_comm_t *comm, const void *sendbuf,
-                                              void *recvbuf, size_t count, acx_dtype_t dtype,
-                                              acx_red_op_t op, acx_coll_req_t **req_p) {
+static acx_status_t nccl_reduce_scatter_start(acx_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                              size_t count, acx_dtype_t dtype, acx_red_op_t op,
+                                              acx_coll_req_t **req_p) {
     ACX_CHECK(need_req(req_p, "reduce-scatter"));
     return reduce_scatter(comm, sendbuf, recvbuf, count, dtype, op, req_p);
 }
@@ -674,8 +664,7 @@ static acx_status_t nccl_broadcast_start(acx_comm_t *comm, void *buf, size_t cou
 }
 
 static acx_status_t nccl_all_gather_start(acx_comm_t *comm, const void *sendbuf, void *recvbuf,
-                                          size_t count, acx_dtype_t dtype,
-                                          acx_coll_req_t **req_p) {
+                                          size_t count, acx_dtype_t dtype, acx_coll_req_t **req_p) {
     ACX_CHECK(need_req(req_p, "all-gather"));
     return all_gather(comm, sendbuf, recvbuf, count, dtype, req_p);
 }

@@ -73,7 +73,8 @@ static int test_widen_all(void) {
     uint16_t *d_h = NULL;
     float *d_f = NULL;
     CHECK(h && got);
-    for (size_t i = 0; i < n; i++) h[i] = (uint16_t)i;
+    for (size_t i = 0; i < n; i++)
+        h[i] = (uint16_t)i;
     CU(cudaMalloc((void **)&d_h, n * sizeof *d_h));
     CU(cudaMalloc((void **)&d_f, n * sizeof *d_f));
     CU(cudaMemcpy(d_h, h, n * sizeof *h, cudaMemcpyHostToDevice));
@@ -113,8 +114,10 @@ static size_t narrow_patterns(uint32_t *x) {
     /* every bfloat16 prefix (sign, exponent, 7 fraction bits): the low
      * halves around bfloat16's tie (0x8000) and float16's (bit 12) */
     for (uint32_t hi = 0; hi < 65536; hi++) {
-        for (size_t j = 0; j < sizeof lows / sizeof lows[0]; j++) x[k++] = hi << 16 | lows[j];
-        for (int j = 0; j < 6; j++) x[k++] = hi << 16 | (rnd32() & 0xffff);
+        for (size_t j = 0; j < sizeof lows / sizeof lows[0]; j++)
+            x[k++] = hi << 16 | lows[j];
+        for (int j = 0; j < 6; j++)
+            x[k++] = hi << 16 | (rnd32() & 0xffff);
     }
     /* float16 tie points: the float32 halfway between consecutive float16
      * values, and one ulp either side */
@@ -137,7 +140,8 @@ static size_t narrow_patterns(uint32_t *x) {
     for (int i = 0; i < 2000000; i++)
         x[k++] = (rnd32() & 0x80000000u) | (0x32800000u + rnd32() % (0x38800000u - 0x32800000u));
     /* anything */
-    for (int i = 0; i < 8000000; i++) x[k++] = rnd32();
+    for (int i = 0; i < 8000000; i++)
+        x[k++] = rnd32();
     return k;
 }
 
@@ -188,9 +192,9 @@ error:
 #define OPT_N (1000003u) /* not a multiple of any block size */
 
 typedef struct arrays {
-    float *p, *g, *m, *v;         /* host: the CPU reference's state */
-    float *dp, *dg, *dm, *dv;     /* device: the kernels' */
-    float *out;                   /* host scratch for comparisons */
+    float *p, *g, *m, *v;     /* host: the CPU reference's state */
+    float *dp, *dg, *dm, *dv; /* device: the kernels' */
+    float *out;               /* host scratch for comparisons */
 } arrays_t;
 
 static void arrays_free(arrays_t *a) {
@@ -234,7 +238,8 @@ static size_t compare(const float *d, const float *h, float *scratch, size_t n, 
                       const char *what) {
     if (cudaMemcpy(scratch, d, n * 4, cudaMemcpyDeviceToHost) != cudaSuccess) return n;
     double scale = 0;
-    for (size_t i = 0; i < n; i++) scale = fmax(scale, fabs((double)h[i]));
+    for (size_t i = 0; i < n; i++)
+        scale = fmax(scale, fabs((double)h[i]));
     size_t bad = 0;
     for (size_t i = 0; i < n; i++) {
         int ok = max_rel < 0 ? f32_bits(scratch[i]) == f32_bits(h[i])
@@ -258,7 +263,8 @@ static int run_adam(const acx_adam_hparams_t *hp, int decoupled, int bitwise) {
         double lr = hp->lr * (1.0 - 0.1 * (double)t); /* a schedule's lr */
         acx_kernel_adam_ieee(a.p, a.g, a.m, a.v, n, hp, lr, t, decoupled);
         CHECK_OK(acx_cuda_adam_step(a.dp, a.dg, a.dm, a.dv, n, hp, lr, t, decoupled, madd, NULL));
-        for (size_t i = 0; i < n; i += 3) a.g[i] = -a.g[i] * 1.5f; /* next gradient */
+        for (size_t i = 0; i < n; i += 3)
+            a.g[i] = -a.g[i] * 1.5f; /* next gradient */
         CU(cudaMemcpy(a.dg, a.g, n * 4, cudaMemcpyHostToDevice));
     }
     if (bitwise) {
@@ -302,7 +308,8 @@ static int run_sgd(const acx_sgd_hparams_t *hp, int bitwise) {
     for (int step = 0; step < 4; step++) {
         acx_kernel_sgd_ieee(a.p, a.g, buf, n, hp, hp->lr, step == 0);
         CHECK_OK(acx_cuda_sgd_step(a.dp, a.dg, dbuf, n, hp, hp->lr, step == 0, madd, NULL));
-        for (size_t i = 0; i < n; i += 2) a.g[i] = a.g[i] * -0.75f;
+        for (size_t i = 0; i < n; i += 2)
+            a.g[i] = a.g[i] * -0.75f;
         CU(cudaMemcpy(a.dg, a.g, n * 4, cudaMemcpyHostToDevice));
     }
     CHECK(compare(a.dp, a.p, a.out, n, bitwise ? -1 : 1e-6, "p") == 0);
@@ -336,7 +343,8 @@ static int test_nonfinite_and_scale(void) {
     float *x = malloc(n * 4), *out = malloc(n * 4), *d = NULL;
     int *dflag = NULL, flag = -1;
     CHECK(x && out);
-    for (size_t i = 0; i < n; i++) x[i] = rndf(-65504, 65504);
+    for (size_t i = 0; i < n; i++)
+        x[i] = rndf(-65504, 65504);
     x[5] = 3.4e38f; /* large but finite */
     CU(cudaMalloc((void **)&d, n * 4));
     CU(cudaMalloc((void **)&dflag, sizeof(int)));
@@ -366,7 +374,8 @@ static int test_nonfinite_and_scale(void) {
     float inv = (float)(1.0 / 65536.0 / 3.0);
     CHECK_OK(acx_cuda_scale(d, n, inv, NULL));
     CU(cudaMemcpy(out, d, n * 4, cudaMemcpyDeviceToHost));
-    for (size_t i = 0; i < n; i++) CHECK(f32_bits(out[i]) == f32_bits(x[i] * inv));
+    for (size_t i = 0; i < n; i++)
+        CHECK(f32_bits(out[i]) == f32_bits(x[i] * inv));
     cudaFree(d);
     cudaFree(dflag);
     free(x);
@@ -388,7 +397,8 @@ static int test_norms(void) {
     float *x = malloc(nmax * 4), *d = NULL;
     double *ws = NULL, *dres = NULL;
     CHECK(x);
-    for (size_t i = 0; i < nmax; i++) x[i] = rndf(-3, 3);
+    for (size_t i = 0; i < nmax; i++)
+        x[i] = rndf(-3, 3);
     CU(cudaMalloc((void **)&d, nmax * 4));
     CU(cudaMalloc((void **)&ws, ACX_CUDA_NORM_WORKSPACE * sizeof(double)));
     CU(cudaMalloc((void **)&dres, 2 * sizeof(double)));
@@ -449,7 +459,8 @@ static int test_errors(void) {
     CHECK_STATUS(acx_cuda_sum_squares(d, 4, NULL, NULL, NULL), ACX_ERR_INVALID_ARG,
                  "workspace is NULL");
     /* nothing to do: fine with NULL arrays */
-    CHECK_OK(acx_cuda_adam_step(NULL, NULL, NULL, NULL, 0, &hp, 1e-3, 1, 1, ACX_CUDA_MADD_FUSED, NULL));
+    CHECK_OK(
+        acx_cuda_adam_step(NULL, NULL, NULL, NULL, 0, &hp, 1e-3, 1, 1, ACX_CUDA_MADD_FUSED, NULL));
     cudaFree(d);
     return 0;
 error:
@@ -497,8 +508,10 @@ static int bench(void) {
          * the cast reads 4 and writes 2; the norm reads 4 */
         double bytes = (double)n * (which == 0 ? 28 : which == 1 ? 6 : 4);
         printf("bench %-22s n=%zu: %.3f ms, %.1f GB/s\n",
-               which == 0 ? "adamw_step" : which == 1 ? "cast_f32_to_bf16" : "sum_squares", n,
-               sec * 1e3, bytes / sec / 1e9);
+               which == 0   ? "adamw_step"
+               : which == 1 ? "cast_f32_to_bf16"
+                            : "sum_squares",
+               n, sec * 1e3, bytes / sec / 1e9);
     }
     cudaFree(p), cudaFree(g), cudaFree(m), cudaFree(v), cudaFree(h);
     return 0;

@@ -50,9 +50,9 @@ static int rank_, size_;
 #define PERIOD 4099
 static double expected[PERIOD];
 
-static const acx_dtype_t dtypes[] = {ACX_DTYPE_FLOAT32, ACX_DTYPE_FLOAT64, ACX_DTYPE_FLOAT16,
+static const acx_dtype_t dtypes[] = {ACX_DTYPE_FLOAT32,  ACX_DTYPE_FLOAT64, ACX_DTYPE_FLOAT16,
                                      ACX_DTYPE_BFLOAT16, ACX_DTYPE_INT8,    ACX_DTYPE_UINT8,
-                                     ACX_DTYPE_INT32,   ACX_DTYPE_INT64};
+                                     ACX_DTYPE_INT32,    ACX_DTYPE_INT64};
 #define NUM_DTYPES (sizeof dtypes / sizeof dtypes[0])
 
 static int is_float(acx_dtype_t dt) {
@@ -115,8 +115,10 @@ static double reduce_all(acx_dtype_t dt, acx_red_op_t op, size_t i, int salt) {
 /* got == want exactly, or for avg within a rounding of dtype */
 static int close_enough(double got, double want, acx_dtype_t dt, acx_red_op_t op) {
     if (op != ACX_OP_AVG) return got == want;
-    double u = dt == ACX_DTYPE_FLOAT64 ? 0x1p-50 : dt == ACX_DTYPE_FLOAT32 ? 0x1p-21
-             : dt == ACX_DTYPE_FLOAT16 ? 0x1p-9 : 0x1p-6;
+    double u = dt == ACX_DTYPE_FLOAT64   ? 0x1p-50
+               : dt == ACX_DTYPE_FLOAT32 ? 0x1p-21
+               : dt == ACX_DTYPE_FLOAT16 ? 0x1p-9
+                                         : 0x1p-6;
     return fabs(got - want) <= u * (fabs(want) > 1 ? fabs(want) : 1);
 }
 
@@ -124,7 +126,8 @@ static int close_enough(double got, double want, acx_dtype_t dt, acx_red_op_t op
 static void *host_fill(acx_dtype_t dt, acx_red_op_t op, size_t n, int salt) {
     void *h = malloc(n * acx_dtype_size(dt) + 1);
     if (h != NULL)
-        for (size_t i = 0; i < n; i++) store(h, dt, i, gen(dt, op, rank_, i % PERIOD, salt));
+        for (size_t i = 0; i < n; i++)
+            store(h, dt, i, gen(dt, op, rank_, i % PERIOD, salt));
     return h;
 }
 
@@ -162,13 +165,15 @@ static int check_all_reduce(acx_dtype_t dt, acx_red_op_t op, size_t n, int mode)
         acx_coll_req_t *req = NULL;
         int done = 0;
         CHECK_OK(comm->ops->all_reduce_start(comm, d_in, d_out, n, dt, op, &req));
-        while (!done) CHECK_OK(comm->ops->test(req, &done));
+        while (!done)
+            CHECK_OK(comm->ops->test(req, &done));
         CHECK_OK(comm->ops->wait(req));
     } else {
         CHECK_OK(comm->ops->all_reduce(comm, d_in, d_out, n, dt, op));
     }
     if (n) CU(cudaMemcpy(out, d_out, n * es, cudaMemcpyDeviceToHost));
-    for (size_t j = 0; j < n && j < PERIOD; j++) expected[j] = reduce_all(dt, op, j, salt);
+    for (size_t j = 0; j < n && j < PERIOD; j++)
+        expected[j] = reduce_all(dt, op, j, salt);
     for (size_t i = 0; i < n; i++) {
         double got = load(out, dt, i);
         if (!close_enough(got, expected[i % PERIOD], dt, op)) {
@@ -209,7 +214,8 @@ static int test_in_flight(void) {
     acx_coll_req_t *req[3] = {NULL, NULL, NULL};
     CHECK(h && out);
     for (int k = 0; k < 3; k++) {
-        for (size_t i = 0; i < n; i++) h[i] = (float)(rank_ + k + (int)(i % 5));
+        for (size_t i = 0; i < n; i++)
+            h[i] = (float)(rank_ + k + (int)(i % 5));
         d[k] = dev_copy(h, n * 4);
         CHECK(d[k] != NULL);
     }
@@ -225,7 +231,8 @@ static int test_in_flight(void) {
         for (size_t i = 0; i < n; i++)
             CHECK(out[i] == (float)(size_ * (size_ - 1) / 2 + size_ * (k + (int)(i % 5))));
     }
-    for (int k = 0; k < 3; k++) cudaFree(d[k]);
+    for (int k = 0; k < 3; k++)
+        cudaFree(d[k]);
     free(h);
     free(out);
     return 0;
@@ -284,7 +291,8 @@ static int test_gathers(void) {
     size_t total = n * (size_t)size_;
     float *h = malloc(total * 4), *out = malloc(total * 4), *d_all = NULL, *d_mine = NULL;
     CHECK(h && out);
-    for (size_t i = 0; i < n; i++) h[i] = (float)(rank_ * 1000 + (int)(i % 1000));
+    for (size_t i = 0; i < n; i++)
+        h[i] = (float)(rank_ * 1000 + (int)(i % 1000));
     d_mine = dev_copy(h, n * 4);
     CHECK(d_mine != NULL);
     CU(cudaMalloc((void **)&d_all, total * 4));
@@ -314,11 +322,13 @@ static int test_gathers(void) {
         }
     }
     /* broadcast from the last rank */
-    for (size_t i = 0; i < n; i++) h[i] = rank_ == size_ - 1 ? (float)i * 0.5f : -1.0f;
+    for (size_t i = 0; i < n; i++)
+        h[i] = rank_ == size_ - 1 ? (float)i * 0.5f : -1.0f;
     CU(cudaMemcpy(d_mine, h, n * 4, cudaMemcpyHostToDevice));
     CHECK_OK(comm->ops->broadcast(comm, d_mine, n, ACX_DTYPE_FLOAT32, size_ - 1));
     CU(cudaMemcpy(out, d_mine, n * 4, cudaMemcpyDeviceToHost));
-    for (size_t i = 0; i < n; i++) CHECK(out[i] == (float)i * 0.5f);
+    for (size_t i = 0; i < n; i++)
+        CHECK(out[i] == (float)i * 0.5f);
     cudaFree(d_all);
     cudaFree(d_mine);
     free(h);
@@ -339,7 +349,8 @@ static int test_barrier(void) {
     int done = 0;
     CHECK_OK(comm->ops->barrier(comm));
     CHECK_OK(comm->ops->barrier_start(comm, &req));
-    while (!done) CHECK_OK(comm->ops->test(req, &done));
+    while (!done)
+        CHECK_OK(comm->ops->test(req, &done));
     CHECK_OK(comm->ops->wait(req));
     return 0;
 error:
@@ -363,7 +374,8 @@ static int test_compute_stream(void) {
     CHECK_OK(comm->ops->all_reduce(comm, d, d, n, ACX_DTYPE_INT32, ACX_OP_SUM));
     CHECK_OK(acx_coll_nccl_set_compute_stream(comm, NULL));
     CU(cudaMemcpy(out, d, n * 4, cudaMemcpyDeviceToHost));
-    for (size_t i = 0; i < n; i += 997) CHECK(out[i] == 0x01010101 * size_);
+    for (size_t i = 0; i < n; i += 997)
+        CHECK(out[i] == 0x01010101 * size_);
     CHECK(out[n - 1] == 0x01010101 * size_);
     cudaFree(d);
     cudaStreamDestroy(s);
@@ -382,8 +394,10 @@ static int test_split(void) {
     acx_comm_t *sub = NULL;
     double *d = NULL, x = (double)(rank_ + 1), got = 0, want = 0;
     CHECK_OK(acx_comm_split(comm, rank_ % 2, rank_, &sub));
-    CHECK(sub != NULL && sub->ops == &acx_coll_nccl_ops && sub->size == (size_ + 1 - rank_ % 2) / 2);
-    for (int r = rank_ % 2; r < size_; r += 2) want += r + 1;
+    CHECK(sub != NULL && sub->ops == &acx_coll_nccl_ops &&
+          sub->size == (size_ + 1 - rank_ % 2) / 2);
+    for (int r = rank_ % 2; r < size_; r += 2)
+        want += r + 1;
     d = dev_copy(&x, sizeof x);
     CHECK(d != NULL);
     CHECK_OK(sub->ops->all_reduce(sub, d, d, 1, ACX_DTYPE_FLOAT64, ACX_OP_SUM));
@@ -501,10 +515,13 @@ int main(int argc, char **argv) {
     if (argc > 2 && strcmp(argv[1], "--bench") == 0) {
         failed = acx_test_agree(bench(atof(argv[2])));
     } else {
-        failed |= acx_test_run_case("nccl: all-reduce, every dtype and op, 3 modes", test_all_reduce);
+        failed |=
+            acx_test_run_case("nccl: all-reduce, every dtype and op, 3 modes", test_all_reduce);
         failed |= acx_test_run_case("nccl: three all-reduces in flight", test_in_flight);
-        failed |= acx_test_run_case("nccl: reduce-scatter (f32, bf16; in place)", test_reduce_scatter);
-        failed |= acx_test_run_case("nccl: all-gather, gather to every root, broadcast", test_gathers);
+        failed |=
+            acx_test_run_case("nccl: reduce-scatter (f32, bf16; in place)", test_reduce_scatter);
+        failed |=
+            acx_test_run_case("nccl: all-gather, gather to every root, broadcast", test_gathers);
         failed |= acx_test_run_case("nccl: barrier, blocking and non-blocking", test_barrier);
         failed |= acx_test_run_case("nccl: ordered after the compute stream", test_compute_stream);
         failed |= acx_test_run_case("nccl: split communicator", test_split);
