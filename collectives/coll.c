@@ -4,7 +4,7 @@
  *
  * This is the one file that knows which backends are compiled in (Open MPI's
  * component selection, reduced to a switch). The backends themselves live in
- * their folders (mpi/, later nccl/) and know nothing about each other; the
+ * their folders (mpi/, nccl/) and know nothing about each other; the
  * layers above hold an acx_comm_t and call through comm->ops.
  */
 #include <limits.h>
@@ -13,19 +13,53 @@
 #include <stdlib.h>
 
 #include "collectives/coll.h"
+#include "cuda/device.h"
 #include "runtime/base/error.h"
 #include "runtime/base/log.h"
 
-/* ---- backend selection ---- */
-
 #if ACX_HAVE_NCCL
-#define NCCL_MISSING_WHY                                                                           \
-    "NCCL was found at build time, but the NCCL backend is not implemented in this version"
-#else
-#define NCCL_MISSING_WHY "this build has no NCCL (configure --with-nccl)"
+#include "collectives/nccl/coll_nccl.h"
 #endif
 
+/* ---- backend selection ---- */
+
+/*
+ * Whether AUTO may choose NCCL when a device is visible. The rule of the
+ * design (AUTO = NCCL when compiled in and a device is visible) needs every
+ * buffer the layers above hand to the backend to be device memory; in this
+ * version the sharding layer keeps parameters, gradients and optimizer state
+ * in host memory, and a host pointer given to an NCCL kernel is an illegal
+ * address (a sticky CUDA error that ends the process), so AUTO stays on MPI
+ * until device-resident state exists. Set to 1 with that change.
+ */
+#define ACX_COLL_AUTO_NCCL 0
+
+#if ACX_HAVE_NCCL
+/* NCCL compiled in: usable when this process sees a device. why: the
+ * reason it is not. */
+static int nccl_usable(char *why, size_t why_len) {
+    char dev_why[256];
+    if (acx_device_count(dev_why, sizeof dev_why) > 0) return 1;
+    snprintf(why, why_len, "no CUDA device: %s", dev_why);
+    return 0;
+}
+#else
+static int nccl_usable(char *why, size_t why_len) {
+    snprintf(why, why_len, "this build has no NCCL (configure --with-nccl)");
+    return 0;
+}
+#endif
+
+static const acx_coll_ops_t *nccl_ops(void) {
+#if ACX_HAVE_NCCL
+    return &acx_coll_nccl_ops;
+#else
+    return NULL;
+#endif
+}
+
 acx_status_t acx_coll_select(acx_backend_kind_t kind, const acx_coll_ops_t **ops_p) {
+    char why[320];
     if (ops_p == NULL) return ACX_ERROR(ACX_ERR_INVALID_ARG, "coll select: ops_p is NULL");
     switch (kind) {
     case ACX_BACKEND_MPI:
@@ -33,21 +67,39 @@ acx_status_t acx_coll_select(acx_backend_kind_t kind, const acx_coll_ops_t **ops
         *ops_p = &acx_coll_mpi_ops;
         return ACX_OK;
     case ACX_BACKEND_AUTO:
-        /* NCCL would rank first when a device is visible; until its backend
-         * exists, AUTO always lands on MPI (host memory). */
-        ACX_INFO(ACX_SUBSYS_COLL, "backend: mpi (auto; NCCL backend not available: %s)",
-                 NCCL_MISSING_WHY);
+        if (!nccl_usable(why, sizeof why)) {
+            ACX_INFO(ACX_SUBSYS_COLL, "backend: mpi (auto; NCCL backend not available: %s)", why);
+        } else if (!ACX_COLL_AUTO_NCCL) {
+            ACX_INFO(ACX_SUBSYS_COLL,
+                     "backend: mpi (auto; a CUDA device and NCCL are available, but acx %s keeps "
+                     "model state in host memory, which NCCL cannot reduce)",
+                     acx_version());
+        } else {
+            ACX_INFO(ACX_SUBSYS_COLL, "backend: nccl (auto; a CUDA device is visible)");
+            *ops_p = nccl_ops();
+            return ACX_OK;
+        }
         *ops_p = &acx_coll_mpi_ops;
         return ACX_OK;
     case ACX_BACKEND_NCCL:
-        return ACX_ERROR(ACX_ERR_NOT_SUPPORTED,
-                         "backend: nccl requested, but the NCCL backend is not available in this "
-                         "build of acx %s (%s); use backend: mpi (ACX_BACKEND=mpi)",
-                         acx_version(), NCCL_MISSING_WHY);
+        if (!nccl_usable(why, sizeof why))
+            return ACX_ERROR(ACX_ERR_NOT_SUPPORTED,
+                             "backend: nccl requested, but the NCCL backend is not available to "
+                             "this rank of acx %s (%s); use backend: mpi (ACX_BACKEND=mpi)",
+                             acx_version(), why);
+        ACX_DEBUG(ACX_SUBSYS_COLL, "backend: nccl (requested)");
+        *ops_p = nccl_ops();
+        return ACX_OK;
     default:
         return ACX_ERROR(ACX_ERR_INVALID_ARG,
                          "backend kind %d is not one of auto (0), mpi (1), nccl (2)", (int)kind);
     }
+}
+
+void acx_coll_abort_all(void) {
+#if ACX_HAVE_NCCL
+    acx_coll_nccl_abort_all();
+#endif
 }
 
 /* ---- communicators ---- */

@@ -27,6 +27,7 @@ typedef struct acx_coll_req acx_coll_req_t; /* backend-defined pending operation
 
 typedef struct acx_coll_ops {
     const char *name;                            /* "mpi", "nccl" */
+    int device_memory; /* buffers are CUDA device memory (NCCL); 0: host memory (MPI) */
     acx_status_t (*comm_init)(acx_comm_t *comm); /* set comm->state */
     void (*comm_fini)(acx_comm_t *comm);
 
@@ -98,6 +99,13 @@ void acx_comm_destroy(acx_comm_t *comm);
 
 /* The MPI backend's table (collectives/mpi/). */
 extern const acx_coll_ops_t acx_coll_mpi_ops;
+
+/* Abort every live communicator of a device backend (ncclCommAbort), so
+ * that kernels waiting for a dead peer end. Only for the fatal paths, just
+ * before the process exits: acx_abort before MPI_Abort, and the stall
+ * detector before it ends the process. Callable from any thread; the
+ * communicators must not be used afterwards. No-op without NCCL. */
+void acx_coll_abort_all(void);
 
 /* MPI datatype / op of an acx dtype / op: the predefined ones only
  * (MPI_DATATYPE_NULL for float16/bfloat16, which MPI has no type for — the

@@ -60,6 +60,14 @@ ACX_API int acx_node_rank(const acx_accelerator_t *acc);  /* 0..num_nodes-1 */
 ACX_API int acx_is_main_process(const acx_accelerator_t *acc);       /* rank 0 */
 ACX_API int acx_is_local_main_process(const acx_accelerator_t *acc); /* local rank 0 */
 
+/* The CUDA device this rank uses (the ordinal for cudaSetDevice), or -1
+ * when acx works on host memory: a build without CUDA, no visible device,
+ * or a host-memory backend (backend: mpi). With a device backend (NCCL) it
+ * is local rank modulo the visible devices (with one visible device per
+ * task under Slurm's GPU binding: 0), bound with cudaSetDevice at acx_init,
+ * which logs the choice. NULL gives -1. Not collective; never fails. */
+ACX_API int acx_device(const acx_accelerator_t *acc);
+
 /* The resolved configuration (read-only; owned by acc). */
 ACX_API const acx_config_t *acx_get_config(const acx_accelerator_t *acc);
 
