@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "collectives/coll.h"
 #include "collectives/watchdog.h"
 #include "runtime/base/error.h"
 
@@ -124,6 +125,7 @@ static void report_and_exit(const slot_t *me, double waited) {
     snprintf(line + len, sizeof line - (size_t)len,
              " ending the job (raise collective_timeout if this step is legitimately slow)\n");
     (void)!write(STDERR_FILENO, line, strlen(line));
+    acx_coll_abort_all(); /* NCCL kernels waiting for a stuck peer end with the process */
     _exit(ACX_EXIT_STALL);
 }
 

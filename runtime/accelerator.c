@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "collectives/watchdog.h"
+#include "cuda/device.h"
 #include "io/loader.h"
 #include "runtime/coll_debug.h"
 #include "runtime/accelerator.h"
@@ -284,7 +285,7 @@ static acx_status_t check_config_agrees(acx_accelerator_t *acc) {
 static acx_status_t check_implemented(const acx_resolved_config_t *rc) {
     const acx_config_t *c = &rc->values;
     static const struct { const char *key; const char *todo; const char *instead; } later[] = {
-        {"backend", "the NCCL backend", "auto or mpi"}};
+        {"backend", "device-resident model state for the NCCL backend", "auto or mpi"}};
     int bad[1] = {c->backend == ACX_BACKEND_NCCL};
     for (int i = 0; i < 1; i++) {
         if (!bad[i]) continue;
@@ -364,6 +365,10 @@ ACX_API acx_status_t acx_init(int *argc, char ***argv, const acx_config_t *confi
     ACX_CHECK_GOTO(acx_coll_select((acx_backend_kind_t)c->backend, &acc->coll), status, err_comm);
     status = acx_coll_agree(acc->world, status);
     if (status != ACX_OK) goto err_comm;
+    /* the device (cuda/device.c) before a device backend's communicators use it */
+    ACX_CHECK_GOTO(acx_coll_agree(acc->world, acx_device_setup(acc->coll, acc->local_rank,
+                                                               acc->local_size)),
+                   status, err_comm);
     if (acc->coll != &acx_coll_mpi_ops) {
         acx_comm_t *w = NULL;
         ACX_CHECK_GOTO(acx_comm_create(MPI_COMM_WORLD, acc->coll, &w), status, err_comm);
@@ -393,10 +398,6 @@ ACX_API acx_status_t acx_init(int *argc, char ***argv, const acx_config_t *confi
     } else if (env.warnings[0] != '\0') {
         ACX_WARN(ACX_SUBSYS_LAUNCH, "launcher environment: %s", env.warnings);
     }
-    /* Device placement arrives with the NCCL backend; until then every
-     * buffer acx owns is host memory, whatever the build found. */
-    ACX_INFO(ACX_SUBSYS_INIT, "device: host memory (%s backend); local rank %d of %d on this node",
-             acc->coll->name, acc->local_rank, acc->local_size);
     ACX_INFO(ACX_SUBSYS_INIT, "acx %s: rank %d/%d, local rank %d/%d, node %d/%d on %s; launcher %s; backend %s; MPI %s",
              acx_version(), acc->rank, acc->world_size, acc->local_rank, acc->local_size,
              acc->node_rank, acc->num_nodes, acc->host, env.launcher, acc->coll->name,
@@ -465,7 +466,7 @@ ACX_API acx_status_t acx_finalize(acx_accelerator_t *acc) {
 ACX_API void acx_abort(acx_accelerator_t *acc, int code, const char *message) {
     acx_log_write(ACX_LOG_ERROR, ACX_SUBSYS_ALL, "aborting the job (code %d): %s", code,
                   message ? message : "(no message)");
-    /* Live backend communicators (NCCL) are aborted here once they exist. */
+    acx_coll_abort_all(); /* live NCCL communicators: end their kernels */
     int initialized = 0, finalized = 0;
     MPI_Initialized(&initialized);
     MPI_Finalized(&finalized);
