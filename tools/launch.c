@@ -600,6 +600,12 @@ int cmd_launch(int argc, char **argv) {
     }
     q->supervisor = self;
     q->status_dir = status_dir;
+    /* ranks may start elsewhere (srun, other nodes, another working
+     * directory): hand them the config file by absolute path */
+    char config_abs[PATH_MAX];
+    if (q->config_file != NULL && q->config_file[0] != '/' &&
+        realpath(q->config_file, config_abs) != NULL)
+        q->config_file = config_abs;
 
     acx_launch_host_t host = {tool_count_cpus(), geteuid() == 0, mpi_flavor()};
     acx_launch_cmd_t *cmd = NULL;

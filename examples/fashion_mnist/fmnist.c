@@ -543,13 +543,17 @@ static int run(int argc, char **argv) {
     }
     CHECK(acx_reduce_scalar(acc, bad, ACX_OP_MAX, &bad));
     if (bad != 0.0) goto fail_quiet;
+    static const char *const strategy_names[] = {"no_shard", "shard_grad_op", "full_shard",
+                                                 "hybrid_shard"};
+    static const char *const mp_names[] = {"fp32", "bf16", "fp16"};
     acx_print(acc, "acx-fmnist: %d rank(s) on %d node(s), %lld train / %lld test samples, "
                    "batch %lld per rank (global %lld), %lld batches and %lld optimizer steps per epoch, "
-                   "%s lr %g, seed %lld\n",
+                   "%s lr %g, seed %lld, %s, %s\n",
               acx_world_size(acc), acx_num_nodes(acc), (long long)acx_dataloader_num_samples(train),
               (long long)acx_dataloader_num_samples(test), (long long)rank_batch,
               (long long)global_batch, (long long)steps_per_epoch,
-              (long long)opt_steps_per_epoch, o.optimizer, o.lr, (long long)c->seed);
+              (long long)opt_steps_per_epoch, o.optimizer, o.lr, (long long)c->seed,
+              strategy_names[c->sharding_strategy & 3], mp_names[c->mixed_precision % 3]);
 
     training = 1; /* from here a failure may be local to one rank */
     double accuracy = 0.0, train_time = 0.0;
