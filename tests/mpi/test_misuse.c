@@ -9,7 +9,10 @@
  *   - a non-blocking all-reduce never waited for is completed by acx_finalize;
  *   - acx_optimizer_step without this boundary's reduced gradients (on a
  *     non-boundary micro-step, before acx_backward_end, twice) is refused on
- *     every rank and leaves the weights alone, under no_shard and full_shard.
+ *     every rank and leaves the weights alone, under no_shard and full_shard;
+ *   - acx_accumulate_items in only some micro-steps of a window (not on the
+ *     boundary; only on the boundary) is reported by acx_backward_end on
+ *     every rank instead of silently falling back to another normalization.
  */
 #include "tests/acx_test_mpi.h"
 
@@ -158,6 +161,62 @@ error:
     return 1;
 }
 
+/* Accumulation over 2 micro-steps, 3 items per micro-batch and rank, every
+ * rank adding (rank + 1) to every gradient element per micro-step. Windows
+ * that report items in only one of their micro-steps fail at the boundary's
+ * acx_backward_end (and nothing steps); the window that reports both steps
+ * with the item mean: sum_r 2 (r + 1) / (2 x 3 x world) = (world + 1) / 6. */
+static int partial_items(void) {
+    acx_accelerator_t *acc = NULL;
+    acx_model_t *m;
+    acx_unit_t *u[2];
+    acx_param_t *p[2];
+    acx_optimizer_t *opt;
+    acx_config_t cfg = ACX_CONFIG_DEFAULT;
+    cfg.gradient_accumulation_steps = 2;
+    CHECK_OK(acx_init(NULL, NULL, &cfg, &acc));
+    CHECK_OK(acx_model_create(acc, &m));
+    CHECK_OK(acx_model_add_unit(m, "a", &u[0]));
+    CHECK_OK(acx_unit_add_param(u[0], "a.w", 2, (int64_t[]){5, 3}, ACX_INIT_SPEC_ZEROS, &p[0]));
+    CHECK_OK(acx_model_add_unit(m, "b", &u[1]));
+    CHECK_OK(acx_unit_add_param(u[1], "b.b", 1, (int64_t[]){2}, ACX_INIT_SPEC_ZEROS, &p[1]));
+    acx_sgd_hparams_t hp = ACX_SGD_DEFAULT;
+    hp.lr = 0.25;
+    CHECK_OK(acx_sgd_create(m, &hp, &opt));
+    CHECK_OK(acx_prepare(acc, m, opt, NULL));
+    /* window w reports items in micro-step 1 (w = 0), 2 (w = 1), both (w = 2) */
+    for (int w = 0; w < 3; w++) {
+        for (int micro = 1; micro <= 2; micro++) {
+            CHECK_OK(acx_accumulate_begin(acc));
+            if (w == 2 || w + 1 == micro) CHECK_OK(acx_accumulate_items(acc, 3));
+            CHECK(add_grads(u, p, 0) == 0);
+            if (micro == 1 || w == 2) {
+                CHECK_OK(acx_backward_end(acc));
+            } else {
+                CHECK_STATUS(acx_backward_end(acc), ACX_ERR_STATE, "called in 1 of the 2");
+                CHECK_STATUS(acx_optimizer_step(opt), ACX_ERR_STATE, "no reduced gradients");
+            }
+            if (micro == 2 && w == 2) CHECK_OK(acx_optimizer_step(opt));
+            if (micro == 2) CHECK_OK(acx_optimizer_zero_grad(opt));
+            CHECK_OK(acx_accumulate_end(acc));
+        }
+    }
+    CHECK(acx_optimizer_num_steps(opt) == 1 && acx_accumulated_items(acc) == 6 * world);
+    {
+        float got[15];
+        for (int i = 0; i < 2; i++) {
+            CHECK_OK(acx_param_gather(p[i], got));
+            for (int64_t e = 0; e < acx_param_numel(p[i]); e++)
+                CHECK_CLOSE(got[e], -0.25 * (world + 1) / 6.0, 1e-6, 0);
+        }
+    }
+    CHECK_OK(acx_finalize(acc));
+    return 0;
+error:
+    if (acc) acx_finalize(acc);
+    return 1;
+}
+
 static int misplaced_steps_no_shard(void) { return misplaced_steps(ACX_NO_SHARD); }
 static int misplaced_steps_full_shard(void) { return misplaced_steps(ACX_FULL_SHARD); }
 
@@ -175,6 +234,8 @@ int main(int argc, char **argv) {
                                 misplaced_steps_no_shard);
     failed |= acx_test_run_case("misuse: misplaced optimizer steps refused (full_shard)",
                                 misplaced_steps_full_shard);
+    failed |=
+        acx_test_run_case("misuse: acx_accumulate_items in some micro-steps only", partial_items);
     MPI_Finalize();
     return failed ? 1 : 0;
 }
