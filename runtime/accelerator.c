@@ -732,7 +732,9 @@ ACX_API acx_status_t acx_accumulate_items(acx_accelerator_t *acc, int64_t items)
      * rank, in one all-reduce, and the gradients are scaled once by its
      * inverse (they are sums over items, so this is the item mean). */
     int64_t total = acc->items_local;
-    ACX_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &total, 1, MPI_INT64_T, MPI_SUM, acc->world->mpi));
+    ACX_MPI_CHECK(
+        ACX_WATCHED("accumulate_items",
+                    MPI_Allreduce(MPI_IN_PLACE, &total, 1, MPI_INT64_T, MPI_SUM, acc->world->mpi)));
     acc->items_total = total;
     acc->items_reduced = 1;
     /* 0 items everywhere: nothing to average; keep the gradients (zeros) */

@@ -24,6 +24,7 @@
  */
 #include <math.h>
 
+#include "collectives/watchdog.h"
 #include "runtime/accelerator.h"
 #include "runtime/base/error.h"
 #include "runtime/base/log.h"
@@ -53,7 +54,8 @@ acx_status_t acx_scaler_unscale(acx_accelerator_t *acc) {
         }
     /* every rank decides from the same two bits: any non-finite gradient
      * anywhere, and any non-finite recorded loss anywhere */
-    ACX_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, flags, 2, MPI_INT, MPI_MAX, acc->world->mpi));
+    ACX_MPI_CHECK(ACX_WATCHED("loss scaler check", MPI_Allreduce(MPI_IN_PLACE, flags, 2, MPI_INT,
+                                                                 MPI_MAX, acc->world->mpi)));
     s->found_inf = flags[0];
     s->loss_nonfinite = flags[1];
     if (!s->found_inf) {
