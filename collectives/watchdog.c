@@ -92,7 +92,7 @@ static void report_and_exit(const slot_t *me, double waited) {
     int64_t now = now_ns();
     int len = snprintf(line, sizeof line,
                        "acx: rank %d (%s): collective %s #%llu (step %lld) has not completed after "
-                       "%.0f s (collective_timeout %.0f s); ranks on this node:",
+                       "%.3g s (collective_timeout %g s); ranks on this node:",
                        wd.world_rank, wd.host, me->op, (unsigned long long)seq,
                        (long long)atomic_load(&me->step), waited, wd.timeout_s);
     for (int i = 0; i < wd.node_size && len < (int)sizeof line - 160; i++) {

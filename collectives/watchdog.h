@@ -2,7 +2,8 @@
  * collectives/watchdog.h — the stall detector (library-private).
  *
  * Every blocking collective and every wait of a backend is bracketed by
- * acx_watch_enter / acx_watch_exit (collectives/mpi/coll_mpi.c). A
+ * acx_watch_enter / acx_watch_exit (collectives/mpi/coll_mpi.c), and so are
+ * the runtime's own MPI calls on the training path (ACX_WATCHED below). A
  * background thread checks, once or twice a second, whether the collective
  * in progress has been running longer than collective_timeout; if so it
  * prints one diagnostic line — the op, its sequence number on this rank, the
@@ -47,5 +48,21 @@ void acx_watchdog_stop(void);
  * outermost one is timed. op: a static string ("all_reduce", "wait", ...). */
 void acx_watch_enter(const char *op);
 void acx_watch_exit(void);
+
+/* A plain MPI collective outside the backends, timed like the backends'
+ * collectives so that a rank stuck elsewhere is reported while the others
+ * wait in it: ACX_MPI_CHECK(ACX_WATCHED("clip_grad_norm", MPI_Allreduce(...))).
+ * Used for the runtime's small reductions of the training and evaluation
+ * loop (the preemption agreement at every boundary, the loss scaler's flag,
+ * the clipping norm, the item count, the debug mode's check, the evaluation
+ * helpers) — not for the status agreements after local work of unbounded
+ * length (file I/O, setup), which a slow file system may legitimately
+ * stretch past collective_timeout. Evaluates to the call's MPI return code;
+ * op is a static name of at most 23 characters. */
+static inline int acx_watch_exit_ret(int ret) {
+    acx_watch_exit();
+    return ret;
+}
+#define ACX_WATCHED(op, call) (acx_watch_enter(op), acx_watch_exit_ret(call))
 
 #endif /* ACX_COLL_WATCHDOG_H */

@@ -682,6 +682,7 @@ ACX_API acx_status_t acx_accumulate_begin(acx_accelerator_t *acc) {
     int k = acc->config.values.gradient_accumulation_steps;
     acc->in_micro_step = 1;
     acc->grads_reduced = 0;
+    acc->items_reduced = 0;
     acc->micro_step++;
     acc->micro_since_sync++;
     /* The end of the loader's epoch is a boundary too (Accelerate's
@@ -704,6 +705,7 @@ ACX_API acx_status_t acx_accumulate_end(acx_accelerator_t *acc) {
     if (acc->sync) {
         acc->micro_since_sync = 0;
         acc->items_local = 0;
+        acc->items_micro = 0;
         acc->step++;
         ACX_CHECK(acx_checkpoint_step_end(acc)); /* checkpoint.save_every_steps */
         return acx_preempt_step_end(acc);        /* a preemption signal: save and stop */
@@ -721,15 +723,21 @@ ACX_API acx_status_t acx_accumulate_items(acx_accelerator_t *acc, int64_t items)
     if (items < 0)
         return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_accumulate_items: items %lld; expected >= 0",
                          (long long)items);
-    acc->items_reported = 1;
+    if (acc->items_last_micro != acc->micro_step) {
+        acc->items_micro++;
+        acc->items_last_micro = acc->micro_step;
+    }
     acc->items_local += items;
     if (!acc->sync) return ACX_OK; /* no communication between boundaries */
     /* The boundary: the total over the accumulated micro-steps of every
      * rank, in one all-reduce, and the gradients are scaled once by its
      * inverse (they are sums over items, so this is the item mean). */
     int64_t total = acc->items_local;
-    ACX_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &total, 1, MPI_INT64_T, MPI_SUM, acc->world->mpi));
+    ACX_MPI_CHECK(
+        ACX_WATCHED("accumulate_items",
+                    MPI_Allreduce(MPI_IN_PLACE, &total, 1, MPI_INT64_T, MPI_SUM, acc->world->mpi)));
     acc->items_total = total;
+    acc->items_reduced = 1;
     /* 0 items everywhere: nothing to average; keep the gradients (zeros) */
     acc->model->grad_prescale = total > 0 ? (float)(1.0 / (double)total) : 1.0f;
     return ACX_OK;
@@ -743,6 +751,20 @@ ACX_API acx_status_t acx_backward_end(acx_accelerator_t *acc) {
     if (acc == NULL) return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_backward_end: acc is NULL");
     if (acc->model == NULL) return ACX_ERROR(ACX_ERR_STATE, "acx_backward_end before acx_prepare");
     acx_status_t status = acx_model_backward_end(acc->model);
+    /* Global normalization is all or nothing within a window: a micro-step
+     * without acx_accumulate_items leaves its items out of the total, and a
+     * boundary without it never all-reduces the total, so the gradients
+     * fall back to the mean over ranks and micro-steps — silently wrong
+     * either way. Every rank runs the same program, so every rank sees it. */
+    if (status == ACX_OK && acc->model->sync && acc->items_micro > 0 &&
+        (acc->items_micro < acc->micro_since_sync || !acc->items_reduced))
+        status = ACX_ERROR(ACX_ERR_STATE,
+                           "acx_backward_end: acx_accumulate_items was called in %d of the %d "
+                           "micro-step(s) since the last boundary%s: with global normalization "
+                           "call it in every micro-step, before backward, so these gradients "
+                           "are not normalized by the item total",
+                           acc->items_micro, acc->micro_since_sync,
+                           acc->items_reduced ? "" : ", not in the boundary's");
     acc->grads_reduced = status == ACX_OK && acc->model->sync;
     return status;
 }

@@ -49,7 +49,9 @@ struct acx_accelerator {
     int64_t step;           /* boundaries passed */
     acx_scaler_t scaler;    /* fp16 loss scaling (runtime/scaler.c) */
     int64_t items_local;    /* acx_accumulate_items since the last boundary (this rank) */
-    int items_reported;     /* the program uses global item normalization */
+    int items_micro;        /* micro-steps of this window that called acx_accumulate_items */
+    int64_t items_last_micro; /* micro_step of the last such call (counts a micro-step once) */
+    int items_reduced;        /* this micro-step all-reduced the boundary's item total */
     int64_t items_total;    /* the last boundary's total over ranks and micro-steps */
     struct acx_request *requests; /* public non-blocking collectives not yet waited */
 

@@ -50,6 +50,8 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <float.h>
+#include <limits.h>
 #include <mpi.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -1005,11 +1007,16 @@ static acx_status_t plan_scaler(acx_accelerator_t *acc, acx_ckpt_file_t *f, rest
     ACX_CHECK(acx_ckpt_get_f64(f, "/scaler", "scale", &r->scale));
     ACX_CHECK(acx_ckpt_get_i64(f, "/scaler", "growth_tracker", &r->growth_tracker));
     ACX_CHECK(acx_ckpt_get_i64(f, "/scaler", "consecutive_skips", &r->consecutive_skips));
-    if (!(r->scale > 0.0) || r->growth_tracker < 0 || r->consecutive_skips < 0)
+    /* the counters are ints in the scaler; a scale whose reciprocal
+     * overflows float32 would unscale every gradient to inf/NaN */
+    if (!(r->scale >= 1.0 / FLT_MAX && r->scale <= DBL_MAX) || r->growth_tracker < 0 ||
+        r->growth_tracker > INT_MAX || r->consecutive_skips < 0 || r->consecutive_skips > INT_MAX)
         return ACX_ERROR(ACX_ERR_FORMAT,
                          "checkpoint /scaler: scale %g, growth_tracker %lld, consecutive_skips "
-                         "%lld: expected a positive scale and non-negative counters",
-                         r->scale, (long long)r->growth_tracker, (long long)r->consecutive_skips);
+                         "%lld: expected a finite scale >= 1/FLT_MAX (%g) and counters in "
+                         "0..INT_MAX",
+                         r->scale, (long long)r->growth_tracker, (long long)r->consecutive_skips,
+                         1.0 / FLT_MAX);
     r->have_scaler = 1;
     return ACX_OK;
 }

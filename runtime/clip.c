@@ -18,6 +18,7 @@
  */
 #include <math.h>
 
+#include "collectives/watchdog.h"
 #include "runtime/accelerator.h"
 #include "runtime/base/error.h"
 #include "runtime/scaler.h"
@@ -60,8 +61,9 @@ ACX_API acx_status_t acx_clip_grad_norm(acx_accelerator_t *acc, double max_norm,
         for (size_t i = 0; i < m->shard_numel; i++) acc_v += (double)g[i] * (double)g[i];
     }
     if (m->shard_comm != NULL && m->shard_comm->size > 1)
-        ACX_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &acc_v, 1, MPI_DOUBLE, inf ? MPI_MAX : MPI_SUM,
-                                    m->shard_comm->mpi));
+        ACX_MPI_CHECK(ACX_WATCHED("clip_grad_norm",
+                                  MPI_Allreduce(MPI_IN_PLACE, &acc_v, 1, MPI_DOUBLE,
+                                                inf ? MPI_MAX : MPI_SUM, m->shard_comm->mpi)));
     double total = inf ? acc_v : sqrt(acc_v);
     /* torch: clip_coef = max_norm / (total + 1e-6), clamped to 1, applied
      * unconditionally (a factor of exactly 1 changes nothing) */

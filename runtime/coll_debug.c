@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "collectives/watchdog.h"
 #include "runtime/base/error.h"
 #include "runtime/base/log.h"
 #include "runtime/coll_debug.h"
@@ -269,9 +270,10 @@ acx_status_t acx_coll_debug_exchange(acx_accelerator_t *acc, const acx_coll_call
     if (all == NULL) return ACX_ERR_NO_MEMORY;
     record_fill(&mine, acc, call, local);
     acx_status_t status = ACX_OK;
-    ACX_MPI_CHECK_GOTO(MPI_Allgather(&mine, (int)sizeof mine, MPI_BYTE, all, (int)sizeof mine,
-                                     MPI_BYTE, acc->world->mpi),
-                       status, out);
+    ACX_MPI_CHECK_GOTO(
+        ACX_WATCHED("debug mode check", MPI_Allgather(&mine, (int)sizeof mine, MPI_BYTE, all,
+                                                      (int)sizeof mine, MPI_BYTE, acc->world->mpi)),
+        status, out);
     int mismatch = 0, failed = 0;
     for (int r = 0; r < n; r++) {
         all[r].file[sizeof all[r].file - 1] = '\0';

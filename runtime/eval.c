@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "collectives/half.h"
+#include "collectives/watchdog.h"
 #include "runtime/accelerator.h"
 #include "runtime/base/error.h"
 #include "runtime/coll_debug.h"
@@ -149,8 +150,10 @@ ACX_API acx_status_t acx_gather_for_metrics_at(const char *file, int line, acx_a
         status = ACX_ERR_NO_MEMORY;
         goto out;
     }
-    ACX_MPI_CHECK_GOTO(MPI_Allgather(&real, 1, MPI_INT64_T, counts, 1, MPI_INT64_T, comm), status,
-                       out);
+    ACX_MPI_CHECK_GOTO(
+        ACX_WATCHED("gather_for_metrics",
+                    MPI_Allgather(&real, 1, MPI_INT64_T, counts, 1, MPI_INT64_T, comm)),
+        status, out);
     int64_t total = 0;
     for (int r = 0; r < n; r++) {
         int64_t bytes = counts[r] * (int64_t)sample_bytes, at = total * (int64_t)sample_bytes;
@@ -180,11 +183,13 @@ ACX_API acx_status_t acx_gather_for_metrics_at(const char *file, int line, acx_a
     int sendbytes = (int)(real * (int64_t)sample_bytes);
     if (to_main_only)
         ACX_MPI_CHECK_GOTO(
-            MPI_Gatherv(local, sendbytes, MPI_BYTE, out, rcounts, displs, MPI_BYTE, 0, comm),
+            ACX_WATCHED("gather_for_metrics", MPI_Gatherv(local, sendbytes, MPI_BYTE, out, rcounts,
+                                                          displs, MPI_BYTE, 0, comm)),
             status, out);
     else
         ACX_MPI_CHECK_GOTO(
-            MPI_Allgatherv(local, sendbytes, MPI_BYTE, out, rcounts, displs, MPI_BYTE, comm),
+            ACX_WATCHED("gather_for_metrics", MPI_Allgatherv(local, sendbytes, MPI_BYTE, out,
+                                                             rcounts, displs, MPI_BYTE, comm)),
             status, out);
     *count_p = receives ? total : 0;
 out:
@@ -285,7 +290,9 @@ ACX_API acx_status_t acx_pad_across_processes_at(const char *file, int line, acx
     ACX_CHECK(acx_coll_debug_check(acc, &call, local));
 
     int64_t max_rows = rows;
-    ACX_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &max_rows, 1, MPI_INT64_T, MPI_MAX, acc->world->mpi));
+    ACX_MPI_CHECK(
+        ACX_WATCHED("pad_across_processes", MPI_Allreduce(MPI_IN_PLACE, &max_rows, 1, MPI_INT64_T,
+                                                          MPI_MAX, acc->world->mpi)));
     if ((uint64_t)row_numel > SIZE_MAX / esize)
         return ACX_ERROR(ACX_ERR_NO_MEMORY, "%s: rows of %lld elements do not fit in memory", fn,
                          (long long)row_numel);
@@ -413,7 +420,8 @@ ACX_API acx_status_t acx_check_trigger_at(const char *file, int line, acx_accele
     acx_coll_call_t call = call_of(ACX_COLL_CHECK_TRIGGER, -1, -1, -1, -1, file, line);
     ACX_CHECK(acx_coll_debug_check(acc, &call, local));
     int any = acc->trigger;
-    ACX_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &any, 1, MPI_INT, MPI_MAX, acc->world->mpi));
+    ACX_MPI_CHECK(ACX_WATCHED(
+        "check_trigger", MPI_Allreduce(MPI_IN_PLACE, &any, 1, MPI_INT, MPI_MAX, acc->world->mpi)));
     /* Cleared only after a successful check, on every rank at once: a rank
      * that set it since the last check cannot miss its own request. */
     if (any) acc->trigger = 0;

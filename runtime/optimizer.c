@@ -227,9 +227,22 @@ ACX_API acx_status_t acx_optimizer_step(acx_optimizer_t *opt) {
             "acx_optimizer_step before acx_prepare (the %s optimizer has no state yet)",
             kind_names[opt->kind]);
     acx_accelerator_t *acc = m->ctx.owner;
+    /* An update needs a boundary's reduced gradients, and each reduction
+     * feeds one update. Elsewhere the gradient buffers hold this rank's own
+     * partial sums (NO_SHARD replicas would step apart) or reductions still
+     * in flight (before acx_backward_end); a second step would apply the
+     * same gradients again (under fp16, unscaled twice). Every rank reached
+     * the same state, so every rank refuses alike. */
+    if (!acc->grads_reduced)
+        return ACX_ERROR(ACX_ERR_STATE,
+                         "acx_optimizer_step: no reduced gradients to apply: call it once per "
+                         "synchronization boundary, after acx_backward_end, when "
+                         "acx_sync_gradients() is true (on other micro-steps gradients only "
+                         "accumulate)");
     int skip = 0;
     opt->step_skipped = 0;
     acx_status_t status = acx_scaler_step(acc, &skip);
+    acc->grads_reduced = 0; /* used up, whether the update happens or is skipped */
     if (status != ACX_OK) { /* loss scaling gave up: this step did not happen either */
         opt->step_skipped = 1;
         return status;

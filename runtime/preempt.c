@@ -54,6 +54,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "collectives/watchdog.h"
 #include "runtime/accelerator.h"
 #include "runtime/base/error.h"
 #include "runtime/base/log.h"
@@ -284,7 +285,8 @@ acx_status_t acx_preempt_step_end(acx_accelerator_t *acc) {
     struct {
         int sig, rank;
     } mine = {pending_signal, acc->rank}, first;
-    ACX_MPI_CHECK(MPI_Allreduce(&mine, &first, 1, MPI_2INT, MPI_MAXLOC, acc->world->mpi));
+    ACX_MPI_CHECK(ACX_WATCHED("preemption agreement", MPI_Allreduce(&mine, &first, 1, MPI_2INT,
+                                                                    MPI_MAXLOC, acc->world->mpi)));
     if (first.sig == 0) return ACX_OK;
     pending_signal = 0; /* acted on: a later signal asks for a later stop */
 

@@ -24,6 +24,7 @@
  */
 #include <math.h>
 
+#include "collectives/watchdog.h"
 #include "runtime/accelerator.h"
 #include "runtime/base/error.h"
 #include "runtime/base/log.h"
@@ -45,23 +46,27 @@ acx_status_t acx_scaler_unscale(acx_accelerator_t *acc) {
     if (!s->enabled || s->unscaled) return ACX_OK;
     acx_model_t *m = acc->model;
     float *g = m->shard_grad;
+    /* torch multiplies by the float32 reciprocal of the scale; powers of
+     * two make it exact. A gradient that is finite but whose unscaled value
+     * is not (a scale below 1/FLT_MAX makes inv infinite, and 0 * inf is
+     * NaN; or a scale below 1 overflows a large gradient) counts as an
+     * overflow too: the update would write inf/NaN into the master weights. */
+    float inv = (float)(1.0 / s->scale);
     int flags[2] = {0, s->loss_nonfinite};
     for (size_t i = 0; i < m->shard_numel; i++)
-        if (!isfinite(g[i])) {
+        if (!isfinite(g[i]) || !isfinite(g[i] * inv)) {
             flags[0] = 1;
             break;
         }
     /* every rank decides from the same two bits: any non-finite gradient
      * anywhere, and any non-finite recorded loss anywhere */
-    ACX_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, flags, 2, MPI_INT, MPI_MAX, acc->world->mpi));
+    ACX_MPI_CHECK(ACX_WATCHED("loss scaler check", MPI_Allreduce(MPI_IN_PLACE, flags, 2, MPI_INT,
+                                                                 MPI_MAX, acc->world->mpi)));
     s->found_inf = flags[0];
     s->loss_nonfinite = flags[1];
-    if (!s->found_inf) {
-        /* torch multiplies by the float32 reciprocal of the scale; powers
-         * of two make it exact */
-        float inv = (float)(1.0 / s->scale);
-        for (size_t i = 0; i < m->shard_numel; i++) g[i] *= inv;
-    }
+    if (!s->found_inf)
+        for (size_t i = 0; i < m->shard_numel; i++)
+            g[i] *= inv;
     s->unscaled = 1;
     return ACX_OK;
 }
@@ -95,11 +100,16 @@ acx_status_t acx_scaler_step(acx_accelerator_t *acc, int *skip_p) {
     s->scale *= 0.5;
     ACX_INFO(ACX_SUBSYS_OPTIM, "step %lld skipped: non-finite gradients at loss scale %g; scale now %g",
              (long long)acc->step, used, s->scale);
-    const char *why = loss_bad
-        ? "the loss itself was not finite on at least one rank (see acx_record_loss): a bug, "
-          "bad data or a diverged model, not an fp16 overflow"
-        : "the recorded losses were finite, so the gradients overflowed fp16's range (65504) "
-          "even at this scale: reduce the learning rate, clip gradients, or train in bf16";
+    const char *why;
+    if (!isfinite((float)(1.0 / used)))
+        why = "the scale itself is too small for float32 (its reciprocal overflows): check "
+              "loss_scale.init and loss_scale.min, or the checkpoint's /scaler";
+    else if (loss_bad)
+        why = "the loss itself was not finite on at least one rank (see acx_record_loss): a bug, "
+              "bad data or a diverged model, not an fp16 overflow";
+    else
+        why = "the recorded losses were finite, so the gradients overflowed fp16's range (65504) "
+              "even at this scale: reduce the learning rate, clip gradients, or train in bf16";
     if (s->scale < s->min_scale)
         return ACX_ERROR(ACX_ERR_STATE,
                          "fp16 loss scaling gave up at step %lld: the scale fell to %g, below "

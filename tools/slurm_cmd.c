@@ -51,8 +51,8 @@ static const char sbatch_usage[] =
     "  -t, --time TIME          time limit as sbatch takes it (30, 2:00:00, 1-00:00:00)\n"
     "  -p, --partition NAME     partition (default: the cluster's default)\n"
     "  -J, --job-name NAME      job name (default: PROGRAM's base name)\n"
-    "  --signal-before SECONDS  USR1 this long before the time limit (default 120;\n"
-    "                           0 = no warning signal)\n"
+    "  --signal-before SECONDS  USR1 this long before the time limit (default 120,\n"
+    "                           shorter than --time; 0 = no warning signal)\n"
     "  --no-requeue             stop with the checkpoint but do not requeue\n"
     "  --output FILE            job output, appended across requeues (default %x-%j.out)\n"
     "  --config FILE            acx config file for the ranks (ACX_CONFIG_FILE)\n"
@@ -122,6 +122,52 @@ static int parse_count(const char *text, long min, long *value_p) {
     if (errno != 0 || end == text || *end != '\0' || v < min || v > INT_MAX) return 0;
     *value_p = v;
     return 1;
+}
+
+/* 1 when s holds a control character: a newline in a value written after
+ * "#SBATCH --name=" would end the comment and run the rest as a command of
+ * the batch script. */
+static int has_control(const char *s) {
+    for (; *s; s++)
+        if ((unsigned char)*s < 0x20 || *s == 0x7f) return 1;
+    return 0;
+}
+
+/* Digits only, at most 9 of them (so the sums below fit a long). */
+static int parse_digits(const char *s, size_t n, long *v) {
+    if (n == 0 || n > 9) return 0;
+    long x = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9') return 0;
+        x = 10 * x + (s[i] - '0');
+    }
+    *v = x;
+    return 1;
+}
+
+/* Seconds of a Slurm time limit in one of sbatch's forms: M, M:S, H:M:S,
+ * D-H, D-H:M, D-H:M:S. 0 for anything else ("0", UNLIMITED, a typo): sbatch
+ * judges those itself. */
+static long slurm_seconds(const char *t) {
+    long days = -1, f[3];
+    int n = 0;
+    const char *p = t, *dash = strchr(t, '-');
+    if (dash != NULL) {
+        if (!parse_digits(t, (size_t)(dash - t), &days)) return 0;
+        p = dash + 1;
+    }
+    for (;;) {
+        size_t len = strcspn(p, ":");
+        if (n == 3 || !parse_digits(p, len, &f[n])) return 0;
+        n++;
+        if (p[len] == '\0') break;
+        p += len + 1;
+    }
+    if (days >= 0) /* D-H, D-H:M, D-H:M:S */
+        return days * 86400 + f[0] * 3600 + (n > 1 ? f[1] * 60 : 0) + (n > 2 ? f[2] : 0);
+    if (n == 1) return f[0] * 60;          /* M */
+    if (n == 2) return f[0] * 60 + f[1];   /* M:S */
+    return f[0] * 3600 + f[1] * 60 + f[2]; /* H:M:S */
 }
 
 /* Write s for a POSIX shell: bare when it is made of safe characters, else
@@ -337,6 +383,26 @@ static int parse_sbatch(int argc, char **argv, sbatch_opts_t *o) {
 #undef VALUE
     }
     if (i >= argc) return usage_error("%s", "no PROGRAM to run"), -1;
+    const char *const directive[][2] = {{"--time", o->time},
+                                        {"--partition", o->partition},
+                                        {"--job-name", o->job_name},
+                                        {"--output", o->output}};
+    for (size_t k = 0; k < sizeof directive / sizeof directive[0]; k++)
+        if (directive[k][1] != NULL && has_control(directive[k][1]))
+            return usage_error("%s: the value spans lines or holds control characters "
+                               "(it goes into an #SBATCH line)",
+                               directive[k][0]),
+                   -1;
+    long limit = o->time != NULL ? slurm_seconds(o->time) : 0;
+    if (o->signal_before > 0 && limit > 0 && o->signal_before >= limit) {
+        char msg[384];
+        snprintf(msg, sizeof msg,
+                 "--signal-before %ld is not shorter than --time %.40s (%ld s): Slurm would ask "
+                 "the job to stop as soon as it starts, and it would checkpoint and requeue "
+                 "again and again; give a shorter --signal-before, or 0",
+                 o->signal_before, o->time, limit);
+        return usage_error("%s", msg), -1;
+    }
     o->argc = argc - i;
     o->argv = argv + i;
     return 0;
@@ -390,6 +456,10 @@ static int cmd_sbatch(int argc, char **argv) {
         const char *base = strrchr(program, '/');
         snprintf(name, sizeof name, "%.127s", base ? base + 1 : program);
         o.job_name = name;
+        if (has_control(name))
+            return usage_error("PROGRAM '%s': its name spans lines or holds control characters "
+                               "(it becomes the job name); give --job-name",
+                               program);
     }
 
     char path[PATH_MAX];

@@ -133,8 +133,9 @@ ACX_API int acx_sync_gradients(const acx_accelerator_t *acc);
  * On a boundary, gradients then hold the mean over ranks and over the
  * micro-steps since the last zero_grad (acx divides by world_size x
  * gradient_accumulation_steps, as Accelerate's loss division does).
- * Collective. Errors: ACX_ERR_STATE (a unit never reported its gradients),
- * ACX_ERR_MPI. */
+ * Collective. Errors: ACX_ERR_STATE (a unit never reported its gradients;
+ * on a boundary, acx_accumulate_items was called in some micro-steps since
+ * the last boundary but not in all of them), ACX_ERR_MPI. */
 ACX_API acx_status_t acx_backward_end(acx_accelerator_t *acc);
 
 /* Clip the gradients of the whole model by their global norm, as
@@ -181,10 +182,12 @@ ACX_API void acx_record_loss(acx_accelerator_t *acc, double loss);
  * over all ranks) — the item mean of the whole global batch, whatever the
  * split of items across micro-batches and ranks (not a mean of means). A
  * partial last group (end of data) is normalized by the items it actually
- * holds. Without this call acx divides by world_size x micro-steps instead.
- * Collective on a boundary micro-step (one all-reduce of the count), local
- * otherwise. Errors: ACX_ERR_STATE (outside a micro-step), ACX_ERR_INVALID_ARG
- * (items < 0), ACX_ERR_MPI. */
+ * holds. Without this call acx divides by world_size x micro-steps instead;
+ * calling it in only some micro-steps of a window is an error that
+ * acx_backward_end reports on the boundary. Collective on a boundary
+ * micro-step (one all-reduce of the count), local otherwise. Errors:
+ * ACX_ERR_STATE (outside a micro-step), ACX_ERR_INVALID_ARG (items < 0),
+ * ACX_ERR_MPI. */
 ACX_API acx_status_t acx_accumulate_items(acx_accelerator_t *acc, int64_t items);
 
 /* The item total the last boundary normalized by (0 before any). */

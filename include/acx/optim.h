@@ -57,10 +57,12 @@ ACX_API acx_status_t acx_adamw_create(acx_model_t *model, const acx_adam_hparams
  * loss scaler agrees on skipping over all ranks). Under mixed_precision fp16
  * the gradients are first unscaled and checked (runtime/scaler.c): a
  * non-finite one anywhere skips the update everywhere (see
- * acx_optimizer_step_was_skipped). Errors: ACX_ERR_STATE (not prepared; or
- * fp16 loss scaling gave up: the scale fell below loss_scale.min or
- * loss_scale.max_consecutive_skips steps in a row were skipped — the
- * message says whether the loss itself was non-finite), ACX_ERR_MPI. */
+ * acx_optimizer_step_was_skipped). Errors: ACX_ERR_STATE (not prepared; no
+ * reduced gradients to apply — not after acx_backward_end on a boundary, or
+ * a second step for the same gradients; or fp16 loss scaling gave up: the
+ * scale fell below loss_scale.min or loss_scale.max_consecutive_skips steps
+ * in a row were skipped — the message says whether the loss itself was
+ * non-finite), ACX_ERR_MPI. */
 ACX_API acx_status_t acx_optimizer_step(acx_optimizer_t *opt);
 
 /* 1 when the last acx_optimizer_step skipped the update because the fp16

@@ -56,6 +56,14 @@
  *                    after 2 clean steps, one more clean step doubles the
  *                    scale; loaded after a skip (max_consecutive_skips 2),
  *                    one more skip stops the run — a fresh run does not.
+ *   fp16 tiny scale  loss_scale.init 1e-40 is below 1/FLT_MAX, so 1/scale
+ *                    is inf in float32 and every (tiny) scaled gradient would
+ *                    unscale to inf/NaN: the step is skipped, the weights stay
+ *                    bitwise unchanged, and the run stops saying the scale is
+ *                    too small. A checkpoint whose /scaler holds an infinite
+ *                    or such a tiny scale, or a counter beyond INT_MAX, is
+ *                    refused at load (ACX_ERR_FORMAT, the scale unchanged);
+ *                    with the saved values put back it loads.
  *   fp16 clipping    acx_clip_grad_norm on gradients scaled by 2^16: the
  *                    inf-norm and 2-norm are those of the unscaled mean
  *                    gradient (double, relative 1e-6), the same bits on
@@ -642,6 +650,76 @@ error:
     return 1;
 }
 
+/* ---- a loss scale too small for float32 ---- */
+
+/* Rank 0 replaces attribute `name` of /scaler in the checkpoint at path by
+ * a scalar double or int64 (as f64 says), deleted and created again (HDF5
+ * 1.10 cannot rewrite an attribute kept in dense storage in place); every
+ * rank returns the agreed outcome. */
+static int set_scaler_attr(const char *path, const char *name, int f64, double d, int64_t i) {
+    int failed = 0;
+    if (rank == 0) {
+        hid_t type = f64 ? H5T_NATIVE_DOUBLE : H5T_NATIVE_INT64;
+        hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
+        hid_t g = f >= 0 ? H5Gopen2(f, "/scaler", H5P_DEFAULT) : -1;
+        hid_t sp = H5Screate(H5S_SCALAR);
+        hid_t a = g >= 0 && H5Adelete(g, name) >= 0
+                      ? H5Acreate2(g, name, f64 ? H5T_IEEE_F64LE : H5T_STD_I64LE, sp, H5P_DEFAULT,
+                                   H5P_DEFAULT)
+                      : -1;
+        failed = a < 0 || H5Awrite(a, type, f64 ? (const void *)&d : (const void *)&i) < 0;
+        if (a >= 0) H5Aclose(a);
+        H5Sclose(sp);
+        if (g >= 0) H5Gclose(g);
+        if (f >= 0) H5Fclose(f);
+        if (failed) fprintf(stderr, "\ncannot write /scaler attribute %s of %s\n", name, path);
+    }
+    return acx_test_agree(failed);
+}
+
+static int tiny_scale_case(void) {
+    net_t net = {0};
+    opts_t o = {.strategy = ACX_FULL_SHARD, .mp = ACX_MP_FP16, .reduce = -1, .ls_init = 1e-40};
+    float before[NPV], after[NPV];
+    char path[1100];
+    snprintf(path, sizeof path, "%s/mp_scaler_bad_np%d.h5", dir, world);
+    CHECK_OK(net_open(&net, &o));
+    CHECK_OK(net_gather(&net, before));
+    CHECK_STATUS(one_step(&net, 0), ACX_ERR_STATE, "too small for float32");
+    CHECK(acx_optimizer_step_was_skipped(net.opt));
+    CHECK_OK(net_gather(&net, after));
+    CHECK(memcmp(before, after, sizeof before) == 0);
+    net_close(&net);
+
+    /* saved after one clean step at scale 1024: tracker 1, no skips */
+    o.ls_init = 1024;
+    CHECK_OK(net_open(&net, &o));
+    CHECK_OK(one_step(&net, 0));
+    CHECK_OK(acx_save_state(net.acc, path));
+    static const struct {
+        const char *name;
+        int f64;
+        double bad_d, good_d; /* f64 */
+        int64_t bad_i, good_i;
+    } bad[] = {{"scale", 1, INFINITY, 1024, 0, 0},
+               {"scale", 1, 1e-40, 1024, 0, 0},
+               {"growth_tracker", 0, 0, 0, (int64_t)1 << 40, 1},
+               {"consecutive_skips", 0, 0, 0, (int64_t)1 << 33, 0}};
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        CHECK(set_scaler_attr(path, bad[k].name, bad[k].f64, bad[k].bad_d, bad[k].bad_i) == 0);
+        CHECK_STATUS(acx_load_state(net.acc, path, 1), ACX_ERR_FORMAT, "/scaler");
+        CHECK(acx_loss_scale(net.acc) == 1024);
+        CHECK(set_scaler_attr(path, bad[k].name, bad[k].f64, bad[k].good_d, bad[k].good_i) == 0);
+    }
+    CHECK_OK(acx_load_state(net.acc, path, 1));
+    CHECK(acx_loss_scale(net.acc) == 1024);
+    net_close(&net);
+    return 0;
+error:
+    net_close(&net);
+    return 1;
+}
+
 /* ---- clipping under fp16 ---- */
 
 static int clip_case(const strat_t *s) {
@@ -747,6 +825,9 @@ int main(int argc, char **argv) {
     snprintf(what, sizeof what, "fp16 scaler state through a checkpoint np=%d", world);
     TESTING(what);
     failed |= acx_test_report(ckpt_case());
+    snprintf(what, sizeof what, "fp16 scale too small for float32, bad /scaler np=%d", world);
+    TESTING(what);
+    failed |= acx_test_report(tiny_scale_case());
     for (int si = 0; si < 4; si++) {
         snprintf(what, sizeof what, "%s fp16 clip_grad_norm unscales first np=%d", strats[si].name,
                  world);

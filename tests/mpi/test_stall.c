@@ -1,27 +1,98 @@
 /*
  * tests/mpi/test_stall.c — a program the stall detector must end.
  *
- * Every rank runs all-reduces in a loop with collective_timeout set from
- * argv[1] seconds; the rank named by argv[2] sleeps argv[3] seconds before
- * its 4th all-reduce (as a rank stuck in its own code would), so the others
- * wait in all-reduce #N. Run by tests/stall.test, which checks that the job
- * ends long before the sleep is over, with the diagnostic naming the rank
- * that did not arrive. Without the detector it would finish after the sleep
- * and exit 0 — which the script counts as a failure.
+ * Every rank runs a loop with collective_timeout set from argv[1] seconds;
+ * the rank named by argv[2] sleeps argv[3] seconds in its 4th iteration (as
+ * a rank stuck in its own code would), so the others wait in a collective.
+ * argv[4] (default "all_reduce") says which one:
+ *   all_reduce  acx_all_reduce in a loop: the others wait in all-reduce #N
+ *               (with ACX_DEBUG_MODE=1 set, in the debug mode's check first);
+ *   step_end    full_shard training steps (with the default
+ *               preemption.signals); the stuck rank sleeps before
+ *               acx_accumulate_end, so the others wait in the preemption
+ *               agreement of the step boundary;
+ *   clip        the same steps; the stuck rank sleeps before
+ *               acx_clip_grad_norm, so the others wait in its norm
+ *               all-reduce.
+ * Run by tests/stall.test, which checks that the job ends long before the
+ * sleep is over, with the diagnostic naming the rank that did not arrive.
+ * Without the detector it would finish after the sleep and exit 0 — which
+ * the script counts as a failure.
  */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "acx/acx.h"
 
+#define TRY(call)                                                                                  \
+    do {                                                                                           \
+        if ((call) != ACX_OK) {                                                                    \
+            fprintf(stderr, "test_stall: %s: %s\n", #call, acx_last_error());                      \
+            return 1;                                                                              \
+        }                                                                                          \
+    } while (0)
+
+static int all_reduce_loop(acx_accelerator_t *acc, int stuck, unsigned sleep_s) {
+    float x = 1.0f;
+    for (int i = 0; i < 8; i++) {
+        if (i == 3 && acx_rank(acc) == stuck) sleep(sleep_s);
+        TRY(acx_all_reduce(acc, &x, &x, 1, ACX_DTYPE_FLOAT32, ACX_OP_SUM));
+    }
+    return 0;
+}
+
+/* One unit of 8 x 3 zeros under full_shard, SGD; every rank adds 1 to every
+ * gradient. clip: the stuck rank sleeps before clipping, else before
+ * acx_accumulate_end. */
+static int step_loop(acx_accelerator_t *acc, int stuck, unsigned sleep_s, int clip) {
+    acx_model_t *m;
+    acx_unit_t *u;
+    acx_param_t *p;
+    acx_optimizer_t *opt;
+    TRY(acx_model_create(acc, &m));
+    TRY(acx_model_add_unit(m, "u", &u));
+    TRY(acx_unit_add_param(u, "u.w", 2, (int64_t[]){8, 3}, ACX_INIT_SPEC_ZEROS, &p));
+    acx_sgd_hparams_t hp = ACX_SGD_DEFAULT;
+    TRY(acx_sgd_create(m, &hp, &opt));
+    TRY(acx_prepare(acc, m, opt, NULL));
+    for (int i = 0; i < 8; i++) {
+        int sleeps = i == 3 && acx_rank(acc) == stuck;
+        TRY(acx_accumulate_begin(acc));
+        TRY(acx_unit_acquire(u));
+        float *g = acx_param_grad(p);
+        if (g == NULL) TRY(ACX_ERR_INTERNAL);
+        for (int e = 0; e < 24; e++)
+            g[e] += 1.0f;
+        TRY(acx_unit_grads_ready(u));
+        TRY(acx_unit_release(u));
+        TRY(acx_backward_end(acc));
+        if (sleeps && clip) sleep(sleep_s);
+        TRY(acx_clip_grad_norm(acc, 1.0, 2.0, NULL));
+        TRY(acx_optimizer_step(opt));
+        TRY(acx_optimizer_zero_grad(opt));
+        if (sleeps && !clip) sleep(sleep_s);
+        TRY(acx_accumulate_end(acc));
+    }
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc < 4) {
-        fprintf(stderr, "usage: test_stall TIMEOUT_S STUCK_RANK SLEEP_S\n");
+        fprintf(stderr,
+                "usage: test_stall TIMEOUT_S STUCK_RANK SLEEP_S [all_reduce|step_end|clip]\n");
+        return 2;
+    }
+    const char *mode = argc > 4 ? argv[4] : "all_reduce";
+    int steps = strcmp(mode, "step_end") == 0 || strcmp(mode, "clip") == 0;
+    if (!steps && strcmp(mode, "all_reduce") != 0) {
+        fprintf(stderr, "test_stall: unknown mode '%s'\n", mode);
         return 2;
     }
     acx_config_t cfg = ACX_CONFIG_DEFAULT;
     cfg.collective_timeout = atof(argv[1]);
+    if (steps) cfg.sharding_strategy = ACX_FULL_SHARD;
     int stuck = atoi(argv[2]);
     unsigned sleep_s = (unsigned)atoi(argv[3]);
     acx_accelerator_t *acc = NULL;
@@ -29,14 +100,9 @@ int main(int argc, char **argv) {
         fprintf(stderr, "test_stall: %s\n", acx_last_error());
         return 1;
     }
-    float x = 1.0f;
-    for (int i = 0; i < 8; i++) {
-        if (i == 3 && acx_rank(acc) == stuck) sleep(sleep_s);
-        if (acx_all_reduce(acc, &x, &x, 1, ACX_DTYPE_FLOAT32, ACX_OP_SUM) != ACX_OK) {
-            fprintf(stderr, "test_stall: %s\n", acx_last_error());
-            return 1;
-        }
-    }
+    if (steps ? step_loop(acc, stuck, sleep_s, strcmp(mode, "clip") == 0)
+              : all_reduce_loop(acc, stuck, sleep_s))
+        return 1; /* no acx_finalize: the other ranks may be inside a collective */
     acx_finalize(acc);
     return 0;
 }
