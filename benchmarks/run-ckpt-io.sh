@@ -12,7 +12,9 @@
 # BUILD_DIR  a configured and built tree (default: build/ in the repository);
 #            `make check` or `make benchmarks` builds the benchmark there.
 # --dir DIR  where the files go (default BUILD_DIR/ckpt-bench): the disk
-#            being measured. Removed at the end unless --keep.
+#            being measured (a tmpfs mount measures memory, where the
+#            checkpoint code's own cost shows). Removed at the end unless
+#            --keep.
 # --size-mb  parameter bytes (default 1024: 4 x [16384 x 4096] float32).
 # --reps     repetitions of each measurement (default 3); min/median/max.
 # --np       world sizes to measure save and load at (default "1 2 4").
@@ -26,7 +28,10 @@
 # and acx's loads may be served from the cache. dd writes with
 # conv=fdatasync (acx's save fsyncs its file too). Within each repetition
 # the order of acx and dd alternates, so a drift of the disk's speed hits
-# both alike. The target: save and load >= 70% of dd's throughput.
+# both alike. The target: save and load >= 70% of dd's throughput. The
+# table gives the ratio of the medians and, since a shared machine's disk
+# speed moves from one second to the next, the median of the ratios of
+# each repetition's acx and dd runs, which ran back to back.
 set -eu
 
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -48,7 +53,7 @@ while [ $# -gt 0 ]; do
     --reshard) need "$@"; reshard=$2; shift 2 ;;
     --keep) keep=1; shift ;;
     --no-drop-caches) no_drop=1; shift ;;
-    -h | --help) sed -n '2,29s/^# \{0,1\}//p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,34s/^# \{0,1\}//p' "$0"; exit 0 ;;
     -*) echo "run-ckpt-io.sh: unknown option '$1'" >&2; exit 2 ;;
     *)
         [ -z "$build" ] || { echo "run-ckpt-io.sh: unexpected argument '$1'" >&2; exit 2; }
@@ -111,7 +116,7 @@ acx() {
     case $line in *check=ok*) ;; *) echo "run-ckpt-io.sh: check failed" >&2; exit 1 ;; esac
     bytes=$(echo "$line" | sed -n 's/.* bytes=\([0-9]*\) .*/\1/p')
     rate=$(echo "$line" | sed -n 's/.* MiB\/s=\([0-9.]*\) .*/\1/p')
-    echo "$3 acx $rate" >>"$results"
+    echo "$3 acx $rate ${r:-0}" >>"$results"
 }
 
 # dd_run write|read LABEL: dd of $bytes bytes; its own elapsed time.
@@ -128,7 +133,7 @@ dd_run() {
     [ -n "$sec" ] || { echo "$err" >&2; echo "run-ckpt-io.sh: cannot parse dd's time" >&2; exit 1; }
     rate=$(awk -v b="$bytes" -v s="$sec" 'BEGIN { printf "%.1f", b / 1048576 / s }')
     echo "  dd $1 bytes=$bytes seconds=$sec MiB/s=$rate"
-    echo "$2 dd $rate" >>"$results"
+    echo "$2 dd $rate ${r:-0}" >>"$results"
 }
 
 echo "checkpoint I/O: $size_mb MiB of float32 parameters, $reps repetition(s), in $dir"
@@ -184,17 +189,29 @@ EOF
 
 ratio() { awk -v a="$1" -v d="$2" 'BEGIN { if (a == "-" || d == "-") print "-"; else printf "%.2f", a / d }'; }
 
+# paired LABEL: the median over repetitions of acx MiB/s / dd MiB/s of the
+# same repetition ("-" when none).
+paired() {
+    awk -v l="$1" '$1 == l { v[$4, $2] = $3; reps[$4] = 1 }
+        END { for (r in reps) if ((r, "acx") in v && (r, "dd") in v && v[r, "dd"] > 0)
+                  print v[r, "acx"] / v[r, "dd"] }' "$results" | sort -g |
+        awk '{ v[NR] = $1 } END {
+            if (NR == 0) { print "-"; exit }
+            printf "%.2f\n", NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}
+
 echo
-echo "MiB/s, min / median / max of $reps; ratio = acx median / dd median (target >= 0.70)"
-printf '%-5s %-5s %24s %24s %6s\n' np op acx dd ratio
+echo "MiB/s, min / median / max of $reps; ratio = acx median / dd median (target >= 0.70);"
+echo "paired = median of each repetition's acx / dd"
+printf '%-5s %-5s %24s %24s %6s %7s\n' np op acx dd ratio paired
 for np in $nps; do
     for op in save load; do
         stats "$op-$np" acx
         a="$s_min / $s_med / $s_max"
         amed=$s_med
         stats "$op-$np" dd
-        printf '%-5s %-5s %24s %24s %6s\n' "$np" "$op" "$a" "$s_min / $s_med / $s_max" \
-            "$(ratio "$amed" "$s_med")"
+        printf '%-5s %-5s %24s %24s %6s %7s\n' "$np" "$op" "$a" "$s_min / $s_med / $s_max" \
+            "$(ratio "$amed" "$s_med")" "$(paired "$op-$np")"
     done
 done
 for pair in $reshard; do

@@ -2,15 +2,17 @@
  * io/checkpoint.c — the parallel HDF5 checkpoint file: io/checkpoint.h's
  * writer (acx_ckpt_save) and reader (acx_ckpt_open/read/...). It owns the
  * file's life (temporary name, fsync, rename), its HDF5 layout (groups,
- * chunking, checksums, attribute and string encodings) and the row
+ * storage, checksums, attribute and string encodings) and the row
  * selections; what the tensors and attributes mean — model, optimizer,
  * rng, config, the root attributes such as "format" — is the runtime's
  * (runtime/checkpoint.c). Format description: docs/checkpoint-format.md.
  *
- * Writing. One shared file, created by every rank with the MPI-IO driver,
- * collective metadata (reads and writes) and collective transfers. Each rank
- * writes one hyperslab per tensor — its io rows, possibly none — so a
- * save's per-rank cost depends on the rows it owns, not on the world size.
+ * Writing. One shared file, created by every rank with the MPI-IO driver
+ * and collective metadata (reads and writes: every rank creates every
+ * group, dataset and attribute). Each rank writes its io rows of each
+ * tensor — one contiguous run of the file, possibly empty — itself, with
+ * independent transfers in pieces of about CKPT_IO_PIECE, so a save's
+ * per-rank cost depends on the rows it owns, not on the world size.
  * Statuses are agreed (acx_coll_agree) after every collective phase, so a
  * failure on one rank is the same error on all and no rank is left inside a
  * collective HDF5 call the others abandoned.
@@ -29,30 +31,59 @@
  * ("mid_data": once half of the tensors are written). Variables with the
  * ACX_TEST_ prefix are reserved for the test suite; never set them in a job.
  *
- * Checksums: HDF5's Fletcher-32 filter on every non-empty dataset, which is
- * therefore chunked (chunk_dims: whole rows, about CKPT_CHUNK_BYTES, cut to
- * match the rows each rank writes). HDF5 verifies each chunk it reads, so a
- * rank reading only its rows still verifies what it reads — a per-dataset
- * CRC attribute could only be checked by reading the whole dataset. A
- * mismatch becomes ACX_ERR_FORMAT "checksum mismatch (corrupted file?)"
- * naming the dataset. Metadata is checksummed too: the format is pinned to
- * HDF5 1.8+/1.10 structures (libver bounds V18..V110), whose object headers,
- * B-trees, heaps and chunk indexes carry checksums, so a flipped byte in an
- * attribute, group or dataset header fails instead of reading garbage (a
- * truncated file fails at open: HDF5 checks the stored end of file).
- * Parallel HDF5 1.10.8 writes filtered datasets collectively only; a chunk
- * shared by two ranks' rows is merged by HDF5 (one rank sends its piece).
- * Cost, measured on the 2-core build VM (noisy: other builds ran), 2 ranks,
- * 16 x [1024 x 4096] float32 = 256 MiB, local disk, fsync included, medians
- * of 5 repeated in 2-3 rounds: save 0.34-0.48 s with Fletcher-32 against
- * 0.18 s without; load (page cache) 0.057-0.065 s against 0.035 s. Chunks
- * shared by ranks (16 x [1042 x 4096]) 0.39 s; 1, 2 and 4 MiB chunks within
- * the noise (1 MiB kept: a rank whose rows start mid-chunk reads less). So
- * the checksum adds about 0.16 s of CPU per 256 MiB over 2 ranks (the
- * Fletcher pass, chunk buffers): a save still runs at ~700 MiB/s, more than
- * a disk or a node's share of a parallel filesystem takes in, so
- * Fletcher-32 stays. Collective reads measured 2x slower than independent
- * ones (0.32-0.40 s against 0.13-0.19 s, 2 and 4 ranks).
+ * Storage and checksums (format version 2). Datasets are contiguous and
+ * unfiltered; each carries the CRC-32s of fixed-size blocks of its raw
+ * bytes and of all of them as attributes (io/ckpt_crc.h). Why not HDF5's
+ * Fletcher-32 filter, which version 1 used: parallel HDF5 1.10.8 allocates
+ * and fills every chunk of a filtered dataset collectively at H5Dcreate2
+ * (H5D__chunk_allocate writes zeros whatever the alloc and fill-time
+ * settings) and then writes it again, so a save wrote every byte twice and
+ * ran at 0.11-0.18 of dd's rate (loads 0.16-0.33); contiguous and unfiltered,
+ * each byte is written once.
+ *   Save: every rank computes the CRCs of the parts of blocks its rows
+ * cover, piece by piece right before writing each piece (write_tensor),
+ * and XORs each block's part, shifted past the rest of the block, into the
+ * block's slot (acx_ckpt_crc_sum_*); once all tensors are written one
+ * MPI_BXOR all-reduce over all blocks of all tensors joins the parts
+ * (save_crcs_join) and every rank writes the same attributes. The ranks'
+ * rows must tile each tensor, which one all-reduce of the row counts
+ * checks before the file is created (save_rows_check).
+ *   Load: each rank checks what it read by itself, widening its rows to the
+ * blocks they touch (read_tensor): no exchange, any N -> M, and a mismatch
+ * is ACX_ERR_FORMAT "checksum mismatch (corrupted file?)" naming the
+ * dataset and the byte range, agreed on every rank at the end of
+ * acx_ckpt_read. Version-1 files are still read: HDF5 checks their
+ * Fletcher-32 chunks, and read_error names a failure the same way.
+ *   Metadata is checksummed by HDF5: the format is pinned to HDF5
+ * 1.8+/1.10 structures (libver bounds V18..V110), whose object headers,
+ * B-trees and heaps carry checksums, so a flipped byte in an attribute (the
+ * CRCs included), group or dataset header fails instead of reading garbage
+ * (a truncated file fails at open: HDF5 checks the stored end of file).
+ *   Cost, measured on the 2-core build VM (shared with other jobs: medians
+ * of 5, benchmarks/run-ckpt-io.sh, 1 GiB = 4 x [16384 x 4096] float32
+ * under NO_SHARD, where every loading rank reads every row; MiB/s against
+ * dd on the same bytes). Save, local disk: 1353 (np 1), 1863 (np 2), 389
+ * (np 4); dd 1689 / 704 / 1546 — the disk's rate moves several-fold from
+ * one run to the next. Save, tmpfs: 1662 / 2899 / 356 against dd 2725 /
+ * 2802 / 2769. Load, disk: 724 / 705 / 478 against dd 1610 / 1741 /
+ * 2147; tmpfs: 2680 / 2240 / 1216 against dd 7831 / 7179 / 6523. (np 4
+ * puts 4 ranks on 2 cores; the same save alone ran in 0.65-1.3 s.)
+ *   Where the time goes: zlib's crc32 runs at ~4 GB/s on one core, 0.26 s
+ * per GiB and rank — on a load from the page cache (0.13 s of copying per
+ * GiB) most of the time, so a load that checks every byte it reads stays
+ * near 1/3 of tmpfs's dd rate, and under NO_SHARD every rank pays it for
+ * every row. A CRC of each ~1 MiB piece right before it is written (or
+ * right after it is read) instead of one pass over a tensor, then its write:
+ * 1 GiB in 0.51-0.76 s against 0.95-1.66 s (a C loop of crc32 + pwrite to
+ * this disk), as the write copies from cache what the CRC just read.
+ * Independent raw-data writes: one collective H5Dwrite per tensor with
+ * two-phase buffering took 0.68 s (np 2) and 0.82 s (np 4) per 256 MiB on
+ * tmpfs, against 0.47 and 0.46 s when each rank wrote its own run
+ * (H5FD_MPIO_INDIVIDUAL_IO; medians of 8); independent transfers keep that
+ * and let each rank write its pieces without a collective call each.
+ * Version 1 (Fletcher-32) ran at 0.11-0.18 of dd's
+ * rate for saves and 0.16-0.33 for loads. Collective reads measured 2x
+ * slower than independent ones (version 1, 2 and 4 ranks).
  *
  * Dtypes: any acx dtype. The file type is the little-endian standard type
  * (float16/bfloat16: io/h5.c's derived 2-byte float types; h5py reads the
@@ -64,21 +95,23 @@
  * attribute (h5py: f.attrs['x'], h5dump shows it); one of CKPT_ATTR_MAX
  * bytes or more (HDF5 1.10 keeps attributes in a 64 KiB object header
  * message) becomes a dataset "<object>/<name>" of one fixed-length string,
- * chunked and checksummed like the tensors (h5py: f['config'][0]).
+ * stored and checksummed like the tensors (h5py: f['config'][0]).
  * acx_ckpt_get_str finds either.
  *
  * Reading: the MPI-IO driver on world, independent metadata reads (so the
  * attribute, shape and listing queries may be made by any subset of
- * ranks), and independent raw-data reads: every rank reads the chunks of
- * its rows itself (faster here, see above), and no rank can be left
- * waiting in a collective read for one that stopped at a checksum failure;
- * ranks agree once, at the end of acx_ckpt_read. acx_ckpt_open and
- * acx_ckpt_close are collective (MPI_File_open / MPI_File_close). With
- * world == NULL the file is opened by this process alone (sec2 driver, no
- * MPI calls), for single-process tools.
+ * ranks), and independent raw-data reads: every rank reads its rows (and
+ * their blocks' edges) itself, so no rank can be left waiting in a
+ * collective read for one that stopped at a checksum failure, and the
+ * number of reads may differ between ranks; ranks agree after checking
+ * the tensors' descriptions and once at the end of acx_ckpt_read.
+ * acx_ckpt_open and acx_ckpt_close are collective (MPI_File_open /
+ * MPI_File_close). With world == NULL the file is opened by this process
+ * alone (sec2 driver, no MPI calls), for single-process tools.
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -87,14 +120,15 @@
 #include <unistd.h>
 
 #include "io/checkpoint.h"
+#include "io/ckpt_crc.h"
 #include "io/h5.h"
 #include "runtime/base/error.h"
 #include "runtime/base/log.h"
 
-/* Target bytes of one chunk: large enough that per-chunk costs (B-tree
- * entries, the checksum pass, MPI-IO requests) vanish, small enough that a
- * rank whose rows start mid-chunk reads little it does not need. */
-#define CKPT_CHUNK_BYTES (1u << 20)
+/* Bytes per H5Dwrite / H5Dread call of a tensor's rows (whole rows, at
+ * least one): each piece's CRC is computed right before it is written or
+ * right after it is read, while it is in the cache (1 MiB: a core's L2). */
+#define CKPT_IO_PIECE ((uint64_t)1 << 20)
 /* Longest string kept as an attribute (HDF5 1.10 object header messages are
  * limited to 64 KiB, with some room for the attribute's own header). */
 #define CKPT_ATTR_MAX 60000
@@ -103,6 +137,7 @@ struct acx_ckpt_file {
     acx_comm_t *world; /* NULL: opened by this process alone (sec2) */
     hid_t file;
     char *path;
+    int64_t version; /* format_version: >= 2 has CRC-32 attributes */
 };
 
 /* ---- small helpers ---- */
@@ -256,130 +291,222 @@ out:
     return status;
 }
 
-/* Chunk dims for a dataset of `dims` saved by `nranks` ranks.
- *
- * Chunks hold whole rows of about CKPT_CHUNK_BYTES (a row larger than that
- * is split along its inner dims, outermost first). Along dim 0 they are
- * cut to match the rows the ranks write under the sharding rule (rank r:
- * rows [r*c, (r+1)*c), c = ceil(R/nranks)): a chunk shared by two ranks
- * costs HDF5 a transfer of one rank's piece to the other before the
- * collective write, and a full-size edge chunk wastes space. So:
- *   - c rows of c*row_bytes in [target/8, target]: one chunk per rank;
- *   - c*row_bytes > target: each rank's rows in k chunks, k near
- *     c*row_bytes/target and dividing c when such a k is close;
- *   - otherwise (small tensors, or tiny per-rank pieces): chunks balanced
- *     over the whole tensor, shared where they must be. */
-static void chunk_dims(int ndim, const hsize_t *dims, size_t esize, int nranks, hsize_t *chunk) {
-    hsize_t inner = esize;
-    for (int k = ndim - 1; k >= 1; k--) {
-        hsize_t fit = CKPT_CHUNK_BYTES / inner, n = dims[k] > 0 ? dims[k] : 1;
-        if (fit < 1) fit = 1;
-        /* balanced: no mostly-empty edge chunk */
-        hsize_t pieces = (n + fit - 1) / fit;
-        chunk[k] = (n + pieces - 1) / pieces;
-        inner *= chunk[k];
-    }
-    hsize_t R = dims[0] > 0 ? dims[0] : 1, row = inner; /* bytes of one chunk row */
-    hsize_t target_rows = CKPT_CHUNK_BYTES / row > 0 ? CKPT_CHUNK_BYTES / row : 1;
-    hsize_t c = (R + (hsize_t)nranks - 1) / (hsize_t)nranks;
-    if (c * row <= CKPT_CHUNK_BYTES && c * row >= CKPT_CHUNK_BYTES / 8) {
-        chunk[0] = c;
-    } else if (c * row > CKPT_CHUNK_BYTES) {
-        hsize_t k = (c + target_rows - 1) / target_rows, best = k;
-        for (hsize_t j = k; j <= 2 * k && j <= c; j++)
-            if (c % j == 0) {
-                best = j;
-                break;
-            }
-        chunk[0] = (c + best - 1) / best;
-    } else {
-        hsize_t nch = (R + target_rows - 1) / target_rows;
-        chunk[0] = (R + nch - 1) / nch;
-    }
+/* ---- saving ---- */
+
+/* Bytes of one row (all dims after the first) and of the whole tensor. */
+static uint64_t row_bytes(const acx_ckpt_tensor_t *t) {
+    return (uint64_t)row_numel(t) * acx_dtype_size(t->dtype);
 }
 
-/* ---- saving ---- */
+static uint64_t tensor_bytes(const acx_ckpt_tensor_t *t) {
+    return (uint64_t)t->shape[0] * row_bytes(t);
+}
+
+/* Rows per H5Dwrite / H5Dread call: about CKPT_IO_PIECE bytes, at least
+ * one row. */
+static hsize_t piece_rows(uint64_t rb) {
+    uint64_t n = rb > 0 ? CKPT_IO_PIECE / rb : 1;
+    return n > 0 ? (hsize_t)n : 1;
+}
+
+/* Select rows [r0, r0 + n) x all inner dims of `fspace` (a dataspace of
+ * dims[ndim]) and create the memory space of the selection's shape: HDF5
+ * then moves whole runs (a flat [n * row] memory space makes it map every
+ * element). Lock held. */
+static acx_status_t select_rows(hid_t fspace, int ndim, const hsize_t *dims, hsize_t r0, hsize_t n,
+                                hid_t *mspace_p, const char *what) {
+    acx_status_t status = ACX_OK;
+    hsize_t start[ACX_MAX_DIMS] = {0}, count[ACX_MAX_DIMS];
+    for (int k = 0; k < ndim; k++)
+        count[k] = dims[k];
+    start[0] = r0;
+    count[0] = n;
+    ACX_H5_CHECK_GOTO(H5Sselect_hyperslab(fspace, H5S_SELECT_SET, start, NULL, count, NULL), what,
+                      status, out);
+    hid_t m;
+    ACX_H5_CHECK_GOTO(m = H5Screate_simple(ndim, count, NULL), what, status, out);
+    *mspace_p = m;
+out:
+    return status;
+}
+
+/* The block CRCs of every tensor of a save, in one array so that one
+ * all-reduce joins them: crcs[i].blocks points into `all`. */
+typedef struct {
+    acx_ckpt_crc_t *crcs;
+    uint32_t *all;
+    uint64_t total;
+    int64_t *rows; /* [n]: this rank's io rows, then their sum over the ranks */
+} save_crcs_t;
+
+static void save_crcs_free(save_crcs_t *s) {
+    free(s->crcs);
+    free(s->all);
+    free(s->rows);
+}
+
+/* Lay out every tensor's blocks, zeroed (no MPI): write_tensor adds this
+ * rank's share as it writes. */
+static acx_status_t save_crcs_layout(const acx_ckpt_tensor_t *tensors, int n, save_crcs_t *s) {
+    s->crcs = acx_calloc((size_t)(n > 0 ? n : 1), sizeof *s->crcs, "checkpoint checksums");
+    s->rows = acx_malloc((size_t)(n > 0 ? n : 1) * sizeof *s->rows, "checkpoint rows");
+    if (s->crcs == NULL || s->rows == NULL) return ACX_ERR_NO_MEMORY;
+    s->total = 0;
+    for (int i = 0; i < n; i++) {
+        acx_ckpt_crc_t *c = &s->crcs[i];
+        c->bytes = tensor_bytes(&tensors[i]);
+        c->block = acx_ckpt_crc_block_bytes(c->bytes);
+        c->nblocks = acx_ckpt_crc_nblocks(c->bytes, c->block);
+        s->total += c->nblocks;
+        s->rows[i] = tensors[i].io_end - tensors[i].io_begin;
+    }
+    if (s->total > (uint64_t)INT_MAX)
+        return ACX_ERROR(ACX_ERR_INVALID_ARG, "checkpoint of %llu checksum blocks (at most %d)",
+                         (unsigned long long)s->total, INT_MAX);
+    s->all =
+        acx_calloc((size_t)(s->total > 0 ? s->total : 1), sizeof *s->all, "checkpoint checksums");
+    if (s->all == NULL) return ACX_ERR_NO_MEMORY;
+    uint32_t *next = s->all;
+    for (int i = 0; i < n; i++) {
+        s->crcs[i].blocks = next;
+        next += s->crcs[i].nblocks;
+    }
+    return ACX_OK;
+}
+
+/* The ranks' io rows must tile every tensor (collective; the statuses are
+ * agreed before): the ranks' shares of a block join into its CRC only when
+ * they tile it, which the sum of the rows checks (the dim-0 rule, one row
+ * per rank, or one rank writing all rows pass; an overlap or a gap would
+ * store a CRC no reader could match). The sums are the same everywhere. */
+static acx_status_t save_rows_check(acx_comm_t *world, const acx_ckpt_tensor_t *tensors, int n,
+                                    save_crcs_t *s) {
+    acx_status_t status = ACX_OK;
+    ACX_MPI_CHECK_GOTO(MPI_Allreduce(MPI_IN_PLACE, s->rows, n, MPI_INT64_T, MPI_SUM, world->mpi),
+                       status, out);
+    for (int i = 0; i < n && status == ACX_OK; i++)
+        if (s->rows[i] != tensors[i].shape[0])
+            status =
+                ACX_ERROR(ACX_ERR_INVALID_ARG,
+                          "checkpoint tensor '%s': the ranks' io rows add up to %lld rows, "
+                          "the tensor has %lld (each row must be written by exactly one "
+                          "rank)",
+                          tensors[i].path, (long long)s->rows[i], (long long)tensors[i].shape[0]);
+out:
+    return acx_coll_agree(world, status);
+}
+
+/* Join the ranks' shares (collective, once every tensor is written): one
+ * MPI_BXOR all-reduce of every block slot of every tensor, then each
+ * tensor's whole-dataset CRC from its blocks. Every rank ends with the same
+ * values, as the collective attribute writes need. */
+static acx_status_t save_crcs_join(acx_comm_t *world, int n, save_crcs_t *s) {
+    acx_status_t status = ACX_OK;
+    ACX_MPI_CHECK_GOTO(
+        MPI_Allreduce(MPI_IN_PLACE, s->all, (int)s->total, MPI_UINT32_T, MPI_BXOR, world->mpi),
+        status, out);
+out:
+    status = acx_coll_agree(world, status);
+    for (int i = 0; i < n && status == ACX_OK; i++)
+        s->crcs[i].whole = acx_ckpt_crc_combine_blocks(&s->crcs[i]);
+    return status;
+}
 
 /* Property lists of a save. */
 typedef struct {
-    hid_t gcpl, dxpl;
+    hid_t gcpl, dcpl, dxpl;
 } save_plists_t;
 
-/* Create dataset t->path and write this rank's io rows (an empty selection
- * when none). Collective. Lock held. */
-static acx_status_t write_tensor(hid_t file, const save_plists_t *pl, int nranks,
-                                 const acx_ckpt_tensor_t *t, const char *tmp) {
+/* Create dataset t->path (collective) and write this rank's io rows
+ * (independent writes; none when it has no rows), adding their share of
+ * the block CRCs to crc->blocks piece by piece, each piece right before it
+ * is written: the write then copies from cache what the CRC just read
+ * (measured: see the file comment). Lock held. */
+static acx_status_t write_tensor(hid_t file, const save_plists_t *pl, const acx_ckpt_tensor_t *t,
+                                 acx_ckpt_crc_t *crc, const char *tmp) {
     acx_status_t status = ACX_OK;
     char what[1280];
-    hsize_t dims[ACX_MAX_DIMS], chunk[ACX_MAX_DIMS], start[ACX_MAX_DIMS] = {0}, count[ACX_MAX_DIMS];
-    hid_t dcpl = -1, fspace = -1, mspace = -1, dset = -1;
-    size_t esize = acx_dtype_size(t->dtype);
-    static const uint64_t dummy = 0; /* a non-NULL buffer for an empty selection */
-    hsize_t numel = 1;
+    hsize_t dims[ACX_MAX_DIMS];
+    hid_t fspace = -1, mspace = -1, dset = -1;
+    uint64_t rb = row_bytes(t);
 
     snprintf(what, sizeof what, "dataset '%s' in '%s'", t->path, tmp);
-    for (int k = 0; k < t->ndim; k++) {
+    for (int k = 0; k < t->ndim; k++)
         dims[k] = (hsize_t)t->shape[k];
-        count[k] = dims[k];
-        numel *= dims[k];
-    }
     ACX_CHECK_GOTO(make_groups(file, pl->gcpl, t->path, 1, what), status, done);
     ACX_H5_CHECK_GOTO(fspace = H5Screate_simple(t->ndim, dims, NULL), what, status, done);
-    ACX_H5_CHECK_GOTO(dcpl = H5Pcreate(H5P_DATASET_CREATE), what, status, done);
-    if (numel > 0) {
-        /* empty datasets have nothing to checksum and cannot be chunked */
-        chunk_dims(t->ndim, dims, esize, nranks, chunk);
-        ACX_H5_CHECK_GOTO(H5Pset_chunk(dcpl, t->ndim, chunk), what, status, done);
-        ACX_H5_CHECK_GOTO(H5Pset_fletcher32(dcpl), what, status, done);
-        /* every element is written: filling chunks first is wasted I/O */
-        ACX_H5_CHECK_GOTO(H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER), what, status, done);
-    }
     ACX_H5_CHECK_GOTO(dset = H5Dcreate2(file, t->path, file_type(t->dtype), fspace, H5P_DEFAULT,
-                                        dcpl, H5P_DEFAULT),
+                                        pl->dcpl, H5P_DEFAULT),
                       what, status, done);
-    hsize_t rows = (hsize_t)(t->io_end - t->io_begin);
-    hsize_t melems = rows * (hsize_t)row_numel(t);
-    const void *buf = &dummy;
-    if (melems > 0) {
-        /* rows [io_begin, io_end) x all inner dims: one block */
-        start[0] = (hsize_t)t->io_begin;
-        count[0] = rows;
-        ACX_H5_CHECK_GOTO(H5Sselect_hyperslab(fspace, H5S_SELECT_SET, start, NULL, count, NULL),
-                          what, status, done);
-        /* the memory space has the selection's shape: HDF5 then maps it
-         * onto chunks block by block; a flat [melems] memory space makes
-         * it map every element (measured 5x slower) */
-        ACX_H5_CHECK_GOTO(mspace = H5Screate_simple(t->ndim, count, NULL), what, status, done);
-        buf = (const char *)t->buf +
-              (size_t)(t->io_begin - t->buf_row0) * (size_t)row_numel(t) * esize;
-    } else {
-        hsize_t one = 1;
-        ACX_H5_CHECK_GOTO(H5Sselect_none(fspace), what, status, done);
-        ACX_H5_CHECK_GOTO(mspace = H5Screate_simple(1, &one, NULL), what, status, done);
-        ACX_H5_CHECK_GOTO(H5Sselect_none(mspace), what, status, done);
+    if (t->io_end > t->io_begin && rb > 0) {
+        acx_ckpt_crc_sum_t sum;
+        hsize_t step = piece_rows(rb), end = (hsize_t)t->io_end;
+        acx_ckpt_crc_sum_init(&sum, crc, (uint64_t)t->io_begin * rb);
+        for (hsize_t r = (hsize_t)t->io_begin; r < end; r += step) {
+            hsize_t n = end - r < step ? end - r : step;
+            const char *p = (const char *)t->buf + (size_t)(r - (hsize_t)t->buf_row0) * rb;
+            acx_ckpt_crc_sum_feed(&sum, p, n * rb);
+            ACX_CHECK_GOTO(select_rows(fspace, t->ndim, dims, r, n, &mspace, what), status, done);
+            ACX_H5_CHECK_GOTO(
+                H5Dwrite(dset, acx_h5_native((int)t->dtype), mspace, fspace, pl->dxpl, p), what,
+                status, done);
+            H5Sclose(mspace);
+            mspace = -1;
+        }
+        acx_ckpt_crc_sum_end(&sum);
     }
-    if (numel > 0)
-        ACX_H5_CHECK_GOTO(
-            H5Dwrite(dset, acx_h5_native((int)t->dtype), mspace, fspace, pl->dxpl, buf), what,
-            status, done);
 done:
     if (mspace >= 0) H5Sclose(mspace);
     if (fspace >= 0) H5Sclose(fspace);
-    if (dcpl >= 0) H5Pclose(dcpl);
     if (dset >= 0 && H5Dclose(dset) < 0 && status == ACX_OK)
         status = acx_error_h5("H5Dclose", what, __FILE__, __LINE__);
     return status;
 }
 
+/* The checksum attributes of dataset `path`, once the ranks' shares are
+ * joined (collective: every rank passes the same values). Lock held. */
+static acx_status_t write_crc_attrs(hid_t file, const char *path, const acx_ckpt_crc_t *crc,
+                                    const char *tmp) {
+    acx_status_t status = ACX_OK;
+    char what[1280];
+    hid_t dset = -1;
+    snprintf(what, sizeof what, "checksums of dataset '%s' in '%s'", path, tmp);
+    ACX_H5_CHECK_GOTO(dset = H5Dopen2(file, path, H5P_DEFAULT), what, status, out);
+    ACX_H5_CHECK_GOTO(acx_ckpt_crc_write_attrs(dset, crc), what, status, out);
+out:
+    if (dset >= 0 && H5Dclose(dset) < 0 && status == ACX_OK)
+        status = acx_error_h5("H5Dclose", what, __FILE__, __LINE__);
+    return status;
+}
+
+/* The checksums of bytes every rank holds in full (a long string). */
+static acx_status_t crc_of_buffer(const void *buf, uint64_t bytes, acx_ckpt_crc_t *c) {
+    acx_ckpt_crc_t r = {.bytes = bytes};
+    r.block = acx_ckpt_crc_block_bytes(bytes);
+    r.nblocks = acx_ckpt_crc_nblocks(bytes, r.block);
+    r.blocks = acx_malloc((size_t)(r.nblocks > 0 ? r.nblocks : 1) * sizeof *r.blocks,
+                          "checkpoint checksums");
+    if (r.blocks == NULL) return ACX_ERR_NO_MEMORY;
+    for (uint64_t k = 0; k < r.nblocks; k++) {
+        uint64_t b = k * r.block, e = b + r.block < bytes ? b + r.block : bytes;
+        r.blocks[k] = acx_ckpt_crc_update(0, (const unsigned char *)buf + b, e - b);
+    }
+    r.whole = acx_ckpt_crc_combine_blocks(&r);
+    *c = r;
+    return ACX_OK;
+}
+
 /* A string too long for an attribute: dataset "<object>/<name>" holding one
- * fixed-length string, chunked and checksummed; rank 0 writes it. */
+ * fixed-length string (its NUL included) with its checksum attributes;
+ * rank 0 writes it, every rank computes the same checksums. */
 static acx_status_t write_long_string(hid_t file, const save_plists_t *pl, int rank,
                                       const acx_ckpt_attr_t *a, const char *tmp) {
     acx_status_t status = ACX_OK;
     char what[1280], path[1024];
-    hid_t type = -1, dcpl = -1, fspace = -1, mspace = -1, dset = -1;
+    hid_t type = -1, fspace = -1, mspace = -1, dset = -1;
     hsize_t one = 1;
     size_t len = strlen(a->str);
+    acx_ckpt_crc_t crc = {0};
 
     int n = snprintf(path, sizeof path, "%s%s%s", a->object,
                      a->object[strlen(a->object) - 1] == '/' ? "" : "/", a->name);
@@ -393,12 +520,11 @@ static acx_status_t write_long_string(hid_t file, const save_plists_t *pl, int r
     ACX_H5_CHECK_GOTO(H5Tset_strpad(type, H5T_STR_NULLTERM), what, status, done);
     ACX_H5_CHECK_GOTO(fspace = H5Screate_simple(1, &one, NULL), what, status, done);
     ACX_H5_CHECK_GOTO(mspace = H5Screate_simple(1, &one, NULL), what, status, done);
-    ACX_H5_CHECK_GOTO(dcpl = H5Pcreate(H5P_DATASET_CREATE), what, status, done);
-    ACX_H5_CHECK_GOTO(H5Pset_chunk(dcpl, 1, &one), what, status, done);
-    ACX_H5_CHECK_GOTO(H5Pset_fletcher32(dcpl), what, status, done);
-    ACX_H5_CHECK_GOTO(H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER), what, status, done);
-    ACX_H5_CHECK_GOTO(dset = H5Dcreate2(file, path, type, fspace, H5P_DEFAULT, dcpl, H5P_DEFAULT),
+    ACX_CHECK_GOTO(crc_of_buffer(a->str, len + 1, &crc), status, done);
+    ACX_H5_CHECK_GOTO(dset =
+                          H5Dcreate2(file, path, type, fspace, H5P_DEFAULT, pl->dcpl, H5P_DEFAULT),
                       what, status, done);
+    ACX_H5_CHECK_GOTO(acx_ckpt_crc_write_attrs(dset, &crc), what, status, done);
     if (rank != 0) {
         ACX_H5_CHECK_GOTO(H5Sselect_none(fspace), what, status, done);
         ACX_H5_CHECK_GOTO(H5Sselect_none(mspace), what, status, done);
@@ -407,7 +533,7 @@ static acx_status_t write_long_string(hid_t file, const save_plists_t *pl, int r
 done:
     if (dset >= 0 && H5Dclose(dset) < 0 && status == ACX_OK)
         status = acx_error_h5("H5Dclose", what, __FILE__, __LINE__);
-    if (dcpl >= 0) H5Pclose(dcpl);
+    acx_ckpt_crc_free(&crc);
     if (mspace >= 0) H5Sclose(mspace);
     if (fspace >= 0) H5Sclose(fspace);
     if (type >= 0) H5Tclose(type);
@@ -521,7 +647,8 @@ acx_status_t acx_ckpt_save(acx_comm_t *world, const char *path, const acx_ckpt_t
 
     acx_status_t status = ACX_OK;
     hid_t fapl = -1, fcpl = -1, file = -1;
-    save_plists_t pl = {-1, -1};
+    save_plists_t pl = {-1, -1, -1};
+    save_crcs_t crcs = {0};
     char *tmp = str_concat(path, ".tmp");
     char *dir = dir_of(path);
     char what[1280];
@@ -532,12 +659,14 @@ acx_status_t acx_ckpt_save(acx_comm_t *world, const char *path, const acx_ckpt_t
     for (int i = 0; i < num_tensors && status == ACX_OK; i++)
         status = check_tensor(&tensors[i], i);
     if (status == ACX_OK && rank == 0) status = probe_create(tmp);
+    if (status == ACX_OK) status = save_crcs_layout(tensors, num_tensors, &crcs);
 
     /* Agreed before any HDF5 call: H5Pset_fapl_mpio duplicates the
      * communicator, which is collective. The lock is then held across the
      * collective calls below: a loader's prefetch thread on this rank waits,
      * but it makes no MPI calls, so no other rank can wait on it. */
     status = acx_coll_agree(world, status);
+    if (status == ACX_OK) status = save_rows_check(world, tensors, num_tensors, &crcs);
     acx_h5_lock();
     acx_h5_quiet();
     if (status != ACX_OK) goto out;
@@ -559,9 +688,19 @@ acx_status_t acx_ckpt_save(acx_comm_t *world, const char *path, const acx_ckpt_t
     ACX_H5_CHECK_GOTO(
         H5Pset_link_creation_order(pl.gcpl, H5P_CRT_ORDER_TRACKED | H5P_CRT_ORDER_INDEXED), what,
         status, agreed_create);
+    /* contiguous storage, no filter: the checksums are attributes */
+    ACX_H5_CHECK_GOTO(pl.dcpl = H5Pcreate(H5P_DATASET_CREATE), what, status, agreed_create);
+    ACX_H5_CHECK_GOTO(H5Pset_layout(pl.dcpl, H5D_CONTIGUOUS), what, status, agreed_create);
+    /* every element is written: filling first would write it twice */
+    ACX_H5_CHECK_GOTO(H5Pset_fill_time(pl.dcpl, H5D_FILL_TIME_NEVER), what, status, agreed_create);
     ACX_H5_CHECK_GOTO(pl.dxpl = H5Pcreate(H5P_DATASET_XFER), what, status, agreed_create);
-    /* filtered (checksummed) datasets are written collectively only */
-    ACX_H5_CHECK_GOTO(H5Pset_dxpl_mpio(pl.dxpl, H5FD_MPIO_COLLECTIVE), what, status, agreed_create);
+    /* independent raw-data writes: a rank's rows are one contiguous run of
+     * the file, which it writes in pieces of its own count; collective
+     * transfers would make every piece a collective call, and two-phase
+     * buffering would only copy the bytes through other ranks (measured:
+     * see the file comment). Metadata stays collective. */
+    ACX_H5_CHECK_GOTO(H5Pset_dxpl_mpio(pl.dxpl, H5FD_MPIO_INDEPENDENT), what, status,
+                      agreed_create);
     ACX_H5_CHECK_GOTO(file = H5Fcreate(tmp, H5F_ACC_TRUNC, fcpl, fapl), what, status,
                       agreed_create);
 agreed_create:
@@ -570,13 +709,18 @@ agreed_create:
     kill_point("before_data");
 
     for (int i = 0; i < num_tensors; i++) {
-        status = write_tensor(file, &pl, world->size, &tensors[i], tmp);
+        status = write_tensor(file, &pl, &tensors[i], &crcs.crcs[i], tmp);
         /* agree per tensor: a rank that failed must not leave the others
          * inside the next collective create or write */
         status = acx_coll_agree(world, status);
         if (status != ACX_OK) goto out;
         if (i + 1 == (num_tensors > 1 ? num_tensors / 2 : 1)) kill_point("mid_data");
     }
+    /* the checksums: the ranks' shares joined, then the attributes */
+    status = save_crcs_join(world, num_tensors, &crcs);
+    if (status != ACX_OK) goto out;
+    for (int i = 0; i < num_tensors && status == ACX_OK; i++)
+        status = write_crc_attrs(file, tensors[i].path, &crcs.crcs[i], tmp);
     for (int i = 0; i < num_attrs && status == ACX_OK; i++)
         status = write_attr(file, &pl, rank, &attrs[i], tmp);
     status = acx_coll_agree(world, status);
@@ -609,6 +753,7 @@ agreed_create:
 out:
     if (file >= 0) H5Fclose(file); /* collective; every rank reaches it after an agreed failure */
     if (pl.dxpl >= 0) H5Pclose(pl.dxpl);
+    if (pl.dcpl >= 0) H5Pclose(pl.dcpl);
     if (pl.gcpl >= 0) H5Pclose(pl.gcpl);
     if (fcpl >= 0) H5Pclose(fcpl);
     if (fapl >= 0) H5Pclose(fapl);
@@ -622,6 +767,7 @@ out:
     if (status == ACX_OK)
         ACX_DEBUG(ACX_SUBSYS_IO, "saved %d tensors and %d attributes to '%s'", num_tensors,
                   num_attrs, path);
+    save_crcs_free(&crcs);
     free(dir);
     free(tmp);
     return status;
@@ -719,6 +865,7 @@ static acx_status_t check_format(acx_ckpt_file_t *f) {
     if (version < 1)
         return ACX_ERROR(ACX_ERR_FORMAT, "checkpoint '%s': invalid format version %lld", f->path,
                          (long long)version);
+    f->version = version;
     return ACX_OK;
 }
 
@@ -818,6 +965,22 @@ acx_status_t acx_ckpt_get_f64(acx_ckpt_file_t *f, const char *object, const char
     return status;
 }
 
+/* The checksums of an open dataset of `bytes` bytes: *present_p 0 for a
+ * version-1 file (HDF5 checks its Fletcher-32 chunks itself); a version-2+
+ * dataset without them is damaged or was edited. Lock held. */
+static acx_status_t dataset_crc(acx_ckpt_file_t *f, hid_t dset, uint64_t bytes, const char *what,
+                                int *present_p, acx_ckpt_crc_t *crc) {
+    *present_p = 0;
+    if (f->version < 2) return ACX_OK;
+    ACX_CHECK(acx_ckpt_crc_read_attrs(dset, bytes, what, present_p, crc));
+    if (!*present_p)
+        return ACX_ERROR(ACX_ERR_FORMAT,
+                         "%s has no checksum attributes ('%s'), which format version %lld "
+                         "requires (damaged or edited?)",
+                         what, ACX_CKPT_CRC_BLOCKS_ATTR, (long long)f->version);
+    return ACX_OK;
+}
+
 /* Read a string (fixed or variable length) from an attribute or a dataset
  * of one element into buf[n]. Lock held. */
 static acx_status_t read_string(acx_ckpt_file_t *f, hid_t obj, int is_attr, const char *what,
@@ -853,6 +1016,19 @@ static acx_status_t read_string(acx_ckpt_file_t *f, hid_t obj, int is_attr, cons
                                   : H5Dread(obj, mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, tmp),
                           what, status, out);
         tmp[size] = '\0';
+        if (!is_attr) {
+            /* a long string's dataset: its raw bytes are `size` bytes */
+            acx_ckpt_crc_t crc;
+            acx_ckpt_crc_check_t k;
+            int has_crc = 0;
+            ACX_CHECK_GOTO(dataset_crc(f, obj, size, what, &has_crc, &crc), status, out);
+            if (has_crc) {
+                acx_ckpt_crc_check_init(&k, &crc, what, 0);
+                status = acx_ckpt_crc_check_feed(&k, tmp, size);
+                acx_ckpt_crc_free(&crc);
+                if (status != ACX_OK) goto out;
+            }
+        }
         len = strlen(tmp);
         if (len < n) memcpy(buf, tmp, len + 1);
     }
@@ -1002,15 +1178,87 @@ acx_status_t acx_ckpt_shape(acx_ckpt_file_t *f, const char *path, int *ndim_p, i
 
 /* ---- reading tensors ---- */
 
-/* Check that dataset matches t's shape and dtype, then read t's io rows.
- * Lock held. Not collective (independent transfer). */
+/* Select the elements [e0, e1) — row-major flat indices — of the dataspace
+ * `space` of dims[ndim], where coordinates start[0..d) are fixed and the
+ * range is within the sub-array dims[d..ndim): a partial first row, whole
+ * rows, a partial last row, recursing into the partial ones (at most
+ * 2*ndim - 1 blocks, OR-ed into the selection). */
+static herr_t select_flat(hid_t space, int ndim, const hsize_t *dims, int d, hsize_t *start,
+                          hsize_t e0, hsize_t e1) {
+    if (e0 >= e1) return 0;
+    hsize_t inner = 1, count[ACX_MAX_DIMS];
+    for (int k = d + 1; k < ndim; k++)
+        inner *= dims[k];
+    hsize_t r0 = e0 / inner, o0 = e0 % inner, r1 = e1 / inner, o1 = e1 % inner;
+    if (d == ndim - 1 || r0 == r1) {
+        start[d] = r0;
+        if (d == ndim - 1) {
+            for (int k = 0; k < ndim; k++)
+                count[k] = k < d ? 1 : e1 - e0;
+            return H5Sselect_hyperslab(space, H5S_SELECT_OR, start, NULL, count, NULL);
+        }
+        return select_flat(space, ndim, dims, d + 1, start, o0, o1);
+    }
+    if (o0 > 0) {
+        start[d] = r0++;
+        if (select_flat(space, ndim, dims, d + 1, start, o0, inner) < 0) return -1;
+    }
+    if (r1 > r0) {
+        hsize_t st[ACX_MAX_DIMS];
+        for (int k = 0; k < ndim; k++) {
+            st[k] = k < d ? start[k] : k == d ? r0 : 0;
+            count[k] = k < d ? 1 : k == d ? r1 - r0 : dims[k];
+        }
+        if (H5Sselect_hyperslab(space, H5S_SELECT_OR, st, NULL, count, NULL) < 0) return -1;
+    }
+    if (o1 > 0) {
+        start[d] = r1;
+        if (select_flat(space, ndim, dims, d + 1, start, 0, o1) < 0) return -1;
+    }
+    return 0;
+}
+
+/* Read elements [e0, e1) (e0 < e1) of dset — flat, row-major indices —
+ * into buf as one flat run. Lock held. */
+static acx_status_t read_flat(hid_t dset, hid_t mtype, int ndim, const hsize_t *dims, hsize_t e0,
+                              hsize_t e1, void *buf, const char *what) {
+    acx_status_t status = ACX_OK;
+    hid_t fspace = -1, mspace = -1;
+    hsize_t start[ACX_MAX_DIMS] = {0}, n = e1 - e0;
+    ACX_H5_CHECK_GOTO(fspace = H5Dget_space(dset), what, status, out);
+    ACX_H5_CHECK_GOTO(H5Sselect_none(fspace), what, status, out);
+    ACX_H5_CHECK_GOTO(select_flat(fspace, ndim, dims, 0, start, e0, e1), what, status, out);
+    ACX_H5_CHECK_GOTO(mspace = H5Screate_simple(1, &n, NULL), what, status, out);
+    ACX_H5_CHECK_GOTO(H5Dread(dset, mtype, mspace, fspace, H5P_DEFAULT, buf), what, status, out);
+out:
+    if (mspace >= 0) H5Sclose(mspace);
+    if (fspace >= 0) H5Sclose(fspace);
+    return status;
+}
+
+/* Check that dataset matches t's shape and dtype, then read t's io rows
+ * and verify them. Lock held.
+ *
+ * Verification (format version 2): the io rows are the dataset's bytes
+ * [a, b); the CRC blocks they touch cover [wa, wb) ⊇ [a, b) — the first and
+ * last block may hold bytes of rows this rank does not read. Those edges
+ * ([wa, a) and [b, wb), each less than one block) are read too, into
+ * `scratch`, and the blocks are checked as head + rows + tail. So a rank
+ * verifies every byte it returns without any other rank's help, whatever
+ * the world size at save and at load; the extra reading is at most two
+ * blocks per tensor (a small fraction of a rank's rows: blocks are 64 KiB,
+ * or 1/4096 of a tensor above 256 MiB). The rows are read in pieces of
+ * about CKPT_IO_PIECE, each checked right after it is read, while it is in
+ * the cache. Independent transfers: see the file comment. */
 static acx_status_t read_tensor(acx_ckpt_file_t *f, const acx_ckpt_tensor_t *t) {
     acx_status_t status = ACX_OK;
     char what[1280];
     hid_t dset = -1, fspace = -1, mspace = -1;
-    int ndim;
+    int ndim, has_crc = 0;
     int64_t shape[ACX_MAX_DIMS];
     acx_dtype_t dtype;
+    acx_ckpt_crc_t crc = {0};
+    unsigned char *scratch = NULL;
 
     snprintf(what, sizeof what, "dataset '%s' in '%s'", t->path, f->path);
     ACX_CHECK_GOTO(open_dataset(f, t->path, &dset), status, out);
@@ -1027,24 +1275,67 @@ static acx_status_t read_tensor(acx_ckpt_file_t *f, const acx_ckpt_tensor_t *t) 
                       t->path, f->path, fs, acx_dtype_name(dtype), ts, acx_dtype_name(t->dtype));
         goto out;
     }
-    hsize_t rows = (hsize_t)(t->io_end - t->io_begin);
-    hsize_t melems = rows * (hsize_t)row_numel(t);
-    if (melems == 0) goto out;
-    hsize_t start[ACX_MAX_DIMS] = {0}, count[ACX_MAX_DIMS];
+    uint64_t es = acx_dtype_size(t->dtype), rb = row_bytes(t);
+    uint64_t a = (uint64_t)t->io_begin * rb, b = (uint64_t)t->io_end * rb;
+    ACX_CHECK_GOTO(dataset_crc(f, dset, tensor_bytes(t), what, &has_crc, &crc), status, out);
+    /* an empty dataset has no storage to read (the same on every rank) */
+    if (tensor_bytes(t) == 0) goto out;
+
+    hsize_t dims[ACX_MAX_DIMS];
     for (int k = 0; k < ndim; k++)
-        count[k] = (hsize_t)shape[k];
-    start[0] = (hsize_t)t->io_begin;
-    count[0] = rows;
-    ACX_H5_CHECK_GOTO(fspace = H5Dget_space(dset), what, status, out);
-    ACX_H5_CHECK_GOTO(H5Sselect_hyperslab(fspace, H5S_SELECT_SET, start, NULL, count, NULL), what,
-                      status, out);
-    /* the selection's shape, as when writing */
-    ACX_H5_CHECK_GOTO(mspace = H5Screate_simple(ndim, count, NULL), what, status, out);
-    char *buf = (char *)t->buf + (size_t)(t->io_begin - t->buf_row0) * (size_t)row_numel(t) *
-                                     acx_dtype_size(t->dtype);
-    if (H5Dread(dset, acx_h5_native((int)t->dtype), mspace, fspace, H5P_DEFAULT, buf) < 0)
-        status = read_error("H5Dread", t->path, f->path, __LINE__);
+        dims[k] = (hsize_t)shape[k];
+    /* the edges of the blocks [a, b) touches: elements [h0, a/es) and
+     * [b/es, t1); the block edges need not fall on elements */
+    uint64_t wa = a, wb = b;
+    if (has_crc && a < b) {
+        wa = a / crc.block * crc.block;
+        wb = acx_ckpt_crc_nblocks(b, crc.block) * crc.block;
+        if (wb > crc.bytes) wb = crc.bytes;
+    }
+    hsize_t h0 = wa / es, t1 = (wb + es - 1) / es;
+    uint64_t head_bytes = (a / es - h0) * es, tail_bytes = (t1 - b / es) * es;
+    if (head_bytes + tail_bytes > 0) {
+        scratch = acx_malloc((size_t)(head_bytes + tail_bytes), "checkpoint block edges");
+        if (scratch == NULL) {
+            status = ACX_ERR_NO_MEMORY;
+            goto out;
+        }
+    }
+    hid_t mtype = acx_h5_native((int)t->dtype);
+    int check = has_crc && a < b;
+    acx_ckpt_crc_check_t k;
+    if (check) acx_ckpt_crc_check_init(&k, &crc, what, wa);
+    if (head_bytes > 0)
+        ACX_CHECK_GOTO(read_flat(dset, mtype, ndim, dims, h0, a / es, scratch, what), status, out);
+    if (check)
+        ACX_CHECK_GOTO(acx_ckpt_crc_check_feed(&k, scratch + (wa - h0 * es), a - wa), status, out);
+
+    /* the rows, piece by piece, each checked right after it is read (while
+     * it is in the cache) */
+    if (a < b) {
+        hsize_t step = piece_rows(rb), end = (hsize_t)t->io_end;
+        ACX_H5_CHECK_GOTO(fspace = H5Dget_space(dset), what, status, out);
+        for (hsize_t r = (hsize_t)t->io_begin; r < end; r += step) {
+            hsize_t n = end - r < step ? end - r : step;
+            char *p = (char *)t->buf + (size_t)(r - (hsize_t)t->buf_row0) * (size_t)rb;
+            ACX_CHECK_GOTO(select_rows(fspace, ndim, dims, r, n, &mspace, what), status, out);
+            if (H5Dread(dset, mtype, mspace, fspace, H5P_DEFAULT, p) < 0) {
+                status = read_error("H5Dread", t->path, f->path, __LINE__);
+                goto out;
+            }
+            H5Sclose(mspace);
+            mspace = -1;
+            if (check) ACX_CHECK_GOTO(acx_ckpt_crc_check_feed(&k, p, n * rb), status, out);
+        }
+    }
+    if (tail_bytes > 0)
+        ACX_CHECK_GOTO(read_flat(dset, mtype, ndim, dims, b / es, t1, scratch + head_bytes, what),
+                       status, out);
+    if (check)
+        ACX_CHECK_GOTO(acx_ckpt_crc_check_feed(&k, scratch + head_bytes, wb - b), status, out);
 out:
+    free(scratch);
+    acx_ckpt_crc_free(&crc);
     if (mspace >= 0) H5Sclose(mspace);
     if (fspace >= 0) H5Sclose(fspace);
     if (dset >= 0) H5Dclose(dset);
@@ -1057,10 +1348,10 @@ acx_status_t acx_ckpt_read(acx_ckpt_file_t *f, const acx_ckpt_tensor_t *tensors,
         status = ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_ckpt_read: NULL file or tensors");
     for (int i = 0; status == ACX_OK && i < num_tensors; i++)
         status = check_tensor(&tensors[i], i);
-    if (status != ACX_OK) return f != NULL ? agree(f->world, status) : status;
+    if (f == NULL) return status;
+    status = agree(f->world, status);
+    if (status != ACX_OK) return status;
 
-    /* Independent reads: a rank stops at its first failure and the ranks
-     * agree once, at the end (see the file comment). */
     acx_h5_lock();
     acx_h5_quiet();
     for (int i = 0; status == ACX_OK && i < num_tensors; i++)

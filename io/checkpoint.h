@@ -18,7 +18,9 @@
 #include "collectives/coll.h"
 
 #define ACX_CKPT_FORMAT "acx-checkpoint"
-#define ACX_CKPT_FORMAT_VERSION 1
+/* 2: contiguous datasets with CRC-32 block attributes (io/ckpt_crc.h);
+ * 1: chunked datasets with HDF5's Fletcher-32 filter. Both are read. */
+#define ACX_CKPT_FORMAT_VERSION 2
 
 typedef enum acx_ckpt_attr_type {
     ACX_CKPT_I64 = 0,
@@ -41,7 +43,11 @@ typedef struct acx_ckpt_attr {
  * tensor, row-major (a row = prod(shape[1..]) elements); this rank writes
  * (save) or reads (load) rows [io_begin, io_end), which must lie inside the
  * buffer's rows (an empty range is fine: the rank takes part with an empty
- * selection). Datasets are identical on every rank except for buf/io rows. */
+ * selection). Datasets are identical on every rank except for buf/io rows.
+ * On save the ranks' io rows must tile [0, shape[0]): every row written by
+ * exactly one rank (a tensor every rank holds is split, as under NO_SHARD,
+ * or written by one); the checksums are joined from the ranks' pieces. On
+ * load any ranks may read any rows, overlapping or not. */
 typedef struct acx_ckpt_tensor {
     const char *path;
     acx_dtype_t dtype;
@@ -55,9 +61,11 @@ typedef struct acx_ckpt_tensor {
 /* Write a checkpoint to `path`: create path's temporary sibling with the
  * MPI-IO driver, collective metadata and transfers; write every attribute
  * (each rank passes the same list) and every tensor's io rows; checksum
- * every dataset; close, fsync, rename to `path`, fsync the directory.
+ * every dataset (CRC-32 blocks: each rank its rows, joined by one
+ * all-reduce); close, fsync, rename to `path`, fsync the directory.
  * Collective over world; every rank returns the same status. A failure
- * removes the temporary file and never touches an existing `path`. */
+ * removes the temporary file and never touches an existing `path`.
+ * ACX_ERR_INVALID_ARG when a tensor's io rows do not tile it (above). */
 acx_status_t acx_ckpt_save(acx_comm_t *world, const char *path, const acx_ckpt_tensor_t *tensors,
                            int num_tensors, const acx_ckpt_attr_t *attrs, int num_attrs);
 
@@ -85,9 +93,12 @@ acx_status_t acx_ckpt_shape(acx_ckpt_file_t *f, const char *path, int *ndim_p, i
 
 /* Read the io rows of each tensor (shape and dtype must match the file's:
  * ACX_ERR_FORMAT naming the dataset, the file's and the expected shape).
- * Checksums are verified (a mismatch is ACX_ERR_FORMAT naming the dataset).
- * Collective over world (every rank passes the same datasets in the same
- * order); every rank returns the same status. */
+ * Every rank verifies the checksums of what it read (version 2: the CRC-32
+ * blocks its rows touch, reading the blocks' edges beyond its rows;
+ * version 1: HDF5's Fletcher-32). A mismatch is ACX_ERR_FORMAT naming the
+ * dataset and the byte range, on every rank. Collective over world (every
+ * rank passes the same datasets in the same order); every rank returns the
+ * same status. */
 acx_status_t acx_ckpt_read(acx_ckpt_file_t *f, const acx_ckpt_tensor_t *tensors, int num_tensors);
 
 /* Names of the datasets under a group (e.g. "/model"), in creation order;

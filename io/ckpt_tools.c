@@ -10,11 +10,15 @@
  * collective reader of io/checkpoint.c, so these tools also inspect files
  * that reader would refuse (a newer format version is reported, not hidden).
  *
- * Checksums. The writer (io/checkpoint.c) protects every non-empty dataset
- * with HDF5's Fletcher-32 filter, which HDF5 checks on every read of a
- * chunk: reading every dataset completely is the verification, and a failed
- * read names the dataset. (Metadata carries HDF5's own checksums, checked
- * when the objects are opened.)
+ * Checksums. Format version 2 stores CRC-32s of fixed-size blocks of every
+ * dataset's bytes in its attributes (io/ckpt_crc.h): verify reads each
+ * dataset front to back in the file's own type (so the bytes are the
+ * stored ones) and checks every block as it passes, and export checks the
+ * parameters the same way while it copies them. Version 1 used HDF5's
+ * Fletcher-32 filter, which HDF5 checks itself on every read of a chunk:
+ * for those files reading every dataset completely is the verification.
+ * Either way a failure names the dataset. (Metadata carries HDF5's own
+ * checksums, checked when the objects are opened.)
  *
  * Left to others: the layout itself and the collective writer/reader
  * (io/checkpoint.c), what the state means (runtime/checkpoint.c), the
@@ -33,6 +37,7 @@
 #include "acx/checkpoint.h"
 #include "acx/types.h"
 #include "io/checkpoint.h"
+#include "io/ckpt_crc.h"
 #include "io/h5.h"
 #include "runtime/base/error.h"
 
@@ -503,6 +508,51 @@ static void type_text(hid_t type, char *buf, size_t n) {
     }
 }
 
+/* ---- checksums (format version 2) ---- */
+
+/* The CRC-32 check of one dataset read whole, front to back. */
+typedef struct crc_reader {
+    int on; /* the dataset carries checksum attributes */
+    acx_ckpt_crc_t crc;
+    acx_ckpt_crc_check_t k;
+    char what[PATH_CAP + 512]; /* "dataset /model/x of 'f.h5' is damaged" */
+} crc_reader_t;
+
+/* Set up `r` for dataset `dset` of a file of format `version`. A dataset
+ * of version 2 up to ours must carry the attributes (ACX_ERR_FORMAT naming
+ * it); version 1 has none (Fletcher-32, checked by HDF5); a newer version's
+ * dataset is checked when it carries ours. Lock held. */
+static acx_status_t crc_reader_open(hid_t dset, int64_t version, const char *dpath,
+                                    const char *real, crc_reader_t *r) {
+    char what[PATH_CAP + 256];
+    hid_t type = -1;
+    int present = 0;
+    ds_shape_t s;
+    r->on = 0;
+    snprintf(what, sizeof what, "dataset %s of '%s'", dpath, real);
+    if (get_shape(dset, &s) < 0 || (type = H5Dget_type(dset)) < 0)
+        return acx_error_h5("H5Dget_space", what, __FILE__, __LINE__);
+    uint64_t bytes = (uint64_t)s.numel * H5Tget_size(type);
+    H5Tclose(type);
+    ACX_CHECK(acx_ckpt_crc_read_attrs(dset, bytes, what, &present, &r->crc));
+    if (!present && version >= 2 && version <= ACX_CKPT_FORMAT_VERSION)
+        return ACX_ERROR(ACX_ERR_FORMAT,
+                         "%s is damaged: it has no checksum attributes ('%s'), which format "
+                         "version %lld requires",
+                         what, ACX_CKPT_CRC_BLOCKS_ATTR, (long long)version);
+    if (present) {
+        r->on = 1;
+        snprintf(r->what, sizeof r->what, "%s is damaged", what);
+        acx_ckpt_crc_check_init(&r->k, &r->crc, r->what, 0);
+    }
+    return ACX_OK;
+}
+
+static void crc_reader_close(crc_reader_t *r) {
+    if (r->on) acx_ckpt_crc_free(&r->crc);
+    r->on = 0;
+}
+
 /* ---- reading a dataset in row blocks ---- */
 
 /* Called with each block of the dataset, in row-major order: `bytes` bytes
@@ -511,11 +561,13 @@ typedef acx_status_t (*block_fn_t)(const void *buf, size_t bytes, void *ctx);
 
 /* Read dataset `dset` completely, converted to `mem` (a fixed-size type),
  * in blocks of whole rows (whole chunks along dim 0 when chunked, so no
- * chunk is read twice); each block goes to fn (may be NULL). A failed read
- * is recorded naming the dataset (for Fletcher-32 datasets the HDF5 text
- * says the checksum failed). Lock held. */
-static acx_status_t read_blocks(hid_t dset, hid_t mem, const char *what, block_fn_t fn,
-                                void *ctx) {
+ * chunk is read twice); each block goes to the checksum check `crc` (when
+ * on: `mem` must then be the file's type, so the bytes are the stored ones),
+ * then to fn (may be NULL). A failed read is recorded naming the dataset
+ * (for Fletcher-32 datasets the HDF5 text says the checksum failed). Lock
+ * held. */
+static acx_status_t read_blocks(hid_t dset, hid_t mem, const char *what, crc_reader_t *crc,
+                                block_fn_t fn, void *ctx) {
     acx_status_t status = ACX_OK;
     ds_shape_t s;
     hid_t fspace = -1, mspace = -1, dcpl = -1;
@@ -545,6 +597,8 @@ static acx_status_t read_blocks(hid_t dset, hid_t mem, const char *what, block_f
     if (s.ndim == 0) {
         ACX_H5_CHECK_GOTO(H5Dread(dset, mem, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf), what, status,
                           out);
+        if (crc != NULL && crc->on)
+            ACX_CHECK_GOTO(acx_ckpt_crc_check_feed(&crc->k, buf, row_bytes), status, out);
         if (fn != NULL) status = fn(buf, row_bytes, ctx);
         goto out;
     }
@@ -566,6 +620,9 @@ static acx_status_t read_blocks(hid_t dset, hid_t mem, const char *what, block_f
                           out);
         H5Sclose(mspace);
         mspace = -1;
+        if (crc != NULL && crc->on)
+            ACX_CHECK_GOTO(acx_ckpt_crc_check_feed(&crc->k, buf, (uint64_t)n * row_bytes), status,
+                           out);
         if (fn != NULL) status = fn(buf, (size_t)n * row_bytes, ctx);
     }
 out:
@@ -589,6 +646,8 @@ static herr_t attr_cb(hid_t obj, const char *name, const H5A_info_t *info, void 
     attr_walk_t *w = data;
     char v[256];
     (void)info;
+    /* a long string's dataset's checksums: the table's last column says it */
+    if (strncmp(name, ACX_CKPT_CRC_ATTR, strlen(ACX_CKPT_CRC_ATTR)) == 0) return 0;
     if (attr_str(obj, name, v, sizeof v) == 0 && strlen(v) + 1 >= sizeof v) {
         hid_t a = H5Aopen(obj, name, H5P_DEFAULT), t = a >= 0 ? H5Aget_type(a) : -1;
         sb_printf(w->sb, " %s=(text, %zu bytes)", name, t >= 0 ? H5Tget_size(t) - 1 : 0);
@@ -690,9 +749,20 @@ ACX_API acx_status_t acx_checkpoint_info(const char *path, char **text_p) {
         type_text(type, tname, sizeof tname);
         hsize_t stored = H5Dget_storage_size(dset);
         data_bytes += (int64_t)stored;
-        /* the filters: Fletcher-32 on every non-empty dataset of version 1 */
+        /* the checksum: CRC-32 attributes (version 2: "crc32/B" with the
+         * block size), or the filters (Fletcher-32 on every non-empty
+         * dataset of version 1) */
         char filt[128] = "";
-        int nf = H5Pget_nfilters(dcpl);
+        int64_t block = 0;
+        if (attr_i64(dset, ACX_CKPT_CRC_BLOCK_BYTES_ATTR, &block) == 0 &&
+            H5Aexists(dset, ACX_CKPT_CRC_BLOCKS_ATTR) > 0) {
+            if (block % 1024 == 0)
+                snprintf(filt, sizeof filt, "crc32/%lldKiB", (long long)(block / 1024));
+            else
+                snprintf(filt, sizeof filt, "crc32/%lldB", (long long)block);
+        }
+        H5Eclear2(H5E_DEFAULT);
+        int nf = filt[0] == '\0' ? H5Pget_nfilters(dcpl) : 0;
         for (int f = 0; f < nf; f++) {
             unsigned flags;
             size_t nelem = 0;
@@ -745,14 +815,18 @@ out:
 
 /* ---- acx_checkpoint_verify ---- */
 
-/* Read one dataset completely: HDF5 checks each chunk's Fletcher-32. */
-static acx_status_t verify_dataset(hid_t file, const char *dpath, const char *real) {
+/* Read one dataset completely: its CRC-32 blocks are checked as they pass
+ * (version 2), or HDF5 checks each chunk's Fletcher-32 (version 1). */
+static acx_status_t verify_dataset(hid_t file, const char *dpath, const char *real,
+                                   int64_t version) {
     acx_status_t status = ACX_OK;
     char what[PATH_CAP + 256];
     hid_t dset = -1, type = -1;
+    crc_reader_t crc = {0};
     snprintf(what, sizeof what, "dataset %s in '%s'", dpath, real);
     ACX_H5_CHECK_GOTO(dset = H5Dopen2(file, dpath, H5P_DEFAULT), what, status, out);
     ACX_H5_CHECK_GOTO(type = H5Dget_type(dset), what, status, out);
+    ACX_CHECK_GOTO(crc_reader_open(dset, version, dpath, real, &crc), status, out);
 
     if (H5Tdetect_class(type, H5T_VLEN) > 0 || H5Tis_variable_str(type) > 0) {
         /* variable-length data (strings): one read, then give HDF5's
@@ -780,8 +854,9 @@ static acx_status_t verify_dataset(hid_t file, const char *dpath, const char *re
 
     /* the file's own type as the memory type: no conversion, only the
      * read and the checksum */
-    status = read_blocks(dset, type, what, NULL, NULL);
+    status = read_blocks(dset, type, what, &crc, NULL, NULL);
 out:
+    crc_reader_close(&crc);
     if (status == ACX_ERR_HDF5) {
         /* a dataset that cannot be read is a damaged checkpoint: say which,
          * keeping HDF5's words (a Fletcher-32 failure reads "... data error
@@ -818,7 +893,7 @@ ACX_API acx_status_t acx_checkpoint_verify(const char *path) {
     }
     ACX_CHECK_GOTO(list_datasets(file, "/", real, &l), status, out);
     for (int k = 0; k < l.count && status == ACX_OK; k++)
-        status = verify_dataset(file, l.paths[k], real);
+        status = verify_dataset(file, l.paths[k], real, version);
 out:
     ds_list_free(&l);
     close_ckpt(file);
@@ -881,6 +956,23 @@ static acx_status_t out_commit(out_file_t *o, acx_status_t status) {
     free(o->tmp);
     o->tmp = NULL;
     return status;
+}
+
+/* The checksum check of parameter `dpath` as export reads it converted to
+ * `mem`: inline when `mem` is the file's own type (float32 parameters, the
+ * case of every acx checkpoint), else by a verifying read first. Lock
+ * held. */
+static acx_status_t export_crc_open(hid_t file, hid_t dset, int64_t version, const char *dpath,
+                                    const char *real, hid_t mem, crc_reader_t *r) {
+    ACX_CHECK(crc_reader_open(dset, version, dpath, real, r));
+    if (!r->on) return ACX_OK;
+    hid_t type = H5Dget_type(dset);
+    htri_t same = type >= 0 ? H5Tequal(type, mem) : -1;
+    if (type >= 0) H5Tclose(type);
+    H5Eclear2(H5E_DEFAULT);
+    if (same > 0) return ACX_OK;
+    crc_reader_close(r);
+    return verify_dataset(file, dpath, real, version);
 }
 
 /* One parameter to export: its name (path under /model) and shape. */
@@ -954,8 +1046,8 @@ static acx_status_t write_block(const void *buf, size_t bytes, void *ctx) {
  * The reference writer orders tensors by decreasing dtype alignment, then
  * by name; all ours are F32, so by name (byte order, as Rust's str does),
  * and we write the JSON compactly as serde_json does. */
-static acx_status_t export_safetensors(hid_t file, const char *real, param_entry_t *params,
-                                       int n, out_file_t *o) {
+static acx_status_t export_safetensors(hid_t file, const char *real, int64_t version,
+                                       param_entry_t *params, int n, out_file_t *o) {
     acx_status_t status = ACX_OK;
     sbuf_t h = {0};
     char v[256], what[PATH_CAP + 256];
@@ -998,10 +1090,14 @@ static acx_status_t export_safetensors(hid_t file, const char *real, param_entry
     for (int k = 0; k < n && status == ACX_OK; k++) {
         hid_t dset;
         snprintf(what, sizeof what, "dataset %s in '%s'", params[k].dpath, real);
+        crc_reader_t crc = {0};
         ACX_H5_CHECK_GOTO(dset = H5Dopen2(file, params[k].dpath, H5P_DEFAULT), what, status, out);
         /* HDF5 converts to IEEE float32 little-endian whatever the stored
          * float type and byte order */
-        status = read_blocks(dset, H5T_IEEE_F32LE, what, write_block, o);
+        status = export_crc_open(file, dset, version, params[k].dpath, real, H5T_IEEE_F32LE, &crc);
+        if (status == ACX_OK)
+            status = read_blocks(dset, H5T_IEEE_F32LE, what, &crc, write_block, o);
+        crc_reader_close(&crc);
         H5Dclose(dset);
     }
 out:
@@ -1012,8 +1108,8 @@ out:
 /* Weights-only HDF5, the layout of acx_model_save_weights (io/weights.c):
  * root attrs format = "acx-weights", step, source; one float32 dataset per
  * parameter at /<name> with its true shape, in the checkpoint's order. */
-static acx_status_t export_hdf5(hid_t file, const char *real, const param_entry_t *params, int n,
-                                const char *tmp) {
+static acx_status_t export_hdf5(hid_t file, const char *real, int64_t version,
+                                const param_entry_t *params, int n, const char *tmp) {
     acx_status_t status = ACX_OK;
     char what[PATH_CAP + 256];
     int64_t step = 0;
@@ -1032,9 +1128,12 @@ static acx_status_t export_hdf5(hid_t file, const char *real, const param_entry_
         const param_entry_t *p = &params[k];
         hid_t src = -1, dst = -1, space = -1, fsel = -1, msel = -1;
         float *buf = NULL;
+        crc_reader_t crc = {0};
         const ds_shape_t *s = &p->shape;
         snprintf(what, sizeof what, "parameter %s from '%s' into '%s'", p->name, real, tmp);
         ACX_H5_CHECK_GOTO(src = H5Dopen2(file, p->dpath, H5P_DEFAULT), what, status, next);
+        ACX_CHECK_GOTO(export_crc_open(file, src, version, p->dpath, real, H5T_NATIVE_FLOAT, &crc),
+                       status, next);
         ACX_H5_CHECK_GOTO(space = s->ndim > 0 ? H5Screate_simple(s->ndim, s->dims, NULL)
                                               : H5Screate(H5S_SCALAR),
                           what, status, next);
@@ -1054,6 +1153,7 @@ static acx_status_t export_hdf5(hid_t file, const char *real, const param_entry_
         if (s->ndim == 0) {
             ACX_H5_CHECK_GOTO(H5Dread(src, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf),
                               what, status, next);
+            if (crc.on) ACX_CHECK_GOTO(acx_ckpt_crc_check_feed(&crc.k, buf, 4), status, next);
             ACX_H5_CHECK_GOTO(H5Dwrite(dst, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf),
                               what, status, next);
             goto next;
@@ -1071,12 +1171,16 @@ static acx_status_t export_hdf5(hid_t file, const char *real, const param_entry_
             ACX_H5_CHECK_GOTO(msel = H5Screate_simple(s->ndim, count, NULL), what, status, next);
             ACX_H5_CHECK_GOTO(H5Dread(src, H5T_NATIVE_FLOAT, msel, fsel, H5P_DEFAULT, buf), what,
                               status, next);
+            if (crc.on)
+                ACX_CHECK_GOTO(acx_ckpt_crc_check_feed(&crc.k, buf, (uint64_t)(nr * row) * 4),
+                               status, next);
             ACX_H5_CHECK_GOTO(H5Dwrite(dst, H5T_NATIVE_FLOAT, msel, fsel, H5P_DEFAULT, buf), what,
                               status, next);
             H5Sclose(msel);
             msel = -1;
         }
     next:
+        crc_reader_close(&crc);
         free(buf);
         if (msel >= 0) H5Sclose(msel);
         if (fsel >= 0) H5Sclose(fsel);
@@ -1124,14 +1228,14 @@ ACX_API acx_status_t acx_checkpoint_export(const char *path, const char *out_pat
         if ((o.f = fopen(o.tmp, "wb")) == NULL) {
             status = ACX_ERROR(ACX_ERR_IO, "cannot create '%s': %s", o.tmp, strerror(errno));
         } else {
-            status = export_safetensors(file, real, params, l.count, &o);
+            status = export_safetensors(file, real, version, params, l.count, &o);
             if (status == ACX_OK && (fflush(o.f) != 0 || fsync(fileno(o.f)) != 0))
                 status = ACX_ERROR(ACX_ERR_IO, "writing '%s' failed: %s", o.tmp, strerror(errno));
             if (fclose(o.f) != 0 && status == ACX_OK)
                 status = ACX_ERROR(ACX_ERR_IO, "closing '%s' failed: %s", o.tmp, strerror(errno));
         }
     } else {
-        status = export_hdf5(file, real, params, l.count, o.tmp);
+        status = export_hdf5(file, real, version, params, l.count, o.tmp);
     }
     status = out_commit(&o, status);
 out:

@@ -15,16 +15,28 @@
  *                       every rank, and into a buffer holding all rows;
  *                       compare every element with the formula; check the
  *                       attributes, the listing, shapes and mismatch errors.
- *   faults DIR          (np 1..2) corrupted copies of a fresh checkpoint: a
- *                       flipped byte in a chunk (one only the last rank
- *                       reads), in an object header, a truncated file, a
- *                       deleted dataset, format_version 99, no format
- *                       attribute, a text file, a missing file; saves into a
- *                       missing directory, under a file, with a bad tensor on
- *                       one rank and with a duplicate path — each the
- *                       documented status and message, no temporary file
- *                       left and the previous checkpoint untouched.
+ *   faults DIR          (np 1..3) corrupted copies of a fresh checkpoint: a
+ *                       flipped byte in a dataset (in a CRC block only the
+ *                       last rank reads; in one straddling two ranks' rows
+ *                       when the blocks are small) — every rank fails naming
+ *                       the dataset and the block's byte range, rows away
+ *                       from the block still load; checksum attributes
+ *                       deleted or disagreeing; a flipped byte in an object
+ *                       header, a truncated file, a deleted dataset,
+ *                       format_version 99, no format attribute, a text file,
+ *                       a missing file; saves into a missing directory, under
+ *                       a file, with a bad tensor on one rank and with a
+ *                       duplicate path — each the documented status and
+ *                       message, no temporary file left and the previous
+ *                       checkpoint untouched. Then a format-version-1 file
+ *                       (chunked, Fletcher-32; written here with serial
+ *                       HDF5) loads, and a flipped byte in it is a checksum
+ *                       mismatch.
  *   (none)              save, load and faults in a temporary directory.
+ *
+ * ACX_TEST_CKPT_CRC_BLOCK=N (io/ckpt_crc.h) makes the writer's CRC blocks N
+ * bytes, so that blocks straddle ranks' rows at save and load
+ * (tests/ckpt_reshard.test runs save, load and faults with 36).
  *
  * Ranks agree on pass/fail (MPI_LOR) so every rank exits with the same code.
  */
@@ -39,6 +51,7 @@
 
 #include "collectives/coll.h"
 #include "io/checkpoint.h"
+#include "io/h5.h"
 #include "tests/acx_test.h"
 
 static acx_comm_t *world;
@@ -171,7 +184,10 @@ static acx_status_t save_all(const char *path) {
     char *text = long_string();
     acx_ckpt_attr_t a[] = {
         {.object = "/", .name = "format", .type = ACX_CKPT_STR, .str = ACX_CKPT_FORMAT},
-        {.object = "/", .name = "format_version", .type = ACX_CKPT_I64, .i64 = 1},
+        {.object = "/",
+         .name = "format_version",
+         .type = ACX_CKPT_I64,
+         .i64 = ACX_CKPT_FORMAT_VERSION},
         {.object = "/", .name = "world_size", .type = ACX_CKPT_I64, .i64 = nranks},
         {.object = "/", .name = "note", .type = ACX_CKPT_STR, .str = "saved by test_ckpt_io"},
         {.object = "/optimizer", .name = "lr", .type = ACX_CKPT_F64, .f64 = 1.25e-3},
@@ -418,8 +434,23 @@ static int flip_byte(const char *path, haddr_t at) {
     return rc;
 }
 
-/* File offset and size of the chunk of 2-D `dset` holding row `row`
- * (rank 0, serial HDF5). */
+/* File offset of byte `byte` of contiguous dataset `dset`'s data (rank 0,
+ * serial HDF5); HADDR_UNDEF if it is not contiguous or too small. */
+static haddr_t data_addr(const char *path, const char *dset, hsize_t byte) {
+    haddr_t addr = HADDR_UNDEF;
+    hid_t fid = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    hid_t d = fid >= 0 ? H5Dopen2(fid, dset, H5P_DEFAULT) : -1;
+    if (d >= 0 && byte < H5Dget_storage_size(d)) {
+        haddr_t base = H5Dget_offset(d);
+        if (base != HADDR_UNDEF) addr = base + byte;
+    }
+    if (d >= 0) H5Dclose(d);
+    if (fid >= 0) H5Fclose(fid);
+    return addr;
+}
+
+/* File offset and size of the chunk of 2-D `dset` holding row `row` (a
+ * version-1 file; rank 0, serial HDF5). */
 static haddr_t chunk_addr(const char *path, const char *dset, hsize_t row, hsize_t *size_p) {
     haddr_t addr = HADDR_UNDEF;
     unsigned mask = 0;
@@ -447,20 +478,162 @@ static haddr_t header_addr(const char *path, const char *obj) {
     return addr;
 }
 
-/* Read every rank's slice of /model/big from `path`. */
-static acx_status_t read_big(const char *path) {
+/* Read rows [b, e) of tensor `i` from `path` on this rank and compare them
+ * with the formula (a difference is ACX_ERR_INTERNAL: the test fails). */
+static acx_status_t read_rows(const char *path, int i, int64_t b, int64_t e) {
     acx_ckpt_file_t *f;
-    spec_t s = specs[4];
-    int64_t b, e;
+    spec_t s = specs[i];
     acx_status_t st = acx_ckpt_open(world, path, &f);
     if (st != ACX_OK) return st;
-    slice(s.shape[0], rank, nranks, &b, &e);
-    void *buf = malloc((size_t)((e - b) * rownumel(&s)) * sizeof(float) + 1);
+    void *buf = malloc((size_t)((e - b) * rownumel(&s)) * acx_dtype_size(s.dtype) + 1);
     acx_ckpt_tensor_t t = tensor_of(&s, buf, b, e - b, b, e);
     st = acx_ckpt_read(f, &t, 1);
+    if (st == ACX_OK && compare(i, &s, buf, b, e - b) != 0) st = ACX_ERR_INTERNAL;
     free(buf);
     acx_ckpt_close(f);
     return st;
+}
+
+/* Read every rank's slice of /model/big from `path`. */
+static acx_status_t read_big(const char *path) {
+    int64_t b, e;
+    slice(specs[4].shape[0], rank, nranks, &b, &e);
+    return read_rows(path, 4, b, e);
+}
+
+/* The CRC block size of dataset `dset` in `path` (the writer's choice; rank
+ * 0 reads it with serial HDF5, every rank gets it), or -1. */
+static int64_t crc_block_of(const char *path, const char *dset) {
+    int64_t block = -1;
+    if (rank == 0) {
+        hid_t fid = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+        hid_t d = fid >= 0 ? H5Dopen2(fid, dset, H5P_DEFAULT) : -1;
+        hid_t a = d >= 0 ? H5Aopen(d, "acx_crc32_block_bytes", H5P_DEFAULT) : -1;
+        if (a < 0 || H5Aread(a, H5T_NATIVE_INT64, &block) < 0) block = -1;
+        if (a >= 0) H5Aclose(a);
+        if (d >= 0) H5Dclose(d);
+        if (fid >= 0) H5Fclose(fid);
+    }
+    MPI_Bcast(&block, 1, MPI_INT64_T, 0, MPI_COMM_WORLD);
+    return block;
+}
+
+/* The byte range "in bytes [lo, hi)" the last error names holds `byte`,
+ * and is one block (at most `block` bytes). */
+static int names_range(uint64_t byte, int64_t block) {
+    const char *at = strstr(acx_last_error(), "in bytes [");
+    unsigned long long lo = 0, hi = 0;
+    if (at == NULL || sscanf(at, "in bytes [%llu, %llu)", &lo, &hi) != 2) return 0;
+    return lo <= byte && byte < hi && hi - lo <= (unsigned long long)block &&
+           lo % (unsigned long long)block == 0;
+}
+
+/* Flip byte `byte` of dataset `dset`'s data in a copy of `from` named `to`
+ * (rank 0); every rank returns whether it worked. */
+static int copy_flip(const char *from, const char *to, const char *dset, hsize_t byte) {
+    int rc = 0;
+    if (rank == 0) {
+        haddr_t at = data_addr(from, dset, byte);
+        rc = at == HADDR_UNDEF || copy_file(from, to) || flip_byte(to, at);
+    }
+    return !agree_fail(rc);
+}
+
+/* A chunked, Fletcher-32 dataset of tensor i's values (rows of `chunk_rows`)
+ * as format version 1 stored every non-empty dataset. */
+static int write_v1_dataset(hid_t fid, int i, hsize_t chunk_rows) {
+    const spec_t *s = &specs[i];
+    hsize_t dims[3], chunk[3];
+    for (int k = 0; k < s->ndim; k++)
+        dims[k] = chunk[k] = (hsize_t)s->shape[k];
+    chunk[0] = chunk_rows;
+    void *buf = make_rows(i, s, 0, s->shape[0]);
+    hid_t space = H5Screate_simple(s->ndim, dims, NULL), dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    int rc = space < 0 || dcpl < 0 || H5Pset_chunk(dcpl, s->ndim, chunk) < 0 ||
+             H5Pset_fletcher32(dcpl) < 0;
+    hid_t lcpl = H5Pcreate(H5P_LINK_CREATE);
+    rc |= lcpl < 0 || H5Pset_create_intermediate_group(lcpl, 1) < 0;
+    hid_t d = rc ? -1 : H5Dcreate2(fid, s->path, H5T_IEEE_F32LE, space, lcpl, dcpl, H5P_DEFAULT);
+    rc |= d < 0 || H5Dwrite(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) < 0;
+    if (d >= 0) H5Dclose(d);
+    if (lcpl >= 0) H5Pclose(lcpl);
+    if (dcpl >= 0) H5Pclose(dcpl);
+    if (space >= 0) H5Sclose(space);
+    free(buf);
+    return rc;
+}
+
+/* A version-1 checkpoint as acx wrote it before the CRC-32 attributes
+ * (rank 0, serial HDF5): /model/big and /model/vec chunked with Fletcher-32,
+ * the long string as a chunked, Fletcher-32 string dataset /config. */
+static int write_v1(const char *path) {
+    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+    int rc = fapl < 0 || H5Pset_libver_bounds(fapl, H5F_LIBVER_V18, H5F_LIBVER_V110) < 0;
+    hid_t fid = rc ? -1 : H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+    hid_t root = fid >= 0 ? H5Gopen2(fid, "/", H5P_DEFAULT) : -1;
+    rc |= root < 0 || acx_h5_write_attr_str(root, "format", ACX_CKPT_FORMAT) < 0 ||
+          acx_h5_write_attr_i64(root, "format_version", 1) < 0 ||
+          acx_h5_write_attr_i64(root, "world_size", 1) < 0;
+    rc |= rc || write_v1_dataset(fid, 4, 100) || write_v1_dataset(fid, 1, 37);
+    char *text = long_string();
+    hsize_t one = 1;
+    hid_t type = H5Tcopy(H5T_C_S1), space = H5Screate_simple(1, &one, NULL);
+    hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    rc |= type < 0 || H5Tset_size(type, LONG_LEN + 1) < 0 || space < 0 || dcpl < 0 ||
+          H5Pset_chunk(dcpl, 1, &one) < 0 || H5Pset_fletcher32(dcpl) < 0;
+    hid_t d = rc ? -1 : H5Dcreate2(fid, "/config", type, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+    rc |= d < 0 || H5Dwrite(d, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, text) < 0;
+    if (d >= 0) H5Dclose(d);
+    H5Pclose(dcpl);
+    H5Sclose(space);
+    H5Tclose(type);
+    free(text);
+    if (root >= 0) H5Gclose(root);
+    if (fid >= 0) rc |= H5Fclose(fid) < 0;
+    if (fapl >= 0) H5Pclose(fapl);
+    return rc;
+}
+
+/* The reader keeps loading version 1 (the compatibility rule): data and the
+ * long string read back; a flipped byte in a chunk is HDF5's Fletcher-32
+ * failure, named by the reader as a checksum mismatch. */
+static int test_v1(const char *dir) {
+    char p[1100], q[1100];
+    int rc = 0;
+    acx_ckpt_file_t *f = NULL;
+    char *cfg = malloc(LONG_LEN + 16), *want = long_string();
+    TESTING("format version 1 files (Fletcher-32 chunks) still load");
+    snprintf(p, sizeof p, "%s/v1.h5", dir);
+    if (rank == 0) rc = write_v1(p);
+    CHECK(!agree_fail(rc));
+    CHECK_OK(read_big(p));
+    CHECK_OK(read_rows(p, 1, 0, 37));
+    CHECK_OK(acx_ckpt_open(world, p, &f));
+    CHECK_OK(acx_ckpt_get_str(f, "/", "config", cfg, LONG_LEN + 16));
+    CHECK(strcmp(cfg, want) == 0);
+    acx_ckpt_close(f);
+    f = NULL;
+    snprintf(q, sizeof q, "%s/v1_flip.h5", dir);
+    if (rank == 0) {
+        hsize_t size = 0;
+        haddr_t at = chunk_addr(p, "/model/big", 599, &size);
+        rc = at == HADDR_UNDEF || size == 0 || copy_file(p, q) || flip_byte(q, at + size / 2);
+    }
+    CHECK(!agree_fail(rc));
+    CHECK_STATUS(read_big(q), ACX_ERR_FORMAT, "dataset '/model/big' in '");
+    CHECK(strstr(acx_last_error(), "checksum mismatch (corrupted file?)") != NULL);
+    free(cfg);
+    free(want);
+    if (agree_fail(0)) goto error;
+    PASSED();
+    return 0;
+error:
+    free(cfg);
+    free(want);
+    if (f != NULL) acx_ckpt_close(f);
+    agree_fail(1);
+    FAILED();
+    return 1;
 }
 
 static int file_exists(const char *p) {
@@ -476,17 +649,77 @@ static int test_faults(const char *dir) {
     snprintf(base, sizeof base, "%s/base.h5", dir);
     CHECK_OK(save_all(base));
 
-    /* a flipped byte in the chunk of /model/big's last row: with 2 ranks
-     * only rank 1 reads it, and the others must not wait for it */
-    snprintf(p, sizeof p, "%s/flip_data.h5", dir);
+    /* a flipped byte in /model/big's last row (600 rows of 4000 bytes):
+     * with 2+ ranks only the last rank reads its block, and the others must
+     * not wait for it — every rank fails naming the dataset and the block's
+     * byte range. Rows whose blocks do not reach it still load. */
+    {
+        const uint64_t byte = 599 * 4000 + 1234;
+        int64_t block = crc_block_of(base, "/model/big");
+        CHECK(block >= 1);
+        snprintf(p, sizeof p, "%s/flip_data.h5", dir);
+        CHECK(copy_flip(base, p, "/model/big", byte));
+        CHECK_STATUS(read_big(p), ACX_ERR_FORMAT, "dataset '/model/big' in '");
+        CHECK(strstr(acx_last_error(), "checksum mismatch (corrupted file?)") != NULL);
+        CHECK(names_range(byte, block));
+        int64_t clean_rows = (int64_t)(byte / (uint64_t)block * (uint64_t)block / 4000);
+        CHECK(clean_rows >= 1);
+        int64_t b, e;
+        slice(clean_rows, rank, nranks, &b, &e);
+        CHECK_OK(read_rows(p, 4, b, e));
+        /* the whole tensor on rank 0 only: the others read nothing */
+        CHECK_STATUS(read_rows(p, 4, 0, rank == 0 ? 600 : 0), ACX_ERR_FORMAT, "'/model/big'");
+        CHECK(names_range(byte, block));
+    }
+
+    /* a flipped byte in /model/vec (37 floats) in the middle of a block;
+     * with a block smaller than a rank's rows (ACX_TEST_CKPT_CRC_BLOCK) the
+     * block may straddle two ranks' rows: both check it */
+    {
+        int64_t block = crc_block_of(base, "/model/vec");
+        uint64_t byte = (uint64_t)(37 * 4 / 2);
+        CHECK(block >= 1);
+        snprintf(p, sizeof p, "%s/flip_vec.h5", dir);
+        CHECK(copy_flip(base, p, "/model/vec", byte));
+        int64_t b, e;
+        slice(37, rank, nranks, &b, &e);
+        CHECK_STATUS(read_rows(p, 1, b, e), ACX_ERR_FORMAT, "'/model/vec'");
+        CHECK(names_range(byte, block));
+        /* the same bytes, unflipped, in the optimizer's copy still load */
+        CHECK_OK(read_rows(p, 5, b, e));
+    }
+
+    /* checksum attributes removed, or not matching each other */
+    snprintf(p, sizeof p, "%s/nocrc.h5", dir);
     if (rank == 0) {
-        hsize_t size = 0;
-        haddr_t at = chunk_addr(base, "/model/big", 599, &size);
-        rc = at == HADDR_UNDEF || size == 0 || copy_file(base, p) || flip_byte(p, at + size / 2);
+        rc = copy_file(base, p);
+        hid_t fid = rc ? -1 : H5Fopen(p, H5F_ACC_RDWR, H5P_DEFAULT);
+        hid_t d = fid >= 0 ? H5Dopen2(fid, "/model/vec", H5P_DEFAULT) : -1;
+        rc = d < 0 || H5Adelete(d, "acx_crc32") < 0 || H5Adelete(d, "acx_crc32_blocks") < 0 ||
+             H5Adelete(d, "acx_crc32_block_bytes") < 0;
+        if (d >= 0) H5Dclose(d);
+        if (fid >= 0) rc |= H5Fclose(fid) < 0;
     }
     CHECK(!agree_fail(rc));
-    CHECK_STATUS(read_big(p), ACX_ERR_FORMAT, "dataset '/model/big' in '");
-    CHECK(strstr(acx_last_error(), "checksum mismatch (corrupted file?)") != NULL);
+    CHECK_STATUS(read_rows(p, 1, 0, 37), ACX_ERR_FORMAT, "'/model/vec' in '");
+    CHECK(strstr(acx_last_error(), "has no checksum attributes ('acx_crc32_blocks')") != NULL);
+    snprintf(p, sizeof p, "%s/badcrc.h5", dir);
+    if (rank == 0) {
+        uint32_t v = 0;
+        rc = copy_file(base, p);
+        hid_t fid = rc ? -1 : H5Fopen(p, H5F_ACC_RDWR, H5P_DEFAULT);
+        hid_t d = fid >= 0 ? H5Dopen2(fid, "/model/vec", H5P_DEFAULT) : -1;
+        hid_t a = d >= 0 ? H5Aopen(d, "acx_crc32", H5P_DEFAULT) : -1;
+        rc = a < 0 || H5Aread(a, H5T_NATIVE_UINT32, &v) < 0;
+        v ^= 1u;
+        rc |= a < 0 || H5Awrite(a, H5T_NATIVE_UINT32, &v) < 0;
+        if (a >= 0) H5Aclose(a);
+        if (d >= 0) H5Dclose(d);
+        if (fid >= 0) rc |= H5Fclose(fid) < 0;
+    }
+    CHECK(!agree_fail(rc));
+    CHECK_STATUS(read_rows(p, 1, 0, rank == 0 ? 37 : 0), ACX_ERR_FORMAT, "'/model/vec' in '");
+    CHECK(strstr(acx_last_error(), "checksum attributes disagree") != NULL);
 
     /* a flipped byte in the object header of /model/vec (checksummed
      * 1.8+ metadata) */
@@ -547,7 +780,7 @@ static int test_faults(const char *dir) {
     }
     CHECK(!agree_fail(rc));
     CHECK_STATUS(acx_ckpt_open(world, p, &f), ACX_ERR_FORMAT,
-                 "v99.h5': format version 99 is newer than this acx supports (1)");
+                 "v99.h5': format version 99 is newer than this acx supports (2)");
     snprintf(p, sizeof p, "%s/noformat.h5", dir);
     if (rank == 0) {
         rc = copy_file(base, p);
@@ -644,6 +877,7 @@ int main(int argc, char **argv) {
         }
     } else if (strcmp(mode, "faults") == 0 && argc == 3) {
         failed |= test_faults(argv[2]);
+        failed |= test_v1(argv[2]);
     } else if (strcmp(mode, "all") == 0) {
         int bad = rank == 0 && mkdtemp(auto_dir) == NULL;
         MPI_Bcast(auto_dir, (int)sizeof auto_dir, MPI_CHAR, 0, MPI_COMM_WORLD);
@@ -656,6 +890,7 @@ int main(int argc, char **argv) {
         failed |= test_save(path);
         failed |= test_load(path);
         failed |= test_faults(auto_dir);
+        failed |= test_v1(auto_dir);
         MPI_Barrier(MPI_COMM_WORLD);
         if (rank == 0 && !failed) {
             char cmd[200];
