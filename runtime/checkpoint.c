@@ -16,7 +16,7 @@
  *
  * Layout written here:
  *
- *   /                 format "acx-checkpoint", format_version 1, step,
+ *   /                 format "acx-checkpoint", format_version (ACX_CKPT_FORMAT_VERSION, 2), step,
  *                     micro_step, epoch, world_size, sharding_strategy,
  *                     mixed_precision, acx_version, created (UTC ISO 8601)
  *   /model/<param>                    fp32, the parameter's true shape
