@@ -89,7 +89,7 @@ import importlib.util
 print(" ".join(m for m in ("torch", "accelerate", "h5py", "numpy") if importlib.util.find_spec(m) is None))' 2>/dev/null) ||
     not_installed "the Python in $VENV does not run"
 [ -z "$missing" ] || not_installed "$VENV lacks the Python package(s) $missing"
-if [ $impl = ddp ]; then launcher=$VENV/bin/torchrun; else launcher=$VENV/bin/accelerate; fi
+if [ "$impl" = ddp ]; then launcher=$VENV/bin/torchrun; else launcher=$VENV/bin/accelerate; fi
 [ -x "$launcher" ] || not_installed "$launcher is missing"
 
 # Said here once, not by every rank through the launcher's error report.
@@ -113,7 +113,7 @@ export GLOO_SOCKET_IFNAME="${GLOO_SOCKET_IFNAME:-lo}"
 # No __pycache__ beside the scripts in the source tree.
 export PYTHONDONTWRITEBYTECODE=1
 
-if [ $impl = ddp ]; then
+if [ "$impl" = ddp ]; then
     set -- "$launcher" --standalone --nnodes 1 --nproc-per-node "$np" \
         "$here/ddp_fmnist.py" "$@" --json-out "$json"
 else

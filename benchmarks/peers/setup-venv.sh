@@ -38,7 +38,7 @@ for arg in "$@"; do
     case $arg in
     --force) force=1 ;;
     -h | --help)
-        sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'
+        sed -n '2,19s/^# \{0,1\}//p' "$0"
         exit 0
         ;;
     *) die "unknown argument '$arg' (expected --force or --help)" ;;
@@ -57,7 +57,7 @@ case $VENV in /*) ;; *) VENV=$(pwd)/$VENV ;; esac
 case $VENV/ in
 "$srcdir"/*)
     rel=${VENV#"$srcdir"/}
-    if ! git -C "$srcdir" check-ignore -q "$rel" 2>/dev/null; then
+    if ! git -C "$srcdir" check-ignore -q "$rel/" 2>/dev/null; then
         die "ACX_PEERS_VENV=$VENV is inside the source tree and not ignored by git; pick a path outside it"
     fi
     ;;
