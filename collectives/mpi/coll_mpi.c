@@ -637,10 +637,14 @@ static void post_free(post_t *p) {
  *     started before it by every rank — MPI's same-order rule — so they
  *     finish.)
  *
- * What remains outside acx's reach: a rank blocked in MPI directly (not
- * through this backend) while a 16-bit all-reduce it started is still
- * queued, and another rank waiting for that all-reduce. acx's own callers
- * wait for their gradient all-reduces before any such call.
+ * What remains outside this file's reach: a rank blocked in MPI directly
+ * (not through this backend), or in a blocking collective of another
+ * communicator, while a 16-bit all-reduce it started is still queued, and
+ * another rank waiting for that all-reduce — where a single MPI_Iallreduce
+ * would have completed. (Draining every communicator's queue before any
+ * blocking collective would trade that for a deadlock when a rank blocks
+ * on communicator B before it starts the all-reduce on A.) acx's own
+ * callers wait for their gradient all-reduces before any such call.
  */
 typedef struct mpi_comm_state {
     MPI_Comm late;               /* dup of comm->mpi for the posted-late all-gathers */
