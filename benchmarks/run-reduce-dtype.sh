@@ -1,6 +1,6 @@
 #!/bin/sh
 # benchmarks/run-reduce-dtype.sh — run acx-bench-reduce-dtype (gradient
-# reduction with reduce_dtype fp32 against bf16: MPI payload, reduce_dtype
+# reduction with reduce_dtype fp32 against bf16: wire bytes, reduce_dtype
 # bytes and step time) on 2 and then 4 ranks, print each run's table and one
 # summary table of both.
 #
@@ -51,7 +51,7 @@ for np in $nps; do
 "
     echo
 done
-echo "ranks  fp32 ms/step  16-bit ms/step  time 16-bit/fp32  MPI payload 16-bit/fp32  reduce_dtype bytes 16-bit/fp32"
+echo "ranks  fp32 ms/step  16-bit ms/step  time 16-bit/fp32  wire bytes 16-bit/fp32  reduce_dtype bytes 16-bit/fp32"
 printf '%s' "$summaries" | sed 's/^summary: //' | awk '{
     for (i = 1; i <= NF; i++) { split($i, kv, "="); v[i] = kv[2] }
-    printf "%5s  %12s  %14s  %16s  %23s  %30s\n", v[1], v[2], v[3], v[4], v[5], v[6] }'
+    printf "%5s  %12s  %14s  %16s  %22s  %30s\n", v[1], v[2], v[3], v[4], v[5], v[6] }'
