@@ -499,9 +499,9 @@ typedef struct run {
     const osu_coll_t *coll;
     const options_t *o;
     osu_ctx_t c;
-    int device; /* -d cuda: the CUDA device of the buffers; -1: host memory */
+    int device;                  /* -d cuda: the CUDA device of the buffers; -1: host memory */
     void *host_send, *host_recv; /* -d cuda -c: host copies of send and recv */
-    void *flat, *raw_flat; /* --fused: [k x max count] each */
+    void *flat, *raw_flat;       /* --fused: [k x max count] each */
     void *fused_state;
     int inject_fault; /* OSU_BENCH_INJECT_FAULT=1: corrupt one output (tests -c itself) */
 } run_t;
@@ -622,7 +622,8 @@ static long validate_size(run_t *r) {
         size_t in_bytes = extent_elems(coll->send_extent, c->count, c->size) * c->esize;
         size_t out_bytes = extent_elems(coll->recv_extent, c->count, c->size) * c->esize;
         void *dev_send = c->send, *dev_recv = c->recv; /* device memory with -d cuda */
-        if (r->device >= 0) { /* fill and check see host copies */
+        /* with -d cuda, fill and check see host copies */
+        if (r->device >= 0) {
             c->send = r->host_send;
             c->recv = dev_recv != NULL ? r->host_recv : NULL;
         }

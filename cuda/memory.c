@@ -128,7 +128,8 @@ acx_status_t acx_cuda_pinned_acquire(size_t bytes, void **p_p) {
     int fit = -1, spare = -1; /* smallest free block that fits; smallest free slot */
     for (int s = 0; s < ACX_CUDA_PINNED_SLOTS; s++) {
         if (slots[s].in_use) continue;
-        if (slots[s].p != NULL && slots[s].cap >= bytes && (fit < 0 || slots[s].cap < slots[fit].cap))
+        if (slots[s].p != NULL && slots[s].cap >= bytes &&
+            (fit < 0 || slots[s].cap < slots[fit].cap))
             fit = s;
         if (spare < 0 || slots[s].cap < slots[spare].cap) spare = s;
     }

@@ -244,8 +244,8 @@ static acx_status_t stage_gather(acx_comm_t *comm, const void *sendbuf, void *re
     stage_t st = {0};
     void *s, *r;
     /* a negative root is coll_mpi.c's to refuse, not an all-gather here */
-    ACX_CHECK(gather_map(&st, comm, sendbuf, recvbuf, count, dtype, root < 0 ? INT32_MAX : root,
-                         &s, &r));
+    ACX_CHECK(
+        gather_map(&st, comm, sendbuf, recvbuf, count, dtype, root < 0 ? INT32_MAX : root, &s, &r));
     return stage_finish(&st, HOST->gather(comm, s, r, count, dtype, root));
 }
 
@@ -295,19 +295,17 @@ static acx_status_t stage_all_reduce_start(acx_comm_t *comm, const void *sendbuf
     void *s, *r;
     ACX_CHECK(req_new(req_p, "all-reduce", &w));
     acx_status_t status = all_reduce_map(&w->st, comm, sendbuf, recvbuf, count, dtype, &s, &r);
-    if (status == ACX_OK)
-        status = HOST->all_reduce_start(comm, s, r, count, dtype, op, &w->inner);
+    if (status == ACX_OK) status = HOST->all_reduce_start(comm, s, r, count, dtype, op, &w->inner);
     return req_started(w, status, req_p);
 }
 
-static acx_status_t stage_reduce_scatter_start(acx_comm_t *comm, const void *sendbuf,
-                                               void *recvbuf, size_t count, acx_dtype_t dtype,
-                                               acx_red_op_t op, acx_coll_req_t **req_p) {
+static acx_status_t stage_reduce_scatter_start(acx_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                               size_t count, acx_dtype_t dtype, acx_red_op_t op,
+                                               acx_coll_req_t **req_p) {
     stage_req_t *w = NULL;
     void *s, *r;
     ACX_CHECK(req_new(req_p, "reduce-scatter", &w));
-    acx_status_t status =
-        reduce_scatter_map(&w->st, comm, sendbuf, recvbuf, count, dtype, &s, &r);
+    acx_status_t status = reduce_scatter_map(&w->st, comm, sendbuf, recvbuf, count, dtype, &s, &r);
     if (status == ACX_OK)
         status = HOST->reduce_scatter_start(comm, s, r, count, dtype, op, &w->inner);
     return req_started(w, status, req_p);

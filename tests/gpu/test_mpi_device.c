@@ -146,8 +146,8 @@ static int check_all_reduce(acx_dtype_t dt, acx_red_op_t op, size_t n, int mode)
     size_t es = acx_dtype_size(dt), bytes = n * es;
     int salt = (int)dt * 16 + (int)op;
     char what[96];
-    snprintf(what, sizeof what, "all-reduce %s op %d n %zu mode %d", acx_dtype_name(dt), (int)op,
-             n, mode);
+    snprintf(what, sizeof what, "all-reduce %s op %d n %zu mode %d", acx_dtype_name(dt), (int)op, n,
+             mode);
     void *h_in = host_fill(dt, op, n, 0, salt), *ref = malloc(bytes + 1), *got = malloc(bytes + 1);
     void *d_in = NULL, *d_out = NULL;
     CHECK(h_in && ref && got);
@@ -227,7 +227,8 @@ static int test_reduce_scatter(void) {
             CHECK(h && ref && got);
             memcpy(ref, h, total * es);
             if (in_place)
-                CHECK_OK(comm->ops->reduce_scatter(comm, ref, (char *)ref + mine, n, dt, ACX_OP_SUM));
+                CHECK_OK(
+                    comm->ops->reduce_scatter(comm, ref, (char *)ref + mine, n, dt, ACX_OP_SUM));
             else
                 CHECK_OK(comm->ops->reduce_scatter(comm, h, ref, n, dt, ACX_OP_SUM));
             d_in = dev_copy(h, total * es);
@@ -292,9 +293,11 @@ static int test_gathers(void) {
         } else {
             acx_coll_req_t *req = NULL;
             if (mode == 2)
-                CHECK_OK(comm->ops->all_gather_start(comm, send, d_all, n, ACX_DTYPE_FLOAT32, &req));
+                CHECK_OK(
+                    comm->ops->all_gather_start(comm, send, d_all, n, ACX_DTYPE_FLOAT32, &req));
             else
-                CHECK_OK(comm->ops->gather_start(comm, send, d_all, n, ACX_DTYPE_FLOAT32, root, &req));
+                CHECK_OK(
+                    comm->ops->gather_start(comm, send, d_all, n, ACX_DTYPE_FLOAT32, root, &req));
             CHECK_OK(comm->ops->wait(req));
         }
         if (mode < 3 || rank_ == root) {
@@ -311,7 +314,8 @@ static int test_gathers(void) {
         CU(cudaMemcpy(d_mine, h, n * 4, cudaMemcpyHostToDevice));
         if (nb) {
             acx_coll_req_t *req = NULL;
-            CHECK_OK(comm->ops->broadcast_start(comm, d_mine, n, ACX_DTYPE_FLOAT32, size_ - 1, &req));
+            CHECK_OK(
+                comm->ops->broadcast_start(comm, d_mine, n, ACX_DTYPE_FLOAT32, size_ - 1, &req));
             CHECK_OK(comm->ops->wait(req));
         } else {
             CHECK_OK(comm->ops->broadcast(comm, d_mine, n, ACX_DTYPE_FLOAT32, size_ - 1));
@@ -521,14 +525,13 @@ int main(int argc, char **argv) {
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
     if (rank_ == 0)
-        printf("%d rank(s) on %d device(s); rank 0 on cuda:%d\n", size_, count,
-               acx_device_bound());
+        printf("%d rank(s) on %d device(s); rank 0 on cuda:%d\n", size_, count, acx_device_bound());
     failed |= acx_test_run_case("mpi on device buffers: all-reduce, dtypes x ops x 4 modes",
                                 test_all_reduce);
     failed |= acx_test_run_case("mpi on device buffers: reduce-scatter (f32, bf16; in place)",
                                 test_reduce_scatter);
-    failed |= acx_test_run_case("mpi on device buffers: all-gather, gather, broadcast",
-                                test_gathers);
+    failed |=
+        acx_test_run_case("mpi on device buffers: all-gather, gather, broadcast", test_gathers);
     failed |= acx_test_run_case("mpi on device buffers: 6 requests in flight", test_in_flight);
     failed |= acx_test_run_case("mpi on device buffers: after the legacy stream's work",
                                 test_stream_order);
