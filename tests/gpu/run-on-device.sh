@@ -18,7 +18,10 @@
 # Environment: ACX_GPU_BUILD (build directory, default /tmp/acx-gpu-build),
 # ACX_GPU_JOBS (make -j, default 16), ACX_GPU_FULL_SUITE=0 skips the last
 # step. Each step runs under a timeout so that one call fits a short device
-# session (about 6 minutes in all on 16 cores; most of it the full suite).
+# session (about 6 minutes in all on 16 cores before bench.test,
+# mpi_device.test and the acx-bench-allreduce runs were added — estimated
+# 2-4 minutes more, not yet measured; most of it is the full suite, so
+# ACX_GPU_FULL_SUITE=0 keeps one call well under 10 minutes).
 # Exit status: 0 when no GPU test failed (the full suite is reported, not
 # counted), 1 otherwise, 2 when the build itself failed.
 set -u
