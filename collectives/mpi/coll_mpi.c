@@ -64,6 +64,10 @@
  *     most ACX_COLL_MPI_CHUNK_MAX elements, one MPI call (or one request)
  *     per chunk. Reduce-scatter refuses such counts (ACX_ERR_NOT_SUPPORTED).
  *
+ * Device buffers are staged through pinned host memory by the table the
+ * rest of acx uses (coll_mpi_stage.c), which calls this file's table
+ * (acx_coll_mpi_host_ops) with host buffers only.
+ *
  * Choosing a backend, creating communicators and status agreement live in
  * ../coll.c; the float16/bfloat16 conversions in ../half.c; this file never
  * decides which backend runs.
@@ -76,6 +80,7 @@
 
 #include "collectives/coll.h"
 #include "collectives/half.h"
+#include "collectives/mpi/coll_mpi.h"
 #include "collectives/watchdog.h"
 #include "runtime/base/error.h"
 
@@ -1374,7 +1379,8 @@ static acx_status_t watched_wait(acx_coll_req_t *req) {
 
 /* ---- the table ---- */
 
-const acx_coll_ops_t acx_coll_mpi_ops = {
+/* Host memory only: coll_mpi_stage.c's acx_coll_mpi_ops wraps it for device buffers. */
+const acx_coll_ops_t acx_coll_mpi_host_ops = {
     .name = "mpi",
     .comm_init = mpi_comm_init,
     .comm_fini = mpi_comm_fini,
