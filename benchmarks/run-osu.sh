@@ -10,7 +10,8 @@
 #   acx all-reduce overhead vs raw MPI <= 3% at >= 64 KiB, <= 0.5 us at 8 B;
 #   --fused 100 x 4 KiB >= 5x faster than 100 separate MPI_Allreduce calls.
 #
-#   benchmarks/run-osu.sh [BUILD_DIR] [--out DIR] [--quick] [--nps "2 4"]
+#   benchmarks/run-osu.sh [BUILD_DIR] [--out DIR] [--quick] [--nps "2 4"] [--reps R]
+#                         [--ops "allreduce allgather reduce-scatter bcast"]
 #
 # BUILD_DIR  a configured and built tree (default: build/ in the repository);
 #            `make` builds the four benchmarks there: this script builds
@@ -26,18 +27,25 @@
 #            oversubscribed (mpirun then yields when idle): every call then
 #            includes the OS scheduler's time slices; compare acx with MPI
 #            within a world size, not across.
+# --reps R   run all-reduce and --fused R times (default 3; 1 with --quick)
+#            and keep, per size, the repetition with the median acx/MPI
+#            ratio (median speedup): they carry the targets, and a shared
+#            machine's state changes within a run. The other ops run once.
+# --ops L    the operations (default all four; --fused runs whatever L is).
 #
 # osu.dat, one row per operation, world size and message size:
 #   op ranks size dtype acx_avg_us raw_avg_us acx_median_us raw_median_us
-#   ratio_avg ratio_median overhead_median_us algbw_gbps busbw_gbps
+#   ratio_avg ratio_median overhead_median_us algbw_gbps busbw_gbps reps
 # (avg: OSU's mean over ranks of each rank's mean; median: each side's
 # median single call, averaged over ranks, from the benchmark's --json;
-# ratio = acx / raw; overhead = acx - raw; bandwidths of the acx mean.)
+# ratio = acx / raw; overhead = acx - raw; bandwidths of the acx mean;
+# reps = repetitions the row is the median one of.)
 # osu-fused.dat, one row per world size:
 #   ranks size tensors acx_avg_us separate_avg_us raw1_avg_us acx_median_us
-#   separate_median_us raw1_median_us speedup_avg speedup_median buckets
+#   separate_median_us raw1_median_us speedup_avg speedup_median buckets reps
 # (acx = one step through the buckets, separate = the K raw calls, raw1 =
 # one raw MPI_Allreduce over all K tensors; speedup = separate / acx.)
+# Each run's table and JSON: DIR/osu/OP-npN-rR.{txt,json}, fused-npN-rR.*
 set -eu
 
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -45,13 +53,17 @@ build=
 out=
 quick=0
 nps="2 4"
+reps=
+ops="allreduce allgather reduce-scatter bcast"
 need() { [ $# -ge 2 ] || { echo "run-osu.sh: $1 needs a value" >&2; exit 2; }; }
 while [ $# -gt 0 ]; do
     case $1 in
     --out) need "$@"; out=$2; shift 2 ;;
     --quick) quick=1; shift ;;
     --nps) need "$@"; nps=$2; shift 2 ;;
-    -h | --help) sed -n '2,41s/^# \{0,1\}//p' "$0"; exit 0 ;;
+    --reps) need "$@"; reps=$2; shift 2 ;;
+    --ops) need "$@"; ops=$2; shift 2 ;;
+    -h | --help) sed -n '2,49s/^# \{0,1\}//p' "$0"; exit 0 ;;
     -*) echo "run-osu.sh: unknown option '$1'" >&2; exit 2 ;;
     *)
         [ -z "$build" ] || { echo "run-osu.sh: unexpected argument '$1'" >&2; exit 2; }
@@ -62,9 +74,16 @@ for np in $nps; do
     case $np in *[!0-9]* | 0) echo "run-osu.sh: invalid --nps value '$np'" >&2; exit 2 ;; esac
 done
 [ -n "$nps" ] || { echo "run-osu.sh: --nps is empty" >&2; exit 2; }
+[ -n "$reps" ] || { [ "$quick" = 1 ] && reps=1 || reps=3; }
+case $reps in *[!0-9]* | 0) echo "run-osu.sh: invalid --reps value '$reps'" >&2; exit 2 ;; esac
 build=${build:-$top/build}
-ops="allreduce allgather reduce-scatter bcast"
 for op in $ops; do
+    case $op in allreduce | allgather | reduce-scatter | bcast) ;; *)
+        echo "run-osu.sh: invalid --ops value '$op' (expected allreduce, allgather, reduce-scatter, bcast)" >&2
+        exit 2 ;;
+    esac
+done
+for op in allreduce $ops; do
     [ -x "$build/benchmarks/acx-bench-$op" ] ||
         { echo "run-osu.sh: $build/benchmarks/acx-bench-$op not built (make)" >&2; exit 1; }
 done
@@ -139,29 +158,54 @@ json_rows() {
 
 dat=$out/osu.dat
 fdat=$out/osu-fused.dat
-echo "# op ranks size dtype acx_avg_us raw_avg_us acx_median_us raw_median_us ratio_avg ratio_median overhead_median_us algbw_gbps busbw_gbps" >"$dat"
-echo "# ranks size tensors acx_avg_us separate_avg_us raw1_avg_us acx_median_us separate_median_us raw1_median_us speedup_avg speedup_median buckets" >"$fdat"
+echo "# op ranks size dtype acx_avg_us raw_avg_us acx_median_us raw_median_us ratio_avg ratio_median overhead_median_us algbw_gbps busbw_gbps reps" >"$dat"
+echo "# ranks size tensors acx_avg_us separate_avg_us raw1_avg_us acx_median_us separate_median_us raw1_median_us speedup_avg speedup_median buckets reps" >"$fdat"
 ncores=$(nproc)
+
+# median_rep COLUMN: from rows "REP <row>" of one op and world size, per
+# size (fields 3 and 4 as key) the row whose COLUMN (of <row>) is the median
+# over the repetitions (the lower middle one for an even count), with the
+# number of repetitions appended.
+median_rep() {
+    awk -v c="$1" '{ k = $3 " " $4; $1 = ""; sub(/^ /, ""); n[k]++; row[k, n[k]] = $0
+                     split($0, f, " "); key[k, n[k]] = f[c] + 0
+                     if (!(k in seen)) { seen[k] = 1; order[++nk] = k } }
+        END { for (j = 1; j <= nk; j++) { k = order[j]; m = n[k]
+                  for (a = 1; a <= m; a++) idx[a] = a
+                  for (a = 2; a <= m; a++) for (b = a; b > 1 && key[k, idx[b]] < key[k, idx[b - 1]]; b--) {
+                      t = idx[b]; idx[b] = idx[b - 1]; idx[b - 1] = t }
+                  print row[k, idx[int((m + 1) / 2)]], m } }'
+}
 
 for np in $nps; do
     for op in $ops; do
-        # shellcheck disable=SC2086
-        run "$op-np$np" "$np" "$op" -f --compare-raw --busbw -m "$sizes" $iters
-        json_rows "$out/osu/$op-np$np.json" size dtype avg_us raw_avg_us median_us raw_median_us \
-            acx_over_raw algbw_gbps busbw_gbps |
-            awk -v op="$op" -v np="$np" '{
-                rm = $6 > 0 ? $5 / $6 : 0
-                printf "%s %d %d %s %.4f %.4f %.4f %.4f %.4f %.4f %.4f %.6g %.6g\n",
-                    op, np, $1, $2, $3, $4, $5, $6, $7, rm, $5 - $6, $8, $9 }' >>"$dat"
+        # all-reduce carries the targets: repeated, the median repetition kept
+        [ "$op" = allreduce ] && nrep=$reps || nrep=1
+        r=1
+        while [ "$r" -le "$nrep" ]; do
+            # shellcheck disable=SC2086 # (the table to stderr: stdout is the pipe)
+            run "$op-np$np-r$r" "$np" "$op" -f --compare-raw --busbw -m "$sizes" $iters >&2
+            json_rows "$out/osu/$op-np$np-r$r.json" size dtype avg_us raw_avg_us median_us raw_median_us \
+                acx_over_raw algbw_gbps busbw_gbps |
+                awk -v op="$op" -v np="$np" -v r="$r" '{
+                    rm = $6 > 0 ? $5 / $6 : 0
+                    printf "%d %s %d %d %s %.4f %.4f %.4f %.4f %.4f %.4f %.4f %.6g %.6g\n",
+                        r, op, np, $1, $2, $3, $4, $5, $6, $7, rm, $5 - $6, $8, $9 }'
+            r=$((r + 1))
+        done | median_rep 10 >>"$dat"
     done
-    # shellcheck disable=SC2086
-    run "fused-np$np" "$np" allreduce --fused "$fused_k" -m "$fused_size:$fused_size" $fused_iters
-    json_rows "$out/osu/fused-np$np.json" size fused_tensors avg_us separate_avg_us raw_one_call_avg_us \
-        median_us separate_median_us raw_one_call_median_us speedup buckets |
-        awk -v np="$np" '{
-            sm = $6 > 0 ? $7 / $6 : 0
-            printf "%d %d %d %.4f %.4f %.4f %.4f %.4f %.4f %.4f %.4f %d\n",
-                np, $1, $2, $3, $4, $5, $6, $7, $8, $9, sm, $10 }' >>"$fdat"
+    r=1
+    while [ "$r" -le "$reps" ]; do
+        # shellcheck disable=SC2086
+        run "fused-np$np-r$r" "$np" allreduce --fused "$fused_k" -m "$fused_size:$fused_size" $fused_iters >&2
+        json_rows "$out/osu/fused-np$np-r$r.json" size fused_tensors avg_us separate_avg_us raw_one_call_avg_us \
+            median_us separate_median_us raw_one_call_median_us speedup buckets |
+            awk -v np="$np" -v r="$r" '{
+                sm = $6 > 0 ? $7 / $6 : 0
+                printf "%d %d %d %d %.4f %.4f %.4f %.4f %.4f %.4f %.4f %.4f %d\n",
+                    r, np, $1, $2, $3, $4, $5, $6, $7, $8, $9, sm, $10 }'
+        r=$((r + 1))
+    done | median_rep 11 >>"$fdat"
 done
 
 # ---- the Markdown section ----
@@ -221,6 +265,10 @@ md=$out/osu.md
     else
         echo "sizes, alternating their order; sizes $sizes bytes, OSU's iteration counts (1000 up to"
         echo "8 KiB, 100 above)."
+    fi
+    if [ "$reps" -gt 1 ]; then
+        echo "All-reduce and the fused runs were repeated $reps times; each row is the repetition"
+        echo "with the median acx/MPI ratio (median speedup) at that size."
     fi
     echo "Latencies are the **medians** of single calls (per rank, averaged over ranks): on a"
     echo "loaded machine a preempted call adds milliseconds to a mean of microseconds. \`mean"
