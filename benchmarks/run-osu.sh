@@ -237,7 +237,7 @@ op_table() {
         END {
             h = "| Size"; s = "| ---:"
             for (i = 1; i <= n; i++) {
-                h = h sprintf(" | acx %d r (us) | MPI %d r (us) | acx/MPI | mean acx/MPI | busbw (GB/s)", np[i], np[i])
+                h = h sprintf(" | acx, %d ranks (µs) | MPI, %d ranks (µs) | acx/MPI | mean acx/MPI | busbw (GB/s)", np[i], np[i])
                 s = s " | ---: | ---: | ---: | ---: | ---:"
             }
             print h " |"; print s " |"
@@ -301,7 +301,7 @@ md=$out/osu.md
     echo "fusion buckets (25 MiB) over $fused_k tensors, against $fused_k separate \`MPI_Allreduce\` calls and"
     echo "one \`MPI_Allreduce\` over all of them (fusion's best case), in the same loop."
     echo
-    echo "| ranks | acx buckets (us) | $fused_k x MPI_Allreduce (us) | speedup | mean speedup | 1 MPI_Allreduce of all (us) | buckets |"
+    echo "| ranks | acx buckets (µs) | $fused_k × MPI_Allreduce (µs) | speedup | mean speedup | 1 MPI_Allreduce of all (µs) | buckets |"
     echo "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
     awk '!/^#/ { printf "| %d | %.1f | %.1f | %.2f | %.2f | %.1f | %d |\n", $1, $7, $8, $11, $10, $9, $12 }' "$fdat"
     echo
