@@ -184,6 +184,9 @@ arg_of() { # arg_of KEY ARGS...: the value after KEY in ARGS
     k=$1; shift
     while [ $# -gt 1 ]; do [ "$1" = "$k" ] && { echo "$2"; return; }; shift; done
 }
+# (model_args' output is split into words on purpose below: the data path
+# must not contain blanks)
+# shellcheck disable=SC2046,SC2086
 data_arg() { # data_arg MODEL: --data FILE or --dims D
     if [ "$1" = fmnist ]; then echo "--data $data"; else echo "--dims $(arg_of --dims $(model_args synthetic))"; fi
 }
@@ -235,11 +238,11 @@ for m in $models; do
             if [ "$rc" -ne 0 ] || [ "$(json_get "$log" impl)" != acx ]; then
                 failed=1
                 note "$m $s on $n rank(s) failed (exit $rc): $(grep '^acx-bench-train' "$log" | tail -n 1)"
-                echo "$m $s $n - - - - - - - - - - - failed" >>"$matrix"
+                echo "$m $s $n - - - - - - - - - - - - failed" >>"$matrix"
                 continue
             fi
             v() { x=$(json_get "$log" "$1"); echo "${x:--}" | sed 's/^null$/-/'; }
-            echo "$m $s $n $(v samples_per_s) $(v mpi_loop_samples_per_s) $(v acx_over_mpi_loop)" \
+            echo "$m $s $n $(v samples_per_s) $(v mpi_loop_samples_per_s) $(v acx_over_mpi_loop) $(v acx_over_mpi_loop_cpu)" \
                 "$(v step_ms) $(v step_ms_p10) $(v step_ms_p90) $(v mpi_loop_step_ms)" \
                 "$(v comm_share) $(v mpi_loop_comm_share) $(v acx_wait_share) $(v check_max_rel_diff) $(v check)" >>"$matrix"
             if [ "$(v check)" = failed ]; then failed=1; fi
@@ -266,6 +269,7 @@ peerfile=$work/peers.txt
 : >"$peerfile"
 for m in $models; do
     margs=$(model_args "$m")
+    # shellcheck disable=SC2086
     b=$(arg_of --batch-size $margs) st=$(arg_of --steps $margs) w=$(arg_of --warmup $margs)
     for n in $peer_np_list; do
         r=1
@@ -330,6 +334,7 @@ report() {
     echo "against the hand-written MPI data-parallel loop (one \`MPI_Allreduce\` of all gradients,"
     echo "plain AdamW) and a compute-only step (the loop without the all-reduce), alternating in"
     echo "rounds inside one job. Models: fmnist = 784-256-128-10 on Fashion-MNIST, synthetic ="
+    # shellcheck disable=SC2046
     echo "$(arg_of --dims $(model_args synthetic) | tr ',' '-') on fixed-seed synthetic data; batch 64 samples per rank; $threads"
     echo "BLAS thread(s) per rank; OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-(unset)}."
     echo
@@ -345,7 +350,9 @@ report() {
     echo "Definitions. samples/s: all ranks, over every timed step of the side (the slowest rank's"
     echo "time per block). step ms: per step, the slowest rank's time; median, 10th and 90th percentile."
     echo "acx/mpi-loop: the median over rounds of the per-round throughput ratio (same run, same"
-    echo "batches). comm share: 1 − t(compute-only)/t(side) per round, median — the part of a step"
+    echo "batches); by CPU time: the same with each side's CPU time per round (mpi-loop ÷ acx),"
+    echo "which counts only while a process runs and so moves less when other jobs load the"
+    echo "machine (it still counts MPI's busy waiting). comm share: 1 − t(compute-only)/t(side) per round, median — the part of a step"
     echo "that is not local compute of a replicated step (exposed communication and, for acx, its"
     echo "bookkeeping; under SHARD_GRAD_OP/FULL_SHARD acx's optimizer updates only 1/N of the"
     echo "parameters, so its share is net of that saving; noise can make it slightly negative)."
@@ -357,11 +364,11 @@ report() {
     echo
     echo "### acx against the hand-written MPI loop (same run, alternating)"
     echo
-    echo "| model | strategy | ranks | acx samples/s | mpi-loop samples/s | acx/mpi-loop | acx step ms | acx p10 ms | acx p90 ms | mpi-loop step ms | acx comm share | mpi-loop comm share | acx wait share | cross-check max rel diff | cross-check |"
-    echo "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"
-    awk '{ printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
+    echo "| model | strategy | ranks | acx samples/s | mpi-loop samples/s | acx/mpi-loop | acx/mpi-loop by CPU time | acx step ms | acx p10 ms | acx p90 ms | mpi-loop step ms | acx comm share | mpi-loop comm share | acx wait share | cross-check max rel diff | cross-check |"
+    echo "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"
+    awk '{ printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
            $1, $2, $3, f($4, 1), f($5, 1), f($6, 3), f($7, 3), f($8, 3), f($9, 3), f($10, 3), f($11, 3),
-           f($12, 3), f($13, 3), e($14), $15 }
+           f($12, 3), f($13, 3), f($14, 3), e($15), $16 }
          function f(x, d) { return x == "-" ? "-" : sprintf("%.*f", d, x) }
          function e(x) { return x == "-" ? "-" : sprintf("%.2e", x) }' "$matrix"
     echo

@@ -78,6 +78,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cblas.h>
 #include <mpi.h>
@@ -800,11 +801,13 @@ static double sum_of(const double *x, int n) {
  * slowest rank, and the numbers made from them. */
 typedef struct side_stats {
     double *block_s;   /* [R] slowest rank's time of each round's block, seconds */
+    double *cpu_s;     /* [R] CPU time of each round's block, summed over ranks, seconds */
     double *step_s;    /* [S] per step: this rank's, then the slowest rank's time */
     int filled;        /* steps recorded in step_s */
     double local_s;    /* this rank's time in timed blocks */
     double wait_s, opt_s; /* acx: this rank's time in data-moving calls, in the optimizer */
     double samples_per_s, step_ms, p10, p90, min, max, final_loss;
+    double cpu_ms;     /* CPU time per step per rank (mean over ranks), milliseconds */
     double comm_share; /* median over rounds of 1 - t(compute-only)/t(side), or NAN */
 } side_stats_t;
 
@@ -853,24 +856,34 @@ static void side_step(bench_t *b, side_t side) {
     }
 }
 
+/* This process's CPU time (all its threads), seconds. */
+static double cpu_now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
 /* Time K steps of one side into st->step_s[filled..] (this rank's per-step
- * times) and return the slowest rank's time of the block. block_warmup
+ * times) and return the slowest rank's time of the block; the block's CPU
+ * time, summed over ranks, goes to st->cpu_s[round]. block_warmup
  * untimed steps first, so each timed block starts with its own side's data
  * in the caches (as in a real run, where a step follows a step of the same
  * program) rather than paying for what the other side left behind; then a
  * barrier. */
-static double time_block(bench_t *b, side_t side, int K, int block_warmup, side_stats_t *st) {
+static double time_block(bench_t *b, side_t side, int K, int block_warmup, int round,
+                         side_stats_t *st) {
     for (int i = 0; i < block_warmup; i++) side_step(b, side);
     double wait0 = b->s->t_wait, opt0 = b->s->t_opt;
     MPI_Barrier(b->comm);
-    double t0 = MPI_Wtime(), t = t0;
+    double c0 = cpu_now(), t0 = MPI_Wtime(), t = t0;
     for (int i = 0; i < K; i++) {
         side_step(b, side);
         double t1 = MPI_Wtime();
         st->step_s[st->filled++] = t1 - t;
         t = t1;
     }
-    double mine = t - t0, slowest;
+    double mine = t - t0, slowest, cpu = cpu_now() - c0;
+    MPI_Allreduce(&cpu, &st->cpu_s[round], 1, MPI_DOUBLE, MPI_SUM, b->comm);
     st->local_s += mine;
     st->wait_s += b->s->t_wait - wait0;
     st->opt_s += b->s->t_opt - opt0;
@@ -900,6 +913,7 @@ static void json_side(FILE *f, const char *prefix, const side_stats_t *st, int R
     json_number(f, KEY("step_ms_min"), st->min);
     json_number(f, KEY("step_ms_max"), st->max);
     json_number(f, KEY("final_loss"), st->final_loss);
+    json_number(f, KEY("cpu_ms"), st->cpu_ms);
     if (strcmp(prefix, "compute_only_") != 0) json_number(f, KEY("comm_share"), st->comm_share);
     if (arrays) {
         fprintf(f, ", \"%s\": [", KEY("round_samples_per_s"));
@@ -1072,8 +1086,9 @@ static int run(int argc, char **argv) {
         if (o.run[k]) order[nsides++] = (side_t)k;
     for (int k = 0; k < NSIDES; k++) {
         st[k].block_s = calloc((size_t)R, sizeof(double));
+        st[k].cpu_s = calloc((size_t)R, sizeof(double));
         st[k].step_s = calloc((size_t)S, sizeof(double));
-        FAIL_IF(!st[k].block_s || !st[k].step_s, "out of memory");
+        FAIL_IF(!st[k].block_s || !st[k].cpu_s || !st[k].step_s, "out of memory");
     }
     ratio = calloc((size_t)R, sizeof *ratio);
     comm_round = calloc((size_t)R, sizeof *comm_round);
@@ -1091,7 +1106,7 @@ static int run(int argc, char **argv) {
         int K = S / R + (i < S % R);
         for (int j = 0; j < nsides; j++) {
             side_t side = order[(i + j) % nsides];
-            st[side].block_s[i] = time_block(&b, side, K, o.block_warmup, &st[side]);
+            st[side].block_s[i] = time_block(&b, side, K, o.block_warmup, i, &st[side]);
         }
         say("%5d  %-12s", i + 1, side_names[order[i % nsides]]);
         for (int j = 0; j < nsides; j++)
@@ -1112,6 +1127,7 @@ static int run(int argc, char **argv) {
         side_stats_t *x = &st[k];
         MPI_Allreduce(MPI_IN_PLACE, x->step_s, S, MPI_DOUBLE, MPI_MAX, comm);
         x->samples_per_s = global_batch * S / sum_of(x->block_s, R);
+        x->cpu_ms = 1e3 * sum_of(x->cpu_s, R) / ((double)S * world);
         x->step_ms = 1e3 * median(x->step_s, S);
         x->p10 = 1e3 * quantile(x->step_s, S, 0.1);
         x->p90 = 1e3 * quantile(x->step_s, S, 0.9);
@@ -1138,18 +1154,22 @@ static int run(int argc, char **argv) {
         shares[0] /= world;
         shares[1] /= world;
     }
-    double med_ratio = both ? median(ratio, R) : NAN;
+    double med_ratio = both ? median(ratio, R) : NAN, cpu_ratio = NAN;
+    if (both) { /* CPU time per round, loop over acx: > 1 when acx needs less */
+        for (int i = 0; i < R; i++) comm_round[i] = st[SIDE_MPI].cpu_s[i] / st[SIDE_ACX].cpu_s[i];
+        cpu_ratio = median(comm_round, R);
+    }
     double total_ratio = both ? st[SIDE_ACX].samples_per_s / st[SIDE_MPI].samples_per_s : NAN;
 
     say("\nside          samples/s  step ms: median      p10      p90      min      max"
-        "  comm share  final loss\n");
+        "  comm share  final loss  CPU ms/step\n");
     for (int j = 0; j < nsides; j++) {
         const side_stats_t *x = &st[order[j]];
         char share[32] = "-";
         if (isfinite(x->comm_share)) snprintf(share, sizeof share, "%.3f", x->comm_share);
-        say("%-12s  %9.1f  %15.3f  %7.3f  %7.3f  %7.3f  %7.3f  %10s  %10.6f\n",
+        say("%-12s  %9.1f  %15.3f  %7.3f  %7.3f  %7.3f  %7.3f  %10s  %10.6f  %11.3f\n",
             side_names[order[j]], x->samples_per_s, x->step_ms, x->p10, x->p90, x->min, x->max,
-            share, x->final_loss);
+            share, x->final_loss, x->cpu_ms);
     }
     if (o.run[SIDE_COMPUTE])
         say("comm share = 1 - t(compute-only) / t(side) per round, median over rounds\n");
@@ -1173,8 +1193,10 @@ static int run(int argc, char **argv) {
             }
         }
         if (pass == 0 && both)
-            printf("\nratio acx/mpi-loop = %.3f (median of %d per-round ratios; ratio of the totals "
-                   "%.3f)\n", med_ratio, R, total_ratio);
+            printf("\nCPU time per step, mpi-loop/acx = %.3f (median of %d rounds; CPU time counts only "
+                   "while scheduled, so it holds still on a loaded machine)\n"
+                   "ratio acx/mpi-loop = %.3f (median of %d per-round ratios; ratio of the totals "
+                   "%.3f)\n", cpu_ratio, R, med_ratio, R, total_ratio);
         fprintf(f, "{\"benchmark\": \"acx-bench-train\", \"impl\": \"%s\", \"ranks\": %d, "
                    "\"model\": \"%s\", \"dims\": [%d, %d, %d, %d], \"strategy\": \"%s\", "
                    "\"mixed_precision\": \"%s\", \"batch_size\": %d, \"steps\": %d, "
@@ -1191,6 +1213,7 @@ static int run(int argc, char **argv) {
             json_side(f, "mpi_loop_", &st[SIDE_MPI], R, global_batch, S, pass == 1);
             json_number(f, "acx_over_mpi_loop", med_ratio);
             json_number(f, "acx_over_mpi_loop_totals", total_ratio);
+            json_number(f, "acx_over_mpi_loop_cpu", cpu_ratio);
         }
         if (o.run[SIDE_COMPUTE])
             json_side(f, "compute_only_", &st[SIDE_COMPUTE], R, global_batch, S, pass == 1);
@@ -1215,6 +1238,7 @@ done:
     free(tmp);
     for (int k = 0; k < NSIDES; k++) {
         free(st[k].block_s);
+        free(st[k].cpu_s);
         free(st[k].step_s);
     }
     mlp_workspace_free(&s.ws);
