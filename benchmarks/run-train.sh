@@ -195,7 +195,9 @@ cores=$(nproc 2>/dev/null || echo 1)
 limit=${ACX_RUN_TRAIN_TIMEOUT:-600}
 # run_mpi NP ARGS...: mpirun on localhost as tests/lib.sh does (root, more
 # ranks than cores, shared memory only); ranks yield when idle only when
-# there are more of them than cores.
+# there are more of them than cores, unless OMPI_MCA_mpi_yield_when_idle is
+# set (=1 is kinder to a machine other jobs are loading: busy-polling ranks
+# then steal the cores their peers need).
 run_mpi() {
     n=$1
     shift
@@ -204,7 +206,7 @@ run_mpi() {
     root=
     if [ "$(id -u)" -eq 0 ]; then root=--allow-run-as-root; fi
     OMPI_MCA_btl=self,vader OMPI_MCA_btl_vader_single_copy_mechanism=none \
-        OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_mpi_yield_when_idle=$yield \
+        OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_mpi_yield_when_idle=${OMPI_MCA_mpi_yield_when_idle:-$yield} \
         OPENBLAS_NUM_THREADS=$threads OMP_NUM_THREADS=$threads \
         timeout -k 10 "$limit" mpirun $root -np "$n" --oversubscribe "$@"
 }
@@ -238,11 +240,11 @@ for m in $models; do
             if [ "$rc" -ne 0 ] || [ "$(json_get "$log" impl)" != acx ]; then
                 failed=1
                 note "$m $s on $n rank(s) failed (exit $rc): $(grep '^acx-bench-train' "$log" | tail -n 1)"
-                echo "$m $s $n - - - - - - - - - - - - failed" >>"$matrix"
+                echo "$m $s $n - - - - - - - - - - - - - failed" >>"$matrix"
                 continue
             fi
             v() { x=$(json_get "$log" "$1"); echo "${x:--}" | sed 's/^null$/-/'; }
-            echo "$m $s $n $(v samples_per_s) $(v mpi_loop_samples_per_s) $(v acx_over_mpi_loop) $(v acx_over_mpi_loop_cpu)" \
+            echo "$m $s $n $(v samples_per_s) $(v mpi_loop_samples_per_s) $(v acx_over_mpi_loop) $(v acx_over_mpi_loop_step) $(v acx_over_mpi_loop_cpu)" \
                 "$(v step_ms) $(v step_ms_p10) $(v step_ms_p90) $(v mpi_loop_step_ms)" \
                 "$(v comm_share) $(v mpi_loop_comm_share) $(v acx_wait_share) $(v check_max_rel_diff) $(v check)" >>"$matrix"
             if [ "$(v check)" = failed ]; then failed=1; fi
@@ -350,25 +352,27 @@ report() {
     echo "Definitions. samples/s: all ranks, over every timed step of the side (the slowest rank's"
     echo "time per block). step ms: per step, the slowest rank's time; median, 10th and 90th percentile."
     echo "acx/mpi-loop: the median over rounds of the per-round throughput ratio (same run, same"
-    echo "batches); by CPU time: the same with each side's CPU time per round (mpi-loop ÷ acx),"
-    echo "which counts only while a process runs and so moves less when other jobs load the"
-    echo "machine (it still counts MPI's busy waiting). comm share: 1 − t(compute-only)/t(side) per round, median — the part of a step"
-    echo "that is not local compute of a replicated step (exposed communication and, for acx, its"
+    echo "batches); by median step: mpi-loop's median step time ÷ acx's, which ignores the steps"
+    echo "another job preempted (on a loaded machine the figure to trust); by CPU time: each side's"
+    echo "CPU time per round, mpi-loop ÷ acx, median over rounds (counts only while a process runs,"
+    echo "but includes MPI's busy waiting). comm share: 1 − median step(compute-only) ÷ median"
+    echo "step(side) — the part of a step that is not local compute of a replicated step"
+    echo "(exposed communication and, for acx, its"
     echo "bookkeeping; under SHARD_GRAD_OP/FULL_SHARD acx's optimizer updates only 1/N of the"
     echo "parameters, so its share is net of that saving; noise can make it slightly negative)."
     echo "acx wait: the share of acx's step inside the calls that move data (acquire, grads_ready,"
-    echo "release, backward_end). cross-check: after C steps from identical parameters, max over"
+    echo "release, backward_end; median over steps, mean over ranks). cross-check: after C steps from identical parameters, max over"
     echo "tensors of ‖acx − loop‖/‖loop‖ (limit 1e-5; every strategy computes the same update in fp32)."
     echo "HYBRID_SHARD runs with ranks_per_node = ranks/2 (two simulated nodes: sharded in a node,"
     echo "replicated across); on 1 rank every strategy is the same computation."
     echo
     echo "### acx against the hand-written MPI loop (same run, alternating)"
     echo
-    echo "| model | strategy | ranks | acx samples/s | mpi-loop samples/s | acx/mpi-loop | acx/mpi-loop by CPU time | acx step ms | acx p10 ms | acx p90 ms | mpi-loop step ms | acx comm share | mpi-loop comm share | acx wait share | cross-check max rel diff | cross-check |"
-    echo "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"
-    awk '{ printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
+    echo "| model | strategy | ranks | acx samples/s | mpi-loop samples/s | acx/mpi-loop | acx/mpi-loop by median step | acx/mpi-loop by CPU time | acx step ms | acx p10 ms | acx p90 ms | mpi-loop step ms | acx comm share | mpi-loop comm share | acx wait share | cross-check max rel diff | cross-check |"
+    echo "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"
+    awk '{ printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
            $1, $2, $3, f($4, 1), f($5, 1), f($6, 3), f($7, 3), f($8, 3), f($9, 3), f($10, 3), f($11, 3),
-           f($12, 3), f($13, 3), f($14, 3), e($15), $16 }
+           f($12, 3), f($13, 3), f($14, 3), f($15, 3), e($16), $17 }
          function f(x, d) { return x == "-" ? "-" : sprintf("%.*f", d, x) }
          function e(x) { return x == "-" ? "-" : sprintf("%.2e", x) }' "$matrix"
     echo

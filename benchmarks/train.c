@@ -27,12 +27,13 @@
  *   compute-only  the mpi-loop step with the all-reduce left out (its own
  *                 copy of the model): the local arithmetic of a replicated
  *                 data-parallel step. It gives the communication share:
- *                 comm share of a side = 1 - t(compute-only) / t(side), per
- *                 round, median over rounds — the part of the step that is
- *                 not the local compute (exposed communication plus, for
- *                 acx, the runtime's bookkeeping; under SHARD_GRAD_OP/
- *                 FULL_SHARD acx's optimizer updates only 1/N of the
- *                 parameters, so its share is net of that saving).
+ *                 comm share of a side = 1 - (median step time of
+ *                 compute-only) / (median step time of the side) — the part
+ *                 of the step that is not the local compute (exposed
+ *                 communication plus, for acx, the runtime's bookkeeping;
+ *                 under SHARD_GRAD_OP/FULL_SHARD acx's optimizer updates
+ *                 only 1/N of the parameters, so its share is net of that
+ *                 saving).
  *                 acx's blocking time is reported too: the share of its step
  *                 spent inside the calls that move data (acquire,
  *                 grads_ready, release, backward_end; the optimizer step,
@@ -55,7 +56,10 @@
  * own data in the caches, then a barrier, then the block; the slowest
  * rank's time), S timed steps per side in all. samples/s = ranks x batch x
  * S / the side's summed block times; step time = per step, the slowest
- * rank's time, median and spread over the S steps. Batches are prepared
+ * rank's time, median and spread over the S steps. acx/mpi-loop three
+ * ways: the median of the per-round throughput ratios, the ratio of the
+ * median step times (robust when other jobs preempt some steps), and the
+ * ratio of CPU times per round. Batches are prepared
  * before timing. --only acx|mpi-loop runs one side (and compute-only unless
  * --no-compute-only) for process-level alternation with other
  * implementations (benchmarks/run-train.sh).
@@ -803,12 +807,13 @@ typedef struct side_stats {
     double *block_s;   /* [R] slowest rank's time of each round's block, seconds */
     double *cpu_s;     /* [R] CPU time of each round's block, summed over ranks, seconds */
     double *step_s;    /* [S] per step: this rank's, then the slowest rank's time */
+    double *own_step_s; /* [S] acx: this rank's time per step */
+    double *wait_step_s, *opt_step_s; /* [S] acx: this rank's time per step in data-moving
+                                          calls, in the optimizer (then shares of own_step_s) */
     int filled;        /* steps recorded in step_s */
-    double local_s;    /* this rank's time in timed blocks */
-    double wait_s, opt_s; /* acx: this rank's time in data-moving calls, in the optimizer */
     double samples_per_s, step_ms, p10, p90, min, max, final_loss;
     double cpu_ms;     /* CPU time per step per rank (mean over ranks), milliseconds */
-    double comm_share; /* median over rounds of 1 - t(compute-only)/t(side), or NAN */
+    double comm_share; /* 1 - step_ms(compute-only) / step_ms(side), or NAN */
 } side_stats_t;
 
 /* ---- the benchmark ---- */
@@ -873,20 +878,22 @@ static double cpu_now(void) {
 static double time_block(bench_t *b, side_t side, int K, int block_warmup, int round,
                          side_stats_t *st) {
     for (int i = 0; i < block_warmup; i++) side_step(b, side);
-    double wait0 = b->s->t_wait, opt0 = b->s->t_opt;
     MPI_Barrier(b->comm);
     double c0 = cpu_now(), t0 = MPI_Wtime(), t = t0;
     for (int i = 0; i < K; i++) {
+        double wait0 = b->s->t_wait, opt0 = b->s->t_opt;
         side_step(b, side);
         double t1 = MPI_Wtime();
+        if (side == SIDE_ACX) {
+            st->own_step_s[st->filled] = t1 - t;
+            st->wait_step_s[st->filled] = b->s->t_wait - wait0;
+            st->opt_step_s[st->filled] = b->s->t_opt - opt0;
+        }
         st->step_s[st->filled++] = t1 - t;
         t = t1;
     }
     double mine = t - t0, slowest, cpu = cpu_now() - c0;
     MPI_Allreduce(&cpu, &st->cpu_s[round], 1, MPI_DOUBLE, MPI_SUM, b->comm);
-    st->local_s += mine;
-    st->wait_s += b->s->t_wait - wait0;
-    st->opt_s += b->s->t_opt - opt0;
     MPI_Allreduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, b->comm);
     return slowest;
 }
@@ -937,7 +944,7 @@ static int run(int argc, char **argv) {
     batches_t bs;
     options_t o;
     side_stats_t st[NSIDES];
-    double *ratio = NULL, *comm_round = NULL;
+    double *ratio = NULL, *scratch = NULL;
     float *tmp = NULL;
     bench_t b = {.s = &s, .comm = comm};
     memset(&s, 0, sizeof s);
@@ -993,6 +1000,13 @@ static int run(int argc, char **argv) {
                               : !check_applies                      ? "skipped"
                               : o.check_steps == 0                  ? "off"
                                                                     : NULL;
+    if (o.check_only && check_state != NULL) { /* parse_options made sure both sides run */
+        if (world_rank == 0)
+            fprintf(stderr, PROG ": --check: the cross-check does not apply under mixed precision "
+                            "or a 16-bit reduce_dtype\n");
+        rc = 2;
+        goto done;
+    }
 
     /* Inputs, before anything is timed. */
     FAIL_IF(batches_alloc(&bs, o.batches, (int)o.batch_size, d->in) != 0,
@@ -1090,9 +1104,16 @@ static int run(int argc, char **argv) {
         st[k].step_s = calloc((size_t)S, sizeof(double));
         FAIL_IF(!st[k].block_s || !st[k].cpu_s || !st[k].step_s, "out of memory");
     }
+    if (o.run[SIDE_ACX]) {
+        side_stats_t *x = &st[SIDE_ACX];
+        x->own_step_s = calloc((size_t)S, sizeof(double));
+        x->wait_step_s = calloc((size_t)S, sizeof(double));
+        x->opt_step_s = calloc((size_t)S, sizeof(double));
+        FAIL_IF(!x->own_step_s || !x->wait_step_s || !x->opt_step_s, "out of memory");
+    }
     ratio = calloc((size_t)R, sizeof *ratio);
-    comm_round = calloc((size_t)R, sizeof *comm_round);
-    FAIL_IF(!ratio || !comm_round, "out of memory");
+    scratch = calloc((size_t)R, sizeof *scratch);
+    FAIL_IF(!ratio || !scratch, "out of memory");
     for (int j = 0; j < nsides; j++)
         for (int i = 0; i < o.warmup; i++) side_step(&b, order[j]);
     say("\ntiming: %d round(s), %d timed step(s) per side in all, sides rotating; %d warm-up "
@@ -1137,27 +1158,31 @@ static int run(int argc, char **argv) {
         MPI_Allreduce(MPI_IN_PLACE, &loss, 1, MPI_DOUBLE, MPI_SUM, comm);
         x->final_loss = loss / world;
         x->comm_share = NAN;
-        if (o.run[SIDE_COMPUTE] && k != SIDE_COMPUTE) {
-            /* same K in both blocks of a round: time ratio = per-step ratio */
-            for (int i = 0; i < R; i++)
-                comm_round[i] = 1.0 - st[SIDE_COMPUTE].block_s[i] / x->block_s[i];
-            x->comm_share = median(comm_round, R);
-        }
     }
-    /* acx's blocking share: this rank's time inside the data-moving calls
-     * over its timed steps, mean over ranks. */
+    /* Communication share from the median step times: a step that another
+     * job preempted is an outlier the median ignores, where block times
+     * would carry it. */
+    for (int k = 0; k < NSIDES; k++)
+        if (o.run[k] && o.run[SIDE_COMPUTE] && k != SIDE_COMPUTE)
+            st[k].comm_share = 1.0 - st[SIDE_COMPUTE].step_ms / st[k].step_ms;
+    /* acx's blocking share: per timed step, this rank's time inside the
+     * data-moving calls (and in the optimizer) over its step time; the
+     * median over steps, mean over ranks. */
     double shares[2] = {NAN, NAN};
     if (o.run[SIDE_ACX]) {
-        double mine[2] = {st[SIDE_ACX].wait_s / st[SIDE_ACX].local_s,
-                          st[SIDE_ACX].opt_s / st[SIDE_ACX].local_s};
+        side_stats_t *x = &st[SIDE_ACX];
+        for (int i = 0; i < S; i++) x->wait_step_s[i] /= x->own_step_s[i];
+        for (int i = 0; i < S; i++) x->opt_step_s[i] /= x->own_step_s[i];
+        double mine[2] = {median(x->wait_step_s, S), median(x->opt_step_s, S)};
         MPI_Allreduce(mine, shares, 2, MPI_DOUBLE, MPI_SUM, comm);
         shares[0] /= world;
         shares[1] /= world;
     }
     double med_ratio = both ? median(ratio, R) : NAN, cpu_ratio = NAN;
+    double step_ratio = both ? st[SIDE_MPI].step_ms / st[SIDE_ACX].step_ms : NAN;
     if (both) { /* CPU time per round, loop over acx: > 1 when acx needs less */
-        for (int i = 0; i < R; i++) comm_round[i] = st[SIDE_MPI].cpu_s[i] / st[SIDE_ACX].cpu_s[i];
-        cpu_ratio = median(comm_round, R);
+        for (int i = 0; i < R; i++) scratch[i] = st[SIDE_MPI].cpu_s[i] / st[SIDE_ACX].cpu_s[i];
+        cpu_ratio = median(scratch, R);
     }
     double total_ratio = both ? st[SIDE_ACX].samples_per_s / st[SIDE_MPI].samples_per_s : NAN;
 
@@ -1172,10 +1197,10 @@ static int run(int argc, char **argv) {
             share, x->final_loss, x->cpu_ms);
     }
     if (o.run[SIDE_COMPUTE])
-        say("comm share = 1 - t(compute-only) / t(side) per round, median over rounds\n");
+        say("comm share = 1 - median step(compute-only) / median step(side)\n");
     if (o.run[SIDE_ACX])
         say("acx time in acquire/grads_ready/release/backward_end: %.3f of its step; in "
-            "optimizer_step/zero_grad: %.3f (mean over ranks)\n",
+            "optimizer_step/zero_grad: %.3f (median over steps, mean over ranks)\n",
             shares[0], shares[1]);
 
     /* The result object: the last line of stdout, and --json FILE. */
@@ -1193,10 +1218,12 @@ static int run(int argc, char **argv) {
             }
         }
         if (pass == 0 && both)
-            printf("\nCPU time per step, mpi-loop/acx = %.3f (median of %d rounds; CPU time counts only "
-                   "while scheduled, so it holds still on a loaded machine)\n"
+            printf("\nmedian step time, mpi-loop/acx = %.3f (a step another job preempted is an "
+                   "outlier the median ignores)\n"
+                   "CPU time per step, mpi-loop/acx = %.3f (median of %d rounds; CPU time counts only "
+                   "while scheduled)\n"
                    "ratio acx/mpi-loop = %.3f (median of %d per-round ratios; ratio of the totals "
-                   "%.3f)\n", cpu_ratio, R, med_ratio, R, total_ratio);
+                   "%.3f)\n", step_ratio, cpu_ratio, R, med_ratio, R, total_ratio);
         fprintf(f, "{\"benchmark\": \"acx-bench-train\", \"impl\": \"%s\", \"ranks\": %d, "
                    "\"model\": \"%s\", \"dims\": [%d, %d, %d, %d], \"strategy\": \"%s\", "
                    "\"mixed_precision\": \"%s\", \"batch_size\": %d, \"steps\": %d, "
@@ -1213,6 +1240,7 @@ static int run(int argc, char **argv) {
             json_side(f, "mpi_loop_", &st[SIDE_MPI], R, global_batch, S, pass == 1);
             json_number(f, "acx_over_mpi_loop", med_ratio);
             json_number(f, "acx_over_mpi_loop_totals", total_ratio);
+            json_number(f, "acx_over_mpi_loop_step", step_ratio);
             json_number(f, "acx_over_mpi_loop_cpu", cpu_ratio);
         }
         if (o.run[SIDE_COMPUTE])
@@ -1234,11 +1262,14 @@ fail:
     if (in_loop) abort_job(&b, PROG " failed");
 done:
     free(ratio);
-    free(comm_round);
+    free(scratch);
     free(tmp);
     for (int k = 0; k < NSIDES; k++) {
         free(st[k].block_s);
         free(st[k].cpu_s);
+        free(st[k].own_step_s);
+        free(st[k].wait_step_s);
+        free(st[k].opt_step_s);
         free(st[k].step_s);
     }
     mlp_workspace_free(&s.ws);
