@@ -36,9 +36,11 @@
 #                environment is installed (exit status 3 of the runner = not
 #                installed: the report says so and the rest goes on);
 #                --no-peers never runs them.
-# --peer-rounds N  rounds of the process-level alternation (default 2; 1 with --quick).
+# --peer-rounds N  rounds of the process-level alternation (default 1: each
+#                (model, ranks) pair runs every implementation once, in an order
+#                that rotates from pair to pair and from round to round).
 # --peer-np-list L world sizes of the peer rounds (default: --np-list).
-# --dims D       the synthetic model (default 1024,4096,4096,1024).
+# --dims D       the synthetic model (default 1024,4096,4096,256).
 # --threads T    BLAS threads per rank, for acx, the MPI loop and the peers
 #                (default 1: the ranks already fill the cores).
 # --peer-runner P  the peer runner (default benchmarks/peers/run-peer.sh).
@@ -87,7 +89,7 @@ while [ $# -gt 0 ]; do
     --threads) need "$@"; threads=$2; shift 2 ;;
     --peer-runner) need "$@"; runner=$2; shift 2 ;;
     --) shift; break ;;
-    -h | --help) sed -n '2,54s/^# \{0,1\}//p' "$0"; exit 0 ;;
+    -h | --help) awk 'NR > 1 && /^set -eu/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
     -*) usage_error "unknown option '$1' (benchmark options go after --)" ;;
     *)
         [ -z "$build" ] || usage_error "unexpected argument '$1'"
@@ -106,7 +108,7 @@ else
     np_list=${np_list:-1,2,4}
     models=${models:-fmnist,synthetic}
     strategies=${strategies:-NO_SHARD,SHARD_GRAD_OP,FULL_SHARD,HYBRID_SHARD}
-    peer_rounds=${peer_rounds:-2}
+    peer_rounds=${peer_rounds:-1}
 fi
 is_count() { case $1 in '' | *[!0-9]* | 0*) return 1 ;; esac; }
 np_list=$(echo "$np_list" | tr ',' ' ')
@@ -176,7 +178,7 @@ model_args() {
         else echo "--model fmnist --data $data --batch-size 64 --steps 100 --rounds 5 --warmup 10 --check-steps 20"; fi
     else
         if [ "$quick" = 1 ]; then echo "--model synthetic --dims ${dims:-128,256,256,64} --batch-size 64 --steps 6 --rounds 2 --warmup 1 --check-steps 2"
-        else echo "--model synthetic --dims ${dims:-1024,4096,4096,1024} --batch-size 64 --steps 6 --rounds 3 --warmup 1 --block-warmup 0 --check-steps 2"; fi
+        else echo "--model synthetic --dims ${dims:-1024,4096,4096,256} --batch-size 64 --steps 6 --rounds 3 --warmup 1 --block-warmup 0 --check-steps 2"; fi
     fi
 }
 # the same as peer flags: --batch-size B --steps S --warmup W (and the data or dims)
@@ -269,17 +271,19 @@ else
 fi
 peerfile=$work/peers.txt
 : >"$peerfile"
+config=0 # counts (model, ranks) pairs: the order also rotates from one to the next
 for m in $models; do
     margs=$(model_args "$m")
     # shellcheck disable=SC2086
     b=$(arg_of --batch-size $margs) st=$(arg_of --steps $margs) w=$(arg_of --warmup $margs)
     for n in $peer_np_list; do
         r=1
+        config=$((config + 1))
         while [ -n "$peer_impls" ] && [ "$r" -le "$peer_rounds" ]; do
             impls="acx mpi-loop $peer_impls"
             nimpl=$(echo "$impls" | wc -w)
-            # rotate the order each round: impl i at position (i + r) mod nimpl
-            order=$(echo "$impls" | tr ' ' '\n' | awk -v r="$r" -v k="$nimpl" '{ print (NR + r) % k, $0 }' |
+            # rotate the order each round: impl i at position (i + r + config) mod nimpl
+            order=$(echo "$impls" | tr ' ' '\n' | awk -v r="$((r + config))" -v k="$nimpl" '{ print (NR + r) % k, $0 }' |
                 sort -n | cut -d' ' -f2)
             for impl in $order; do
                 log=$work/peer-$m-$n-$r-$impl.log
@@ -397,7 +401,8 @@ report() {
     else
         echo "Each round runs one process per implementation (acx and the MPI loop as"
         echo "\`acx-bench-train --only\`, NO_SHARD; the peers through benchmarks/peers/run-peer.sh),"
-        echo "in an order rotating from round to round; same model, data, batch per rank, AdamW,"
+        echo "in an order rotating from one (model, ranks) pair to the next and from round to round;"
+        echo "same model, data, batch per rank, AdamW,"
         echo "threads and steps. $peer_rounds round(s); samples/s are medians over rounds, ratios the"
         echo "medians of the per-round ratios."
         echo

@@ -7,9 +7,10 @@
  *
  *   --model fmnist     784-256-128-10 on Fashion-MNIST batches read from the
  *                      HDF5 file `acx data import-idx` writes;
- *   --model synthetic  IN-H1-H2-OUT (default 1024-4096-4096-1024, 25.2M
+ *   --model synthetic  IN-H1-H2-OUT (default 1024-4096-4096-256, 22.0M
  *                      parameters: compute-bound on a CPU) on fixed-seed
- *                      synthetic uint8 pixels and labels.
+ *                      synthetic uint8 pixels and labels (OUT <= 256: the
+ *                      shared MLP code, like Fashion-MNIST, has uint8 labels).
  *
  * Three sides, each a full training step (forward, backward, gradient
  * averaging, AdamW):
@@ -143,7 +144,7 @@ static void usage(FILE *f) {
             "  --model fmnist|synthetic  Fashion-MNIST MLP 784-256-128-10 on real data (default),\n"
             "                      or a larger MLP on fixed-seed synthetic data\n"
             "  --data FILE.h5      fmnist: /train/images, /train/labels (`acx data import-idx`)\n"
-            "  --dims IN,H1,H2,OUT synthetic: layer widths (default 1024,4096,4096,1024)\n"
+            "  --dims IN,H1,H2,OUT synthetic: layer widths, OUT <= 256 (default 1024,4096,4096,256)\n"
             "  --sharding-strategy S  acx side: NO_SHARD | SHARD_GRAD_OP | FULL_SHARD |\n"
             "                      HYBRID_SHARD (any case; default NO_SHARD)\n"
             "  --mixed-precision P acx side: no | bf16 | fp16 (default no)\n"
@@ -365,7 +366,10 @@ static int parse_options(int argc, char **argv, options_t *o) {
         (o->dims.in != 784 || o->dims.h1 != 256 || o->dims.h2 != 128 || o->dims.out != 10))
         USAGE_ERROR("--model fmnist is 784,256,128,10; --dims %d,%d,%d,%d needs --model synthetic\n",
                     o->dims.in, o->dims.h1, o->dims.h2, o->dims.out);
-    if (!o->dims_set) o->dims = synth ? (mlp_dims_t){1024, 4096, 4096, 1024} : (mlp_dims_t){784, 256, 128, 10};
+    if (o->dims.out > 256)
+        USAGE_ERROR("--dims: OUT=%d classes do not fit the uint8 labels of the MLP code (at most "
+                    "256)\n", o->dims.out);
+    if (!o->dims_set) o->dims = synth ? (mlp_dims_t){1024, 4096, 4096, 256} : (mlp_dims_t){784, 256, 128, 10};
     if (o->steps < 0) o->steps = synth ? 10 : 200;
     if (o->rounds < 0) o->rounds = synth ? 5 : 10;
     if (o->rounds > o->steps) o->rounds = o->steps;
@@ -409,11 +413,6 @@ static uint64_t splitmix64(uint64_t *s) {
     return z ^ (z >> 31);
 }
 
-/* Labels are uint8 in the shared MLP code (Fashion-MNIST's type), so
- * synthetic labels are drawn from [0, min(out, 256)); the loss costs the
- * same whatever the label values. */
-static int label_classes(const mlp_dims_t *d) { return d->out < 256 ? d->out : 256; }
-
 /* Synthetic data, different on every rank like a real shard (the stream is
  * seeded by seed and rank): about half the pixels black (as in
  * Fashion-MNIST, so dead inputs exist), the rest uniform in 0..255. */
@@ -425,7 +424,7 @@ static void batches_synthesize(batches_t *bs, const mlp_dims_t *d, int64_t seed,
         bs->pixels[i] = (r >> 63) ? (uint8_t)(r & 0xff) : 0;
     }
     for (size_t i = 0; i < (size_t)bs->nb * (size_t)bs->B; i++)
-        bs->labels[i] = (uint8_t)(splitmix64(&s) % (uint64_t)label_classes(d));
+        bs->labels[i] = (uint8_t)(splitmix64(&s) % (uint64_t)d->out);
 }
 
 /* Read up to nb full batches of this rank's shard (acx's distributed
