@@ -24,14 +24,17 @@
 #
 # Every step starts with `sync` and `echo 3 > /proc/sys/vm/drop_caches`
 # (needs root), so loads and dd's reads come from the disk, not the page
-# cache; without root (or with --no-drop-caches) dd reads with iflag=direct
-# and acx's loads may be served from the cache. dd writes with
-# conv=fdatasync (acx's save fsyncs its file too). Within each repetition
-# the order of acx and dd alternates, so a drift of the disk's speed hits
-# both alike. The target: save and load >= 70% of dd's throughput. The
-# table gives the ratio of the medians and, since a shared machine's disk
-# speed moves from one second to the next, the median of the ratios of
-# each repetition's acx and dd runs, which ran back to back.
+# cache; acx-bench-ckpt drops it once more right before its timed call,
+# after its model is allocated, as dd runs right after a drop (why that
+# matters: --drop-caches in benchmarks/ckpt_io.c). Without root (or with
+# --no-drop-caches) dd reads with iflag=direct and acx's loads may be
+# served from the cache. dd writes with conv=fdatasync (acx's save fsyncs
+# its file too). Within each repetition the order of acx and dd
+# alternates, so a drift of the disk's speed hits both alike. The target:
+# save and load >= 70% of dd's throughput. The table gives the ratio of
+# the medians and, since a shared machine's disk speed moves from one
+# second to the next, the median of the ratios of each repetition's acx
+# and dd runs, which ran back to back.
 set -eu
 
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -53,7 +56,7 @@ while [ $# -gt 0 ]; do
     --reshard) need "$@"; reshard=$2; shift 2 ;;
     --keep) keep=1; shift ;;
     --no-drop-caches) no_drop=1; shift ;;
-    -h | --help) sed -n '2,34s/^# \{0,1\}//p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,37s/^# \{0,1\}//p' "$0"; exit 0 ;;
     -*) echo "run-ckpt-io.sh: unknown option '$1'" >&2; exit 2 ;;
     *)
         [ -z "$build" ] || { echo "run-ckpt-io.sh: unexpected argument '$1'" >&2; exit 2; }
@@ -86,6 +89,8 @@ drop() {
     if [ "$drop_ok" = 1 ]; then echo 3 >/proc/sys/vm/drop_caches; fi
 }
 dd_read_flags=
+bench_drop=
+if [ "$drop_ok" = 1 ]; then bench_drop=--drop-caches; fi
 if [ "$drop_ok" = 0 ]; then
     [ "$no_drop" = 1 ] || echo "note: cannot drop the page cache (not root?): dd reads with iflag=direct; acx loads may come from the cache" >&2
     dd_read_flags=iflag=direct
@@ -106,7 +111,8 @@ mpirun_np() {
 # acx PHASE NP LABEL: one benchmark run; appends "LABEL acx MiB/s" to the
 # results and sets $bytes. Fails the script if the run or its check fails.
 acx() {
-    out=$(mpirun_np "$2" "$bench" --phase "$1" --dir "$dir" --size-mb "$size_mb") || {
+    # shellcheck disable=SC2086
+    out=$(mpirun_np "$2" "$bench" --phase "$1" --dir "$dir" --size-mb "$size_mb" $bench_drop) || {
         echo "$out" >&2
         echo "run-ckpt-io.sh: acx-bench-ckpt --phase $1 on $2 rank(s) failed" >&2
         exit 1
