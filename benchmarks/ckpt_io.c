@@ -25,18 +25,22 @@
  *
  *   --drop-caches  right before the timed call (after the model exists):
  *                 sync and `echo 3 > /proc/sys/vm/drop_caches` (one rank
- *                 per node; needs root). Why here and not only before the
- *                 process starts: on a VM whose balloon reports free pages
- *                 to the host (this project's build machines), memory freed
- *                 by a drop and taken again at once is cheap, memory the
- *                 host took back costs a hypervisor fault at its first
- *                 touch. Dropped before the run, the model's 1 GiB of fresh
- *                 huge pages takes the just-freed memory and the load's page
- *                 cache gets the host's: the kernel's copy to the program
- *                 ran 3-6x slower (measured with a plain pread loop: 3.0-5.2
- *                 s per GiB against 0.6-0.8 s dropped after its buffers were
- *                 allocated; dd, which allocates nothing, 0.6-0.9 s). dd
- *                 reads right after a drop, so the load must too.
+ *                 per node; needs root). The moment matters on a VM whose
+ *                 balloon reports free memory to the host (virtio-balloon
+ *                 free page reporting, as on this project's build machines):
+ *                 memory freed by a drop and taken again within a moment is
+ *                 cheap, memory the host has taken back costs a hypervisor
+ *                 fault at its first touch (zeroing 1 GiB of fresh huge
+ *                 pages: 1.2-1.5 s instead of ~0.1 s). Dropped before the
+ *                 process started, the page cache of the load comes after
+ *                 the model's 1 GiB of fresh memory and the kernel's copy
+ *                 into the program runs several times slower (a plain pread
+ *                 loop into a 1 GiB huge-page buffer: 1.1-2.5 s per GiB
+ *                 against 0.48-0.56 s into small pages and dd's 0.48-0.54 s;
+ *                 the same loop after a drop in its own process: 0.58-0.77 s
+ *                 against a dd-like read in that process 0.50-1.17 s). dd
+ *                 runs right after a drop of the previous step's file, so
+ *                 the benchmark does the same.
  *
  * Output, one line on rank 0 (the script parses it):
  *   ckpt-io PHASE np=N bytes=B seconds=S MiB/s=X params=KxRxC check=ok

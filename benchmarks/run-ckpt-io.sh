@@ -24,9 +24,9 @@
 #
 # Every step starts with `sync` and `echo 3 > /proc/sys/vm/drop_caches`
 # (needs root), so loads and dd's reads come from the disk, not the page
-# cache; acx-bench-ckpt drops it once more right before its timed call,
-# after its model is allocated, as dd runs right after a drop (why that
-# matters: --drop-caches in benchmarks/ckpt_io.c). Without root (or with
+# cache: right before dd, and inside acx-bench-ckpt right before its timed
+# call, once its model is allocated (why the moment matters on this VM:
+# --drop-caches in benchmarks/ckpt_io.c). Without root (or with
 # --no-drop-caches) dd reads with iflag=direct and acx's loads may be
 # served from the cache. dd writes with conv=fdatasync (acx's save fsyncs
 # its file too). Within each repetition the order of acx and dd
@@ -110,7 +110,11 @@ mpirun_np() {
 
 # acx PHASE NP LABEL: one benchmark run; appends "LABEL acx MiB/s" to the
 # results and sets $bytes. Fails the script if the run or its check fails.
+# The page cache is dropped by the benchmark itself (--drop-caches), right
+# before its timed call: the previous step's file stays cached while the
+# process starts, as it does before dd's drop.
 acx() {
+    sync
     # shellcheck disable=SC2086
     out=$(mpirun_np "$2" "$bench" --phase "$1" --dir "$dir" --size-mb "$size_mb" $bench_drop) || {
         echo "$out" >&2
@@ -151,16 +155,16 @@ for np in $nps; do
         echo "np=$np repetition $r"
         rm -f "$dir/bench.h5" "$dir/dd.bin"
         if [ $((r % 2)) = 1 ]; then
-            drop; acx save "$np" "save-$np"
+            acx save "$np" "save-$np"
             drop; dd_run write "save-$np"
-            drop; acx load "$np" "load-$np"
+            acx load "$np" "load-$np"
             drop; dd_run read "load-$np"
         else
             # $bytes: the file size of the previous repetition's save
             drop; dd_run write "save-$np"
-            drop; acx save "$np" "save-$np"
+            acx save "$np" "save-$np"
             drop; dd_run read "load-$np"
-            drop; acx load "$np" "load-$np"
+            acx load "$np" "load-$np"
         fi
         r=$((r + 1))
     done
@@ -173,8 +177,8 @@ for pair in $reshard; do
     r=1
     while [ "$r" -le "$reps" ]; do
         rm -f "$dir/bench.h5"
-        drop; acx save "$n" "reshard-save-$n"
-        drop; acx load "$m" "reshard-$n-to-$m"
+        acx save "$n" "reshard-save-$n"
+        acx load "$m" "reshard-$n-to-$m"
         r=$((r + 1))
     done
 done
