@@ -104,7 +104,12 @@
  * their blocks' edges) itself, so no rank can be left waiting in a
  * collective read for one that stopped at a checksum failure, and the
  * number of reads may differ between ranks; ranks agree after checking
- * the tensors' descriptions and once at the end of acx_ckpt_read.
+ * the tensors' descriptions and once all tensors are read. Rows several
+ * ranks hold (a tensor's `share` group: NO_SHARD's replicas) are read once
+ * in all — each member reads and verifies its slice — and then
+ * all-gathered in the group (share_rows), only after every rank's checks
+ * passed: a replicated load costs each rank 1/N of the file's reads and
+ * checksums instead of all of them.
  * acx_ckpt_open and acx_ckpt_close are collective (MPI_File_open /
  * MPI_File_close). With world == NULL the file is opened by this process
  * alone (sec2 driver, no MPI calls), for single-process tools.
@@ -1342,12 +1347,90 @@ out:
     return status;
 }
 
+/* ---- sharing rows among replicas ---- */
+
+/* All-gather t's io rows in t->share (size > 1), in place: each member's
+ * rows land at the same rows of every member's buffer. The members' rows
+ * are checked first (same buffer rows; disjoint, in rank order, one range
+ * inside the buffer), the same way on every member from the same
+ * exchanged values, so they all take the same path. Collective over
+ * t->share; its members return the same status. Counts are in rows (a
+ * contiguous datatype of one row), so a tensor of more than 2^31 elements
+ * needs no special case. */
+static acx_status_t share_rows(const acx_ckpt_tensor_t *t, const char *file) {
+    acx_comm_t *g = t->share;
+    acx_status_t status = ACX_OK;
+    int n = g->size;
+    int64_t mine[4] = {t->io_begin, t->io_end, t->buf_row0, t->buf_rows};
+    int64_t *all = acx_malloc((size_t)n * sizeof mine, "checkpoint row exchange");
+    int *counts = acx_malloc((size_t)n * 2 * sizeof *counts, "checkpoint row exchange");
+    MPI_Datatype row = MPI_DATATYPE_NULL;
+    uint64_t rb = row_bytes(t);
+    status = acx_coll_agree(g, all != NULL && counts != NULL ? ACX_OK : ACX_ERR_NO_MEMORY);
+    if (status != ACX_OK) goto out;
+    ACX_MPI_CHECK_GOTO(MPI_Allgather(mine, 4, MPI_INT64_T, all, 4, MPI_INT64_T, g->mpi), status,
+                       agreed);
+    int *displs = counts + n;
+    int64_t next = -1, first = -1;
+    for (int r = 0; r < n && status == ACX_OK; r++) {
+        const int64_t *a = all + 4 * r;
+        int64_t rows = a[1] - a[0];
+        if (a[2] != t->buf_row0 || a[3] != t->buf_rows)
+            status = ACX_ERROR(ACX_ERR_INVALID_ARG,
+                               "checkpoint tensor '%s' in '%s': the ranks sharing it hold "
+                               "different rows ([%lld, +%lld) on member %d, [%lld, +%lld) on "
+                               "member 0)",
+                               t->path, file, (long long)a[2], (long long)a[3], r,
+                               (long long)all[2], (long long)all[3]);
+        else if (rows > 0 && next >= 0 && a[0] != next)
+            status = ACX_ERROR(ACX_ERR_INVALID_ARG,
+                               "checkpoint tensor '%s' in '%s': member %d of its share group "
+                               "reads rows [%lld, %lld), not from row %lld (the members' io "
+                               "rows must follow each other in rank order)",
+                               t->path, file, r, (long long)a[0], (long long)a[1],
+                               (long long)next);
+        else if (rows > (int64_t)INT_MAX || a[0] - t->buf_row0 > (int64_t)INT_MAX ||
+                 rb > (uint64_t)INT_MAX)
+            status = ACX_ERROR(ACX_ERR_INVALID_ARG,
+                               "checkpoint tensor '%s': %lld rows of %llu bytes are too many "
+                               "to share in one MPI call",
+                               t->path, (long long)rows, (unsigned long long)rb);
+        if (status != ACX_OK) break;
+        counts[r] = (int)rows;
+        displs[r] = rows > 0 ? (int)(a[0] - t->buf_row0) : 0;
+        if (rows > 0) {
+            if (first < 0) first = a[0];
+            next = a[1];
+        }
+    }
+    /* every member computed the same status from the same values */
+    if (status != ACX_OK || first < 0) goto out;
+    ACX_MPI_CHECK_GOTO(MPI_Type_contiguous((int)rb, MPI_BYTE, &row), status, agreed);
+    ACX_MPI_CHECK_GOTO(MPI_Type_commit(&row), status, agreed);
+    ACX_MPI_CHECK_GOTO(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, t->buf, counts, displs,
+                                      row, g->mpi),
+                       status, agreed);
+agreed:
+    status = acx_coll_agree(g, status);
+out:
+    if (row != MPI_DATATYPE_NULL) MPI_Type_free(&row);
+    free(counts);
+    free(all);
+    return status;
+}
+
 acx_status_t acx_ckpt_read(acx_ckpt_file_t *f, const acx_ckpt_tensor_t *tensors, int num_tensors) {
     acx_status_t status = ACX_OK;
     if (f == NULL || num_tensors < 0 || (num_tensors > 0 && tensors == NULL))
         status = ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_ckpt_read: NULL file or tensors");
-    for (int i = 0; status == ACX_OK && i < num_tensors; i++)
+    for (int i = 0; status == ACX_OK && i < num_tensors; i++) {
         status = check_tensor(&tensors[i], i);
+        if (status == ACX_OK && tensors[i].share != NULL && f->world == NULL)
+            status = ACX_ERROR(ACX_ERR_INVALID_ARG,
+                               "checkpoint tensor '%s': a share group needs a file opened on a "
+                               "world",
+                               tensors[i].path);
+    }
     if (f == NULL) return status;
     status = agree(f->world, status);
     if (status != ACX_OK) return status;
@@ -1357,6 +1440,11 @@ acx_status_t acx_ckpt_read(acx_ckpt_file_t *f, const acx_ckpt_tensor_t *tensors,
     for (int i = 0; status == ACX_OK && i < num_tensors; i++)
         status = read_tensor(f, &tensors[i]);
     acx_h5_unlock();
+    /* nothing is shared before every rank has verified what it read */
+    status = agree(f->world, status);
+    for (int i = 0; status == ACX_OK && i < num_tensors; i++)
+        if (tensors[i].share != NULL && tensors[i].share->size > 1)
+            status = share_rows(&tensors[i], f->path);
     return agree(f->world, status);
 }
 

@@ -97,9 +97,13 @@ struct acx_model {
      * and gathers reduce over it. Replicas (ranks holding the same owned
      * rows: every rank under NO_SHARD, the node peers under HYBRID_SHARD)
      * split the writing of those rows in a checkpoint by the same dim-0
-     * rule: replica_rank of replica_size. */
+     * rule: replica_rank of replica_size, and the reading of them on load
+     * (each reads its part, then they all-gather in replica_comm: the
+     * world under NO_SHARD, the ranks of the same node-local rank under
+     * HYBRID_SHARD; NULL when replica_size is 1; not owned). */
     acx_comm_t *shard_comm;
     int replica_rank, replica_size;
+    acx_comm_t *replica_comm;
 
     /* set by the runtime before each micro-step */
     int sync;           /* this micro-step ends at a boundary */

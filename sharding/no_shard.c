@@ -65,6 +65,7 @@ static acx_status_t no_shard_prepare(acx_model_t *m) {
     m->shard_comm = NULL;
     m->replica_rank = m->ctx.world->rank;
     m->replica_size = m->ctx.world->size;
+    m->replica_comm = m->ctx.world;
 
     size_t off = 0;
     for (int i = m->num_params - 1, k = 0; i >= 0; i--, k++) {
