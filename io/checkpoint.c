@@ -658,6 +658,8 @@ acx_status_t acx_ckpt_save(acx_comm_t *world, const char *path, const acx_ckpt_t
     char *dir = dir_of(path);
     char what[1280];
     int rank = world->rank;
+    double t_start = MPI_Wtime(), t_data = t_start, t_meta = t_start, t_sync = t_start,
+           t_close = t_start;
 
     snprintf(what, sizeof what, "checkpoint file '%s.tmp'", path);
     if (tmp == NULL || dir == NULL) status = ACX_ERR_NO_MEMORY; /* recorded by acx_malloc */
@@ -712,6 +714,7 @@ agreed_create:
     status = acx_coll_agree(world, status);
     if (status != ACX_OK) goto out;
     kill_point("before_data");
+    t_data = MPI_Wtime();
 
     for (int i = 0; i < num_tensors; i++) {
         status = write_tensor(file, &pl, &tensors[i], &crcs.crcs[i], tmp);
@@ -722,6 +725,7 @@ agreed_create:
         if (i + 1 == (num_tensors > 1 ? num_tensors / 2 : 1)) kill_point("mid_data");
     }
     /* the checksums: the ranks' shares joined, then the attributes */
+    t_meta = MPI_Wtime();
     status = save_crcs_join(world, num_tensors, &crcs);
     if (status != ACX_OK) goto out;
     for (int i = 0; i < num_tensors && status == ACX_OK; i++)
@@ -731,8 +735,10 @@ agreed_create:
     status = acx_coll_agree(world, status);
     if (status != ACX_OK) goto out;
 
+    t_sync = MPI_Wtime();
     status = sync_file(world, file, what);
     if (status != ACX_OK) goto out;
+    t_close = MPI_Wtime();
     {
         /* collective; what remains of the metadata is written here */
         herr_t ret = H5Fclose(file);
@@ -770,8 +776,12 @@ out:
         MPI_Barrier(world->mpi);
     }
     if (status == ACX_OK)
-        ACX_DEBUG(ACX_SUBSYS_IO, "saved %d tensors and %d attributes to '%s'", num_tensors,
-                  num_attrs, path);
+        ACX_DEBUG(ACX_SUBSYS_IO,
+                  "saved %d tensors and %d attributes to '%s' (CRC-32: %s): create %.3f s, data "
+                  "%.3f s, checksums and attributes %.3f s, flush and sync %.3f s, close, fsync "
+                  "and rename %.3f s",
+                  num_tensors, num_attrs, path, acx_ckpt_crc_impl(), t_data - t_start,
+                  t_meta - t_data, t_sync - t_meta, t_close - t_sync, MPI_Wtime() - t_close);
     save_crcs_free(&crcs);
     free(dir);
     free(tmp);
@@ -1435,17 +1445,35 @@ acx_status_t acx_ckpt_read(acx_ckpt_file_t *f, const acx_ckpt_tensor_t *tensors,
     status = agree(f->world, status);
     if (status != ACX_OK) return status;
 
+    double t0 = MPI_Wtime();
     acx_h5_lock();
     acx_h5_quiet();
     for (int i = 0; status == ACX_OK && i < num_tensors; i++)
         status = read_tensor(f, &tensors[i]);
     acx_h5_unlock();
+    double t1 = MPI_Wtime();
     /* nothing is shared before every rank has verified what it read */
     status = agree(f->world, status);
+    double t2 = MPI_Wtime();
     for (int i = 0; status == ACX_OK && i < num_tensors; i++)
         if (tensors[i].share != NULL && tensors[i].share->size > 1)
             status = share_rows(&tensors[i], f->path);
-    return agree(f->world, status);
+    status = agree(f->world, status);
+    if (status == ACX_OK && acx_log_enabled(ACX_LOG_DEBUG, ACX_SUBSYS_IO)) {
+        int shared = 0, group = 1;
+        for (int i = 0; i < num_tensors; i++)
+            if (tensors[i].share != NULL && tensors[i].share->size > 1) {
+                shared++;
+                group = tensors[i].share->size;
+            }
+        ACX_DEBUG(ACX_SUBSYS_IO,
+                  "read %d tensors from '%s' (CRC-32: %s); %d of them read in parts by %d ranks "
+                  "and all-gathered; reading and checking %.3f s, waiting for the others %.3f s, "
+                  "all-gathers %.3f s",
+                  num_tensors, f->path, acx_ckpt_crc_impl(), shared, shared ? group : 1, t1 - t0,
+                  t2 - t1, MPI_Wtime() - t2);
+    }
+    return status;
 }
 
 /* ---- listing ---- */

@@ -36,9 +36,9 @@
  * strategies those are the rows it owns; under NO_SHARD, where every rank
  * holds all rows, it still writes only that slice, so the I/O is spread over
  * the ranks. On load each rank needs exactly the rows it holds — a
- * different world size is only a different selection — and the ranks that
- * hold the same rows (NO_SHARD: all; HYBRID_SHARD: the nodes) read one
- * slice each by the same rule and all-gather the slices (load_rows).
+ * different world size is only a different selection — and ranks on
+ * different nodes that hold the same rows (NO_SHARD, HYBRID_SHARD) read one
+ * part each and all-gather the parts (load_rows).
  * The rows of /rng are one per rank; /user is written by rank 0 (the objects
  * are identical on every rank) and read by all.
  *
@@ -273,20 +273,13 @@ static void save_rows(const acx_accelerator_t *acc, acx_ckpt_tensor_t *t, const 
     acx_param_save_rows(p, &t->io_begin, &t->io_end);
 }
 
-/* Rows this rank reads on load: every row it holds, but when other ranks
- * hold the same rows (its replicas) only its part of them by the rule of
- * save_rows — the replicas then all-gather the parts (io's share group),
- * so a replicated tensor is read from the file and checksummed once in
- * all, not once per rank. */
+/* Rows this rank reads on load: every row it holds, except that replicas
+ * on different nodes (the model's load_comm) read one part each and
+ * all-gather the parts (io's share group): a replicated tensor is read from
+ * storage once per job, not once per node. */
 static void load_rows(const acx_accelerator_t *acc, acx_ckpt_tensor_t *t, const acx_param_t *p) {
-    const acx_model_t *m = acc->model;
-    if (m->replica_size > 1 && m->replica_comm != NULL) {
-        acx_param_save_rows(p, &t->io_begin, &t->io_end);
-        t->share = m->replica_comm;
-    } else {
-        t->io_begin = p->row_begin;
-        t->io_end = p->row_end;
-    }
+    acx_param_load_rows(p, &t->io_begin, &t->io_end);
+    t->share = acc->model->load_comm;
 }
 
 /* ---- directory, `latest` and retention (rank 0) ---- */
