@@ -23,6 +23,25 @@
  *                 reshard when it differs from the saver's), then check the
  *                 samples bit for bit
  *
+ *   --drop-caches  right before the timed call (after the model exists):
+ *                 sync and `echo 3 > /proc/sys/vm/drop_caches` (one rank
+ *                 per node; needs root). The moment matters on a VM whose
+ *                 balloon reports free memory to the host (virtio-balloon
+ *                 free page reporting, as on this project's build machines):
+ *                 memory freed by a drop and taken again within a moment is
+ *                 cheap, memory the host has taken back costs a hypervisor
+ *                 fault at its first touch (zeroing 1 GiB of fresh huge
+ *                 pages: 1.2-1.5 s instead of ~0.1 s). Dropped before the
+ *                 process started, the page cache of the load comes after
+ *                 the model's 1 GiB of fresh memory and the kernel's copy
+ *                 into the program runs several times slower (a plain pread
+ *                 loop into a 1 GiB huge-page buffer: 1.1-2.5 s per GiB
+ *                 against 0.48-0.56 s into small pages and dd's 0.48-0.54 s;
+ *                 the same loop after a drop in its own process: 0.58-0.77 s
+ *                 against a dd-like read in that process 0.50-1.17 s). dd
+ *                 runs right after a drop of the previous step's file, so
+ *                 the benchmark does the same.
+ *
  * Output, one line on rank 0 (the script parses it):
  *   ckpt-io PHASE np=N bytes=B seconds=S MiB/s=X params=KxRxC check=ok
  * Exit status 0, 1 (an acx call failed or a sample differs), 2 (usage).
@@ -38,6 +57,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <acx/acx.h>
 
@@ -50,6 +70,7 @@ typedef struct options {
     double size_mb;
     int params;
     int strategy;
+    int drop_caches;
 } options_t;
 
 static int usage_error(int rank, const char *fmt, const char *arg) {
@@ -57,7 +78,7 @@ static int usage_error(int rank, const char *fmt, const char *arg) {
         fprintf(stderr, "acx-bench-ckpt: ");
         fprintf(stderr, fmt, arg);
         fprintf(stderr, "\nusage: acx-bench-ckpt --phase save|load --dir DIR [--size-mb M] "
-                        "[--params K] [--strategy no_shard|full_shard]\n");
+                        "[--params K] [--strategy no_shard|full_shard] [--drop-caches]\n");
     }
     return 2;
 }
@@ -69,15 +90,20 @@ static int parse(int argc, char **argv, int rank, options_t *o) {
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
             if (rank == 0)
                 printf("usage: acx-bench-ckpt --phase save|load --dir DIR [--size-mb M] "
-                       "[--params K] [--strategy no_shard|full_shard]\n"
+                       "[--params K] [--strategy no_shard|full_shard] [--drop-caches]\n"
                        "  --phase save   save DIR/bench.h5 (seed 1) and its sample values\n"
                        "  --phase load   load DIR/bench.h5 (seed 2, any world size), check them\n"
                        "  --size-mb M    parameter bytes in MiB (default 1024)\n"
                        "  --params K     number of parameters, [rows x %d] each (default 4)\n"
                        "  --strategy S   no_shard (default) or full_shard\n"
+                       "  --drop-caches  drop the page cache right before the timed call (root)\n"
                        "Normally run by benchmarks/run-ckpt-io.sh.\n",
                        COLS);
             return -1;
+        }
+        if (strcmp(a, "--drop-caches") == 0) {
+            o->drop_caches = 1;
+            continue;
         }
         if (i + 1 >= argc) return usage_error(rank, "option '%s' needs a value", a);
         const char *v = argv[++i];
@@ -125,6 +151,34 @@ static int parse(int argc, char **argv, int rank, options_t *o) {
             goto out;                                                                              \
         }                                                                                          \
     } while (0)
+
+/* sync, then drop the page cache, dentries and inodes (one rank per node,
+ * the others wait). 0 on success; -1 with a message on stderr. Collective. */
+static int drop_caches(int rank) {
+    MPI_Comm node;
+    int local = 0, ok = 1;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
+    MPI_Comm_rank(node, &local);
+    MPI_Comm_free(&node);
+    MPI_Barrier(MPI_COMM_WORLD); /* every rank's writes are in the cache */
+    if (local == 0) {
+        sync();
+        FILE *f = fopen("/proc/sys/vm/drop_caches", "w");
+        int failed = f == NULL;
+        if (f != NULL) {
+            failed = fputs("3", f) == EOF;
+            failed |= fclose(f) != 0;
+        }
+        if (failed) {
+            fprintf(stderr, "acx-bench-ckpt: cannot drop the page cache "
+                            "(/proc/sys/vm/drop_caches: %s; root needed)\n",
+                    strerror(errno));
+            ok = 0;
+        }
+    }
+    MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    return ok ? 0 : -1;
+}
 
 /* Sample values of every parameter: SAMPLES elements at fixed indices,
  * [params x SAMPLES]. Collective (acquire gathers a unit's shards). */
@@ -196,6 +250,10 @@ int main(int argc, char **argv) {
     int ok = 1;
     if (save) {
         TRY(take_samples(m, units, o.params, samples));
+        if (o.drop_caches && drop_caches(rank) != 0) {
+            rc = 1;
+            goto out;
+        }
         MPI_Barrier(MPI_COMM_WORLD);
         t0 = MPI_Wtime();
         TRY(acx_save_state(acc, file));
@@ -213,6 +271,10 @@ int main(int argc, char **argv) {
         }
     } else {
         TRY(take_samples(m, units, o.params, before));
+        if (o.drop_caches && drop_caches(rank) != 0) {
+            rc = 1;
+            goto out;
+        }
         MPI_Barrier(MPI_COMM_WORLD);
         t0 = MPI_Wtime();
         TRY(acx_load_state(acc, file, 1));

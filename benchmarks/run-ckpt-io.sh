@@ -34,14 +34,17 @@
 #
 # Every step starts with `sync` and `echo 3 > /proc/sys/vm/drop_caches`
 # (needs root), so loads and dd's reads come from the disk, not the page
-# cache; without root (or with --no-drop-caches) dd reads with iflag=direct
-# and acx's loads may be served from the cache. dd writes with
-# conv=fdatasync (acx's save fsyncs its file too). Within each repetition
-# the order of acx and dd alternates, so a drift of the disk's speed hits
-# both alike. The target: save and load >= 70% of dd's throughput. The
-# table gives the ratio of the medians and, since a shared machine's disk
-# speed moves from one second to the next, the median of the ratios of
-# each repetition's acx and dd runs, which ran back to back.
+# cache: right before dd, and inside acx-bench-ckpt right before its timed
+# call, once its model is allocated (why the moment matters on this VM:
+# --drop-caches in benchmarks/ckpt_io.c). Without root (or with
+# --no-drop-caches) dd reads with iflag=direct and acx's loads may be
+# served from the cache. dd writes with conv=fdatasync (acx's save fsyncs
+# its file too). Within each repetition the order of acx and dd
+# alternates, so a drift of the disk's speed hits both alike. The target:
+# save and load >= 70% of dd's throughput. The table gives the ratio of
+# the medians and, since a shared machine's disk speed moves from one
+# second to the next, the median of the ratios of each repetition's acx
+# and dd runs, which ran back to back.
 set -eu
 
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -66,7 +69,7 @@ while [ $# -gt 0 ]; do
     --no-drop-caches) no_drop=1; shift ;;
     --out) need "$@"; out_dir=$2; shift 2 ;;
     --quick) size_mb=8; reps=1; nps="1 2"; reshard="2:1"; no_drop=1; shift ;;
-    -h | --help) sed -n '2,45s/^# \{0,1\}//p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,47s/^# \{0,1\}//p' "$0"; exit 0 ;;
     -*) echo "run-ckpt-io.sh: unknown option '$1'" >&2; exit 2 ;;
     *)
         [ -z "$build" ] || { echo "run-ckpt-io.sh: unexpected argument '$1'" >&2; exit 2; }
@@ -103,6 +106,8 @@ drop() {
     if [ "$drop_ok" = 1 ]; then echo 3 >/proc/sys/vm/drop_caches; fi
 }
 dd_read_flags=
+bench_drop=
+if [ "$drop_ok" = 1 ]; then bench_drop=--drop-caches; fi
 if [ "$drop_ok" = 0 ]; then
     [ "$no_drop" = 1 ] || echo "note: cannot drop the page cache (not root?): dd reads with iflag=direct; acx loads may come from the cache" >&2
     dd_read_flags=iflag=direct
@@ -122,8 +127,13 @@ mpirun_np() {
 
 # acx PHASE NP LABEL: one benchmark run; appends "LABEL acx MiB/s" to the
 # results and sets $bytes. Fails the script if the run or its check fails.
+# The page cache is dropped by the benchmark itself (--drop-caches), right
+# before its timed call: the previous step's file stays cached while the
+# process starts, as it does before dd's drop.
 acx() {
-    out=$(mpirun_np "$2" "$bench" --phase "$1" --dir "$dir" --size-mb "$size_mb") || {
+    sync
+    # shellcheck disable=SC2086
+    out=$(mpirun_np "$2" "$bench" --phase "$1" --dir "$dir" --size-mb "$size_mb" $bench_drop) || {
         echo "$out" >&2
         echo "run-ckpt-io.sh: acx-bench-ckpt --phase $1 on $2 rank(s) failed" >&2
         exit 1
@@ -162,16 +172,16 @@ for np in $nps; do
         echo "np=$np repetition $r"
         rm -f "$dir/bench.h5" "$dir/dd.bin"
         if [ $((r % 2)) = 1 ]; then
-            drop; acx save "$np" "save-$np"
+            acx save "$np" "save-$np"
             drop; dd_run write "save-$np"
-            drop; acx load "$np" "load-$np"
+            acx load "$np" "load-$np"
             drop; dd_run read "load-$np"
         else
             # $bytes: the file size of the previous repetition's save
             drop; dd_run write "save-$np"
-            drop; acx save "$np" "save-$np"
+            acx save "$np" "save-$np"
             drop; dd_run read "load-$np"
-            drop; acx load "$np" "load-$np"
+            acx load "$np" "load-$np"
         fi
         r=$((r + 1))
     done
@@ -184,8 +194,8 @@ for pair in $reshard; do
     r=1
     while [ "$r" -le "$reps" ]; do
         rm -f "$dir/bench.h5"
-        drop; acx save "$n" "reshard-save-$n"
-        drop; acx load "$m" "reshard-$n-to-$m"
+        acx save "$n" "reshard-save-$n"
+        acx load "$m" "reshard-$n-to-$m"
         r=$((r + 1))
     done
 done

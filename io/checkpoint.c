@@ -18,9 +18,9 @@
  * collective HDF5 call the others abandoned.
  *
  * Crash safety. The file is written as "<path>.tmp" in the same directory
- * (same filesystem, so the rename is atomic), then: H5Fflush + MPI_File_sync
- * (every rank's data reaches storage), H5Fclose, rank 0 fsyncs the file
- * (what the close itself wrote), rename(2) to <path>, fsync of the
+ * (same filesystem, so the rename is atomic), then: H5Fclose (collective:
+ * the last metadata), every rank fsyncs the file (what its node cached
+ * reaches storage), rank 0 rename(2)s it to <path> and fsyncs the
  * directory (the rename itself), a barrier (no rank returns before the
  * rename is visible). Nothing touches <path> before the rename, so a job
  * killed at any moment leaves the previous checkpoint intact; a failure
@@ -104,7 +104,12 @@
  * their blocks' edges) itself, so no rank can be left waiting in a
  * collective read for one that stopped at a checksum failure, and the
  * number of reads may differ between ranks; ranks agree after checking
- * the tensors' descriptions and once at the end of acx_ckpt_read.
+ * the tensors' descriptions and once all tensors are read. Rows several
+ * ranks hold (a tensor's `share` group: NO_SHARD's replicas) are read once
+ * in all — each member reads and verifies its slice — and then
+ * all-gathered in the group (share_rows), only after every rank's checks
+ * passed: a replicated load costs each rank 1/N of the file's reads and
+ * checksums instead of all of them.
  * acx_ckpt_open and acx_ckpt_close are collective (MPI_File_open /
  * MPI_File_close). With world == NULL the file is opened by this process
  * alone (sec2 driver, no MPI calls), for single-process tools.
@@ -591,25 +596,6 @@ out:
     return status;
 }
 
-/* Push every rank's writes to storage before the close: H5Fflush hands
- * HDF5's dirty metadata and data to MPI-IO (collective), MPI_File_sync
- * (collective) makes each rank's writes durable — rank 0's fsync after the
- * close only covers what rank 0's own node still caches. Statuses are
- * agreed between the two, so no rank waits in MPI_File_sync for one that
- * failed the flush. Lock held. */
-static acx_status_t sync_file(acx_comm_t *world, hid_t file, const char *what) {
-    acx_status_t status = ACX_OK;
-    void *handle = NULL;
-    ACX_H5_CHECK_GOTO(H5Fflush(file, H5F_SCOPE_GLOBAL), what, status, agreed);
-    ACX_H5_CHECK_GOTO(H5Fget_vfd_handle(file, H5P_DEFAULT, &handle), what, status, agreed);
-agreed:
-    status = acx_coll_agree(world, status);
-    if (status != ACX_OK) return status;
-    ACX_MPI_CHECK_GOTO(MPI_File_sync(*(MPI_File *)handle), status, out);
-out:
-    return acx_coll_agree(world, status);
-}
-
 /* fsync a file or directory by name (rank 0 after the close / rename). */
 static acx_status_t fsync_path(const char *path, int directory) {
     int fd = open(path, O_RDONLY | (directory ? O_DIRECTORY : 0));
@@ -653,6 +639,7 @@ acx_status_t acx_ckpt_save(acx_comm_t *world, const char *path, const acx_ckpt_t
     char *dir = dir_of(path);
     char what[1280];
     int rank = world->rank;
+    double t_start = MPI_Wtime(), t_data = t_start, t_meta = t_start, t_close = t_start;
 
     snprintf(what, sizeof what, "checkpoint file '%s.tmp'", path);
     if (tmp == NULL || dir == NULL) status = ACX_ERR_NO_MEMORY; /* recorded by acx_malloc */
@@ -707,6 +694,7 @@ agreed_create:
     status = acx_coll_agree(world, status);
     if (status != ACX_OK) goto out;
     kill_point("before_data");
+    t_data = MPI_Wtime();
 
     for (int i = 0; i < num_tensors; i++) {
         status = write_tensor(file, &pl, &tensors[i], &crcs.crcs[i], tmp);
@@ -717,6 +705,7 @@ agreed_create:
         if (i + 1 == (num_tensors > 1 ? num_tensors / 2 : 1)) kill_point("mid_data");
     }
     /* the checksums: the ranks' shares joined, then the attributes */
+    t_meta = MPI_Wtime();
     status = save_crcs_join(world, num_tensors, &crcs);
     if (status != ACX_OK) goto out;
     for (int i = 0; i < num_tensors && status == ACX_OK; i++)
@@ -726,16 +715,23 @@ agreed_create:
     status = acx_coll_agree(world, status);
     if (status != ACX_OK) goto out;
 
-    status = sync_file(world, file, what);
-    if (status != ACX_OK) goto out;
+    t_close = MPI_Wtime();
     {
-        /* collective; what remains of the metadata is written here */
+        /* collective: HDF5 writes the rest of the metadata and hands every
+         * byte to the file system */
         herr_t ret = H5Fclose(file);
         file = -1;
         if (ret < 0) status = acx_error_h5("H5Fclose", what, __FILE__, __LINE__);
     }
-    if (status == ACX_OK && rank == 0) status = fsync_path(tmp, 0);
+    /* Every rank fsyncs the closed file: each makes what its node cached
+     * durable (one rank's fsync covers only its own node's cache on a
+     * parallel file system). One round after the close instead of an
+     * MPI_File_sync before it and rank 0's fsync after: a device flush
+     * less, 0.05-0.2 s of a 1 GiB save on the build machine (measured in
+     * pairs: 0.43-0.50 s against 0.48-0.73 s for both steps). */
     status = acx_coll_agree(world, status);
+    if (status != ACX_OK) goto out;
+    status = acx_coll_agree(world, fsync_path(tmp, 0));
     if (status != ACX_OK) goto out;
 
     kill_point("before_rename");
@@ -765,8 +761,11 @@ out:
         MPI_Barrier(world->mpi);
     }
     if (status == ACX_OK)
-        ACX_DEBUG(ACX_SUBSYS_IO, "saved %d tensors and %d attributes to '%s'", num_tensors,
-                  num_attrs, path);
+        ACX_DEBUG(ACX_SUBSYS_IO,
+                  "saved %d tensors and %d attributes to '%s' (CRC-32: %s): create %.3f s, data "
+                  "%.3f s, checksums and attributes %.3f s, close, fsync and rename %.3f s",
+                  num_tensors, num_attrs, path, acx_ckpt_crc_impl(), t_data - t_start,
+                  t_meta - t_data, t_close - t_meta, MPI_Wtime() - t_close);
     save_crcs_free(&crcs);
     free(dir);
     free(tmp);
@@ -1342,22 +1341,123 @@ out:
     return status;
 }
 
+/* ---- sharing rows among replicas ---- */
+
+/* All-gather t's io rows in t->share (size > 1), in place: each member's
+ * rows land at the same rows of every member's buffer. The members' rows
+ * are checked first (same buffer rows; disjoint, in rank order, one range
+ * inside the buffer), the same way on every member from the same
+ * exchanged values, so they all take the same path. Collective over
+ * t->share; its members return the same status. Counts are in rows (a
+ * contiguous datatype of one row), so a tensor of more than 2^31 elements
+ * needs no special case. */
+static acx_status_t share_rows(const acx_ckpt_tensor_t *t, const char *file) {
+    acx_comm_t *g = t->share;
+    acx_status_t status = ACX_OK;
+    int n = g->size;
+    int64_t mine[4] = {t->io_begin, t->io_end, t->buf_row0, t->buf_rows};
+    int64_t *all = acx_malloc((size_t)n * sizeof mine, "checkpoint row exchange");
+    int *counts = acx_malloc((size_t)n * 2 * sizeof *counts, "checkpoint row exchange");
+    MPI_Datatype row = MPI_DATATYPE_NULL;
+    uint64_t rb = row_bytes(t);
+    status = acx_coll_agree(g, all != NULL && counts != NULL ? ACX_OK : ACX_ERR_NO_MEMORY);
+    if (status != ACX_OK) goto out;
+    ACX_MPI_CHECK_GOTO(MPI_Allgather(mine, 4, MPI_INT64_T, all, 4, MPI_INT64_T, g->mpi), status,
+                       agreed);
+    int *displs = counts + n;
+    int64_t next = -1, first = -1;
+    for (int r = 0; r < n && status == ACX_OK; r++) {
+        const int64_t *a = all + 4 * r;
+        int64_t rows = a[1] - a[0];
+        if (a[2] != t->buf_row0 || a[3] != t->buf_rows)
+            status = ACX_ERROR(ACX_ERR_INVALID_ARG,
+                               "checkpoint tensor '%s' in '%s': the ranks sharing it hold "
+                               "different rows ([%lld, +%lld) on member %d, [%lld, +%lld) on "
+                               "member 0)",
+                               t->path, file, (long long)a[2], (long long)a[3], r,
+                               (long long)all[2], (long long)all[3]);
+        else if (rows > 0 && next >= 0 && a[0] != next)
+            status = ACX_ERROR(ACX_ERR_INVALID_ARG,
+                               "checkpoint tensor '%s' in '%s': member %d of its share group "
+                               "reads rows [%lld, %lld), not from row %lld (the members' io "
+                               "rows must follow each other in rank order)",
+                               t->path, file, r, (long long)a[0], (long long)a[1],
+                               (long long)next);
+        else if (rows > (int64_t)INT_MAX || a[0] - t->buf_row0 > (int64_t)INT_MAX ||
+                 rb > (uint64_t)INT_MAX)
+            status = ACX_ERROR(ACX_ERR_INVALID_ARG,
+                               "checkpoint tensor '%s': %lld rows of %llu bytes are too many "
+                               "to share in one MPI call",
+                               t->path, (long long)rows, (unsigned long long)rb);
+        if (status != ACX_OK) break;
+        counts[r] = (int)rows;
+        displs[r] = rows > 0 ? (int)(a[0] - t->buf_row0) : 0;
+        if (rows > 0) {
+            if (first < 0) first = a[0];
+            next = a[1];
+        }
+    }
+    /* every member computed the same status from the same values */
+    if (status != ACX_OK || first < 0) goto out;
+    ACX_MPI_CHECK_GOTO(MPI_Type_contiguous((int)rb, MPI_BYTE, &row), status, agreed);
+    ACX_MPI_CHECK_GOTO(MPI_Type_commit(&row), status, agreed);
+    ACX_MPI_CHECK_GOTO(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, t->buf, counts, displs,
+                                      row, g->mpi),
+                       status, agreed);
+agreed:
+    status = acx_coll_agree(g, status);
+out:
+    if (row != MPI_DATATYPE_NULL) MPI_Type_free(&row);
+    free(counts);
+    free(all);
+    return status;
+}
+
 acx_status_t acx_ckpt_read(acx_ckpt_file_t *f, const acx_ckpt_tensor_t *tensors, int num_tensors) {
     acx_status_t status = ACX_OK;
     if (f == NULL || num_tensors < 0 || (num_tensors > 0 && tensors == NULL))
         status = ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_ckpt_read: NULL file or tensors");
-    for (int i = 0; status == ACX_OK && i < num_tensors; i++)
+    for (int i = 0; status == ACX_OK && i < num_tensors; i++) {
         status = check_tensor(&tensors[i], i);
+        if (status == ACX_OK && tensors[i].share != NULL && f->world == NULL)
+            status = ACX_ERROR(ACX_ERR_INVALID_ARG,
+                               "checkpoint tensor '%s': a share group needs a file opened on a "
+                               "world",
+                               tensors[i].path);
+    }
     if (f == NULL) return status;
     status = agree(f->world, status);
     if (status != ACX_OK) return status;
 
+    double t0 = MPI_Wtime();
     acx_h5_lock();
     acx_h5_quiet();
     for (int i = 0; status == ACX_OK && i < num_tensors; i++)
         status = read_tensor(f, &tensors[i]);
     acx_h5_unlock();
-    return agree(f->world, status);
+    double t1 = MPI_Wtime();
+    /* nothing is shared before every rank has verified what it read */
+    status = agree(f->world, status);
+    double t2 = MPI_Wtime();
+    for (int i = 0; status == ACX_OK && i < num_tensors; i++)
+        if (tensors[i].share != NULL && tensors[i].share->size > 1)
+            status = share_rows(&tensors[i], f->path);
+    status = agree(f->world, status);
+    if (status == ACX_OK && acx_log_enabled(ACX_LOG_DEBUG, ACX_SUBSYS_IO)) {
+        int shared = 0, group = 1;
+        for (int i = 0; i < num_tensors; i++)
+            if (tensors[i].share != NULL && tensors[i].share->size > 1) {
+                shared++;
+                group = tensors[i].share->size;
+            }
+        ACX_DEBUG(ACX_SUBSYS_IO,
+                  "read %d tensors from '%s' (CRC-32: %s); %d of them read in parts by %d ranks "
+                  "and all-gathered; reading and checking %.3f s, waiting for the others %.3f s, "
+                  "all-gathers %.3f s",
+                  num_tensors, f->path, acx_ckpt_crc_impl(), shared, shared ? group : 1, t1 - t0,
+                  t2 - t1, MPI_Wtime() - t2);
+    }
+    return status;
 }
 
 /* ---- listing ---- */

@@ -47,7 +47,17 @@ typedef struct acx_ckpt_attr {
  * On save the ranks' io rows must tile [0, shape[0]): every row written by
  * exactly one rank (a tensor every rank holds is split, as under NO_SHARD,
  * or written by one); the checksums are joined from the ranks' pieces. On
- * load any ranks may read any rows, overlapping or not. */
+ * load any ranks may read any rows, overlapping or not.
+ *
+ * `share` (load only; NULL: none) spreads the reading of rows that several
+ * ranks hold (replicas: the whole world under NO_SHARD, the nodes under
+ * HYBRID_SHARD): each rank of `share` reads and verifies only its io rows,
+ * and once every tensor is read and verified on every rank the group
+ * all-gathers them, so each member ends with the union of the group's io
+ * rows in its buffer. The members must pass the same buffer rows and
+ * disjoint io rows, in the group's rank order, whose union is one range
+ * (the dim-0 rule over the replicas, acx_param_save_rows, gives that);
+ * acx_ckpt_read checks it. */
 typedef struct acx_ckpt_tensor {
     const char *path;
     acx_dtype_t dtype;
@@ -56,6 +66,7 @@ typedef struct acx_ckpt_tensor {
     void *buf;
     int64_t buf_row0, buf_rows;
     int64_t io_begin, io_end;
+    acx_comm_t *share;
 } acx_ckpt_tensor_t;
 
 /* Write a checkpoint to `path`: create path's temporary sibling with the
@@ -96,9 +107,11 @@ acx_status_t acx_ckpt_shape(acx_ckpt_file_t *f, const char *path, int *ndim_p, i
  * Every rank verifies the checksums of what it read (version 2: the CRC-32
  * blocks its rows touch, reading the blocks' edges beyond its rows;
  * version 1: HDF5's Fletcher-32). A mismatch is ACX_ERR_FORMAT naming the
- * dataset and the byte range, on every rank. Collective over world (every
- * rank passes the same datasets in the same order); every rank returns the
- * same status. */
+ * dataset and the byte range, on every rank. Then the tensors with a
+ * `share` group are all-gathered in it (see acx_ckpt_tensor_t): what a
+ * rank receives was verified by the rank that read it. Collective over
+ * world (every rank passes the same datasets in the same order, with the
+ * same share groups); every rank returns the same status. */
 acx_status_t acx_ckpt_read(acx_ckpt_file_t *f, const acx_ckpt_tensor_t *tensors, int num_tensors);
 
 /* Names of the datasets under a group (e.g. "/model"), in creation order;

@@ -13,10 +13,29 @@
  * shifted past the bytes that follow it (acx_ckpt_crc_shift). zlib >= 1.2.12
  * precomputes M(n) for a fixed n (crc32_combine_gen/op): joining 4096 blocks
  * then costs 4096 GF(2) multiplications instead of 4096 exponentiations.
+ *
+ * Speed. The CRC of the bytes themselves (acx_ckpt_crc_update) is ISA-L's
+ * crc32_gzip_refl when configure found ISA-L (ACX_HAVE_ISAL; folding with
+ * carry-less multiplication, AVX-512 where the CPU has it): the same values
+ * as zlib's crc32 — same polynomial, same conditioning, and continuing a
+ * CRC from a previous value works alike — at 10-11 GB/s on one core of the
+ * build machine against zlib 1.2.13's 1.6-4 GB/s (a 256 MiB buffer, in one
+ * run). On a load from the page cache that was most of the time. Before
+ * its first use ISA-L is checked against zlib on fixed vectors (the
+ * standard check value of "123456789", 0xcbf43926, and runs of every length
+ * to 300 bytes continued from a nonzero CRC); should they ever disagree,
+ * zlib computes every CRC and acx_ckpt_crc_impl says so. The combining
+ * arithmetic stays zlib's.
  */
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <zlib.h>
+#if ACX_HAVE_ISAL
+#include <isa-l.h>
+#include <isa-l/crc.h>
+#endif
 
 #include "io/ckpt_crc.h"
 #include "io/h5.h"
@@ -49,8 +68,9 @@ uint32_t acx_ckpt_crc_shift(uint32_t crc, uint64_t n) {
     return n == 0 ? crc : (uint32_t)crc32_combine(crc, 0, (z_off_t)n);
 }
 
-uint32_t acx_ckpt_crc_update(uint32_t crc, const void *buf, uint64_t len) {
-    const unsigned char *p = buf;
+/* ---- the CRC of bytes: ISA-L or zlib ---- */
+
+static uint32_t update_zlib(uint32_t crc, const unsigned char *p, uint64_t len) {
     uLong c = crc;
     /* crc32_z takes a size_t; a uInt-sized loop would cap at 4 GiB */
     while (len > 0) {
@@ -60,6 +80,55 @@ uint32_t acx_ckpt_crc_update(uint32_t crc, const void *buf, uint64_t len) {
         len -= take;
     }
     return (uint32_t)c;
+}
+
+#if ACX_HAVE_ISAL
+static uint32_t update_isal(uint32_t crc, const unsigned char *p, uint64_t len) {
+    return crc32_gzip_refl(crc, p, len);
+}
+
+/* ISA-L against zlib (see the file comment). 1 when they agree. */
+static int isal_agrees(void) {
+    unsigned char v[300];
+    if (crc32_gzip_refl(0, (const unsigned char *)"123456789", 9) != 0xcbf43926u) return 0;
+    for (int i = 0; i < (int)sizeof v; i++)
+        v[i] = (unsigned char)(i * 131 + 7);
+    for (uint64_t n = 0; n <= sizeof v; n++) {
+        uint32_t seed = (uint32_t)(0x9e3779b9u * (n + 1));
+        if (crc32_gzip_refl(seed, v, n) != update_zlib(seed, v, n)) return 0;
+    }
+    return 1;
+}
+#endif
+
+static uint32_t (*crc_fn)(uint32_t, const unsigned char *, uint64_t) = update_zlib;
+static char crc_name[128] = "zlib";
+static pthread_once_t crc_once = PTHREAD_ONCE_INIT;
+
+static void crc_pick(void) {
+    snprintf(crc_name, sizeof crc_name, "zlib %s (crc32_z)", zlibVersion());
+#if ACX_HAVE_ISAL
+    if (isal_agrees()) {
+        crc_fn = update_isal;
+        snprintf(crc_name, sizeof crc_name, "ISA-L %d.%d.%d (crc32_gzip_refl)", ISAL_MAJOR_VERSION,
+                 ISAL_MINOR_VERSION, ISAL_PATCH_VERSION);
+    } else {
+        snprintf(crc_name, sizeof crc_name,
+                 "zlib %s (crc32_z; ISA-L %d.%d.%d disagreed with zlib on the check vectors, "
+                 "so it is not used)",
+                 zlibVersion(), ISAL_MAJOR_VERSION, ISAL_MINOR_VERSION, ISAL_PATCH_VERSION);
+    }
+#endif
+}
+
+const char *acx_ckpt_crc_impl(void) {
+    pthread_once(&crc_once, crc_pick);
+    return crc_name;
+}
+
+uint32_t acx_ckpt_crc_update(uint32_t crc, const void *buf, uint64_t len) {
+    pthread_once(&crc_once, crc_pick);
+    return crc_fn(crc, buf, len);
 }
 
 uint32_t acx_ckpt_crc_combine_blocks(const acx_ckpt_crc_t *c) {

@@ -59,8 +59,15 @@ static inline uint64_t acx_ckpt_crc_nblocks(uint64_t bytes, uint64_t block) {
  * which is what lets ranks sum their pieces with one MPI_BXOR all-reduce. */
 uint32_t acx_ckpt_crc_shift(uint32_t crc, uint64_t n);
 
-/* CRC of bytes [0, len) of `buf`, continuing `crc` (0 to start). */
+/* CRC of bytes [0, len) of `buf`, continuing `crc` (0 to start): zlib's
+ * crc32(crc, buf, len), computed by ISA-L when acx was built with it (and
+ * it passed its check against zlib), else by zlib. Thread-safe. */
 uint32_t acx_ckpt_crc_update(uint32_t crc, const void *buf, uint64_t len);
+
+/* Which library computes acx_ckpt_crc_update, e.g. "ISA-L 2.30.0
+ * (crc32_gzip_refl)" or "zlib 1.2.13 (crc32_z)"; for `acx version`, `acx
+ * env` and the io log. A static string. */
+const char *acx_ckpt_crc_impl(void);
 
 /* The whole dataset's CRC from its block CRCs (c->blocks, nblocks, block,
  * bytes). */

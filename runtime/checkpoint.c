@@ -35,8 +35,10 @@
  * ceil(R/N), rank r writes [r*c, min(R,(r+1)*c))): under the sharded
  * strategies those are the rows it owns; under NO_SHARD, where every rank
  * holds all rows, it still writes only that slice, so the I/O is spread over
- * the ranks. On load each rank reads exactly the rows it holds (all of them
- * under NO_SHARD) — a different world size is only a different selection.
+ * the ranks. On load each rank needs exactly the rows it holds — a
+ * different world size is only a different selection — and ranks on
+ * different nodes that hold the same rows (NO_SHARD, HYBRID_SHARD) read one
+ * part each and all-gather the parts (load_rows).
  * The rows of /rng are one per rank; /user is written by rank 0 (the objects
  * are identical on every rank) and read by all.
  *
@@ -269,6 +271,15 @@ static acx_ckpt_tensor_t shard_tensor(const char *path, const acx_param_t *p, fl
 static void save_rows(const acx_accelerator_t *acc, acx_ckpt_tensor_t *t, const acx_param_t *p) {
     (void)acc;
     acx_param_save_rows(p, &t->io_begin, &t->io_end);
+}
+
+/* Rows this rank reads on load: every row it holds, except that replicas
+ * on different nodes (the model's load_comm) read one part each and
+ * all-gather the parts (io's share group): a replicated tensor is read from
+ * storage once per job, not once per node. */
+static void load_rows(const acx_accelerator_t *acc, acx_ckpt_tensor_t *t, const acx_param_t *p) {
+    acx_param_load_rows(p, &t->io_begin, &t->io_end);
+    t->share = acc->model->load_comm;
 }
 
 /* ---- directory, `latest` and retention (rank 0) ---- */
@@ -780,8 +791,7 @@ static acx_status_t plan_model(acx_accelerator_t *acc, acx_ckpt_file_t *f, resto
         ok[i] = dataset_matches(f, &r->mm, path, what, p->ndim, p->shape, ACX_DTYPE_FLOAT32);
         if (!ok[i]) continue;
         acx_ckpt_tensor_t t = shard_tensor(path, p, m->master);
-        t.io_begin = p->row_begin; /* every row this rank holds */
-        t.io_end = p->row_end;
+        load_rows(acc, &t, p);
         plan_tensor(&r->plan, &t);
     }
     return check_unexpected(f, &r->mm, "/model", "parameter", has_param, acc);
@@ -839,8 +849,7 @@ static acx_status_t plan_optimizer(acx_accelerator_t *acc, acx_ckpt_file_t *f, r
             if (!dataset_matches(f, &r->mm, path, what, p->ndim, p->shape, ACX_DTYPE_FLOAT32))
                 continue;
             acx_ckpt_tensor_t t = shard_tensor(path, p, acx_optimizer_state(opt, s));
-            t.io_begin = p->row_begin;
-            t.io_end = p->row_end;
+            load_rows(acc, &t, p);
             plan_tensor(&r->plan, &t);
         }
     }

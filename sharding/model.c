@@ -40,6 +40,15 @@ void acx_param_save_rows(const acx_param_t *p, int64_t *begin_p, int64_t *end_p)
     *end_p = p->row_begin + e;
 }
 
+void acx_param_load_rows(const acx_param_t *p, int64_t *begin_p, int64_t *end_p) {
+    const acx_model_t *m = p->unit->model;
+    int64_t b = 0, e = p->row_end - p->row_begin;
+    if (m->load_comm != NULL)
+        acx_shard_rows(p->row_end - p->row_begin, m->load_comm->rank, m->load_comm->size, &b, &e);
+    *begin_p = p->row_begin + b;
+    *end_p = p->row_begin + e;
+}
+
 /* ---- lifecycle ---- */
 
 acx_status_t acx_model_new(const acx_shard_context_t *ctx, acx_model_t **model_p) {

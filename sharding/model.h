@@ -114,9 +114,21 @@ struct acx_model {
      * and gathers reduce over it. Replicas (ranks holding the same owned
      * rows: every rank under NO_SHARD, the node peers under HYBRID_SHARD)
      * split the writing of those rows in a checkpoint by the same dim-0
-     * rule: replica_rank of replica_size. */
+     * rule: replica_rank of replica_size.
+     * Loading them: load_comm is the group of replicas on different nodes
+     * that share the reading (acx_param_load_rows): each reads its part of
+     * the owned rows by the dim-0 rule over load_comm, then they all-gather
+     * (io's share group). Replicas on the same node do not split the
+     * reading: they read the same rows, which the node's page cache reads
+     * from storage once, each checking its own — an all-gather through
+     * shared memory measured slower than that copy and checksum (see
+     * sharding/no_shard.c). NO_SHARD: one rank per node with the same local
+     * rank, when the nodes have equal rank counts and there are several
+     * (else NULL: every rank reads every row); HYBRID_SHARD: the replica
+     * group (one rank per node). NULL when there is no one to share with. */
     acx_comm_t *shard_comm;
     int replica_rank, replica_size;
+    acx_comm_t *load_comm;
 
     /* set by the runtime before each micro-step */
     int sync;           /* this micro-step ends at a boundary */
@@ -159,6 +171,11 @@ void acx_shard_rows(int64_t rows, int rank, int size, int64_t *begin_p, int64_t 
  * its owned rows split among their replicas (the replicas together write
  * each row exactly once). */
 void acx_param_save_rows(const acx_param_t *p, int64_t *begin_p, int64_t *end_p);
+
+/* Rows [*begin_p, *end_p) of p that this rank reads from a checkpoint: its
+ * owned rows split among the model's load_comm (all of them when it is
+ * NULL); the members then all-gather the parts. */
+void acx_param_load_rows(const acx_param_t *p, int64_t *begin_p, int64_t *end_p);
 
 /* Create/destroy a model (registration functions are public, in model.c). */
 acx_status_t acx_model_new(const acx_shard_context_t *ctx, acx_model_t **model_p);

@@ -444,10 +444,12 @@ static acx_status_t sharded_prepare_policy(acx_model_t *m, policy_t policy) {
         ACX_CHECK(acx_comm_split(world, m->ctx.node->rank, world->rank, &st->replica));
         m->replica_rank = st->replica->rank;
         m->replica_size = st->replica->size;
+        m->load_comm = st->replica->size > 1 ? st->replica : NULL;
     } else {
         st->shard = world;
         m->replica_rank = 0;
         m->replica_size = 1;
+        m->load_comm = NULL;
     }
     m->shard_comm = st->shard;
     plan_layout(m, st);

@@ -39,6 +39,7 @@
 #include <unistd.h>
 
 #include "acx/acx.h"
+#include "io/ckpt_crc.h"
 #include "tools/tool.h"
 
 /* ---- shared helpers ---- */
@@ -87,8 +88,9 @@ int take_option(int argc, char **argv, int *i, const char *long_name, const char
 static const char version_usage[] =
     "usage: acx version\n"
     "\n"
-    "Print the acx version and the MPI library acx runs on (the first line of\n"
-    "MPI_Get_library_version). Does not start MPI.\n";
+    "Print the acx version, the MPI library acx runs on (the first line of\n"
+    "MPI_Get_library_version) and the library that computes checkpoint\n"
+    "CRC-32s (ISA-L when acx was built with it, else zlib). Does not start MPI.\n";
 
 static int cmd_version(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
@@ -113,6 +115,7 @@ static int cmd_version(int argc, char **argv) {
     } else {
         printf("MPI: (MPI_Get_library_version failed)\n");
     }
+    printf("checkpoint CRC-32: %s\n", acx_ckpt_crc_impl());
     return EXIT_OK;
 }
 

@@ -48,6 +48,7 @@
 #endif
 
 #include "acx/acx.h"
+#include "io/ckpt_crc.h"
 #include "runtime/base/config_resolve.h"
 #include "slurm/launch_env.h"
 #include "slurm/launcher.h"
@@ -284,6 +285,7 @@ int cmd_env(int argc, char **argv) {
 #endif
     );
     yaml_line(f, "hdf5", buf);
+    yaml_line(f, "checkpoint_crc32", acx_ckpt_crc_impl());
 #if ACX_HAVE_CUDA
     print_cuda(f);
 #else

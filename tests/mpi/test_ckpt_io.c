@@ -279,6 +279,43 @@ static int test_load(const char *path) {
         bufs[i] = NULL;
     }
 
+    /* 2b. every row on every rank, read once in all: each rank reads its
+     * slice, the world all-gathers the slices (share, as NO_SHARD loads) */
+    for (int i = 0; i < NSPEC; i++) {
+        spec_t s = spec_at(i, saved_world);
+        int64_t b, e;
+        slice(s.shape[0], rank, nranks, &b, &e);
+        bufs[i] = calloc((size_t)(s.shape[0] * rownumel(&s)) * acx_dtype_size(s.dtype) + 1, 1);
+        t[i] = tensor_of(&s, bufs[i], 0, s.shape[0], b, e);
+        t[i].share = world;
+    }
+    CHECK_OK(acx_ckpt_read(f, t, NSPEC));
+    for (int i = 0; i < NSPEC; i++) {
+        spec_t s = spec_at(i, saved_world);
+        CHECK(compare(i, &s, bufs[i], 0, s.shape[0]) == 0);
+        free(bufs[i]);
+        bufs[i] = NULL;
+    }
+    /* ... and among a part of the world: ranks split in two groups (even
+     * and odd), each group sharing the rows [5, 600) of /model/big */
+    {
+        spec_t s = specs[4];
+        int64_t rn = rownumel(&s), b, e;
+        acx_comm_t *half = NULL;
+        CHECK_OK(acx_comm_split(world, rank % 2, rank, &half));
+        slice(595, half->rank, half->size, &b, &e);
+        float *buf = malloc((size_t)(595 * rn) * sizeof *buf);
+        bufs[0] = buf;
+        acx_ckpt_tensor_t one = tensor_of(&s, buf, 5, 595, 5 + b, 5 + e);
+        one.share = half;
+        acx_status_t st = acx_ckpt_read(f, &one, 1);
+        acx_comm_destroy(half);
+        CHECK_OK(st);
+        CHECK(compare(4, &s, (char *)buf, 5, 595) == 0);
+        free(bufs[0]);
+        bufs[0] = NULL;
+    }
+
     /* 3. a buffer of all rows, reading only this rank's slice: the other
      * rows keep their sentinel */
     {
@@ -384,6 +421,19 @@ static int test_load(const char *path) {
         bad.buf_rows = rank == nranks - 1 ? 1 : 3;
         bad.io_end = 3;
         CHECK_STATUS(acx_ckpt_read(f, &bad, 1), ACX_ERR_INVALID_ARG, "not inside the buffer");
+        /* a share group whose members' rows are not in rank order: every
+         * rank refuses, nothing is exchanged */
+        if (nranks > 1) {
+            int64_t b, e;
+            slice(3, nranks - 1 - rank, nranks, &b, &e);
+            bad.buf_rows = 3;
+            bad.shape[1] = 5;
+            bad.io_begin = b;
+            bad.io_end = e;
+            bad.share = world;
+            CHECK_STATUS(acx_ckpt_read(f, &bad, 1), ACX_ERR_INVALID_ARG,
+                         "must follow each other in rank order");
+        }
     }
     acx_ckpt_close(f);
     f = NULL;
@@ -489,6 +539,25 @@ static acx_status_t read_rows(const char *path, int i, int64_t b, int64_t e) {
     acx_ckpt_tensor_t t = tensor_of(&s, buf, b, e - b, b, e);
     st = acx_ckpt_read(f, &t, 1);
     if (st == ACX_OK && compare(i, &s, buf, b, e - b) != 0) st = ACX_ERR_INTERNAL;
+    free(buf);
+    acx_ckpt_close(f);
+    return st;
+}
+
+/* Every row of tensor i on every rank, each reading its slice and the
+ * world all-gathering them (share); compared with the formula. */
+static acx_status_t read_shared(const char *path, int i) {
+    acx_ckpt_file_t *f;
+    spec_t s = specs[i];
+    int64_t R = s.shape[0], b, e;
+    acx_status_t st = acx_ckpt_open(world, path, &f);
+    if (st != ACX_OK) return st;
+    slice(R, rank, nranks, &b, &e);
+    void *buf = malloc((size_t)(R * rownumel(&s)) * acx_dtype_size(s.dtype) + 1);
+    acx_ckpt_tensor_t t = tensor_of(&s, buf, 0, R, b, e);
+    t.share = world;
+    st = acx_ckpt_read(f, &t, 1);
+    if (st == ACX_OK && compare(i, &s, buf, 0, R) != 0) st = ACX_ERR_INTERNAL;
     free(buf);
     acx_ckpt_close(f);
     return st;
@@ -669,6 +738,11 @@ static int test_faults(const char *dir) {
         CHECK_OK(read_rows(p, 4, b, e));
         /* the whole tensor on rank 0 only: the others read nothing */
         CHECK_STATUS(read_rows(p, 4, 0, rank == 0 ? 600 : 0), ACX_ERR_FORMAT, "'/model/big'");
+        CHECK(names_range(byte, block));
+        /* every row on every rank, read once in all (share): the last
+         * rank's failure is every rank's, before anything is exchanged */
+        CHECK_STATUS(read_shared(p, 4), ACX_ERR_FORMAT, "dataset '/model/big' in '");
+        CHECK(strstr(acx_last_error(), "checksum mismatch (corrupted file?)") != NULL);
         CHECK(names_range(byte, block));
     }
 
