@@ -317,6 +317,24 @@ extern "C" acx_status_t acx_cuda_half_to_f32(acx_dtype_t dtype, const uint16_t *
     return launched("16-bit -> float32 cast");
 }
 
+template <bool BF16>
+__global__ void round_f32_kernel(const float *src, float *dst, size_t n) {
+    GRID_STRIDE(i, n) dst[i] = BF16 ? bf16_to_f32(bf16_from_f32(src[i]))
+                                    : f16_to_f32(f16_from_f32(src[i]));
+}
+
+extern "C" acx_status_t acx_cuda_half_round_f32(acx_dtype_t dtype, const float *src, float *dst,
+                                                size_t n, void *stream) {
+    ACX_CHECK(check_half(dtype, src, dst, n, "float32 rounding to 16 bits"));
+    if (n == 0) return ACX_OK;
+    cudaStream_t s = (cudaStream_t)stream;
+    if (dtype == ACX_DTYPE_BFLOAT16)
+        round_f32_kernel<true><<<grid_for(n), THREADS, 0, s>>>(src, dst, n);
+    else
+        round_f32_kernel<false><<<grid_for(n), THREADS, 0, s>>>(src, dst, n);
+    return launched("float32 rounding to 16 bits");
+}
+
 /* ---- loss scaling ---- */
 
 /* Exponent all ones: inf or NaN (isfinite without a float comparison). */
@@ -345,6 +363,28 @@ extern "C" acx_status_t acx_cuda_scale(float *x, size_t n, float scale, void *st
     if (n == 0) return ACX_OK;
     scale_kernel<<<grid_for(n), THREADS, 0, (cudaStream_t)stream>>>(x, n, scale);
     return launched("scale");
+}
+
+/* runtime/scaler.c's full test: x[i] not finite, or x[i] * inv not finite
+ * (a finite gradient whose unscaled value overflows). */
+static __global__ void nonfinite_scaled_kernel(const float *__restrict__ x, size_t n, float inv,
+                                               int *flag) {
+    int found = 0;
+    GRID_STRIDE(i, n) {
+        float y = __fmul_rn(x[i], inv);
+        found |= (__float_as_uint(x[i]) & 0x7f800000u) == 0x7f800000u;
+        found |= (__float_as_uint(y) & 0x7f800000u) == 0x7f800000u;
+    }
+    if (__syncthreads_or(found) && threadIdx.x == 0) *flag = 1;
+}
+
+extern "C" acx_status_t acx_cuda_nonfinite_check_scaled(const float *x, size_t n, float inv,
+                                                        int *flag, void *stream) {
+    ACX_CHECK(need(x, n, "inf/NaN check", "x"));
+    if (flag == NULL) return ACX_ERROR(ACX_ERR_INVALID_ARG, "inf/NaN check: flag is NULL");
+    if (n == 0) return ACX_OK;
+    nonfinite_scaled_kernel<<<grid_for(n), THREADS, 0, (cudaStream_t)stream>>>(x, n, inv, flag);
+    return launched("inf/NaN check (scaled)");
 }
 
 /* ---- norms ---- */

@@ -90,11 +90,24 @@ acx_status_t acx_cuda_half_from_f32(acx_dtype_t dtype, const float *src, uint16_
 acx_status_t acx_cuda_half_to_f32(acx_dtype_t dtype, const uint16_t *src, float *dst, size_t n,
                                   void *stream);
 
+/* dst[n] = src[n] rounded to dtype (as acx_cuda_half_from_f32) and widened
+ * back (as acx_cuda_half_to_f32): half.h's acx_half_round_f32_n, the compute
+ * copies of mixed precision kept as float32. src == dst is allowed (each
+ * element is read once, then written). */
+acx_status_t acx_cuda_half_round_f32(acx_dtype_t dtype, const float *src, float *dst, size_t n,
+                                     void *stream);
+
 /* ---- loss scaling ---- */
 
 /* *flag = 1 if any of x[n] is inf or NaN; *flag is left as it was
  * otherwise (the caller zeroes it once, then may check several buffers). */
 acx_status_t acx_cuda_nonfinite_check(const float *x, size_t n, int *flag, void *stream);
+
+/* *flag = 1 if any x[i] or x[i] * inv (one float multiplication) is inf or
+ * NaN: runtime/scaler.c's whole test, which also catches a finite gradient
+ * whose unscaled value overflows (scales below 1). *flag as above. */
+acx_status_t acx_cuda_nonfinite_check_scaled(const float *x, size_t n, float inv, int *flag,
+                                             void *stream);
 
 /* x[i] = x[i] * scale (one float multiplication, as runtime/scaler.c's unscale). */
 acx_status_t acx_cuda_scale(float *x, size_t n, float scale, void *stream);

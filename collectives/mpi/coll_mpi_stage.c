@@ -26,6 +26,11 @@
  * in (an in-place all-gather: this rank's block) and only those it writes
  * are copied out (an in-place reduce-scatter: this rank's block).
  *
+ * The emulated test device (cuda/device_ops.h, device_state: emulated) is
+ * staged the same way: its memory is inaccessible to host code outside its
+ * own ops, so a buffer inside one of its allocations gets a malloc'd host
+ * block and acx_devops_emulated_memcpy copies; MPI sees host memory only.
+ *
  * The copies are synchronous cudaMemcpy on the legacy default stream
  * (cuda/memory.h): they follow the work already enqueued on blocking
  * streams, and the device buffers hold the result when a blocking call
@@ -43,6 +48,7 @@
 
 #include "collectives/coll.h"
 #include "collectives/mpi/coll_mpi.h"
+#include "cuda/device_ops.h"
 #include "cuda/memory.h"
 #include "runtime/base/error.h"
 
@@ -56,15 +62,22 @@ typedef struct stage {
     int nblocks, nout;
     struct {
         uintptr_t dev; /* device address of the staged range */
-        char *pin;     /* its pinned host block */
+        char *pin;     /* its pinned host block (malloc'd for the emulated device) */
         size_t bytes;
+        int emul;      /* the range is emulated device memory */
     } block[2];
     struct {
         void *dev;
         const void *pin;
         size_t bytes;
+        int emul;
     } out[2];
 } stage_t;
+
+/* The device copies, CUDA or emulated. */
+static acx_status_t stage_copy(int emul, void *dst, const void *src, size_t bytes) {
+    return emul ? acx_devops_emulated_memcpy(dst, src, bytes) : acx_cuda_memcpy(dst, src, bytes);
+}
 
 /* bytes = count * mult elements of dtype; 0 when the arguments are not
  * valid (then nothing is staged and coll_mpi.c reports the error). */
@@ -88,10 +101,13 @@ static acx_status_t stage_map(stage_t *st, const void *p, size_t bytes, int copy
     if (p == NULL || bytes == 0) return ACX_OK;
     uintptr_t a = (uintptr_t)p;
     char *mapped = NULL;
+    int emul = 0;
     for (int b = 0; b < st->nblocks && mapped == NULL; b++) {
         uintptr_t lo = st->block[b].dev, hi = lo + st->block[b].bytes;
-        if (a >= lo && a + bytes <= hi)
+        if (a >= lo && a + bytes <= hi) {
             mapped = st->block[b].pin + (a - lo);
+            emul = st->block[b].emul;
+        }
         else if (a < hi && lo < a + bytes)
             return ACX_ERROR(ACX_ERR_INVALID_ARG,
                              "MPI backend, device buffers: the send and receive buffers overlap "
@@ -100,21 +116,29 @@ static acx_status_t stage_map(stage_t *st, const void *p, size_t bytes, int copy
     }
     if (mapped == NULL) {
         int is_device = 0;
-        ACX_CHECK(acx_cuda_pointer_is_device(p, &is_device));
-        if (!is_device) return ACX_OK;
+        emul = acx_devops_emulated_owns(p, bytes);
+        if (!emul) ACX_CHECK(acx_cuda_pointer_is_device(p, &is_device));
+        if (!is_device && !emul) return ACX_OK;
         void *pin = NULL;
-        ACX_CHECK(acx_cuda_pinned_acquire(bytes, &pin));
+        if (emul) {
+            pin = acx_malloc(bytes, "emulated-device staging block");
+            if (pin == NULL) return ACX_ERR_NO_MEMORY;
+        } else {
+            ACX_CHECK(acx_cuda_pinned_acquire(bytes, &pin));
+        }
         st->block[st->nblocks].dev = a;
         st->block[st->nblocks].pin = pin;
         st->block[st->nblocks].bytes = bytes;
+        st->block[st->nblocks].emul = emul;
         st->nblocks++;
         mapped = pin;
     }
-    if (copy_in) ACX_CHECK(acx_cuda_memcpy(mapped, p, bytes));
+    if (copy_in) ACX_CHECK(stage_copy(emul, mapped, p, bytes));
     if (copy_out) {
         st->out[st->nout].dev = (void *)p;
         st->out[st->nout].pin = mapped;
         st->out[st->nout].bytes = bytes;
+        st->out[st->nout].emul = emul;
         st->nout++;
     }
     *mapped_p = mapped;
@@ -122,8 +146,12 @@ static acx_status_t stage_map(stage_t *st, const void *p, size_t bytes, int copy
 }
 
 static void stage_release(stage_t *st) {
-    for (int b = 0; b < st->nblocks; b++)
-        acx_cuda_pinned_release(st->block[b].pin);
+    for (int b = 0; b < st->nblocks; b++) {
+        if (st->block[b].emul)
+            free(st->block[b].pin);
+        else
+            acx_cuda_pinned_release(st->block[b].pin);
+    }
     st->nblocks = st->nout = 0;
 }
 
@@ -131,7 +159,7 @@ static void stage_release(stage_t *st) {
  * back to the device; give the blocks back either way. */
 static acx_status_t stage_finish(stage_t *st, acx_status_t status) {
     for (int o = 0; o < st->nout && status == ACX_OK; o++)
-        status = acx_cuda_memcpy(st->out[o].dev, st->out[o].pin, st->out[o].bytes);
+        status = stage_copy(st->out[o].emul, st->out[o].dev, st->out[o].pin, st->out[o].bytes);
     stage_release(st);
     return status;
 }

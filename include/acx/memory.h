@@ -36,6 +36,14 @@ typedef struct acx_memory_stats {
     int64_t peak[ACX_MEM_NUM_CATEGORIES];
     int64_t current_total;
     int64_t peak_total;
+    /* Device memory holding model state (device_state: cuda, or the
+     * emulated test device), per category as above; zero with host state.
+     * The host fields above count host memory only. Appended: the struct
+     * grows at its end, so size it with sizeof. */
+    int64_t device_current[ACX_MEM_NUM_CATEGORIES];
+    int64_t device_peak[ACX_MEM_NUM_CATEGORIES];
+    int64_t device_current_total;
+    int64_t device_peak_total;
 } acx_memory_stats_t;
 
 /* This process's accounting (all accelerators of the process together).

@@ -30,6 +30,10 @@
 static _Atomic int64_t current[ACX_MEM_NUM_CATEGORIES];
 static _Atomic int64_t peak[ACX_MEM_NUM_CATEGORIES];
 static _Atomic int64_t current_total, peak_total;
+/* the same for device memory (acx_mem_note with on_device) */
+static _Atomic int64_t dev_current[ACX_MEM_NUM_CATEGORIES];
+static _Atomic int64_t dev_peak[ACX_MEM_NUM_CATEGORIES];
+static _Atomic int64_t dev_current_total, dev_peak_total;
 
 static void raise_peak(_Atomic int64_t *pk, int64_t value) {
     int64_t old = atomic_load(pk);
@@ -43,6 +47,20 @@ static void account(acx_mem_category_t cat, int64_t delta) {
     if (delta > 0) {
         raise_peak(&peak[cat], c);
         raise_peak(&peak_total, t);
+    }
+}
+
+void acx_mem_note(acx_mem_category_t cat, int64_t delta, int on_device) {
+    if ((unsigned)cat >= ACX_MEM_NUM_CATEGORIES) return;
+    if (!on_device) {
+        account(cat, delta);
+        return;
+    }
+    int64_t c = atomic_fetch_add(&dev_current[cat], delta) + delta;
+    int64_t t = atomic_fetch_add(&dev_current_total, delta) + delta;
+    if (delta > 0) {
+        raise_peak(&dev_peak[cat], c);
+        raise_peak(&dev_peak_total, t);
     }
 }
 
@@ -109,6 +127,12 @@ ACX_API acx_status_t acx_memory_stats(acx_memory_stats_t *stats_p) {
     }
     s.current_total = atomic_load(&current_total);
     s.peak_total = atomic_load(&peak_total);
+    for (int c = 0; c < ACX_MEM_NUM_CATEGORIES; c++) {
+        s.device_current[c] = atomic_load(&dev_current[c]);
+        s.device_peak[c] = atomic_load(&dev_peak[c]);
+    }
+    s.device_current_total = atomic_load(&dev_current_total);
+    s.device_peak_total = atomic_load(&dev_peak_total);
     *stats_p = s;
     return ACX_OK;
 }
@@ -116,4 +140,7 @@ ACX_API acx_status_t acx_memory_stats(acx_memory_stats_t *stats_p) {
 ACX_API void acx_memory_reset_peak(void) {
     for (int c = 0; c < ACX_MEM_NUM_CATEGORIES; c++) atomic_store(&peak[c], atomic_load(&current[c]));
     atomic_store(&peak_total, atomic_load(&current_total));
+    for (int c = 0; c < ACX_MEM_NUM_CATEGORIES; c++)
+        atomic_store(&dev_peak[c], atomic_load(&dev_current[c]));
+    atomic_store(&dev_peak_total, atomic_load(&dev_current_total));
 }

@@ -17,6 +17,7 @@
 #define ACX_BASE_MEMSTAT_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "acx/memory.h"
 
@@ -37,5 +38,11 @@ void *acx_mem_alloc_raw_(acx_mem_category_t cat, size_t bytes, const char *what,
  * `bytes` must be the size it was allocated with: buffers of 1 MiB and more
  * are mappings of their own (memstat.c says why). */
 void acx_mem_free(acx_mem_category_t cat, void *p, size_t bytes);
+
+/* Account delta bytes (negative: freed) in category cat without allocating:
+ * on_device != 0 counts them in the device counters of acx_memory_stats
+ * (memory a device table allocated: cuda/device_ops.c), else in the host
+ * ones. The base layer cannot call CUDA; the device side notes here. */
+void acx_mem_note(acx_mem_category_t cat, int64_t delta, int on_device);
 
 #endif /* ACX_BASE_MEMSTAT_H */

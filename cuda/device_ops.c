@@ -1,0 +1,35 @@
+/*
+ * cuda/device_ops.c — the parts of cuda/device_ops.h shared by both
+ * devices: accounted allocation (acx_memory_stats' device counters), and
+ * the CUDA table's stand-in in builds without CUDA.
+ *
+ * Compiled in every build; the CUDA table itself is cuda/device_ops_cuda.c
+ * (CUDA builds only), the test double cuda/device_ops_emul.c.
+ */
+#include <stdio.h>
+
+#include "cuda/device_ops.h"
+#include "runtime/base/error.h"
+#include "runtime/base/memstat.h"
+
+acx_status_t acx_devops_alloc(const acx_devops_t *dev, acx_mem_category_t cat, size_t bytes,
+                              const char *what, void **p_p) {
+    void *p = NULL;
+    ACX_CHECK(dev->alloc(bytes, what, &p));
+    acx_mem_note(cat, (int64_t)bytes, 1);
+    *p_p = p;
+    return ACX_OK;
+}
+
+void acx_devops_free(const acx_devops_t *dev, acx_mem_category_t cat, void *p, size_t bytes) {
+    if (p == NULL) return;
+    dev->free(p);
+    acx_mem_note(cat, -(int64_t)bytes, 1);
+}
+
+#if !ACX_HAVE_CUDA
+const acx_devops_t *acx_devops_cuda(char *why, size_t why_len) {
+    if (why != NULL && why_len > 0) snprintf(why, why_len, "this build has no CUDA");
+    return NULL;
+}
+#endif

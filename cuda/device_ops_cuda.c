@@ -1,0 +1,178 @@
+/*
+ * cuda/device_ops_cuda.c — the CUDA device of cuda/device_ops.h, over the
+ * CUDA runtime API and the kernels of cuda/kernels.h (CUDA builds only).
+ *
+ * Memory is cudaMalloc'd on the current device (cuda/device.c binds it);
+ * a fresh allocation is zeroed with cudaMemset and synchronized, so it is
+ * zero before any stream uses it. Copies to and from the host are
+ * cudaMemcpyAsync on the caller's stream followed by
+ * cudaStreamSynchronize: they come after the work enqueued on that stream
+ * and are complete on return, whatever kind of stream it is.
+ *
+ * The optimizer kernels use the host build's multiply-add choice
+ * (ACX_CUDA_MADD_OF_HOST), so they are bitwise the CPU's. The norms need a
+ * workspace of ACX_CUDA_NORM_WORKSPACE doubles: one, allocated on first
+ * use and kept for the process (8 KiB), serialized by the stream order of
+ * their single caller (the clip code, main thread).
+ *
+ * Not run on a GPU yet: compiled and linked only (docs/gpu.md).
+ */
+#include <cuda_runtime_api.h>
+#include <stdio.h>
+
+#include "cuda/check.h"
+#include "cuda/device.h"
+#include "cuda/device_ops.h"
+#include "cuda/kernels.h"
+#include "runtime/base/error.h"
+#include "runtime/base/log.h"
+
+static acx_status_t cu_alloc(size_t bytes, const char *what, void **p_p) {
+    acx_status_t status = ACX_OK;
+    void *p = NULL;
+    if (p_p == NULL) return ACX_ERROR(ACX_ERR_INVALID_ARG, "device alloc: p_p is NULL");
+    if (bytes == 0) {
+        *p_p = NULL;
+        return ACX_OK;
+    }
+    cudaError_t ret = cudaMalloc(&p, bytes);
+    if (ret != cudaSuccess) {
+        cudaGetLastError();
+        return ACX_ERROR(ACX_ERR_CUDA, "cudaMalloc(%zu bytes) for %s failed: %s: %s", bytes,
+                         what != NULL ? what : "a device buffer", cudaGetErrorName(ret),
+                         cudaGetErrorString(ret));
+    }
+    ACX_CUDA_CHECK_GOTO(cudaMemset(p, 0, bytes), status, err_free);
+    ACX_CUDA_CHECK_GOTO(cudaDeviceSynchronize(), status, err_free);
+    *p_p = p;
+    return ACX_OK;
+
+err_free:
+    cudaFree(p);
+    return status;
+}
+
+static void cu_free(void *p) {
+    if (p == NULL) return;
+    cudaError_t ret = cudaFree(p);
+    if (ret != cudaSuccess) {
+        cudaGetLastError();
+        ACX_WARN(ACX_SUBSYS_SHARD, "cudaFree(%p) failed: %s: %s", p, cudaGetErrorName(ret),
+                 cudaGetErrorString(ret));
+    }
+}
+
+static acx_status_t cu_memset(void *p, int byte, size_t bytes, void *stream) {
+    if (bytes == 0) return ACX_OK;
+    ACX_CUDA_CHECK(cudaMemsetAsync(p, byte, bytes, (cudaStream_t)stream));
+    return ACX_OK;
+}
+
+static acx_status_t cu_to_device(void *dev, const void *host, size_t bytes, void *stream) {
+    if (bytes == 0) return ACX_OK;
+    ACX_CUDA_CHECK(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, (cudaStream_t)stream));
+    ACX_CUDA_CHECK(cudaStreamSynchronize((cudaStream_t)stream));
+    return ACX_OK;
+}
+
+static acx_status_t cu_to_host(void *host, const void *dev, size_t bytes, void *stream) {
+    if (bytes == 0) return ACX_OK;
+    ACX_CUDA_CHECK(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, (cudaStream_t)stream));
+    ACX_CUDA_CHECK(cudaStreamSynchronize((cudaStream_t)stream));
+    return ACX_OK;
+}
+
+static acx_status_t cu_copy(void *dst, const void *src, size_t bytes, void *stream) {
+    if (bytes == 0) return ACX_OK;
+    ACX_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, (cudaStream_t)stream));
+    return ACX_OK;
+}
+
+static acx_status_t cu_sync(void *stream) {
+    ACX_CUDA_CHECK(cudaStreamSynchronize((cudaStream_t)stream));
+    return ACX_OK;
+}
+
+static acx_status_t cu_adam(float *p, const float *g, float *m, float *v, size_t n,
+                            const acx_adam_hparams_t *hp, double lr, int64_t t, int decoupled,
+                            void *stream) {
+    return acx_cuda_adam_step(p, g, m, v, n, hp, lr, t, decoupled, ACX_CUDA_MADD_OF_HOST, stream);
+}
+
+static acx_status_t cu_sgd(float *p, const float *g, float *buf, size_t n,
+                           const acx_sgd_hparams_t *hp, double lr, int first_step, void *stream) {
+    return acx_cuda_sgd_step(p, g, buf, n, hp, lr, first_step, ACX_CUDA_MADD_OF_HOST, stream);
+}
+
+static acx_status_t cu_scale(float *x, size_t n, float s, void *stream) {
+    return acx_cuda_scale(x, n, s, stream);
+}
+
+static acx_status_t cu_nonfinite(const float *x, size_t n, float inv, int *flag, void *stream) {
+    return acx_cuda_nonfinite_check_scaled(x, n, inv, flag, stream);
+}
+
+static double *workspace; /* ACX_CUDA_NORM_WORKSPACE device doubles, kept */
+
+static acx_status_t norm_workspace(void) {
+    if (workspace != NULL) return ACX_OK;
+    void *p = NULL;
+    ACX_CHECK(cu_alloc(ACX_CUDA_NORM_WORKSPACE * sizeof(double), "the norm workspace", &p));
+    workspace = p;
+    return ACX_OK;
+}
+
+static acx_status_t cu_sum_squares(const float *x, size_t n, double *result, void *stream) {
+    ACX_CHECK(norm_workspace());
+    return acx_cuda_sum_squares(x, n, workspace, result, stream);
+}
+
+static acx_status_t cu_max_abs(const float *x, size_t n, double *result, void *stream) {
+    ACX_CHECK(norm_workspace());
+    return acx_cuda_max_abs(x, n, workspace, result, stream);
+}
+
+static acx_status_t cu_half_from_f32(acx_dtype_t dtype, const float *src, uint16_t *dst, size_t n,
+                                     void *stream) {
+    return acx_cuda_half_from_f32(dtype, src, dst, n, stream);
+}
+
+static acx_status_t cu_half_to_f32(acx_dtype_t dtype, const uint16_t *src, float *dst, size_t n,
+                                   void *stream) {
+    return acx_cuda_half_to_f32(dtype, src, dst, n, stream);
+}
+
+static acx_status_t cu_half_round_f32(acx_dtype_t dtype, const float *src, float *dst, size_t n,
+                                      void *stream) {
+    return acx_cuda_half_round_f32(dtype, src, dst, n, stream);
+}
+
+static const acx_devops_t cuda_ops = {
+    .name = "cuda",
+    .emulated = 0,
+    .alloc = cu_alloc,
+    .free = cu_free,
+    .memset = cu_memset,
+    .to_device = cu_to_device,
+    .to_host = cu_to_host,
+    .copy = cu_copy,
+    .sync = cu_sync,
+    .adam = cu_adam,
+    .sgd = cu_sgd,
+    .scale = cu_scale,
+    .nonfinite = cu_nonfinite,
+    .sum_squares = cu_sum_squares,
+    .max_abs = cu_max_abs,
+    .half_from_f32 = cu_half_from_f32,
+    .half_to_f32 = cu_half_to_f32,
+    .half_round_f32 = cu_half_round_f32,
+};
+
+const acx_devops_t *acx_devops_cuda(char *why, size_t why_len) {
+    char reason[256];
+    if (acx_device_count(reason, sizeof reason) == 0) {
+        if (why != NULL && why_len > 0) snprintf(why, why_len, "no CUDA device: %s", reason);
+        return NULL;
+    }
+    return &cuda_ops;
+}

@@ -1,0 +1,236 @@
+/*
+ * tests/unit/test_device_ops.c — the emulated device of cuda/device_ops.h:
+ * its memory is inaccessible to host code (a dereference outside an op is
+ * SIGSEGV, checked in a child process), a host pointer given to an op is
+ * refused, allocations are zeroed and accounted in acx_memory_stats'
+ * device counters, copies round-trip, and every kernel equals its CPU
+ * reference bit for bit (optimizer steps against acx_kernel_*_ieee run on
+ * host copies; casts, scale, the inf check and the norms against
+ * hand-derived values). Also: the CUDA table says why it is absent on a
+ * machine without a device.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "acx_test.h"
+#include "cuda/device_ops.h"
+#include "runtime/optim_kernels.h"
+
+static const acx_devops_t *D = &acx_devops_emulated;
+
+/* 1 if fn(arg) ends the child process with SIGSEGV. */
+static int segfaults(void (*fn)(void *), void *arg) {
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        fn(arg);
+        _exit(0);
+    }
+    int wst = 0;
+    if (pid < 0 || waitpid(pid, &wst, 0) != pid) return 0;
+    return WIFSIGNALED(wst) && WTERMSIG(wst) == SIGSEGV;
+}
+
+static void read_float(void *p) {
+    volatile float x = *(volatile float *)p;
+    (void)x;
+}
+static void write_float(void *p) { *(volatile float *)p = 1.0f; }
+
+static int test_memory(void) {
+    float *d = NULL, h[8], back[8];
+    CHECK_OK(D->alloc(sizeof h, "test", (void **)&d));
+    CHECK(d != NULL);
+    CHECK(acx_devops_emulated_owns(d, sizeof h));
+    CHECK(!acx_devops_emulated_owns(h, sizeof h));
+    CHECK(segfaults(read_float, d));
+    CHECK(segfaults(write_float, d + 3));
+    memset(back, 0xff, sizeof back);
+    CHECK_OK(D->to_host(back, d, sizeof back, NULL));
+    for (int i = 0; i < 8; i++) CHECK(back[i] == 0.0f); /* zeroed */
+    for (int i = 0; i < 8; i++) h[i] = (float)i + 0.5f;
+    CHECK_OK(D->to_device(d, h, sizeof h, NULL));
+    CHECK(segfaults(read_float, d)); /* still closed after an op */
+    CHECK_OK(D->to_host(back, d, sizeof back, NULL));
+    CHECK(memcmp(back, h, sizeof h) == 0);
+    CHECK_OK(D->copy(d, d + 4, 4 * sizeof(float), NULL)); /* d[0..4) = d[4..8) */
+    CHECK_OK(D->to_host(back, d, sizeof back, NULL));
+    CHECK(back[0] == 4.5f && back[3] == 7.5f && back[4] == 4.5f);
+    CHECK_OK(D->memset(d + 2, 0, 2 * sizeof(float), NULL));
+    CHECK_OK(D->to_host(back, d, sizeof back, NULL));
+    CHECK(back[1] == 5.5f && back[2] == 0.0f && back[3] == 0.0f && back[4] == 4.5f);
+    /* the staging copy of the MPI backend, both directions */
+    float t[2] = {-1.0f, -2.0f};
+    CHECK_OK(acx_devops_emulated_memcpy(d + 6, t, sizeof t));
+    CHECK_OK(acx_devops_emulated_memcpy(back, d + 5, 3 * sizeof(float)));
+    CHECK(back[0] == 5.5f && back[1] == -1.0f && back[2] == -2.0f);
+    /* host pointers, ranges running past an allocation */
+    CHECK_STATUS(D->scale(h, 8, 2.0f, NULL), ACX_ERR_INVALID_ARG, "is not device memory");
+    CHECK_STATUS(D->to_host(back, d + 4, 5 * sizeof(float), NULL), ACX_ERR_INVALID_ARG,
+                 "is not device memory");
+    CHECK(!acx_devops_emulated_owns(d + 4, 5 * sizeof(float)));
+    D->free(d);
+    CHECK(!acx_devops_emulated_owns(d, 4));
+    return 0;
+error:
+    return 1;
+}
+
+static int test_accounting(void) {
+    acx_memory_stats_t s0, s1, s2;
+    void *p = NULL;
+    CHECK_OK(acx_memory_stats(&s0));
+    CHECK_OK(acx_devops_alloc(D, ACX_MEM_OPTIMIZER, 1000, "moments", &p));
+    CHECK_OK(acx_memory_stats(&s1));
+    CHECK(s1.device_current[ACX_MEM_OPTIMIZER] - s0.device_current[ACX_MEM_OPTIMIZER] == 1000);
+    CHECK(s1.device_current_total - s0.device_current_total == 1000);
+    CHECK(s1.current_total == s0.current_total); /* host counters untouched */
+    acx_devops_free(D, ACX_MEM_OPTIMIZER, p, 1000);
+    CHECK_OK(acx_memory_stats(&s2));
+    CHECK(s2.device_current[ACX_MEM_OPTIMIZER] == s0.device_current[ACX_MEM_OPTIMIZER]);
+    CHECK(s2.device_peak[ACX_MEM_OPTIMIZER] >= 1000);
+    return 0;
+error:
+    return 1;
+}
+
+/* deterministic values of mixed magnitude and sign */
+static void fill(float *x, size_t n, uint32_t seed, float scale) {
+    uint32_t s = seed * 2654435761u + 1u;
+    for (size_t i = 0; i < n; i++) {
+        s = s * 1664525u + 1013904223u;
+        x[i] = scale * ((float)(s >> 8) / 16777216.0f - 0.5f);
+    }
+}
+
+enum { N = 1000 };
+
+static int test_optimizers(void) {
+    float hp_[4][N], dv[4][N];
+    float *d[4] = {NULL, NULL, NULL, NULL};
+    int rc = 1;
+    for (int k = 0; k < 4; k++) CHECK_OK(D->alloc(sizeof hp_[k], "opt", (void **)&d[k]));
+    acx_adam_hparams_t ah = {.lr = 1e-2, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.01};
+    fill(hp_[0], N, 1, 2.0f);
+    fill(hp_[1], N, 2, 0.5f);
+    memset(hp_[2], 0, sizeof hp_[2]);
+    memset(hp_[3], 0, sizeof hp_[3]);
+    for (int k = 0; k < 4; k++) CHECK_OK(D->to_device(d[k], hp_[k], sizeof hp_[k], NULL));
+    for (int64_t t = 1; t <= 3; t++) {
+        acx_kernel_adam_ieee(hp_[0], hp_[1], hp_[2], hp_[3], N, &ah, 1e-2, t, 1);
+        CHECK_OK(D->adam(d[0], d[1], d[2], d[3], N, &ah, 1e-2, t, 1, NULL));
+    }
+    for (int k = 0; k < 4; k++) {
+        CHECK_OK(D->to_host(dv[k], d[k], sizeof dv[k], NULL));
+        CHECK(memcmp(dv[k], hp_[k], sizeof dv[k]) == 0);
+    }
+    CHECK(hp_[0][0] != dv[1][0]); /* something moved */
+    acx_sgd_hparams_t sh = {.lr = 0.1, .momentum = 0.9, .dampening = 0.0, .weight_decay = 1e-3,
+                            .nesterov = 1};
+    for (int t = 1; t <= 3; t++) {
+        acx_kernel_sgd_ieee(hp_[0], hp_[1], hp_[2], N, &sh, 0.1, t == 1);
+        CHECK_OK(D->sgd(d[0], d[1], d[2], N, &sh, 0.1, t == 1, NULL));
+    }
+    for (int k = 0; k < 3; k++) {
+        CHECK_OK(D->to_host(dv[k], d[k], sizeof dv[k], NULL));
+        CHECK(memcmp(dv[k], hp_[k], sizeof dv[k]) == 0);
+    }
+    rc = 0;
+error:
+    for (int k = 0; k < 4; k++) D->free(d[k]);
+    return rc;
+}
+
+static int test_kernels(void) {
+    float *x = NULL, *y = NULL;
+    uint16_t *w = NULL;
+    double *r = NULL, rh = 0.0;
+    int *flag = NULL, fh = 0, rc = 1;
+    CHECK_OK(D->alloc(4 * sizeof(float), "x", (void **)&x));
+    CHECK_OK(D->alloc(4 * sizeof(float), "y", (void **)&y));
+    CHECK_OK(D->alloc(4 * sizeof(uint16_t), "w", (void **)&w));
+    CHECK_OK(D->alloc(sizeof(double), "r", (void **)&r));
+    CHECK_OK(D->alloc(sizeof(int), "flag", (void **)&flag));
+    const float v[4] = {1.0f, -2.0f, 3.0f, 1.0f + 0x1p-12f};
+    CHECK_OK(D->to_device(x, v, sizeof v, NULL));
+    CHECK_OK(D->sum_squares(x, 3, r, NULL));
+    CHECK_OK(D->to_host(&rh, r, sizeof rh, NULL));
+    CHECK(rh == 14.0);
+    CHECK_OK(D->max_abs(x, 3, r, NULL));
+    CHECK_OK(D->to_host(&rh, r, sizeof rh, NULL));
+    CHECK(rh == 3.0);
+    CHECK_OK(D->nonfinite(x, 4, 1.0f, flag, NULL));
+    CHECK_OK(D->to_host(&fh, flag, sizeof fh, NULL));
+    CHECK(fh == 0);
+    /* finite, but 3 * 2^127 overflows: the unscaled-overflow test */
+    CHECK_OK(D->nonfinite(x, 4, 0x1p127f, flag, NULL));
+    CHECK_OK(D->to_host(&fh, flag, sizeof fh, NULL));
+    CHECK(fh == 1);
+    CHECK_OK(D->scale(x, 4, 0.5f, NULL));
+    float h[4];
+    CHECK_OK(D->to_host(h, x, sizeof h, NULL));
+    CHECK(h[0] == 0.5f && h[1] == -1.0f && h[2] == 1.5f);
+    CHECK_OK(D->to_device(x, v, sizeof v, NULL));
+    uint16_t hw[4];
+    CHECK_OK(D->half_from_f32(ACX_DTYPE_FLOAT16, x, w, 4, NULL));
+    CHECK_OK(D->to_host(hw, w, sizeof hw, NULL));
+    CHECK(hw[0] == 0x3c00 && hw[1] == 0xc000 && hw[2] == 0x4200 && hw[3] == 0x3c00);
+    CHECK_OK(D->half_from_f32(ACX_DTYPE_BFLOAT16, x, w, 4, NULL));
+    CHECK_OK(D->to_host(hw, w, sizeof hw, NULL));
+    CHECK(hw[0] == 0x3f80 && hw[1] == 0xc000 && hw[2] == 0x4040 && hw[3] == 0x3f80);
+    CHECK_OK(D->half_to_f32(ACX_DTYPE_BFLOAT16, w, y, 4, NULL));
+    CHECK_OK(D->to_host(h, y, sizeof h, NULL));
+    CHECK(h[0] == 1.0f && h[1] == -2.0f && h[2] == 3.0f && h[3] == 1.0f);
+    CHECK_OK(D->half_round_f32(ACX_DTYPE_FLOAT16, x, x, 4, NULL)); /* in place */
+    CHECK_OK(D->to_host(h, x, sizeof h, NULL));
+    CHECK(h[3] == 1.0f && h[2] == 3.0f); /* 1 + 2^-12 is below fp16's half-ulp 2^-11 */
+    CHECK_STATUS(D->half_from_f32(ACX_DTYPE_FLOAT32, x, w, 4, NULL), ACX_ERR_INVALID_ARG, "16-bit");
+    rc = 0;
+error:
+    D->free(x);
+    D->free(y);
+    D->free(w);
+    D->free(r);
+    D->free(flag);
+    return rc;
+}
+
+static int test_cuda_absent(void) {
+    char why[256] = "";
+    const acx_devops_t *c = acx_devops_cuda(why, sizeof why);
+    if (c != NULL) return strcmp(c->name, "cuda") != 0; /* a GPU machine: the table exists */
+    CHECK(why[0] != '\0');
+    return 0;
+error:
+    return 1;
+}
+
+int main(void) {
+    acx_test_watchdog(120);
+    int failed = 0;
+    struct {
+        const char *name;
+        int (*fn)(void);
+    } cases[] = {
+        {"emulated device: memory closed to host code, copies", test_memory},
+        {"emulated device: allocations in the device counters", test_accounting},
+        {"emulated device: AdamW, SGD bitwise the CPU kernels", test_optimizers},
+        {"emulated device: norms, inf check, scale, 16-bit casts", test_kernels},
+        {"cuda device table: absent with a reason, or present", test_cuda_absent},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        TESTING(cases[i].name);
+        if (cases[i].fn() == 0) {
+            PASSED();
+        } else {
+            FAILED();
+            failed = 1;
+        }
+    }
+    return failed;
+}
