@@ -84,6 +84,10 @@ struct acx_buckets {
      * reduced there, and widened back into flat[range] when complete. */
     acx_dtype_t wire_dtype;
     uint16_t *wire; /* [total], not owned; NULL = reduce flat in place */
+    /* Device-resident gradients (acx_buckets_set_device), else NULL: flat
+     * and wire are dev's memory, never touched by host code here. */
+    const acx_devops_t *dev;
+    void *const *stream_p; /* the compute stream, read at each use */
 };
 
 /* ---- plan ---- */
@@ -248,14 +252,32 @@ acx_status_t acx_buckets_set_wire(acx_buckets_t *b, acx_dtype_t wire_dtype, uint
     return ACX_OK;
 }
 
-/* Bucket i's reduction finished: widen the wire values into the gradients. */
-static void bucket_done(acx_buckets_t *b, int i) {
+acx_status_t acx_buckets_set_device(acx_buckets_t *b, const acx_devops_t *dev,
+                                    void *const *stream_p) {
+    if (b == NULL || dev == NULL || stream_p == NULL || b->dtype != ACX_DTYPE_FLOAT32)
+        return ACX_ERROR(ACX_ERR_INVALID_ARG,
+                         "buckets: device gradients need a device table, a stream and float32 "
+                         "gradients (have %s gradients)",
+                         b ? acx_dtype_name(b->dtype) : "no");
+    b->dev = dev;
+    b->stream_p = stream_p;
+    return ACX_OK;
+}
+
+/* Bucket i's reduction finished: widen the wire values into the gradients
+ * (on the device: enqueued on the compute stream, after the host saw the
+ * collective complete). */
+static acx_status_t bucket_done(acx_buckets_t *b, int i) {
     bucket_t *bk = &b->buckets[i];
     if (bk->state == BUCKET_IN_FLIGHT) b->num_in_flight--;
     bk->state = BUCKET_DONE;
-    if (b->wire != NULL)
-        acx_half_to_f32_n(b->wire_dtype, b->wire + bk->offset, (float *)b->flat + bk->offset,
-                          bk->count);
+    if (b->wire == NULL) return ACX_OK;
+    if (b->dev != NULL)
+        return b->dev->half_to_f32(b->wire_dtype, b->wire + bk->offset,
+                                   (float *)b->flat + bk->offset, bk->count, *b->stream_p);
+    acx_half_to_f32_n(b->wire_dtype, b->wire + bk->offset, (float *)b->flat + bk->offset,
+                      bk->count);
+    return ACX_OK;
 }
 
 /* Complete every bucket still in flight (errors: the first is returned, the
@@ -267,8 +289,8 @@ static acx_status_t finish_in_flight(acx_buckets_t *b) {
         if (bk->state != BUCKET_IN_FLIGHT) continue;
         acx_status_t st = b->comm->ops->wait(bk->req);
         bk->req = NULL;
-        bucket_done(b, i);
-        if (status == ACX_OK) status = st;
+        acx_status_t st2 = bucket_done(b, i);
+        if (status == ACX_OK) status = st != ACX_OK ? st : st2;
     }
     return status;
 }
@@ -310,7 +332,7 @@ static acx_status_t drive_progress(acx_buckets_t *b) {
         acx_coll_req_t *req = bk->req;
         bk->req = NULL;
         ACX_CHECK(b->comm->ops->wait(req)); /* frees; already complete */
-        bucket_done(b, i);
+        ACX_CHECK(bucket_done(b, i));
     }
     return ACX_OK;
 }
@@ -318,6 +340,7 @@ static acx_status_t drive_progress(acx_buckets_t *b) {
 /* x [n] of dtype *= prescale, in the dtype's own precision (16-bit floats:
  * the exact product, rounded once). */
 static acx_status_t bucket_scale(const acx_buckets_t *b, void *x, size_t n, float prescale) {
+    if (b->dev != NULL) return b->dev->scale(x, n, prescale, *b->stream_p); /* float32 only */
     switch (b->dtype) {
     case ACX_DTYPE_FLOAT32:
         for (size_t k = 0; k < n; k++)
@@ -346,15 +369,22 @@ static acx_status_t bucket_start(acx_buckets_t *b, int i, float prescale) {
     acx_dtype_t dtype = b->dtype;
     if (prescale != 1.0f && bk->count > 0) ACX_CHECK(bucket_scale(b, x, bk->count, prescale));
     if (b->wire != NULL) { /* round the scaled float32 values once, onto the wire */
-        acx_half_from_f32_n(b->wire_dtype, x, b->wire + bk->offset, bk->count);
+        if (b->dev != NULL)
+            ACX_CHECK(b->dev->half_from_f32(b->wire_dtype, x, b->wire + bk->offset, bk->count,
+                                            *b->stream_p));
+        else
+            acx_half_from_f32_n(b->wire_dtype, x, b->wire + bk->offset, bk->count);
         x = b->wire + bk->offset;
         dtype = b->wire_dtype;
     }
+    /* A host-memory backend copies device buffers with synchronous copies
+     * that do not wait for a non-blocking compute stream: wait here for the
+     * backward kernels and the scaling above. NCCL orders itself. */
+    if (b->dev != NULL && !b->comm->ops->device_memory) ACX_CHECK(b->dev->sync(*b->stream_p));
     b->num_started++;
     if (b->num_started == b->num_buckets) {
         ACX_CHECK(b->comm->ops->all_reduce(b->comm, x, x, bk->count, dtype, ACX_OP_SUM));
-        bucket_done(b, i);
-        return ACX_OK;
+        return bucket_done(b, i);
     }
     /* Make room: the oldest in flight is the lowest index (started in
      * increasing order), the same bucket on every rank. */
@@ -364,8 +394,9 @@ static acx_status_t bucket_start(acx_buckets_t *b, int i, float prescale) {
         acx_coll_req_t *req = old->req;
         old->req = NULL;
         acx_status_t st = b->comm->ops->wait(req); /* frees the request */
-        bucket_done(b, j);
+        acx_status_t st2 = bucket_done(b, j);
         ACX_CHECK(st);
+        ACX_CHECK(st2);
     }
     ACX_CHECK(
         b->comm->ops->all_reduce_start(b->comm, x, x, bk->count, dtype, ACX_OP_SUM, &bk->req));

@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "collectives/coll.h"
+#include "cuda/device_ops.h"
 
 /* One parameter's gradient range inside the flat buffer, in ready order. */
 typedef struct acx_bucket_segment {
@@ -48,6 +49,20 @@ void acx_buckets_destroy(acx_buckets_t *b);
  * 16-bit elements, caller-owned, outliving the buckets. Errors:
  * ACX_ERR_INVALID_ARG (gradients not float32, wire dtype not 16-bit). */
 acx_status_t acx_buckets_set_wire(acx_buckets_t *b, acx_dtype_t wire_dtype, uint16_t *wire);
+
+/* The flat gradients (and the wire buffer) are device memory of `dev`
+ * (cuda/device_ops.h): the prescale, the rounding onto the wire and the
+ * widening back run as dev's kernels on *stream_p (the program's compute
+ * stream, read at each use; stream_p must outlive the buckets), after the
+ * backward work the program enqueued there. A backend that reads host
+ * memory (comm->ops->device_memory == 0: the MPI backend, which stages
+ * device buffers with synchronous copies) gets the stream synchronized
+ * before each collective; a device backend (NCCL) orders its collectives
+ * after the compute stream itself. The widening back is enqueued once the
+ * host has seen the collective complete. float32 gradients only. Errors:
+ * ACX_ERR_INVALID_ARG. */
+acx_status_t acx_buckets_set_device(acx_buckets_t *b, const acx_devops_t *dev,
+                                    void *const *stream_p);
 
 int acx_buckets_count(const acx_buckets_t *b);
 /* Bucket i's range, for tests and logs. */

@@ -102,6 +102,15 @@ void acx_coll_abort_all(void) {
 #endif
 }
 
+acx_status_t acx_coll_set_compute_stream(acx_comm_t *comm, void *stream) {
+    if (comm == NULL) return ACX_ERROR(ACX_ERR_INVALID_ARG, "set compute stream: comm is NULL");
+#if ACX_HAVE_NCCL
+    if (comm->ops == &acx_coll_nccl_ops) return acx_coll_nccl_set_compute_stream(comm, stream);
+#endif
+    (void)stream;
+    return ACX_OK;
+}
+
 /* ---- communicators ---- */
 
 /* Wrap an MPI communicator this process now owns (newcomm) with ops: on

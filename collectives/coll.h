@@ -107,6 +107,13 @@ extern const acx_coll_ops_t acx_coll_mpi_ops;
  * communicators must not be used afterwards. No-op without NCCL. */
 void acx_coll_abort_all(void);
 
+/* Order comm's collectives after the work enqueued on `stream` (a
+ * cudaStream_t; NULL: the legacy default stream): the NCCL backend's
+ * acx_coll_nccl_set_compute_stream. A host-memory backend (MPI) has nothing
+ * to order (its callers synchronize the stream before handing it device
+ * buffers): ACX_OK. Not collective. */
+acx_status_t acx_coll_set_compute_stream(acx_comm_t *comm, void *stream);
+
 /* MPI datatype / op of an acx dtype / op: the predefined ones only
  * (MPI_DATATYPE_NULL for float16/bfloat16, which MPI has no type for — the
  * MPI backend moves them as MPI_UINT16_T and reduces them with its own ops;

@@ -29,6 +29,7 @@
 
 #include "collectives/watchdog.h"
 #include "cuda/device.h"
+#include "cuda/device_ops.h"
 #include "io/loader.h"
 #include "runtime/coll_debug.h"
 #include "runtime/accelerator.h"
@@ -285,8 +286,10 @@ static acx_status_t check_config_agrees(acx_accelerator_t *acc) {
 static acx_status_t check_implemented(const acx_resolved_config_t *rc) {
     const acx_config_t *c = &rc->values;
     static const struct { const char *key; const char *todo; const char *instead; } later[] = {
-        {"backend", "device-resident model state for the NCCL backend", "auto or mpi"}};
-    int bad[1] = {c->backend == ACX_BACKEND_NCCL};
+        {"backend", "the NCCL backend needs device-resident model state, which supports "
+                    "sharding_strategy: NO_SHARD only in this version",
+         "auto or mpi, or sharding_strategy: no_shard"}};
+    int bad[1] = {c->backend == ACX_BACKEND_NCCL && c->sharding_strategy != ACX_NO_SHARD};
     for (int i = 0; i < 1; i++) {
         if (!bad[i]) continue;
         int k = 0;
@@ -300,6 +303,53 @@ static acx_status_t check_implemented(const acx_resolved_config_t *rc) {
                          acx_version(), later[i].todo, later[i].instead);
     }
     return ACX_OK;
+}
+
+/* Where model state lives (device_state): NULL (host memory), the CUDA
+ * device table, or the emulated test device. auto is cuda with a backend
+ * on device memory (NCCL), else host. With cuda and the MPI backend the
+ * device is bound here (local rank modulo devices), as acx_device_setup
+ * does for NCCL. Not collective (the caller agrees on the status). */
+static acx_status_t select_device_state(acx_accelerator_t *acc) {
+    int ds = acc->config.values.device_state;
+    int on_device = acc->coll->device_memory;
+    char why[256] = "";
+    if (ds == ACX_DEVICE_STATE_AUTO) ds = on_device ? ACX_DEVICE_STATE_CUDA : ACX_DEVICE_STATE_HOST;
+    acc->dev = NULL;
+    switch (ds) {
+    case ACX_DEVICE_STATE_HOST:
+        if (on_device)
+            return ACX_ERROR(ACX_ERR_NOT_SUPPORTED,
+                             "device_state: host with backend: %s: that backend reduces device "
+                             "memory only; use device_state: cuda (or auto), or backend: mpi",
+                             acc->coll->name);
+        return ACX_OK;
+    case ACX_DEVICE_STATE_CUDA:
+        acc->dev = acx_devops_cuda(why, sizeof why);
+        if (acc->dev == NULL)
+            return ACX_ERROR(ACX_ERR_NOT_SUPPORTED, "device_state: cuda: %s", why);
+        if (!on_device) ACX_CHECK(acx_device_use(acc->local_rank, acc->local_size));
+        ACX_INFO(ACX_SUBSYS_INIT, "device_state: cuda: parameters, gradients and optimizer state "
+                                  "in the memory of device %d", acx_device_bound());
+        return ACX_OK;
+    case ACX_DEVICE_STATE_EMULATED:
+        if (on_device)
+            return ACX_ERROR(ACX_ERR_NOT_SUPPORTED,
+                             "device_state: emulated with backend: %s: the emulated device is a "
+                             "CPU test double that only a host-memory backend can stage; use "
+                             "backend: mpi",
+                             acc->coll->name);
+        acc->dev = &acx_devops_emulated;
+        if (acc->rank == 0)
+            ACX_WARN(ACX_SUBSYS_INIT,
+                     "device_state: emulated: model state lives in the EMULATED device, a CPU "
+                     "test double of the CUDA path (for testing device code without a GPU; slow, "
+                     "not for training)");
+        return ACX_OK;
+    default:
+        return ACX_ERROR(ACX_ERR_INVALID_CONFIG, "device_state %d is not one of auto, host, cuda, "
+                         "emulated", ds);
+    }
 }
 
 /* ---- lifecycle ---- */
@@ -369,6 +419,7 @@ ACX_API acx_status_t acx_init(int *argc, char ***argv, const acx_config_t *confi
     ACX_CHECK_GOTO(acx_coll_agree(acc->world, acx_device_setup(acc->coll, acc->local_rank,
                                                                acc->local_size)),
                    status, err_comm);
+    ACX_CHECK_GOTO(acx_coll_agree(acc->world, select_device_state(acc)), status, err_comm);
     if (acc->coll != &acx_coll_mpi_ops) {
         acx_comm_t *w = NULL;
         ACX_CHECK_GOTO(acx_comm_create(MPI_COMM_WORLD, acc->coll, &w), status, err_comm);
@@ -490,6 +541,23 @@ ACX_API const acx_config_t *acx_get_config(const acx_accelerator_t *acc) {
     return acc ? &acc->config.values : NULL;
 }
 
+ACX_API acx_status_t acx_set_compute_stream(acx_accelerator_t *acc, void *stream) {
+    if (acc == NULL) return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_set_compute_stream: acc is NULL");
+    if (acc->dev == NULL && stream != NULL)
+        return ACX_ERROR(ACX_ERR_STATE,
+                         "acx_set_compute_stream: model state is in host memory (device_state: "
+                         "host); a compute stream applies to device_state: cuda");
+    /* the device work acx enqueues waits for what the program enqueued on
+     * the old stream too: drain it before switching */
+    for (int i = 0; acc->dev != NULL && i < acc->num_models; i++)
+        ACX_CHECK(acc->dev->sync(acc->models[i]->ctx.stream));
+    ACX_CHECK(acx_coll_set_compute_stream(acc->world, stream));
+    acc->compute_stream = stream;
+    for (int i = 0; i < acc->num_models; i++)
+        acc->models[i]->ctx.stream = stream;
+    return ACX_OK;
+}
+
 ACX_API acx_status_t acx_wait_for_everyone(acx_accelerator_t *acc) {
     if (acc == NULL) return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_wait_for_everyone: acc is NULL");
     /* through the public barrier, so ACX_DEBUG_MODE checks it too */
@@ -553,6 +621,8 @@ ACX_API acx_status_t acx_model_create(acx_accelerator_t *acc, acx_model_t **mode
         .backward_prefetch = c->fsdp.backward_prefetch >= 0 ? c->fsdp.backward_prefetch : ACX_BACKWARD_PRE,
         .limit_all_gathers = c->fsdp.limit_all_gathers >= 0 ? c->fsdp.limit_all_gathers : 2,
         .owner = acc,
+        .dev = acc->dev,
+        .stream = acc->compute_stream,
         /* ACX_DEBUG_MODE was read and agreed on at acx_init */
         .unit_check = acc->coll_debug == ACX_COLL_DEBUG_ON ? acx_coll_debug_unit_check : NULL,
     };

@@ -24,6 +24,10 @@ struct acx_accelerator {
 
     acx_resolved_config_t config;
     const acx_coll_ops_t *coll;
+    /* device-resident model state (device_state, chosen at acx_init), or
+     * NULL; the program's compute stream (acx_set_compute_stream) */
+    const struct acx_devops *dev;
+    void *compute_stream;
     acx_comm_t *world;
     acx_comm_t *node;
 

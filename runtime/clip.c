@@ -13,6 +13,10 @@
  *
  * Sums of squares accumulate in double: the norm then agrees with a 1-rank
  * run to float rounding of the final value, whatever the partition.
+ * With device-resident state (model->ctx.dev) the sum or maximum is a
+ * kernel of the device table into a device double, copied back (8 bytes),
+ * and the scaling another kernel: the emulated device sums in this loop's
+ * order (bitwise), the CUDA kernels in a fixed tree (~1e-12 relative).
  * Under fp16 the gradients are unscaled first (runtime/scaler.c), as
  * torch's recipe scaler.unscale_(opt) before clip_grad_norm_ does.
  */
@@ -52,7 +56,15 @@ ACX_API acx_status_t acx_clip_grad_norm(acx_accelerator_t *acc, double max_norm,
     acx_model_t *m = acc->model;
     const float *g = m->shard_grad;
     double acc_v = 0.0;
-    if (inf) {
+    const acx_devops_t *d = m->ctx.dev;
+    if (d != NULL) { /* device state: the same reduction as a kernel, 8 bytes read back */
+        double *r = (double *)((char *)m->dev_scratch + 8);
+        if (inf)
+            ACX_CHECK(d->max_abs(g, m->shard_numel, r, m->ctx.stream));
+        else
+            ACX_CHECK(d->sum_squares(g, m->shard_numel, r, m->ctx.stream));
+        ACX_CHECK(d->to_host(&acc_v, r, sizeof acc_v, m->ctx.stream));
+    } else if (inf) {
         for (size_t i = 0; i < m->shard_numel; i++) {
             double a = fabs((double)g[i]);
             if (a > acc_v || isnan(a)) acc_v = a;
@@ -71,7 +83,10 @@ ACX_API acx_status_t acx_clip_grad_norm(acx_accelerator_t *acc, double max_norm,
     if (coef < 1.0 || isnan(coef)) {
         float c = (float)coef;
         float *w = m->shard_grad;
-        for (size_t i = 0; i < m->shard_numel; i++) w[i] *= c;
+        if (d != NULL)
+            ACX_CHECK(d->scale(w, m->shard_numel, c, m->ctx.stream));
+        else
+            for (size_t i = 0; i < m->shard_numel; i++) w[i] *= c;
     }
     if (total_norm_p != NULL) *total_norm_p = total;
     return ACX_OK;
@@ -82,6 +97,11 @@ ACX_API acx_status_t acx_clip_grad_value(acx_accelerator_t *acc, double clip_val
     if (!(clip_value >= 0.0))
         return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_clip_grad_value: clip_value %g; expected >= 0",
                          clip_value);
+    if (acc->model->ctx.dev != NULL)
+        return ACX_ERROR(ACX_ERR_NOT_SUPPORTED,
+                         "acx_clip_grad_value with device_state: %s is not implemented in this "
+                         "version (it needs a clamp kernel); use acx_clip_grad_norm",
+                         acc->model->ctx.dev->name);
     ACX_CHECK(acx_scaler_unscale(acc));
     float hi = (float)clip_value, lo = -hi;
     float *w = acc->model->shard_grad;

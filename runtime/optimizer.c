@@ -15,6 +15,10 @@
  *   SGD with momentum   state[0] = momentum_buffer
  *   Adam, AdamW         state[0] = exp_avg, state[1] = exp_avg_sq
  * (torch's state names, which the checkpoint uses as group names).
+ * With device-resident state (model->ctx.dev) the state arrays are device
+ * memory of that table and the update is its adam/sgd kernel: one launch
+ * over the whole local shard (under NO_SHARD the flat model), enqueued on
+ * the program's compute stream.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -166,6 +170,15 @@ ACX_API acx_status_t acx_adamw_create(acx_model_t *model, const acx_adam_hparams
 
 /* ---- accelerator hooks (runtime/accelerator.h) ---- */
 
+/* Free state array i (bytes each), in host or device memory. */
+static void state_free(acx_optimizer_t *opt, int i, size_t bytes) {
+    const acx_devops_t *dev = opt->model->ctx.dev;
+    if (dev != NULL)
+        acx_devops_free(dev, ACX_MEM_OPTIMIZER, opt->state[i], bytes);
+    else
+        acx_mem_free(ACX_MEM_OPTIMIZER, opt->state[i], bytes);
+}
+
 acx_status_t acx_optimizer_bind(acx_optimizer_t *opt) {
     acx_model_t *m = opt->model;
     if (!m->prepared)
@@ -178,13 +191,18 @@ acx_status_t acx_optimizer_bind(acx_optimizer_t *opt) {
      * first step but starts defined for checkpoints written before it. */
     size_t bytes = m->shard_numel * sizeof(float);
     for (int i = 0; i < num_state; i++) {
-        opt->state[i] = acx_mem_alloc(ACX_MEM_OPTIMIZER, bytes, "optimizer state");
-        if (opt->state[i] == NULL) {
+        acx_status_t status = ACX_OK;
+        if (m->ctx.dev != NULL)
+            status = acx_devops_alloc(m->ctx.dev, ACX_MEM_OPTIMIZER, bytes, "optimizer state",
+                                      (void **)&opt->state[i]);
+        else if ((opt->state[i] = acx_mem_alloc(ACX_MEM_OPTIMIZER, bytes, "optimizer state")) == NULL)
+            status = ACX_ERR_NO_MEMORY;
+        if (status != ACX_OK) {
             for (int j = 0; j < i; j++) {
-                acx_mem_free(ACX_MEM_OPTIMIZER, opt->state[j], bytes);
+                state_free(opt, j, bytes);
                 opt->state[j] = NULL;
             }
-            return ACX_ERR_NO_MEMORY;
+            return status;
         }
     }
     opt->num_state = num_state;
@@ -201,7 +219,7 @@ void acx_optimizer_free(acx_optimizer_t *opt) {
     if (opt == NULL) return;
     acx_scheduler_free(opt->sched);
     for (int i = 0; i < opt->num_state; i++)
-        acx_mem_free(ACX_MEM_OPTIMIZER, opt->state[i], opt->state_bytes);
+        state_free(opt, i, opt->state_bytes);
     free(opt);
 }
 
@@ -254,6 +272,22 @@ ACX_API acx_status_t acx_optimizer_step(acx_optimizer_t *opt) {
     opt->num_steps++;
     /* One fused pass over the local shard: master[n], shard_grad[n], state[k][n]. */
     size_t n = m->shard_numel;
+    if (m->ctx.dev != NULL) {
+        const acx_devops_t *d = m->ctx.dev;
+        acx_status_t st;
+        if (opt->kind == ACX_OPTIM_SGD)
+            st = d->sgd(m->master, m->shard_grad, opt->state[0], n, &opt->sgd, opt->lr,
+                        opt->num_steps == 1, m->ctx.stream);
+        else
+            st = d->adam(m->master, m->shard_grad, opt->state[0], opt->state[1], n, &opt->adam,
+                         opt->lr, opt->num_steps, opt->kind == ACX_OPTIM_ADAMW, m->ctx.stream);
+        if (st != ACX_OK) {
+            opt->num_steps--;
+            return st;
+        }
+        m->step = opt->num_steps;
+        return acx_model_after_step(m);
+    }
     switch (opt->kind) {
     case ACX_OPTIM_SGD:
         acx_kernel_sgd(m->master, m->shard_grad, opt->state[0], n, &opt->sgd, opt->lr,

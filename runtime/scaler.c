@@ -53,18 +53,28 @@ acx_status_t acx_scaler_unscale(acx_accelerator_t *acc) {
      * overflow too: the update would write inf/NaN into the master weights. */
     float inv = (float)(1.0 / s->scale);
     int flags[2] = {0, s->loss_nonfinite};
-    for (size_t i = 0; i < m->shard_numel; i++)
-        if (!isfinite(g[i]) || !isfinite(g[i] * inv)) {
-            flags[0] = 1;
-            break;
-        }
+    const acx_devops_t *d = m->ctx.dev;
+    if (d != NULL) { /* device state: the same test as a kernel, one int read back */
+        int *flag = m->dev_scratch;
+        ACX_CHECK(d->memset(flag, 0, sizeof *flag, m->ctx.stream));
+        ACX_CHECK(d->nonfinite(g, m->shard_numel, inv, flag, m->ctx.stream));
+        ACX_CHECK(d->to_host(&flags[0], flag, sizeof flags[0], m->ctx.stream));
+    } else {
+        for (size_t i = 0; i < m->shard_numel; i++)
+            if (!isfinite(g[i]) || !isfinite(g[i] * inv)) {
+                flags[0] = 1;
+                break;
+            }
+    }
     /* every rank decides from the same two bits: any non-finite gradient
      * anywhere, and any non-finite recorded loss anywhere */
     ACX_MPI_CHECK(ACX_WATCHED("loss scaler check", MPI_Allreduce(MPI_IN_PLACE, flags, 2, MPI_INT,
                                                                  MPI_MAX, acc->world->mpi)));
     s->found_inf = flags[0];
     s->loss_nonfinite = flags[1];
-    if (!s->found_inf)
+    if (!s->found_inf && d != NULL)
+        ACX_CHECK(d->scale(g, m->shard_numel, inv, m->ctx.stream));
+    else if (!s->found_inf)
         for (size_t i = 0; i < m->shard_numel; i++)
             g[i] *= inv;
     s->unscaled = 1;

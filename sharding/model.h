@@ -22,6 +22,7 @@
 #include "acx/config.h"
 #include "acx/model.h"
 #include "collectives/coll.h"
+#include "cuda/device_ops.h"
 
 /* A collective a sharded strategy is about to run on one unit, as the
  * debug mode compares it across ranks (acx_shard_context_t.unit_check). */
@@ -47,6 +48,16 @@ typedef struct acx_shard_context {
     int backward_prefetch;
     int limit_all_gathers;
     void *owner;       /* the runtime's accelerator (opaque here) */
+    /* Device-resident state (device_state: cuda or emulated), else NULL:
+     * the strategy keeps parameters, gradients and master weights in this
+     * device's memory, and the runtime keeps optimizer state there too. The
+     * choice is made once, at acx_init; everything branches on it at
+     * prepare, not per element. NO_SHARD only in this version. */
+    const acx_devops_t *dev;
+    /* The stream the program's kernels run on (acx_set_compute_stream; NULL:
+     * the legacy default stream): device work acx enqueues on the model's
+     * buffers goes there, after the program's. */
+    void *stream;
     /* ACX_DEBUG_MODE (runtime/coll_debug.c), else NULL: the sharded
      * strategies call it on every rank of `comm` right before each
      * collective on a unit; it compares the call across comm's ranks and
@@ -108,6 +119,11 @@ struct acx_model {
     /* the local shard (valid after prepare) */
     float *master;      /* [shard_numel] fp32 master weights of the owned rows */
     float *shard_grad;  /* [shard_numel] reduced gradients of the owned rows */
+    /* With ctx.dev: master and shard_grad (and every param's data/grad) are
+     * device pointers, and dev_scratch is 16 bytes of device memory for the
+     * scalar results read back by the loss scaler (an int at byte 0) and
+     * clipping (a double at byte 8). NULL with host state. */
+    void *dev_scratch;
     size_t shard_numel;
     /* Who else holds the same rows. shard_comm: the ranks among which rows
      * are split (NULL under NO_SHARD: every rank holds every row) — norms

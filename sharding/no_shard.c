@@ -21,6 +21,16 @@
  * after every step. A reduce_dtype of 16 bits adds a 16-bit wire buffer the
  * buckets round into and reduce in (collectives/bucket.c).
  *
+ * Device-resident state (m->ctx.dev: device_state cuda, or the emulated
+ * test device). The same arrays, same layout and offsets, live in device
+ * memory through the device table (cuda/device_ops.h): initial values are
+ * computed on the host per parameter (acx_param_init_fill, the same values
+ * as with host state) and copied in; zero_grad is a memset and the
+ * mixed-precision refresh a half_round_f32 launch, both on the program's
+ * compute stream; the buckets scale and cast on the device
+ * (acx_buckets_set_device). A host-side pointer to device memory is never
+ * dereferenced here.
+ *
  * Checkpoints. Every rank holds every row: a save splits the writing over
  * the world (replica_rank/size). A load is split over the nodes only
  * (load_comm: one rank per node, the ranks with the same local rank): the
@@ -46,6 +56,7 @@
 #include "sharding/model.h"
 
 typedef struct no_shard_state {
+    const acx_devops_t *dev; /* device-resident state, or NULL (host memory) */
     float *flat_param; /* [numel] in ready order */
     float *flat_grad;  /* [numel] in ready order */
     float *master;     /* [numel] fp32 master weights under mixed precision; else flat_param */
@@ -69,6 +80,41 @@ static acx_status_t load_group(acx_model_t *m, acx_comm_t **comm_p) {
     return acx_comm_split(world, node->rank, world->rank, comm_p);
 }
 
+/* ---- device-resident state ---- */
+
+/* The arrays in device memory (zeroed), accounted as device bytes, plus
+ * the scalar scratch of the scaler and clipping. */
+static acx_status_t device_alloc(acx_model_t *m, no_shard_state_t *s) {
+    const acx_devops_t *d = s->dev;
+    size_t n = (size_t)m->numel;
+    ACX_CHECK(acx_devops_alloc(d, ACX_MEM_PARAMS, n * sizeof(float), "parameters",
+                               (void **)&s->flat_param));
+    ACX_CHECK(acx_devops_alloc(d, ACX_MEM_GRADS, n * sizeof(float), "gradients",
+                               (void **)&s->flat_grad));
+    s->master = s->flat_param;
+    if (mixed(m))
+        ACX_CHECK(acx_devops_alloc(d, ACX_MEM_MASTER, n * sizeof(float), "master weights",
+                                   (void **)&s->master));
+    if (m->ctx.reduce_dtype != ACX_DTYPE_FLOAT32)
+        ACX_CHECK(acx_devops_alloc(d, ACX_MEM_GRADS, n * sizeof(uint16_t), "gradient wire buffer",
+                                   (void **)&s->wire));
+    return acx_devops_alloc(d, ACX_MEM_TRANSIENT, 16, "scalar results", &m->dev_scratch);
+}
+
+/* p's initial values, computed on the host exactly as with host state and
+ * copied to master[off .. off + numel) on the device. One host block per
+ * parameter at a time bounds the host memory this needs. */
+static acx_status_t device_init_param(acx_model_t *m, no_shard_state_t *s, acx_param_t *p,
+                                      size_t off) {
+    size_t bytes = (size_t)p->numel * sizeof(float);
+    float *host = acx_malloc(bytes ? bytes : 1, "initial values");
+    if (host == NULL) return ACX_ERR_NO_MEMORY;
+    acx_param_init_fill(&p->init, p->ndim, p->shape, m->ctx.seed, p->name, 0, p->rows, host);
+    acx_status_t status = s->dev->to_device(s->master + off, host, bytes, m->ctx.stream);
+    free(host);
+    return status;
+}
+
 static acx_status_t no_shard_prepare(acx_model_t *m) {
     acx_status_t status = ACX_OK;
     size_t n = (size_t)m->numel;
@@ -76,15 +122,25 @@ static acx_status_t no_shard_prepare(acx_model_t *m) {
     acx_bucket_segment_t *segs = NULL;
     if (s == NULL) return ACX_ERR_NO_MEMORY;
     m->strategy_state = s;
-    s->flat_param = acx_mem_alloc(ACX_MEM_PARAMS, n * sizeof(float), "parameters");
-    s->flat_grad = acx_mem_alloc(ACX_MEM_GRADS, n * sizeof(float), "gradients");
-    s->master = mixed(m) ? acx_mem_alloc(ACX_MEM_MASTER, n * sizeof(float), "master weights")
-                         : s->flat_param;
-    if (m->ctx.reduce_dtype != ACX_DTYPE_FLOAT32)
-        s->wire = acx_mem_alloc(ACX_MEM_GRADS, n * sizeof(uint16_t), "gradient wire buffer");
+    s->dev = m->ctx.dev;
+    if (s->dev != NULL) {
+        status = device_alloc(m, s);
+        if (status != ACX_OK) goto out;
+    } else {
+        s->flat_param = acx_mem_alloc(ACX_MEM_PARAMS, n * sizeof(float), "parameters");
+        s->flat_grad = acx_mem_alloc(ACX_MEM_GRADS, n * sizeof(float), "gradients");
+        s->master = mixed(m) ? acx_mem_alloc(ACX_MEM_MASTER, n * sizeof(float), "master weights")
+                             : s->flat_param;
+        if (m->ctx.reduce_dtype != ACX_DTYPE_FLOAT32)
+            s->wire = acx_mem_alloc(ACX_MEM_GRADS, n * sizeof(uint16_t), "gradient wire buffer");
+        if (s->flat_param == NULL || s->flat_grad == NULL || s->master == NULL ||
+            (m->ctx.reduce_dtype != ACX_DTYPE_FLOAT32 && s->wire == NULL)) {
+            status = ACX_ERR_NO_MEMORY;
+            goto out;
+        }
+    }
     segs = acx_malloc((size_t)m->num_params * sizeof *segs, "bucket segments");
-    if (s->flat_param == NULL || s->flat_grad == NULL || s->master == NULL || segs == NULL ||
-        (m->ctx.reduce_dtype != ACX_DTYPE_FLOAT32 && s->wire == NULL)) {
+    if (segs == NULL) {
         status = ACX_ERR_NO_MEMORY;
         goto out;
     }
@@ -109,23 +165,35 @@ static acx_status_t no_shard_prepare(acx_model_t *m) {
         /* Every rank computes every value itself: the initializer is keyed
          * by (seed, name, element), so no broadcast from rank 0 is needed
          * for the replicas to agree. */
-        acx_param_init_fill(&p->init, p->ndim, p->shape, m->ctx.seed, p->name, 0, p->rows,
-                            s->master + off);
+        if (s->dev != NULL)
+            status = device_init_param(m, s, p, off);
+        else
+            acx_param_init_fill(&p->init, p->ndim, p->shape, m->ctx.seed, p->name, 0, p->rows,
+                                s->master + off);
+        if (status != ACX_OK) goto out;
         segs[k] = (acx_bucket_segment_t){.offset = off, .count = (size_t)p->numel,
                                          .unit = p->unit->index};
         off += (size_t)p->numel;
     }
-    if (mixed(m)) acx_half_round_f32_n(m->ctx.param_dtype, s->master, s->flat_param, n);
+    if (mixed(m) && s->dev != NULL)
+        status = s->dev->half_round_f32(m->ctx.param_dtype, s->master, s->flat_param, n,
+                                        m->ctx.stream);
+    else if (mixed(m))
+        acx_half_round_f32_n(m->ctx.param_dtype, s->master, s->flat_param, n);
+    if (status != ACX_OK) goto out;
     m->master = s->master;
     m->shard_grad = s->flat_grad;
     m->shard_numel = n;
     status = acx_buckets_create(m->ctx.world, s->flat_grad, ACX_DTYPE_FLOAT32, n, m->num_units,
                                 m->num_params, segs, m->ctx.bucket_bytes, &s->buckets);
+    if (status == ACX_OK && s->dev != NULL)
+        status = acx_buckets_set_device(s->buckets, s->dev, &m->ctx.stream);
     if (status == ACX_OK && s->wire != NULL)
         status = acx_buckets_set_wire(s->buckets, m->ctx.reduce_dtype, s->wire);
     if (status == ACX_OK)
-        ACX_INFO(ACX_SUBSYS_SHARD, "NO_SHARD: %zu parameters' elements in %d gradient bucket(s) of <= %zu bytes",
-                 n, acx_buckets_count(s->buckets), m->ctx.bucket_bytes);
+        ACX_INFO(ACX_SUBSYS_SHARD, "NO_SHARD: %zu parameters' elements in %d gradient bucket(s) of <= %zu bytes; state in %s memory",
+                 n, acx_buckets_count(s->buckets), m->ctx.bucket_bytes,
+                 s->dev != NULL ? s->dev->name : "host");
 out:
     free(segs);
     return status;
@@ -152,12 +220,17 @@ static acx_status_t no_shard_backward_end(acx_model_t *m) {
  * compute copies follow (rounded). */
 static acx_status_t no_shard_after_step(acx_model_t *m) {
     no_shard_state_t *s = m->strategy_state;
+    if (mixed(m) && s->dev != NULL)
+        return s->dev->half_round_f32(m->ctx.param_dtype, s->master, s->flat_param,
+                                      (size_t)m->numel, m->ctx.stream);
     if (mixed(m)) acx_half_round_f32_n(m->ctx.param_dtype, s->master, s->flat_param, (size_t)m->numel);
     return ACX_OK;
 }
 
 static acx_status_t no_shard_zero_grad(acx_model_t *m) {
     no_shard_state_t *s = m->strategy_state;
+    if (s->dev != NULL)
+        return s->dev->memset(s->flat_grad, 0, (size_t)m->numel * sizeof(float), m->ctx.stream);
     memset(s->flat_grad, 0, (size_t)m->numel * sizeof(float));
     return ACX_OK;
 }
@@ -168,11 +241,25 @@ static void no_shard_destroy(acx_model_t *m) {
     acx_buckets_destroy(s->buckets);
     acx_comm_destroy(s->load_comm);
     m->load_comm = NULL;
-    if (s->master != s->flat_param)
-        acx_mem_free(ACX_MEM_MASTER, s->master, (size_t)m->numel * sizeof(float));
-    acx_mem_free(ACX_MEM_GRADS, s->wire, (size_t)m->numel * sizeof(uint16_t));
-    acx_mem_free(ACX_MEM_PARAMS, s->flat_param, (size_t)m->numel * sizeof(float));
-    acx_mem_free(ACX_MEM_GRADS, s->flat_grad, (size_t)m->numel * sizeof(float));
+    size_t n = (size_t)m->numel;
+    if (s->dev != NULL) {
+        /* nothing acx enqueued may still run on the buffers */
+        if (s->dev->sync(m->ctx.stream) != ACX_OK)
+            ACX_WARN(ACX_SUBSYS_SHARD, "NO_SHARD: synchronizing before freeing device state: %s",
+                     acx_last_error());
+        if (s->master != s->flat_param)
+            acx_devops_free(s->dev, ACX_MEM_MASTER, s->master, n * sizeof(float));
+        acx_devops_free(s->dev, ACX_MEM_GRADS, s->wire, n * sizeof(uint16_t));
+        acx_devops_free(s->dev, ACX_MEM_PARAMS, s->flat_param, n * sizeof(float));
+        acx_devops_free(s->dev, ACX_MEM_GRADS, s->flat_grad, n * sizeof(float));
+        acx_devops_free(s->dev, ACX_MEM_TRANSIENT, m->dev_scratch, 16);
+        m->dev_scratch = NULL;
+    } else {
+        if (s->master != s->flat_param) acx_mem_free(ACX_MEM_MASTER, s->master, n * sizeof(float));
+        acx_mem_free(ACX_MEM_GRADS, s->wire, n * sizeof(uint16_t));
+        acx_mem_free(ACX_MEM_PARAMS, s->flat_param, n * sizeof(float));
+        acx_mem_free(ACX_MEM_GRADS, s->flat_grad, n * sizeof(float));
+    }
     free(s);
     m->strategy_state = NULL;
 }

@@ -68,6 +68,18 @@ ACX_API int acx_is_local_main_process(const acx_accelerator_t *acc); /* local ra
  * which logs the choice. NULL gives -1. Not collective; never fails. */
 ACX_API int acx_device(const acx_accelerator_t *acc);
 
+/* Name the stream the program's device kernels run on (a cudaStream_t as
+ * void *; NULL: the legacy default stream, the initial setting), for
+ * device-resident model state (device_state: cuda). acx enqueues its own
+ * device work on the model's buffers there (zero_grad, the gradient
+ * buckets' scaling and casts, the optimizer step), so it runs after the
+ * program's forward/backward kernels without a host wait, and the NCCL
+ * backend orders its collectives after it. Work already enqueued on the
+ * previous stream is waited for before the switch. Not collective (every
+ * rank normally calls it alike). Errors: ACX_ERR_INVALID_ARG (acc NULL),
+ * ACX_ERR_STATE (a non-NULL stream with host state), ACX_ERR_CUDA. */
+ACX_API acx_status_t acx_set_compute_stream(acx_accelerator_t *acc, void *stream);
+
 /* The resolved configuration (read-only; owned by acc). */
 ACX_API const acx_config_t *acx_get_config(const acx_accelerator_t *acc);
 

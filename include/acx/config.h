@@ -55,6 +55,15 @@ typedef enum acx_backend_kind {
     ACX_BACKEND_NCCL = 2
 } acx_backend_kind_t;
 
+/* Where parameters, gradients and optimizer state live (device_state). */
+typedef enum acx_device_state {
+    ACX_DEVICE_STATE_AUTO = 0,    /* cuda with backend: nccl, else host */
+    ACX_DEVICE_STATE_HOST = 1,    /* host memory */
+    ACX_DEVICE_STATE_CUDA = 2,    /* CUDA device memory (NO_SHARD only in this version) */
+    ACX_DEVICE_STATE_EMULATED = 3 /* for testing the device path without a GPU: a CPU test
+                                     double whose memory host code cannot touch */
+} acx_device_state_t;
+
 typedef enum acx_log_level {
     ACX_LOG_ERROR = 0,
     ACX_LOG_WARN = 1,
@@ -152,6 +161,7 @@ typedef struct acx_config {
     acx_loss_scale_config_t loss_scale;
     int resume; /* acx_resume_t (default ACX_RESUME_NO) */
     acx_preemption_config_t preemption;
+    int device_state; /* acx_device_state_t (default AUTO) */
 } acx_config_t;
 
 #define ACX_CONFIG_DEFAULT                                                     \
@@ -177,7 +187,8 @@ typedef struct acx_config {
         .loss_scale = {.init = ACX_UNSET_F, .growth_interval = ACX_UNSET,      \
                        .min = ACX_UNSET_F, .max_consecutive_skips = ACX_UNSET }, \
         .resume = ACX_UNSET,                                                   \
-        .preemption = {.signals = NULL, .requeue = ACX_UNSET }                 \
+        .preemption = {.signals = NULL, .requeue = ACX_UNSET },                \
+        .device_state = ACX_UNSET                                              \
     }
 
 /* Resolve the configuration the way acx_init would, without starting MPI,

@@ -86,6 +86,11 @@ static const enum_name_t level_names[] = {{"error", ACX_LOG_ERROR},  {"warn", AC
                                           {"warning", ACX_LOG_WARN}, {NULL, 0}};
 static const enum_name_t backend_names[] = {
     {"auto", ACX_BACKEND_AUTO}, {"mpi", ACX_BACKEND_MPI}, {"nccl", ACX_BACKEND_NCCL}, {NULL, 0}};
+static const enum_name_t device_state_names[] = {{"auto", ACX_DEVICE_STATE_AUTO},
+                                                 {"host", ACX_DEVICE_STATE_HOST},
+                                                 {"cuda", ACX_DEVICE_STATE_CUDA},
+                                                 {"emulated", ACX_DEVICE_STATE_EMULATED},
+                                                 {NULL, 0}};
 static const enum_name_t log_with_names[] = {
     {"none", ACX_LOG_WITH_NONE}, {"jsonl", ACX_LOG_WITH_JSONL}, {NULL, 0}};
 /* PyTorch FSDP's BackwardPrefetch names, lower case; BACKWARD_PRE etc. match
@@ -136,6 +141,10 @@ static const config_key_t key_table[] = {
      NOBUF, "25", PLAIN},
     {"backend", "ACX_BACKEND", KT_ENUM, backend_names, UNBOUNDED, FIELD(backend), NOBUF, "auto",
      PLAIN},
+    {"device_state", "ACX_DEVICE_STATE", KT_ENUM, device_state_names, UNBOUNDED,
+     FIELD(device_state), NOBUF, "auto", NULL,
+     "auto = cuda with backend nccl, else host; emulated = a CPU test double of the device "
+     "path, for testing without a GPU"},
     {"ranks_per_node", "ACX_RANKS_PER_NODE", KT_INT, NULL, 0, INFINITY, 0, FIELD(ranks_per_node),
      NOBUF, "0", NULL, "0 = the real nodes"},
     {"checkpoint.total_limit", "ACX_CHECKPOINT_TOTAL_LIMIT", KT_INT, NULL, 0, INFINITY, 0,
@@ -223,6 +232,7 @@ static const char *enum_canonical(const enum_name_t *names, int value) {
 const char *acx_sharding_strategy_name(int s) { return enum_canonical(shard_names, s); }
 const char *acx_mixed_precision_name(int mp) { return enum_canonical(mp_names, mp); }
 const char *acx_backend_name(int b) { return enum_canonical(backend_names, b); }
+const char *acx_device_state_name(int d) { return enum_canonical(device_state_names, d); }
 const char *acx_log_with_name(int w) { return enum_canonical(log_with_names, w); }
 const char *acx_backward_prefetch_name(int p) { return enum_canonical(prefetch_names, p); }
 const char *acx_resume_name(int r) { return enum_canonical(resume_names, r); }
