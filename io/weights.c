@@ -133,6 +133,12 @@ ACX_API acx_status_t acx_model_save_weights(acx_model_t *model, const char *path
     if (!model->prepared)
         return ACX_ERROR(ACX_ERR_STATE, "acx_model_save_weights before acx_prepare (no weights "
                          "to save yet)");
+    if (model->ctx.dev != NULL) /* the same on every rank: no agreement needed */
+        return ACX_ERROR(ACX_ERR_NOT_SUPPORTED,
+                         "acx_model_save_weights with device_state: %s is not implemented in this "
+                         "version; save a checkpoint (acx_save_state, same values under /model) "
+                         "or gather the parameters (acx_param_gather)",
+                         model->ctx.dev->name);
     acx_comm_t *world = model->ctx.world;
     if (world == NULL)
         return ACX_ERROR(ACX_ERR_INTERNAL, "acx_model_save_weights: the model has no communicator");

@@ -7,6 +7,13 @@
  * program, under any world size. Also the per-rank random streams
  * (acx_random_u64/uniform) and the program's registered state.
  *
+ * Device-resident state (device_state cuda/emulated): io/ is host-only, so
+ * the master weights and optimizer state are copied device -> host mirrors
+ * before a save is described, and a load reads into mirrors that are copied
+ * host -> device once the read succeeded (host_view below). The format is
+ * the same either way: a checkpoint saved from device state loads on host
+ * state and the reverse.
+ *
  * What it leaves to others: the file itself — HDF5, collective I/O, the
  * temporary file, fsync and rename, checksums — is io/checkpoint.c's; this
  * file describes the state to it as tensors (a global shape, the rows of the
@@ -69,6 +76,7 @@
 #include "runtime/accelerator.h"
 #include "runtime/base/error.h"
 #include "runtime/base/log.h"
+#include "runtime/base/memstat.h"
 #include "runtime/base/rng.h"
 #include "runtime/optim_state.h"
 #include "sharding/model.h"
@@ -440,10 +448,81 @@ static acx_status_t shared_text(acx_accelerator_t *acc, char created[32], char *
     return ACX_OK;
 }
 
+/* ---- device-resident state: host mirrors around io/ ---- */
+
+/* The arrays a checkpoint reads or writes, in host memory: the model's
+ * master weights and the optimizer's state arrays themselves with host
+ * state; host copies of them (ACX_MEM_TRANSIENT, [shard_numel] floats each)
+ * with device state. Whole arrays, not one tensor at a time: simpler, and
+ * bounded by 3x the local shard's fp32 bytes of host memory for the
+ * duration of a save or load. */
+typedef struct host_view {
+    float *master;
+    float *state[2];
+    int num_state;
+    size_t bytes; /* of each mirror; 0 = no mirrors (host state) */
+} host_view_t;
+
+static void host_view_close(host_view_t *v) {
+    if (v->bytes > 0) {
+        acx_mem_free(ACX_MEM_TRANSIENT, v->master, v->bytes);
+        for (int s = 0; s < v->num_state; s++)
+            acx_mem_free(ACX_MEM_TRANSIENT, v->state[s], v->bytes);
+    }
+    memset(v, 0, sizeof *v);
+}
+
+/* Fill v: with device state, mirrors holding a copy of the current device
+ * values (a load keeps what the file does not replace). Not collective. */
+static acx_status_t host_view_open(acx_accelerator_t *acc, host_view_t *v) {
+    acx_model_t *m = acc->model;
+    acx_optimizer_t *opt = acc->optimizer;
+    const acx_devops_t *d = m->ctx.dev;
+    memset(v, 0, sizeof *v);
+    v->num_state = opt != NULL ? acx_optimizer_num_state(opt) : 0;
+    if (v->num_state > 2) return ACX_ERROR(ACX_ERR_INTERNAL, "checkpoint: %d optimizer state arrays", v->num_state);
+    if (d == NULL) {
+        v->master = m->master;
+        for (int s = 0; s < v->num_state; s++) v->state[s] = acx_optimizer_state(opt, s);
+        return ACX_OK;
+    }
+    v->bytes = m->shard_numel * sizeof(float);
+    int n = v->num_state;
+    v->num_state = 0;
+    v->master = acx_mem_alloc_raw(ACX_MEM_TRANSIENT, v->bytes, "checkpoint host copy of the master weights");
+    if (v->master == NULL) goto err_mem;
+    for (int s = 0; s < n; s++) {
+        v->state[s] = acx_mem_alloc_raw(ACX_MEM_TRANSIENT, v->bytes, "checkpoint host copy of optimizer state");
+        if (v->state[s] == NULL) goto err_mem;
+        v->num_state++;
+    }
+    acx_status_t status = d->to_host(v->master, m->master, v->bytes, m->ctx.stream);
+    for (int s = 0; s < n && status == ACX_OK; s++)
+        status = d->to_host(v->state[s], acx_optimizer_state(opt, s), v->bytes, m->ctx.stream);
+    if (status != ACX_OK) host_view_close(v);
+    return status;
+
+err_mem:
+    host_view_close(v);
+    return ACX_ERR_NO_MEMORY;
+}
+
+/* After a load: the mirrors back into device memory (nothing with host state). */
+static acx_status_t host_view_commit(acx_accelerator_t *acc, const host_view_t *v) {
+    acx_model_t *m = acc->model;
+    const acx_devops_t *d = m->ctx.dev;
+    if (d == NULL || v->bytes == 0) return ACX_OK;
+    ACX_CHECK(d->to_device(m->master, v->master, v->bytes, m->ctx.stream));
+    for (int s = 0; s < v->num_state; s++)
+        ACX_CHECK(d->to_device(acx_optimizer_state(acc->optimizer, s), v->state[s], v->bytes,
+                               m->ctx.stream));
+    return ACX_OK;
+}
+
 /* Describe the whole state. rng_row: this rank's /rng row (kept alive by
  * the caller). */
 static acx_status_t build_plan(acx_accelerator_t *acc, plan_t *p, const char *created,
-                               const char *yaml, int64_t rng_row[4]) {
+                               const char *yaml, int64_t rng_row[4], const host_view_t *view) {
     acx_model_t *m = acc->model;
     acx_optimizer_t *opt = acc->optimizer;
     acx_dataloader_t *l = acc->loader;
@@ -471,7 +550,7 @@ static acx_status_t build_plan(acx_accelerator_t *acc, plan_t *p, const char *cr
     /* model */
     for (int i = 0; i < m->num_params; i++) {
         acx_param_t *prm = m->params[i];
-        acx_ckpt_tensor_t t = shard_tensor(plan_str(p, "/model/%s", prm->name), prm, m->master);
+        acx_ckpt_tensor_t t = shard_tensor(plan_str(p, "/model/%s", prm->name), prm, view->master);
         save_rows(acc, &t, prm);
         plan_tensor(p, &t);
     }
@@ -492,7 +571,7 @@ static acx_status_t build_plan(acx_accelerator_t *acc, plan_t *p, const char *cr
                 acx_param_t *prm = m->params[i];
                 acx_ckpt_tensor_t t =
                     shard_tensor(plan_str(p, "/optimizer/%s/%s", sname, prm->name), prm,
-                                 acx_optimizer_state(opt, s));
+                                 view->state[s]);
                 save_rows(acc, &t, prm);
                 plan_tensor(p, &t);
             }
@@ -577,6 +656,7 @@ ACX_API acx_status_t acx_save_state(acx_accelerator_t *acc, const char *path) {
     char created[32] = "", dir[CKPT_PATH_MAX] = "", name[64] = "", file[CKPT_PATH_MAX];
     char *yaml = acx_calloc(1, CKPT_YAML_MAX, "checkpoint config text");
     int64_t rng_row[4];
+    host_view_t view = {0};
 
     /* every rank's part of the description, then the agreed outcome */
     if (yaml == NULL) status = ACX_ERR_NO_MEMORY;
@@ -588,7 +668,8 @@ ACX_API acx_status_t acx_save_state(acx_accelerator_t *acc, const char *path) {
     snprintf(file, sizeof file, "%s%s%s", path != NULL ? path : dir, path != NULL ? "" : "/", name);
     ACX_CHECK_GOTO(acx_coll_agree(acc->world, status), status, out);
     ACX_CHECK_GOTO(shared_text(acc, created, yaml), status, out);
-    status = build_plan(acc, &plan, created, yaml, rng_row);
+    status = host_view_open(acc, &view);
+    if (status == ACX_OK) status = build_plan(acc, &plan, created, yaml, rng_row, &view);
     ACX_CHECK_GOTO(acx_coll_agree(acc->world, status), status, out);
 
     ACX_CHECK_GOTO(acx_ckpt_save(acc->world, file, plan.t, plan.nt, plan.a, plan.na), status, out);
@@ -604,6 +685,7 @@ ACX_API acx_status_t acx_save_state(acx_accelerator_t *acc, const char *path) {
         ACX_INFO(ACX_SUBSYS_IO, "saved checkpoint '%s' (step %lld, %d rank(s), %d datasets)", file,
                  (long long)acc->step, acc->world_size, plan.nt);
 out:
+    host_view_close(&view);
     plan_free(&plan);
     free(yaml);
     return status;
@@ -757,6 +839,7 @@ static int has_user(const acx_accelerator_t *acc, const char *name) {
 /* The tensors to read and the scalar state to restore once they are in. */
 typedef struct restore {
     plan_t plan;
+    host_view_t view; /* where the tensors are read to (host memory) */
     mismatches_t mm;
     int64_t step, micro_step, saved_world;
     /* optimizer */
@@ -790,7 +873,7 @@ static acx_status_t plan_model(acx_accelerator_t *acc, acx_ckpt_file_t *f, resto
         if (path == NULL) return ACX_ERROR(ACX_ERR_NO_MEMORY, "out of memory planning the load");
         ok[i] = dataset_matches(f, &r->mm, path, what, p->ndim, p->shape, ACX_DTYPE_FLOAT32);
         if (!ok[i]) continue;
-        acx_ckpt_tensor_t t = shard_tensor(path, p, m->master);
+        acx_ckpt_tensor_t t = shard_tensor(path, p, r->view.master);
         load_rows(acc, &t, p);
         plan_tensor(&r->plan, &t);
     }
@@ -848,7 +931,7 @@ static acx_status_t plan_optimizer(acx_accelerator_t *acc, acx_ckpt_file_t *f, r
                 return ACX_ERROR(ACX_ERR_NO_MEMORY, "out of memory planning the load");
             if (!dataset_matches(f, &r->mm, path, what, p->ndim, p->shape, ACX_DTYPE_FLOAT32))
                 continue;
-            acx_ckpt_tensor_t t = shard_tensor(path, p, acx_optimizer_state(opt, s));
+            acx_ckpt_tensor_t t = shard_tensor(path, p, r->view.state[s]);
             load_rows(acc, &t, p);
             plan_tensor(&r->plan, &t);
         }
@@ -1119,11 +1202,13 @@ ACX_API acx_status_t acx_load_state(acx_accelerator_t *acc, const char *path, in
 
     ACX_CHECK_GOTO(resolve_load_path(acc, path, file), status, out);
     ACX_CHECK_GOTO(acx_ckpt_open(acc->world, file, &f), status, out);
-    status = plan_load(acc, f, file, strict, r);
+    status = host_view_open(acc, &r->view);
+    if (status == ACX_OK) status = plan_load(acc, f, file, strict, r);
     /* deterministic on every rank, except for memory: agree anyway */
     ACX_CHECK_GOTO(acx_coll_agree(acc->world, status), status, out);
     ACX_CHECK_GOTO(acx_ckpt_read(f, r->plan.t, r->plan.nt), status, out);
-    status = apply_restore(acc, r);
+    status = host_view_commit(acc, &r->view);
+    if (status == ACX_OK) status = apply_restore(acc, r);
     ACX_CHECK_GOTO(acx_coll_agree(acc->world, status), status, out);
     if (acc->rank == 0) {
         if (r->mm.count)
@@ -1135,7 +1220,10 @@ ACX_API acx_status_t acx_load_state(acx_accelerator_t *acc, const char *path, in
     }
 out:
     if (f != NULL) acx_ckpt_close(f);
-    if (r != NULL) plan_free(&r->plan);
+    if (r != NULL) {
+        host_view_close(&r->view);
+        plan_free(&r->plan);
+    }
     free(r);
     return status;
 }
