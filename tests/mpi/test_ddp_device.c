@@ -1,0 +1,542 @@
+/*
+ * tests/mpi/test_ddp_device.c — device-resident NO_SHARD against host
+ * NO_SHARD: the same model, data and steps run twice in one process, once
+ * with model state in host memory and once in device memory
+ * (device_state: emulated by default; `test_ddp_device cuda` runs the
+ * device side with device_state: cuda and exits 77 without a GPU —
+ * tests/gpu/ddp_device.test), and every observable must be BITWISE equal.
+ *
+ * The host run is the reference: host NO_SHARD is itself checked against
+ * independent double-precision references (test_ddp_equiv, test_accumulate,
+ * test_mixed_precision). Equality here means the device path — the device
+ * table's kernels, the buckets' device scaling and casts, the MPI backend's
+ * staging of device buffers, the scalar copies of the scaler and clipping,
+ * the checkpoint mirrors — computes exactly what the host path computes.
+ * Every case also checks that something changed (parameters moved, the
+ * moments are non-zero), so equality of two untouched states cannot pass.
+ *
+ * The model: unit a = {a.w [7,3] (nn.Linear init), a.e [5] (0.5)}, unit b =
+ * {b.w [2,5] (nn.Linear init), b.s [1] (0.75)}. The program writes
+ * gradients through acx_param_grad (device pointers on the device side:
+ * copied with the device table, as a program's kernels would write them),
+ * in backward order (b, then a), each unit reporting ready. Gradients are
+ * multiples of 2^-10 below 2, different on every rank and step, so every
+ * all-reduce sum is exact whatever the backend's order.
+ *
+ *   adamw        AdamW (lr 1e-2, wd 0.01), 4 steps: parameters, exp_avg,
+ *                exp_avg_sq; parameters and gradients are device memory
+ *                (the emulated device owns acx_param_data/acx_param_grad);
+ *                acx_memory_stats: the device counters hold params 4P,
+ *                grads 4P, optimizer 8P bytes (P elements) and the host
+ *                counters of those categories nothing.
+ *   sgd          SGD momentum 0.9 + weight decay, and Nesterov: 4 steps,
+ *                parameters and momentum_buffer.
+ *   accumulate   gradient_accumulation_steps 2, AdamW, 3 optimizer steps:
+ *                after each first micro-step the gradient buffers hold this
+ *                rank's own (unreduced) gradients, the same as the host
+ *                run's; after the second the mean; the parameters.
+ *   clip         acx_clip_grad_norm(0.05, 2) and (0.01, inf) before each of
+ *                3 SGD steps: the returned norms (bitwise: the emulated
+ *                device reduces in the host loop's order; with cuda within
+ *                1e-12 relative) and the parameters (cuda: 1e-6 relative).
+ *   bf16         mixed_precision bf16, reduce_dtype bf16, AdamW 3 steps: the
+ *                compute copies (acx_param_data), the fp32 master weights
+ *                and the moments.
+ *   fp16 skip    mixed_precision fp16 (loss scale 1024), SGD: an inf in one
+ *                element of the last rank's gradient at step 2 skips that
+ *                step on every rank (acx_optimizer_step_was_skipped), the
+ *                scale halves; parameters after 4 steps.
+ *   checkpoint   AdamW 2 steps, acx_save_state from each run: every /model
+ *                and /optimizer dataset is byte-identical between the two
+ *                files; a device run loads the host file and a host run the
+ *                device file (strict): parameters and moments equal the
+ *                saving run's, and one more step stays equal.
+ */
+#include <hdf5.h>
+#include <stdint.h>
+
+#include "runtime/optim_state.h"
+#include "sharding/model.h"
+#include "tests/acx_test_mpi.h"
+
+#define NPAR 4
+#define NPV  (21 + 5 + 10 + 1)
+
+static int rank, world;
+static int dev_state = ACX_DEVICE_STATE_EMULATED; /* the device side of each comparison */
+static char dir[1024];
+
+static const char *const par_name[NPAR] = {"a.w", "a.e", "b.w", "b.s"};
+static const int par_off[NPAR + 1] = {0, 21, 26, 36, NPV};
+static const int par_unit[NPAR] = {0, 0, 1, 1};
+
+typedef enum { OPT_ADAMW, OPT_SGD_MOM, OPT_SGD_NESTEROV } opt_kind_t;
+
+typedef struct opts {
+    int device;     /* 0: host state; 1: dev_state */
+    opt_kind_t opt;
+    int accum;      /* gradient_accumulation_steps (0: unset) */
+    int mp, reduce; /* ACX_MP_*, ACX_REDUCE_* (reduce -1: unset) */
+    double ls_init;
+    double clip_norm, clip_type; /* clip_norm > 0: acx_clip_grad_norm before each step */
+    int poison_step;             /* step whose last-rank gradient gets an inf (-1: none) */
+} opts_t;
+
+typedef struct net {
+    acx_accelerator_t *acc;
+    acx_model_t *m;
+    acx_unit_t *u[2];
+    acx_param_t *p[NPAR];
+    acx_optimizer_t *opt;
+} net_t;
+
+#define TRY(call)                                                                                  \
+    do {                                                                                           \
+        acx_status_t st_ = (call);                                                                 \
+        if (st_ != ACX_OK) return st_;                                                             \
+    } while (0)
+
+static acx_status_t net_open(net_t *net, const opts_t *o) {
+    acx_config_t cfg = ACX_CONFIG_DEFAULT;
+    cfg.seed = 4242;
+    cfg.sharding_strategy = ACX_NO_SHARD;
+    cfg.device_state = o->device ? dev_state : ACX_DEVICE_STATE_HOST;
+    cfg.bucket_size_mb = 100.0 / (1024 * 1024); /* 100 bytes: several buckets */
+    if (o->accum > 0) cfg.gradient_accumulation_steps = o->accum;
+    cfg.mixed_precision = o->mp;
+    if (o->reduce >= 0) cfg.reduce_dtype = o->reduce;
+    if (o->ls_init > 0) cfg.loss_scale.init = o->ls_init;
+    memset(net, 0, sizeof *net);
+    TRY(acx_init(NULL, NULL, &cfg, &net->acc));
+    TRY(acx_model_create(net->acc, &net->m));
+    TRY(acx_model_add_unit(net->m, "a", &net->u[0]));
+    TRY(acx_model_add_unit(net->m, "b", &net->u[1]));
+    TRY(acx_unit_add_param(net->u[0], "a.w", 2, (int64_t[]){7, 3}, ACX_INIT_SPEC_LINEAR_WEIGHT,
+                           &net->p[0]));
+    TRY(acx_unit_add_param(net->u[0], "a.e", 1, (int64_t[]){5}, ACX_INIT_SPEC_CONSTANT(0.5),
+                           &net->p[1]));
+    TRY(acx_unit_add_param(net->u[1], "b.w", 2, (int64_t[]){2, 5}, ACX_INIT_SPEC_LINEAR_WEIGHT,
+                           &net->p[2]));
+    TRY(acx_unit_add_param(net->u[1], "b.s", 1, (int64_t[]){1}, ACX_INIT_SPEC_CONSTANT(0.75),
+                           &net->p[3]));
+    if (o->opt == OPT_ADAMW) {
+        acx_adam_hparams_t hp = ACX_ADAMW_DEFAULT;
+        hp.lr = 1e-2;
+        TRY(acx_adamw_create(net->m, &hp, &net->opt));
+    } else {
+        acx_sgd_hparams_t hp = {.lr = 0.05, .momentum = 0.9, .weight_decay = 1e-3,
+                                .nesterov = o->opt == OPT_SGD_NESTEROV};
+        TRY(acx_sgd_create(net->m, &hp, &net->opt));
+    }
+    return acx_prepare(net->acc, net->m, net->opt, NULL);
+}
+
+static void net_close(net_t *net) {
+    if (net->acc) acx_finalize(net->acc);
+    net->acc = NULL;
+}
+
+/* ---- reading and writing model buffers, host or device ---- */
+
+/* The device table of the open model, or NULL (host state). */
+static const acx_devops_t *dev_of(const net_t *net) { return net->m->ctx.dev; }
+
+/* out[n] = buf[n], a host or device float buffer of the model. */
+static acx_status_t read_buf(const net_t *net, float *out, const float *buf, size_t n) {
+    const acx_devops_t *d = dev_of(net);
+    if (d != NULL) return d->to_host(out, buf, n * sizeof(float), net->m->ctx.stream);
+    memcpy(out, buf, n * sizeof(float));
+    return ACX_OK;
+}
+
+static acx_status_t write_buf(const net_t *net, float *buf, const float *in, size_t n) {
+    const acx_devops_t *d = dev_of(net);
+    if (d != NULL) return d->to_device(buf, in, n * sizeof(float), net->m->ctx.stream);
+    memcpy(buf, in, n * sizeof(float));
+    return ACX_OK;
+}
+
+/* gradient element e of rank r at micro-step s: a multiple of 2^-10 in (-2, 2) */
+static float grad_val(int s, int r, int e) {
+    uint32_t h = acx_test_hash3(r, (size_t)e, 1000 + s);
+    return (float)((int)(h % 4001u) - 2000) / 1024.0f;
+}
+
+/* One micro-step's backward: every gradient += grad_val (element `poison`
+ * of the last rank: +inf instead, when poison >= 0), each unit reported
+ * ready; then acx_backward_end. grads_p (may be NULL): this rank's
+ * gradient buffers right after they were written, before the reduction. */
+static acx_status_t backward(net_t *net, int s, int poison, float *grads_p) {
+    float tmp[NPV];
+    for (int u = 1; u >= 0; u--) {
+        TRY(acx_unit_acquire(net->u[u]));
+        for (int q = 0; q < NPAR; q++) {
+            if (par_unit[q] != u) continue;
+            size_t n = (size_t)(par_off[q + 1] - par_off[q]);
+            float *g = acx_param_grad(net->p[q]);
+            if (g == NULL) return ACX_ERR_INTERNAL;
+            TRY(read_buf(net, tmp, g, n));
+            for (size_t k = 0; k < n; k++) {
+                int e = par_off[q] + (int)k;
+                tmp[k] += (e == poison && rank == world - 1) ? INFINITY : grad_val(s, rank, e);
+            }
+            TRY(write_buf(net, g, tmp, n));
+        }
+        if (grads_p != NULL)
+            for (int q = 0; q < NPAR; q++)
+                if (par_unit[q] == u)
+                    TRY(read_buf(net, grads_p + par_off[q], acx_param_grad(net->p[q]),
+                                 (size_t)(par_off[q + 1] - par_off[q])));
+        TRY(acx_unit_grads_ready(net->u[u]));
+        TRY(acx_unit_release(net->u[u]));
+    }
+    return acx_backward_end(net->acc);
+}
+
+/* ---- one run ---- */
+
+#define MAXSTEP 6
+
+typedef struct result {
+    float params[NPV];   /* acx_param_gather after the last step */
+    float copies[NPV];   /* acx_param_data (the compute copies) */
+    float state[2][NPV]; /* optimizer state arrays (ready order, as stored) */
+    int num_state;
+    float grads_first[MAXSTEP][NPV]; /* this rank's gradients after the first micro-step */
+    float grads_mean[MAXSTEP][NPV];  /* the reduced gradients at each boundary */
+    double norms[MAXSTEP];
+    int skipped[MAXSTEP];
+    double scale;
+} result_t;
+
+static acx_status_t observe(net_t *net, result_t *r) {
+    for (int q = 0; q < NPAR; q++) {
+        TRY(acx_param_gather(net->p[q], r->params + par_off[q]));
+        TRY(acx_unit_acquire(net->u[par_unit[q]]));
+        const float *d = acx_param_data(net->p[q]);
+        if (d == NULL) return ACX_ERR_INTERNAL;
+        TRY(read_buf(net, r->copies + par_off[q], d, (size_t)(par_off[q + 1] - par_off[q])));
+        TRY(acx_unit_release(net->u[par_unit[q]]));
+    }
+    r->num_state = acx_optimizer_num_state(net->opt);
+    for (int s = 0; s < r->num_state; s++)
+        TRY(read_buf(net, r->state[s], acx_optimizer_state(net->opt, s), NPV));
+    r->scale = acx_loss_scale(net->acc);
+    return ACX_OK;
+}
+
+/* `steps` optimizer steps (each o->accum micro-steps) on an open net. */
+static acx_status_t train(net_t *net, const opts_t *o, int steps, int step0, result_t *r) {
+    int k = o->accum > 0 ? o->accum : 1;
+    for (int s = 0; s < steps; s++) {
+        for (int j = 0; j < k; j++) {
+            TRY(acx_accumulate_begin(net->acc));
+            int ms = (step0 + s) * k + j;
+            TRY(backward(net, ms, (step0 + s) == o->poison_step && j == k - 1 ? 3 : -1,
+                         j == 0 ? r->grads_first[s] : NULL));
+            if (acx_sync_gradients(net->acc)) {
+                for (int q = 0; q < NPAR; q++)
+                    TRY(read_buf(net, r->grads_mean[s] + par_off[q], acx_param_grad(net->p[q]),
+                                 (size_t)(par_off[q + 1] - par_off[q])));
+                if (o->clip_norm > 0)
+                    TRY(acx_clip_grad_norm(net->acc, o->clip_norm, o->clip_type, &r->norms[s]));
+                TRY(acx_optimizer_step(net->opt));
+                r->skipped[s] = acx_optimizer_step_was_skipped(net->opt);
+                TRY(acx_optimizer_zero_grad(net->opt));
+            }
+            TRY(acx_accumulate_end(net->acc));
+        }
+    }
+    return observe(net, r);
+}
+
+static acx_status_t run(const opts_t *o, int steps, result_t *r) {
+    net_t net;
+    memset(r, 0, sizeof *r);
+    acx_status_t st = net_open(&net, o);
+    if (st == ACX_OK) st = train(&net, o, steps, 0, r);
+    net_close(&net);
+    return st;
+}
+
+/* ---- comparisons ---- */
+
+static int same_bits(const float *a, const float *b, size_t n, const char *what) {
+    for (size_t i = 0; i < n; i++)
+        if (memcmp(&a[i], &b[i], sizeof(float)) != 0) {
+            fprintf(stderr, "\n[r%d] %s[%zu]: host %.9g, device %.9g\n", rank, what, i,
+                    (double)a[i], (double)b[i]);
+            return 0;
+        }
+    return 1;
+}
+
+/* relative closeness for the cuda norms/parameters (tree-order sums) */
+static int close_rel(const float *a, const float *b, size_t n, double rtol, const char *what) {
+    for (size_t i = 0; i < n; i++)
+        if (!(fabs((double)a[i] - (double)b[i]) <= rtol * fabs((double)a[i]) + 1e-30)) {
+            fprintf(stderr, "\n[r%d] %s[%zu]: host %.9g, device %.9g\n", rank, what, i,
+                    (double)a[i], (double)b[i]);
+            return 0;
+        }
+    return 1;
+}
+
+static int moved(const float *a, const float *b, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (a[i] != b[i]) return 1;
+    return 0;
+}
+
+static int nonzero(const float *a, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (a[i] != 0.0f) return 1;
+    return 0;
+}
+
+static result_t rh, rd, r0;
+
+/* host vs device for opts o (device flag ignored), `steps` steps */
+static int compare_runs(opts_t o, int steps) {
+    o.device = 0;
+    CHECK_OK(run(&o, steps, &rh));
+    o.device = 1;
+    CHECK_OK(run(&o, steps, &rd));
+    CHECK(rh.num_state == rd.num_state);
+    CHECK(same_bits(rh.params, rd.params, NPV, "params"));
+    CHECK(same_bits(rh.copies, rd.copies, NPV, "compute copies"));
+    for (int s = 0; s < rh.num_state; s++) CHECK(same_bits(rh.state[s], rd.state[s], NPV, "state"));
+    for (int s = 0; s < steps; s++) CHECK(rh.skipped[s] == rd.skipped[s]);
+    CHECK(rh.scale == rd.scale);
+    /* not a comparison of two untouched states */
+    o.device = 0;
+    CHECK_OK(run(&o, 0, &r0));
+    CHECK(moved(rh.params, r0.params, NPV));
+    for (int s = 0; s < rh.num_state; s++) CHECK(nonzero(rh.state[s], NPV));
+    return 0;
+error:
+    return 1;
+}
+
+/* ---- cases ---- */
+
+static int test_adamw(void) {
+    opts_t o = {.opt = OPT_ADAMW, .reduce = -1, .poison_step = -1};
+    net_t net = {0};
+    CHECK(compare_runs(o, 4) == 0);
+    /* the program sees device memory; the accounting says where it is */
+    o.device = 1;
+    acx_memory_stats_t ms;
+    CHECK_OK(net_open(&net, &o));
+    CHECK_OK(acx_memory_stats(&ms));
+    const size_t b = NPV * sizeof(float);
+    CHECK(ms.device_current[ACX_MEM_PARAMS] == (int64_t)b);
+    CHECK(ms.device_current[ACX_MEM_GRADS] == (int64_t)b);
+    CHECK(ms.device_current[ACX_MEM_OPTIMIZER] == (int64_t)(2 * b));
+    CHECK(ms.current[ACX_MEM_PARAMS] == 0 && ms.current[ACX_MEM_GRADS] == 0 &&
+          ms.current[ACX_MEM_OPTIMIZER] == 0);
+    CHECK(acx_unit_acquire(net.u[0]) == ACX_OK);
+    if (dev_state == ACX_DEVICE_STATE_EMULATED) {
+        CHECK(acx_devops_emulated_owns(acx_param_data(net.p[0]), 21 * sizeof(float)));
+        CHECK(acx_devops_emulated_owns(acx_param_grad(net.p[1]), 5 * sizeof(float)));
+    }
+    CHECK(acx_unit_release(net.u[0]) == ACX_OK);
+    net_close(&net);
+    CHECK_OK(acx_memory_stats(&ms));
+    CHECK(ms.device_current_total == 0);
+    return 0;
+error:
+    net_close(&net);
+    return 1;
+}
+
+static int test_sgd(void) {
+    opts_t o = {.opt = OPT_SGD_MOM, .reduce = -1, .poison_step = -1};
+    CHECK(compare_runs(o, 4) == 0);
+    o.opt = OPT_SGD_NESTEROV;
+    CHECK(compare_runs(o, 4) == 0);
+    return 0;
+error:
+    return 1;
+}
+
+static int test_accumulate(void) {
+    opts_t o = {.opt = OPT_ADAMW, .accum = 2, .reduce = -1, .poison_step = -1};
+    CHECK(compare_runs(o, 3) == 0);
+    for (int s = 0; s < 3; s++) {
+        CHECK(same_bits(rh.grads_first[s], rd.grads_first[s], NPV, "grads after micro-step 1"));
+        CHECK(same_bits(rh.grads_mean[s], rd.grads_mean[s], NPV, "reduced grads"));
+        /* the first micro-step's gradients are this rank's own, unreduced */
+        for (int e = 0; e < NPV; e++) CHECK(rd.grads_first[s][e] == grad_val(2 * s, rank, e));
+    }
+    return 0;
+error:
+    return 1;
+}
+
+static int test_clip(void) {
+    double types[2] = {2.0, INFINITY}, maxn[2] = {0.05, 0.01};
+    for (int t = 0; t < 2; t++) {
+        opts_t o = {.opt = OPT_SGD_MOM, .reduce = -1, .poison_step = -1,
+                    .clip_norm = maxn[t], .clip_type = types[t]};
+        if (dev_state == ACX_DEVICE_STATE_EMULATED) {
+            CHECK(compare_runs(o, 3) == 0);
+            for (int s = 0; s < 3; s++) CHECK(rh.norms[s] == rd.norms[s] && rh.norms[s] > maxn[t]);
+        } else { /* cuda: the norm is a tree-order sum */
+            o.device = 0;
+            CHECK_OK(run(&o, 3, &rh));
+            o.device = 1;
+            CHECK_OK(run(&o, 3, &rd));
+            for (int s = 0; s < 3; s++)
+                CHECK(fabs(rh.norms[s] - rd.norms[s]) <= 1e-12 * rh.norms[s] && rh.norms[s] > maxn[t]);
+            CHECK(close_rel(rh.params, rd.params, NPV, 1e-6, "clipped params"));
+        }
+    }
+    return 0;
+error:
+    return 1;
+}
+
+static int test_bf16(void) {
+    opts_t o = {.opt = OPT_ADAMW, .mp = ACX_MP_BF16, .reduce = ACX_REDUCE_BF16, .poison_step = -1};
+    CHECK(compare_runs(o, 3) == 0);
+    CHECK(moved(rd.params, rd.copies, NPV)); /* the copies are rounded, the master is not */
+    return 0;
+error:
+    return 1;
+}
+
+static int test_fp16_skip(void) {
+    opts_t o = {.opt = OPT_SGD_MOM, .mp = ACX_MP_FP16, .reduce = -1, .ls_init = 1024,
+                .poison_step = 2};
+    CHECK(compare_runs(o, 4) == 0);
+    for (int s = 0; s < 4; s++) CHECK(rd.skipped[s] == (s == 2));
+    CHECK(rd.scale == 512.0);
+    return 0;
+error:
+    return 1;
+}
+
+/* ---- checkpoints ---- */
+
+/* Rank 0: every float dataset `path` of files a and b holds the same bytes. */
+static int same_dataset(hid_t fa, hid_t fb, const char *path) {
+    float va[NPV], vb[NPV];
+    hid_t da = H5Dopen2(fa, path, H5P_DEFAULT), db = H5Dopen2(fb, path, H5P_DEFAULT);
+    int ok = da >= 0 && db >= 0 && H5Dread(da, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, va) >= 0 &&
+             H5Dread(db, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, vb) >= 0;
+    hssize_t n = 0;
+    if (ok) {
+        hid_t sp = H5Dget_space(da);
+        n = H5Sget_simple_extent_npoints(sp);
+        H5Sclose(sp);
+        ok = n > 0 && n <= NPV && memcmp(va, vb, (size_t)n * sizeof(float)) == 0 &&
+             nonzero(va, (size_t)n);
+    }
+    if (!ok) fprintf(stderr, "\ndataset %s differs between the host and device checkpoints\n", path);
+    if (da >= 0) H5Dclose(da);
+    if (db >= 0) H5Dclose(db);
+    return ok;
+}
+
+static int compare_files(const char *a, const char *b) {
+    int failed = 0;
+    if (rank == 0) {
+        hid_t fa = H5Fopen(a, H5F_ACC_RDONLY, H5P_DEFAULT), fb = H5Fopen(b, H5F_ACC_RDONLY, H5P_DEFAULT);
+        failed = fa < 0 || fb < 0;
+        char path[128];
+        for (int q = 0; q < NPAR && !failed; q++) {
+            snprintf(path, sizeof path, "/model/%s", par_name[q]);
+            failed |= !same_dataset(fa, fb, path);
+            snprintf(path, sizeof path, "/optimizer/exp_avg/%s", par_name[q]);
+            failed |= !same_dataset(fa, fb, path);
+            snprintf(path, sizeof path, "/optimizer/exp_avg_sq/%s", par_name[q]);
+            failed |= !same_dataset(fa, fb, path);
+        }
+        if (fa >= 0) H5Fclose(fa);
+        if (fb >= 0) H5Fclose(fb);
+    }
+    MPI_Bcast(&failed, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    return failed;
+}
+
+/* Load `file` into a fresh net (device or host), check it holds `want`,
+ * then one more step must equal `after`. */
+static int load_and_check(int device, const char *file, const result_t *want, const result_t *after) {
+    opts_t o = {.opt = OPT_ADAMW, .reduce = -1, .poison_step = -1, .device = device};
+    net_t net = {0};
+    static result_t got;
+    memset(&got, 0, sizeof got);
+    CHECK_OK(net_open(&net, &o));
+    CHECK_OK(acx_load_state(net.acc, file, 1));
+    CHECK_OK(observe(&net, &got));
+    CHECK(same_bits(want->params, got.params, NPV, "loaded params"));
+    for (int s = 0; s < 2; s++) CHECK(same_bits(want->state[s], got.state[s], NPV, "loaded state"));
+    CHECK_OK(train(&net, &o, 1, 2, &got));
+    CHECK(same_bits(after->params, got.params, NPV, "params one step after the load"));
+    net_close(&net);
+    return 0;
+error:
+    net_close(&net);
+    return 1;
+}
+
+static int test_checkpoint(void) {
+    char hfile[1200], dfile[1200];
+    snprintf(hfile, sizeof hfile, "%s/ddp_device_host_%d.h5", dir, world);
+    snprintf(dfile, sizeof dfile, "%s/ddp_device_dev_%d.h5", dir, world);
+    static result_t h2, d2, h3;
+    opts_t o = {.opt = OPT_ADAMW, .reduce = -1, .poison_step = -1};
+    net_t net = {0};
+    for (int device = 0; device < 2; device++) {
+        o.device = device;
+        result_t *r = device ? &d2 : &h2;
+        memset(r, 0, sizeof *r);
+        CHECK_OK(net_open(&net, &o));
+        CHECK_OK(train(&net, &o, 2, 0, r));
+        CHECK_OK(acx_save_state(net.acc, device ? dfile : hfile));
+        net_close(&net);
+    }
+    CHECK(compare_files(hfile, dfile) == 0);
+    o.device = 0;
+    CHECK_OK(run(&o, 3, &h3)); /* 3 uninterrupted host steps */
+    CHECK(load_and_check(1, hfile, &h2, &h3) == 0); /* host file -> device state */
+    CHECK(load_and_check(0, dfile, &d2, &h3) == 0); /* device file -> host state */
+    return 0;
+error:
+    net_close(&net);
+    return 1;
+}
+
+int main(int argc, char **argv) {
+    acx_test_mpi_begin(&argc, &argv, 300, &rank, &world);
+    if (argc > 1 && strcmp(argv[1], "cuda") == 0) dev_state = ACX_DEVICE_STATE_CUDA;
+    acx_test_tmp_path(dir, sizeof dir, "");
+    if (dev_state == ACX_DEVICE_STATE_CUDA) {
+        /* no GPU (or no CUDA build): SKIP, agreed */
+        opts_t o = {.device = 1, .opt = OPT_ADAMW, .reduce = -1, .poison_step = -1};
+        net_t net;
+        acx_status_t st = net_open(&net, &o);
+        int skip = st == ACX_ERR_NOT_SUPPORTED;
+        if (rank == 0 && skip) printf("SKIP: device_state: cuda: %s\n", acx_last_error());
+        net_close(&net);
+        if (acx_test_agree(skip)) {
+            MPI_Finalize();
+            return 77;
+        }
+        if (st != ACX_OK) {
+            fprintf(stderr, "[r%d] device_state: cuda: %s\n", rank, acx_last_error());
+            MPI_Abort(MPI_COMM_WORLD, 1);
+        }
+    }
+    int failed = 0;
+    failed |= acx_test_run_case("AdamW: params, moments bitwise; device memory, stats", test_adamw);
+    failed |= acx_test_run_case("SGD momentum, Nesterov: params, momentum bitwise", test_sgd);
+    failed |= acx_test_run_case("accumulation 2: local grads, mean, params", test_accumulate);
+    failed |= acx_test_run_case("clip_grad_norm 2 and inf: norms, params", test_clip);
+    failed |= acx_test_run_case("bf16 + bf16 reduce: copies, master, moments", test_bf16);
+    failed |= acx_test_run_case("fp16: an inf on one rank skips everywhere", test_fp16_skip);
+    failed |= acx_test_run_case("checkpoint: same datasets, cross-loading", test_checkpoint);
+    MPI_Finalize();
+    return failed;
+}
