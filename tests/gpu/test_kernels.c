@@ -520,6 +520,58 @@ error:
     return 1;
 }
 
+/* half_round_f32 (mixed precision's compute copies) against half.h's
+ * acx_half_round_f32_n on random float32 patterns, in place and not; the
+ * scaled inf check (a finite x whose x * inv overflows counts). */
+static int test_round_and_scaled_check(void) {
+    const size_t n = 1 << 20;
+    float *x = malloc(n * 4), *want = malloc(n * 4), *out = malloc(n * 4), *d = NULL, *d2 = NULL;
+    int *dflag = NULL, flag = -1, rc = 1;
+    CHECK(x && want && out);
+    CU(cudaMalloc((void **)&d, n * 4));
+    CU(cudaMalloc((void **)&d2, n * 4));
+    CU(cudaMalloc((void **)&dflag, sizeof(int)));
+    for (int f = 0; f < 2; f++) {
+        acx_dtype_t dt = f ? ACX_DTYPE_BFLOAT16 : ACX_DTYPE_FLOAT16;
+        for (size_t i = 0; i < n; i++) {
+            uint32_t b = rnd32();
+            memcpy(&x[i], &b, 4);
+        }
+        acx_half_round_f32_n(dt, x, want, n);
+        CU(cudaMemcpy(d, x, n * 4, cudaMemcpyHostToDevice));
+        CHECK_OK(acx_cuda_half_round_f32(dt, d, d2, n, NULL));
+        CU(cudaMemcpy(out, d2, n * 4, cudaMemcpyDeviceToHost));
+        for (size_t i = 0; i < n; i++) CHECK(f32_bits(out[i]) == f32_bits(want[i]));
+        CHECK_OK(acx_cuda_half_round_f32(dt, d, d, n, NULL)); /* in place */
+        CU(cudaMemcpy(out, d, n * 4, cudaMemcpyDeviceToHost));
+        for (size_t i = 0; i < n; i++) CHECK(f32_bits(out[i]) == f32_bits(want[i]));
+    }
+    for (size_t i = 0; i < n; i++) x[i] = rndf(-4, 4);
+    CU(cudaMemcpy(d, x, n * 4, cudaMemcpyHostToDevice));
+    CU(cudaMemset(dflag, 0, sizeof(int)));
+    CHECK_OK(acx_cuda_nonfinite_check_scaled(d, n, 0x1p100f, dflag, NULL));
+    CU(cudaMemcpy(&flag, dflag, sizeof flag, cudaMemcpyDeviceToHost));
+    CHECK(flag == 0); /* 4 * 2^100 is finite */
+    const float big = 0x1p30f; /* finite, but big * 2^100 overflows */
+    CU(cudaMemcpy(d + n / 3, &big, 4, cudaMemcpyHostToDevice));
+    CHECK_OK(acx_cuda_nonfinite_check_scaled(d, n, 0x1p100f, dflag, NULL));
+    CU(cudaMemcpy(&flag, dflag, sizeof flag, cudaMemcpyDeviceToHost));
+    CHECK(flag == 1);
+    CU(cudaMemset(dflag, 0, sizeof(int)));
+    CHECK_OK(acx_cuda_nonfinite_check_scaled(d, n, 1.0f, dflag, NULL)); /* inv 1: plain check */
+    CU(cudaMemcpy(&flag, dflag, sizeof flag, cudaMemcpyDeviceToHost));
+    CHECK(flag == 0);
+    rc = 0;
+error:
+    cudaFree(d);
+    cudaFree(d2);
+    cudaFree(dflag);
+    free(x);
+    free(want);
+    free(out);
+    return rc;
+}
+
 int main(int argc, char **argv) {
     acx_test_watchdog(600);
     char why[256];
@@ -545,6 +597,7 @@ int main(int argc, char **argv) {
         {"kernels: inf/NaN check and unscale", test_nonfinite_and_scale},
         {"kernels: sum of squares and max |x| (deterministic)", test_norms},
         {"kernels: argument errors", test_errors},
+        {"kernels: half_round_f32, scaled inf/NaN check", test_round_and_scaled_check},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         TESTING(cases[i].name);

@@ -3,8 +3,10 @@
  * NO_SHARD: the same model, data and steps run twice in one process, once
  * with model state in host memory and once in device memory
  * (device_state: emulated by default; `test_ddp_device cuda` runs the
- * device side with device_state: cuda and exits 77 without a GPU —
- * tests/gpu/ddp_device.test), and every observable must be BITWISE equal.
+ * device side with device_state: cuda on the MPI backend, which stages
+ * device buffers, and `test_ddp_device nccl` with the NCCL backend; both
+ * exit 77 without a GPU — tests/gpu/ddp_device.test), and every
+ * observable must be BITWISE equal (cuda's norms: see clip below).
  *
  * The host run is the reference: host NO_SHARD is itself checked against
  * independent double-precision references (test_ddp_equiv, test_accumulate,
@@ -64,6 +66,7 @@
 
 static int rank, world;
 static int dev_state = ACX_DEVICE_STATE_EMULATED; /* the device side of each comparison */
+static int dev_backend = ACX_BACKEND_MPI;          /* its backend (nccl: `test_ddp_device nccl`) */
 static char dir[1024];
 
 static const char *const par_name[NPAR] = {"a.w", "a.e", "b.w", "b.s"};
@@ -101,6 +104,7 @@ static acx_status_t net_open(net_t *net, const opts_t *o) {
     cfg.seed = 4242;
     cfg.sharding_strategy = ACX_NO_SHARD;
     cfg.device_state = o->device ? dev_state : ACX_DEVICE_STATE_HOST;
+    cfg.backend = o->device ? dev_backend : ACX_BACKEND_MPI;
     cfg.bucket_size_mb = 100.0 / (1024 * 1024); /* 100 bytes: several buckets */
     if (o->accum > 0) cfg.gradient_accumulation_steps = o->accum;
     cfg.mixed_precision = o->mp;
@@ -511,6 +515,10 @@ error:
 int main(int argc, char **argv) {
     acx_test_mpi_begin(&argc, &argv, 300, &rank, &world);
     if (argc > 1 && strcmp(argv[1], "cuda") == 0) dev_state = ACX_DEVICE_STATE_CUDA;
+    if (argc > 1 && strcmp(argv[1], "nccl") == 0) {
+        dev_state = ACX_DEVICE_STATE_CUDA;
+        dev_backend = ACX_BACKEND_NCCL;
+    }
     acx_test_tmp_path(dir, sizeof dir, "");
     if (dev_state == ACX_DEVICE_STATE_CUDA) {
         /* no GPU (or no CUDA build): SKIP, agreed */
