@@ -124,7 +124,10 @@ ACX_API acx_status_t acx_unit_grads_ready(acx_unit_t *unit);
 
 /* Full parameter values, [shape] row-major float32, valid between
  * acquire and release (always, under NO_SHARD, after prepare). NULL (with
- * the last error set) when not available. */
+ * the last error set) when not available. With device-resident state
+ * (device_state: cuda) this is a DEVICE pointer (CUDA memory of the rank's
+ * device), as is acx_param_grad's: the program's kernels read and write
+ * them on the stream named by acx_set_compute_stream. */
 ACX_API float *acx_param_data(acx_param_t *param);
 
 /* The parameter's gradient buffer, same shape; the program ADDS into it
@@ -138,7 +141,8 @@ ACX_API float *acx_param_data(acx_param_t *param);
 ACX_API float *acx_param_grad(acx_param_t *param);
 
 /* Copy the full values of `param` ([shape] row-major float32, the fp32
- * master weights) into out, on every rank, whatever the strategy: under
+ * master weights) into out (host memory, also with device-resident state,
+ * whose values are copied back), on every rank, whatever the strategy: under
  * sharded strategies the owned rows are all-gathered from the ranks that
  * hold them (for export, evaluation on one rank, tests). Collective over all
  * ranks: every rank calls it for the same parameter. out: caller-owned,

@@ -53,6 +53,12 @@
  *                files; a device run loads the host file and a host run the
  *                device file (strict): parameters and moments equal the
  *                saving run's, and one more step stays equal.
+ *   refusals     device state with full_shard fails acx_prepare ("NO_SHARD
+ *                only"); backend nccl with full_shard fails acx_init; the
+ *                emulated device with backend nccl fails acx_init;
+ *                acx_clip_grad_value and acx_model_save_weights say they
+ *                are not implemented for device state; a compute stream
+ *                with host state is refused, NULL accepted.
  */
 #include <hdf5.h>
 #include <stdint.h>
@@ -77,6 +83,8 @@ typedef enum { OPT_ADAMW, OPT_SGD_MOM, OPT_SGD_NESTEROV } opt_kind_t;
 
 typedef struct opts {
     int device;     /* 0: host state; 1: dev_state */
+    int strategy;   /* ACX_NO_SHARD unless a refusal is tested */
+    int backend;    /* 0: the run's default; else ACX_BACKEND_* + 1 */
     opt_kind_t opt;
     int accum;      /* gradient_accumulation_steps (0: unset) */
     int mp, reduce; /* ACX_MP_*, ACX_REDUCE_* (reduce -1: unset) */
@@ -102,9 +110,9 @@ typedef struct net {
 static acx_status_t net_open(net_t *net, const opts_t *o) {
     acx_config_t cfg = ACX_CONFIG_DEFAULT;
     cfg.seed = 4242;
-    cfg.sharding_strategy = ACX_NO_SHARD;
+    cfg.sharding_strategy = o->strategy;
     cfg.device_state = o->device ? dev_state : ACX_DEVICE_STATE_HOST;
-    cfg.backend = o->device ? dev_backend : ACX_BACKEND_MPI;
+    cfg.backend = o->backend ? o->backend - 1 : o->device ? dev_backend : ACX_BACKEND_MPI;
     cfg.bucket_size_mb = 100.0 / (1024 * 1024); /* 100 bytes: several buckets */
     if (o->accum > 0) cfg.gradient_accumulation_steps = o->accum;
     cfg.mixed_precision = o->mp;
@@ -512,6 +520,43 @@ error:
     return 1;
 }
 
+static int test_refusals(void) {
+    net_t net = {0};
+    opts_t o = {.device = 1, .strategy = ACX_FULL_SHARD, .opt = OPT_ADAMW, .reduce = -1,
+                .poison_step = -1};
+    CHECK_STATUS(net_open(&net, &o), ACX_ERR_NOT_SUPPORTED, "NO_SHARD only");
+    net_close(&net);
+    o.backend = ACX_BACKEND_NCCL + 1;
+    CHECK_STATUS(net_open(&net, &o), ACX_ERR_NOT_SUPPORTED, "NO_SHARD only");
+    net_close(&net);
+    if (dev_state == ACX_DEVICE_STATE_EMULATED) { /* no GPU needed to be refused */
+        o.strategy = ACX_NO_SHARD;
+        CHECK_STATUS(net_open(&net, &o), ACX_ERR_NOT_SUPPORTED, "");
+        net_close(&net);
+    }
+    o = (opts_t){.device = 1, .opt = OPT_SGD_MOM, .reduce = -1, .poison_step = -1};
+    CHECK_OK(net_open(&net, &o));
+    CHECK_OK(acx_set_compute_stream(net.acc, NULL));
+    CHECK_OK(acx_accumulate_begin(net.acc));
+    CHECK_OK(backward(&net, 0, -1, NULL));
+    CHECK_STATUS(acx_clip_grad_value(net.acc, 1.0), ACX_ERR_NOT_SUPPORTED, "acx_clip_grad_norm");
+    CHECK_OK(acx_optimizer_step(net.opt));
+    CHECK_OK(acx_accumulate_end(net.acc));
+    char wfile[1200];
+    snprintf(wfile, sizeof wfile, "%s/ddp_device_weights_%d.h5", dir, world);
+    CHECK_STATUS(acx_model_save_weights(net.m, wfile), ACX_ERR_NOT_SUPPORTED, "acx_save_state");
+    net_close(&net);
+    o.device = 0;
+    CHECK_OK(net_open(&net, &o));
+    CHECK_OK(acx_set_compute_stream(net.acc, NULL));
+    CHECK_STATUS(acx_set_compute_stream(net.acc, (void *)&net), ACX_ERR_STATE, "host memory");
+    net_close(&net);
+    return 0;
+error:
+    net_close(&net);
+    return 1;
+}
+
 int main(int argc, char **argv) {
     acx_test_mpi_begin(&argc, &argv, 300, &rank, &world);
     if (argc > 1 && strcmp(argv[1], "cuda") == 0) dev_state = ACX_DEVICE_STATE_CUDA;
@@ -545,6 +590,7 @@ int main(int argc, char **argv) {
     failed |= acx_test_run_case("bf16 + bf16 reduce: copies, master, moments", test_bf16);
     failed |= acx_test_run_case("fp16: an inf on one rank skips everywhere", test_fp16_skip);
     failed |= acx_test_run_case("checkpoint: same datasets, cross-loading", test_checkpoint);
+    failed |= acx_test_run_case("refusals: other strategies, clip by value, weights", test_refusals);
     MPI_Finalize();
     return failed;
 }
