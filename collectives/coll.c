@@ -26,11 +26,12 @@
 /*
  * Whether AUTO may choose NCCL when a device is visible. The rule of the
  * design (AUTO = NCCL when compiled in and a device is visible) needs every
- * buffer the layers above hand to the backend to be device memory; in this
- * version the sharding layer keeps parameters, gradients and optimizer state
- * in host memory, and a host pointer given to an NCCL kernel is an illegal
- * address (a sticky CUDA error that ends the process), so AUTO stays on MPI
- * until device-resident state exists. Set to 1 with that change.
+ * buffer the layers above hand to the backend to be device memory (a host
+ * pointer given to an NCCL kernel is an illegal address, a sticky CUDA
+ * error that ends the process). Device-resident state exists for NO_SHARD
+ * (device_state: cuda, docs/gpu.md) but has only run on the emulated test
+ * device, never on a GPU, and the sharded strategies are host-only: AUTO
+ * stays on MPI until both change.
  */
 #define ACX_COLL_AUTO_NCCL 0
 

@@ -31,7 +31,8 @@
  *   - norms: runtime/clip.c's sums in double; the order of the additions is
  *     a fixed tree (per block, then over blocks) that depends on n only, so
  *     the result is the same on every run and every device.
- * Users: the device-resident sharding layer (not built yet) and tests/gpu.
+ * Users: cuda/device_ops_cuda.c (the device table behind device-resident
+ * state, cuda/device_ops.h) and tests/gpu.
  */
 #ifndef ACX_CUDA_KERNELS_H
 #define ACX_CUDA_KERNELS_H
