@@ -14,6 +14,10 @@
  * table's kernels, the buckets' device scaling and casts, the MPI backend's
  * staging of device buffers, the scalar copies of the scaler and clipping,
  * the checkpoint mirrors — computes exactly what the host path computes.
+ * Every comparison also holds acx_memory_stats: the device run's device
+ * bytes of parameters, gradients, master weights and optimizer state equal
+ * the host run's host bytes per category (bf16: master and the 16-bit wire
+ * included), with no host bytes in those categories.
  * Every case also checks that something changed (parameters moved, the
  * moments are non-zero), so equality of two untouched states cannot pass.
  *
@@ -216,6 +220,8 @@ typedef struct result {
     int num_state;
     float grads_first[MAXSTEP][NPV]; /* this rank's gradients after the first micro-step */
     float grads_mean[MAXSTEP][NPV];  /* the reduced gradients at each boundary */
+    int64_t mem[ACX_MEM_NUM_CATEGORIES];    /* acx_memory_stats: host bytes per category */
+    int64_t devmem[ACX_MEM_NUM_CATEGORIES]; /* device bytes per category */
     double norms[MAXSTEP];
     int skipped[MAXSTEP];
     double scale;
@@ -234,6 +240,12 @@ static acx_status_t observe(net_t *net, result_t *r) {
     for (int s = 0; s < r->num_state; s++)
         TRY(read_buf(net, r->state[s], acx_optimizer_state(net->opt, s), NPV));
     r->scale = acx_loss_scale(net->acc);
+    acx_memory_stats_t ms;
+    TRY(acx_memory_stats(&ms));
+    for (int c = 0; c < ACX_MEM_NUM_CATEGORIES; c++) {
+        r->mem[c] = ms.current[c];
+        r->devmem[c] = ms.device_current[c];
+    }
     return ACX_OK;
 }
 
@@ -320,6 +332,12 @@ static int compare_runs(opts_t o, int steps) {
     for (int s = 0; s < rh.num_state; s++) CHECK(same_bits(rh.state[s], rd.state[s], NPV, "state"));
     for (int s = 0; s < steps; s++) CHECK(rh.skipped[s] == rd.skipped[s]);
     CHECK(rh.scale == rd.scale);
+    /* the same model-state bytes per category, on the device instead of the host */
+    for (int c = ACX_MEM_PARAMS; c <= ACX_MEM_OPTIMIZER; c++) {
+        CHECK(rh.devmem[c] == 0 && rd.mem[c] == 0);
+        CHECK(rd.devmem[c] == rh.mem[c]);
+    }
+    CHECK(rh.mem[ACX_MEM_GRADS] > 0 && rh.mem[ACX_MEM_OPTIMIZER] > 0);
     /* not a comparison of two untouched states */
     o.device = 0;
     CHECK_OK(run(&o, 0, &r0));
