@@ -78,8 +78,8 @@ typedef struct acx_devops {
                          const acx_adam_hparams_t *hp, double lr, int64_t t, int decoupled,
                          void *stream);
     /* torch.optim.SGD on p[n] (buf[n] may be NULL when momentum is 0). */
-    acx_status_t (*sgd)(float *p, const float *g, float *buf, size_t n,
-                        const acx_sgd_hparams_t *hp, double lr, int first_step, void *stream);
+    acx_status_t (*sgd)(float *p, const float *g, float *buf, size_t n, const acx_sgd_hparams_t *hp,
+                        double lr, int first_step, void *stream);
     /* x[i] *= s (one float multiplication). */
     acx_status_t (*scale)(float *x, size_t n, float s, void *stream);
     /* *flag (a device int) = 1 when some x[i] or x[i] * inv is not finite;

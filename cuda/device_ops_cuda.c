@@ -84,7 +84,8 @@ static acx_status_t cu_to_host(void *host, const void *dev, size_t bytes, void *
 
 static acx_status_t cu_copy(void *dst, const void *src, size_t bytes, void *stream) {
     if (bytes == 0) return ACX_OK;
-    ACX_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, (cudaStream_t)stream));
+    ACX_CUDA_CHECK(
+        cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, (cudaStream_t)stream));
     return ACX_OK;
 }
 

@@ -94,10 +94,12 @@ static acx_status_t op_open(op_t *op, const void *p, size_t bytes) {
                          "illegal address)",
                          op->what, p, bytes);
     }
-    if (regions[i].open++ == 0 && mprotect(regions[i].base, regions[i].len, PROT_READ | PROT_WRITE) != 0) {
+    if (regions[i].open++ == 0 &&
+        mprotect(regions[i].base, regions[i].len, PROT_READ | PROT_WRITE) != 0) {
         regions[i].open--;
         pthread_mutex_unlock(&lock);
-        return ACX_ERROR(ACX_ERR_SYSTEM, "emulated device, %s: mprotect(read/write) failed", op->what);
+        return ACX_ERROR(ACX_ERR_SYSTEM, "emulated device, %s: mprotect(read/write) failed",
+                         op->what);
     }
     pthread_mutex_unlock(&lock);
     op->idx[op->n++] = i;
@@ -314,8 +316,8 @@ static acx_status_t half_dtype(acx_dtype_t dtype, const char *what) {
     return ACX_OK;
 }
 
-static acx_status_t emul_half_from_f32(acx_dtype_t dtype, const float *src, uint16_t *dst,
-                                       size_t n, void *stream) {
+static acx_status_t emul_half_from_f32(acx_dtype_t dtype, const float *src, uint16_t *dst, size_t n,
+                                       void *stream) {
     (void)stream;
     op_t op;
     ACX_CHECK(half_dtype(dtype, "float32 -> 16-bit cast"));
@@ -341,7 +343,8 @@ static acx_status_t emul_half_round_f32(acx_dtype_t dtype, const float *src, flo
     (void)stream;
     op_t op;
     ACX_CHECK(half_dtype(dtype, "float32 rounding to 16 bits"));
-    ACX_CHECK(op_begin(&op, "float32 rounding to 16 bits", src, F4(n), dst, F4(n), NULL, 0, NULL, 0));
+    ACX_CHECK(
+        op_begin(&op, "float32 rounding to 16 bits", src, F4(n), dst, F4(n), NULL, 0, NULL, 0));
     acx_half_round_f32_n(dtype, src, dst, n);
     op_close(&op);
     return ACX_OK;

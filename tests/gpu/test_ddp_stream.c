@@ -13,10 +13,9 @@
  * in float (the prescale), summed over identical ranks = (float)(world * x)
  * (exact doubling, one rounding for 3 ranks: the same in any order).
  *
- * Run by tests/gpu/ddp_stream.test on 1 and 2 ranks (the MPI backend staging device buffers: acx synchronizes
- * the stream before each collective) and with `nccl` on 1 rank (NCCL waits
- * for an event on the stream). SKIP (77) without a GPU. Only built with
- * CUDA. Not yet run on a GPU.
+ * Run by tests/gpu/ddp_stream.test on 1 and 2 ranks (the MPI backend staging device buffers: acx
+ * synchronizes the stream before each collective) and with `nccl` on 1 rank (NCCL waits for an
+ * event on the stream). SKIP (77) without a GPU. Only built with CUDA. Not yet run on a GPU.
  */
 #include <cuda_runtime_api.h>
 #include <stdint.h>
@@ -61,8 +60,8 @@ static int run(int nccl) {
         snprintf(name, sizeof name, "u%d", q);
         CHECK_OK(acx_model_add_unit(m, name, &u[q]));
         snprintf(name, sizeof name, "w%d", q);
-        CHECK_OK(acx_unit_add_param(u[q], name, 2, (int64_t[]){ROWS, COLS}, ACX_INIT_SPEC_ZEROS,
-                                    &p[q]));
+        CHECK_OK(
+            acx_unit_add_param(u[q], name, 2, (int64_t[]){ROWS, COLS}, ACX_INIT_SPEC_ZEROS, &p[q]));
     }
     acx_sgd_hparams_t hp = {.lr = 0.0};
     CHECK_OK(acx_sgd_create(m, &hp, &opt));
@@ -75,7 +74,8 @@ static int run(int nccl) {
         CHECK_OK(acx_unit_acquire(u[q]));
         float *g = acx_param_grad(p[q]);
         CHECK(g != NULL);
-        for (int z = 0; z < ZEROS; z++) CU(cudaMemsetAsync(g, 0, n * sizeof(float), stream));
+        for (int z = 0; z < ZEROS; z++)
+            CU(cudaMemsetAsync(g, 0, n * sizeof(float), stream));
         CU(cudaMemsetAsync(g, 0x3f, n * sizeof(float), stream));
         CHECK_OK(acx_unit_grads_ready(u[q])); /* no host wait before this */
         CHECK_OK(acx_unit_release(u[q]));

@@ -76,7 +76,7 @@
 
 static int rank, world;
 static int dev_state = ACX_DEVICE_STATE_EMULATED; /* the device side of each comparison */
-static int dev_backend = ACX_BACKEND_MPI;          /* its backend (nccl: `test_ddp_device nccl`) */
+static int dev_backend = ACX_BACKEND_MPI;         /* its backend (nccl: `test_ddp_device nccl`) */
 static char dir[1024];
 
 static const char *const par_name[NPAR] = {"a.w", "a.e", "b.w", "b.s"};
@@ -86,9 +86,9 @@ static const int par_unit[NPAR] = {0, 0, 1, 1};
 typedef enum { OPT_ADAMW, OPT_SGD_MOM, OPT_SGD_NESTEROV } opt_kind_t;
 
 typedef struct opts {
-    int device;     /* 0: host state; 1: dev_state */
-    int strategy;   /* ACX_NO_SHARD unless a refusal is tested */
-    int backend;    /* 0: the run's default; else ACX_BACKEND_* + 1 */
+    int device;   /* 0: host state; 1: dev_state */
+    int strategy; /* ACX_NO_SHARD unless a refusal is tested */
+    int backend;  /* 0: the run's default; else ACX_BACKEND_* + 1 */
     opt_kind_t opt;
     int accum;      /* gradient_accumulation_steps (0: unset) */
     int mp, reduce; /* ACX_MP_*, ACX_REDUCE_* (reduce -1: unset) */
@@ -140,7 +140,9 @@ static acx_status_t net_open(net_t *net, const opts_t *o) {
         hp.lr = 1e-2;
         TRY(acx_adamw_create(net->m, &hp, &net->opt));
     } else {
-        acx_sgd_hparams_t hp = {.lr = 0.05, .momentum = 0.9, .weight_decay = 1e-3,
+        acx_sgd_hparams_t hp = {.lr = 0.05,
+                                .momentum = 0.9,
+                                .weight_decay = 1e-3,
                                 .nesterov = o->opt == OPT_SGD_NESTEROV};
         TRY(acx_sgd_create(net->m, &hp, &net->opt));
     }
@@ -218,8 +220,8 @@ typedef struct result {
     float copies[NPV];   /* acx_param_data (the compute copies) */
     float state[2][NPV]; /* optimizer state arrays (ready order, as stored) */
     int num_state;
-    float grads_first[MAXSTEP][NPV]; /* this rank's gradients after the first micro-step */
-    float grads_mean[MAXSTEP][NPV];  /* the reduced gradients at each boundary */
+    float grads_first[MAXSTEP][NPV];        /* this rank's gradients after the first micro-step */
+    float grads_mean[MAXSTEP][NPV];         /* the reduced gradients at each boundary */
     int64_t mem[ACX_MEM_NUM_CATEGORIES];    /* acx_memory_stats: host bytes per category */
     int64_t devmem[ACX_MEM_NUM_CATEGORIES]; /* device bytes per category */
     double norms[MAXSTEP];
@@ -329,8 +331,10 @@ static int compare_runs(opts_t o, int steps) {
     CHECK(rh.num_state == rd.num_state);
     CHECK(same_bits(rh.params, rd.params, NPV, "params"));
     CHECK(same_bits(rh.copies, rd.copies, NPV, "compute copies"));
-    for (int s = 0; s < rh.num_state; s++) CHECK(same_bits(rh.state[s], rd.state[s], NPV, "state"));
-    for (int s = 0; s < steps; s++) CHECK(rh.skipped[s] == rd.skipped[s]);
+    for (int s = 0; s < rh.num_state; s++)
+        CHECK(same_bits(rh.state[s], rd.state[s], NPV, "state"));
+    for (int s = 0; s < steps; s++)
+        CHECK(rh.skipped[s] == rd.skipped[s]);
     CHECK(rh.scale == rd.scale);
     /* the same model-state bytes per category, on the device instead of the host */
     for (int c = ACX_MEM_PARAMS; c <= ACX_MEM_OPTIMIZER; c++) {
@@ -342,7 +346,8 @@ static int compare_runs(opts_t o, int steps) {
     o.device = 0;
     CHECK_OK(run(&o, 0, &r0));
     CHECK(moved(rh.params, r0.params, NPV));
-    for (int s = 0; s < rh.num_state; s++) CHECK(nonzero(rh.state[s], NPV));
+    for (int s = 0; s < rh.num_state; s++)
+        CHECK(nonzero(rh.state[s], NPV));
     return 0;
 error:
     return 1;
@@ -397,7 +402,8 @@ static int test_accumulate(void) {
         CHECK(same_bits(rh.grads_first[s], rd.grads_first[s], NPV, "grads after micro-step 1"));
         CHECK(same_bits(rh.grads_mean[s], rd.grads_mean[s], NPV, "reduced grads"));
         /* the first micro-step's gradients are this rank's own, unreduced */
-        for (int e = 0; e < NPV; e++) CHECK(rd.grads_first[s][e] == grad_val(2 * s, rank, e));
+        for (int e = 0; e < NPV; e++)
+            CHECK(rd.grads_first[s][e] == grad_val(2 * s, rank, e));
     }
     return 0;
 error:
@@ -407,18 +413,23 @@ error:
 static int test_clip(void) {
     double types[2] = {2.0, INFINITY}, maxn[2] = {0.05, 0.01};
     for (int t = 0; t < 2; t++) {
-        opts_t o = {.opt = OPT_SGD_MOM, .reduce = -1, .poison_step = -1,
-                    .clip_norm = maxn[t], .clip_type = types[t]};
+        opts_t o = {.opt = OPT_SGD_MOM,
+                    .reduce = -1,
+                    .poison_step = -1,
+                    .clip_norm = maxn[t],
+                    .clip_type = types[t]};
         if (dev_state == ACX_DEVICE_STATE_EMULATED) {
             CHECK(compare_runs(o, 3) == 0);
-            for (int s = 0; s < 3; s++) CHECK(rh.norms[s] == rd.norms[s] && rh.norms[s] > maxn[t]);
+            for (int s = 0; s < 3; s++)
+                CHECK(rh.norms[s] == rd.norms[s] && rh.norms[s] > maxn[t]);
         } else { /* cuda: the norm is a tree-order sum */
             o.device = 0;
             CHECK_OK(run(&o, 3, &rh));
             o.device = 1;
             CHECK_OK(run(&o, 3, &rd));
             for (int s = 0; s < 3; s++)
-                CHECK(fabs(rh.norms[s] - rd.norms[s]) <= 1e-12 * rh.norms[s] && rh.norms[s] > maxn[t]);
+                CHECK(fabs(rh.norms[s] - rd.norms[s]) <= 1e-12 * rh.norms[s] &&
+                      rh.norms[s] > maxn[t]);
             CHECK(close_rel(rh.params, rd.params, NPV, 1e-6, "clipped params"));
         }
     }
@@ -437,10 +448,11 @@ error:
 }
 
 static int test_fp16_skip(void) {
-    opts_t o = {.opt = OPT_SGD_MOM, .mp = ACX_MP_FP16, .reduce = -1, .ls_init = 1024,
-                .poison_step = 2};
+    opts_t o = {
+        .opt = OPT_SGD_MOM, .mp = ACX_MP_FP16, .reduce = -1, .ls_init = 1024, .poison_step = 2};
     CHECK(compare_runs(o, 4) == 0);
-    for (int s = 0; s < 4; s++) CHECK(rd.skipped[s] == (s == 2));
+    for (int s = 0; s < 4; s++)
+        CHECK(rd.skipped[s] == (s == 2));
     CHECK(rd.scale == 512.0);
     return 0;
 error:
@@ -453,7 +465,8 @@ error:
 static int same_dataset(hid_t fa, hid_t fb, const char *path) {
     float va[NPV], vb[NPV];
     hid_t da = H5Dopen2(fa, path, H5P_DEFAULT), db = H5Dopen2(fb, path, H5P_DEFAULT);
-    int ok = da >= 0 && db >= 0 && H5Dread(da, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, va) >= 0 &&
+    int ok = da >= 0 && db >= 0 &&
+             H5Dread(da, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, va) >= 0 &&
              H5Dread(db, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, vb) >= 0;
     hssize_t n = 0;
     if (ok) {
@@ -463,7 +476,8 @@ static int same_dataset(hid_t fa, hid_t fb, const char *path) {
         ok = n > 0 && n <= NPV && memcmp(va, vb, (size_t)n * sizeof(float)) == 0 &&
              nonzero(va, (size_t)n);
     }
-    if (!ok) fprintf(stderr, "\ndataset %s differs between the host and device checkpoints\n", path);
+    if (!ok)
+        fprintf(stderr, "\ndataset %s differs between the host and device checkpoints\n", path);
     if (da >= 0) H5Dclose(da);
     if (db >= 0) H5Dclose(db);
     return ok;
@@ -472,7 +486,8 @@ static int same_dataset(hid_t fa, hid_t fb, const char *path) {
 static int compare_files(const char *a, const char *b) {
     int failed = 0;
     if (rank == 0) {
-        hid_t fa = H5Fopen(a, H5F_ACC_RDONLY, H5P_DEFAULT), fb = H5Fopen(b, H5F_ACC_RDONLY, H5P_DEFAULT);
+        hid_t fa = H5Fopen(a, H5F_ACC_RDONLY, H5P_DEFAULT),
+              fb = H5Fopen(b, H5F_ACC_RDONLY, H5P_DEFAULT);
         failed = fa < 0 || fb < 0;
         char path[128];
         for (int q = 0; q < NPAR && !failed; q++) {
@@ -492,7 +507,8 @@ static int compare_files(const char *a, const char *b) {
 
 /* Load `file` into a fresh net (device or host), check it holds `want`,
  * then one more step must equal `after`. */
-static int load_and_check(int device, const char *file, const result_t *want, const result_t *after) {
+static int load_and_check(int device, const char *file, const result_t *want,
+                          const result_t *after) {
     opts_t o = {.opt = OPT_ADAMW, .reduce = -1, .poison_step = -1, .device = device};
     net_t net = {0};
     static result_t got;
@@ -501,7 +517,8 @@ static int load_and_check(int device, const char *file, const result_t *want, co
     CHECK_OK(acx_load_state(net.acc, file, 1));
     CHECK_OK(observe(&net, &got));
     CHECK(same_bits(want->params, got.params, NPV, "loaded params"));
-    for (int s = 0; s < 2; s++) CHECK(same_bits(want->state[s], got.state[s], NPV, "loaded state"));
+    for (int s = 0; s < 2; s++)
+        CHECK(same_bits(want->state[s], got.state[s], NPV, "loaded state"));
     CHECK_OK(train(&net, &o, 1, 2, &got));
     CHECK(same_bits(after->params, got.params, NPV, "params one step after the load"));
     net_close(&net);
@@ -529,7 +546,7 @@ static int test_checkpoint(void) {
     }
     CHECK(compare_files(hfile, dfile) == 0);
     o.device = 0;
-    CHECK_OK(run(&o, 3, &h3)); /* 3 uninterrupted host steps */
+    CHECK_OK(run(&o, 3, &h3));                      /* 3 uninterrupted host steps */
     CHECK(load_and_check(1, hfile, &h2, &h3) == 0); /* host file -> device state */
     CHECK(load_and_check(0, dfile, &d2, &h3) == 0); /* device file -> host state */
     return 0;
@@ -540,8 +557,8 @@ error:
 
 static int test_refusals(void) {
     net_t net = {0};
-    opts_t o = {.device = 1, .strategy = ACX_FULL_SHARD, .opt = OPT_ADAMW, .reduce = -1,
-                .poison_step = -1};
+    opts_t o = {
+        .device = 1, .strategy = ACX_FULL_SHARD, .opt = OPT_ADAMW, .reduce = -1, .poison_step = -1};
     CHECK_STATUS(net_open(&net, &o), ACX_ERR_NOT_SUPPORTED, "NO_SHARD only");
     net_close(&net);
     o.backend = ACX_BACKEND_NCCL + 1;
@@ -608,7 +625,8 @@ int main(int argc, char **argv) {
     failed |= acx_test_run_case("bf16 + bf16 reduce: copies, master, moments", test_bf16);
     failed |= acx_test_run_case("fp16: an inf on one rank skips everywhere", test_fp16_skip);
     failed |= acx_test_run_case("checkpoint: same datasets, cross-loading", test_checkpoint);
-    failed |= acx_test_run_case("refusals: other strategies, clip by value, weights", test_refusals);
+    failed |=
+        acx_test_run_case("refusals: other strategies, clip by value, weights", test_refusals);
     MPI_Finalize();
     return failed;
 }

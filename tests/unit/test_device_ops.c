@@ -52,8 +52,10 @@ static int test_memory(void) {
     CHECK(segfaults(write_float, d + 3));
     memset(back, 0xff, sizeof back);
     CHECK_OK(D->to_host(back, d, sizeof back, NULL));
-    for (int i = 0; i < 8; i++) CHECK(back[i] == 0.0f); /* zeroed */
-    for (int i = 0; i < 8; i++) h[i] = (float)i + 0.5f;
+    for (int i = 0; i < 8; i++)
+        CHECK(back[i] == 0.0f); /* zeroed */
+    for (int i = 0; i < 8; i++)
+        h[i] = (float)i + 0.5f;
     CHECK_OK(D->to_device(d, h, sizeof h, NULL));
     CHECK(segfaults(read_float, d)); /* still closed after an op */
     CHECK_OK(D->to_host(back, d, sizeof back, NULL));
@@ -114,13 +116,16 @@ static int test_optimizers(void) {
     float hp_[4][N], dv[4][N];
     float *d[4] = {NULL, NULL, NULL, NULL};
     int rc = 1;
-    for (int k = 0; k < 4; k++) CHECK_OK(D->alloc(sizeof hp_[k], "opt", (void **)&d[k]));
-    acx_adam_hparams_t ah = {.lr = 1e-2, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.01};
+    for (int k = 0; k < 4; k++)
+        CHECK_OK(D->alloc(sizeof hp_[k], "opt", (void **)&d[k]));
+    acx_adam_hparams_t ah = {
+        .lr = 1e-2, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.01};
     fill(hp_[0], N, 1, 2.0f);
     fill(hp_[1], N, 2, 0.5f);
     memset(hp_[2], 0, sizeof hp_[2]);
     memset(hp_[3], 0, sizeof hp_[3]);
-    for (int k = 0; k < 4; k++) CHECK_OK(D->to_device(d[k], hp_[k], sizeof hp_[k], NULL));
+    for (int k = 0; k < 4; k++)
+        CHECK_OK(D->to_device(d[k], hp_[k], sizeof hp_[k], NULL));
     for (int64_t t = 1; t <= 3; t++) {
         acx_kernel_adam_ieee(hp_[0], hp_[1], hp_[2], hp_[3], N, &ah, 1e-2, t, 1);
         CHECK_OK(D->adam(d[0], d[1], d[2], d[3], N, &ah, 1e-2, t, 1, NULL));
@@ -130,8 +135,8 @@ static int test_optimizers(void) {
         CHECK(memcmp(dv[k], hp_[k], sizeof dv[k]) == 0);
     }
     CHECK(hp_[0][0] != dv[1][0]); /* something moved */
-    acx_sgd_hparams_t sh = {.lr = 0.1, .momentum = 0.9, .dampening = 0.0, .weight_decay = 1e-3,
-                            .nesterov = 1};
+    acx_sgd_hparams_t sh = {
+        .lr = 0.1, .momentum = 0.9, .dampening = 0.0, .weight_decay = 1e-3, .nesterov = 1};
     for (int t = 1; t <= 3; t++) {
         acx_kernel_sgd_ieee(hp_[0], hp_[1], hp_[2], N, &sh, 0.1, t == 1);
         CHECK_OK(D->sgd(d[0], d[1], d[2], N, &sh, 0.1, t == 1, NULL));
@@ -142,7 +147,8 @@ static int test_optimizers(void) {
     }
     rc = 0;
 error:
-    for (int k = 0; k < 4; k++) D->free(d[k]);
+    for (int k = 0; k < 4; k++)
+        D->free(d[k]);
     return rc;
 }
 
