@@ -62,7 +62,8 @@ ACX_API int acx_is_local_main_process(const acx_accelerator_t *acc); /* local ra
 
 /* The CUDA device this rank uses (the ordinal for cudaSetDevice), or -1
  * when acx works on host memory: a build without CUDA, no visible device,
- * or a host-memory backend (backend: mpi). With a device backend (NCCL) it
+ * or a host-memory backend (backend: mpi) with host state. With a device
+ * backend (NCCL) or device_state: cuda it
  * is local rank modulo the visible devices (with one visible device per
  * task under Slurm's GPU binding: 0), bound with cudaSetDevice at acx_init,
  * which logs the choice. NULL gives -1. Not collective; never fails. */
