@@ -9,12 +9,15 @@
  * [c x r] with leading dimension c. Each product of mlp.c is rewritten as
  * the product of the transposes:
  *
- *   forward   out[B x fo] = in[B x fi] . W^T       <=>  out^T = W_cm^T . in^T
- *             gemm(T, N, m = fo, n = B,  k = fi, A = W (lda fi), B = in (ldb fi), C = out (ldc fo))
- *   backward  dW[fo x fi] += dout^T . in           <=>  dW^T += in^T . dout
- *             gemm(N, T, m = fi, n = fo, k = B,  A = in (lda fi), B = dout (ldb fo), C = dW (ldc fi)), beta 1
- *             din[B x fi] = dout[B x fo] . W       <=>  din^T = W^T . dout^T
- *             gemm(N, N, m = fi, n = B,  k = fo, A = W (lda fi), B = dout (ldb fo), C = din (ldc fi))
+ *   forward   out[B x fo] = in[B x fi] . W^T   <=>  out^T = W . in^T
+ *             gemm(T, N, m fo, n B, k fi; A W lda fi, B in ldb fi; C out ldc fo)
+ *   backward  dW[fo x fi] += dout^T . in       <=>  dW^T += in^T . dout
+ *             gemm(N, T, m fi, n fo, k B; A in lda fi, B dout ldb fo; C dW ldc fi), beta 1
+ *             din[B x fi] = dout[B x fo] . W   <=>  din^T = W^T . dout^T
+ *             gemm(N, N, m fi, n B, k fo; A W lda fi, B dout ldb fo; C din ldc fi)
+ *
+ * (checked on the CPU: cblas_sgemm in CblasColMajor with these arguments
+ * gives mlp.c's CblasRowMajor results exactly.)
  *
  * Precision: cublasGemmEx with float32 data and CUBLAS_COMPUTE_32F (or
  * _PEDANTIC under MLP_CUDA_PEDANTIC) in CUBLAS_DEFAULT_MATH: no TF32
@@ -71,7 +74,8 @@ static int cublas_fail(mlp_cuda_t *c, cublasStatus_t ret, const char *call, cons
 #define CUBLAS(call, name, what)                                                                   \
     do {                                                                                           \
         cublasStatus_t mlp_cb_ret_ = (call);                                                       \
-        if (mlp_cb_ret_ != CUBLAS_STATUS_SUCCESS) return cublas_fail(c, mlp_cb_ret_, (name), (what)); \
+        if (mlp_cb_ret_ != CUBLAS_STATUS_SUCCESS)                                                  \
+            return cublas_fail(c, mlp_cb_ret_, (name), (what));                                    \
     } while (0)
 
 static cudaStream_t stream_of(const mlp_cuda_t *c) { return (cudaStream_t)c->stream; }
@@ -186,7 +190,8 @@ void mlp_cuda_free(mlp_cuda_t *c) {
     cudaFree(c->labels);
     cudaFree(c->correct);
     cudaFree(c->x);
-    for (int l = 0; l < MLP_LAYERS; l++) cudaFree(c->act[l]);
+    for (int l = 0; l < MLP_LAYERS; l++)
+        cudaFree(c->act[l]);
     cudaFree(c->dact);
     cudaFree(c->dtmp);
     cudaFree(c->row_loss);
@@ -220,9 +225,9 @@ int mlp_cuda_load_batch(mlp_cuda_t *c, const mlp_dims_t *d, const uint8_t *pixel
     CU_NAMED(cudaMemcpyAsync(c->pixels, pixels, n, cudaMemcpyHostToDevice, stream_of(c)),
              "cudaMemcpyAsync", "pixels to the device");
     if (labels)
-        CU_NAMED(cudaMemcpyAsync(c->labels, labels, (size_t)batch, cudaMemcpyHostToDevice,
-                                 stream_of(c)),
-                 "cudaMemcpyAsync", "labels to the device");
+        CU_NAMED(
+            cudaMemcpyAsync(c->labels, labels, (size_t)batch, cudaMemcpyHostToDevice, stream_of(c)),
+            "cudaMemcpyAsync", "labels to the device");
     CU_NAMED(mlpk_normalize(c->pixels, c->x, n, FMNIST_MEAN, FMNIST_STD, stream_of(c)),
              "launching mlpk_normalize", "the input");
     return 0;
@@ -235,9 +240,9 @@ static int gemm(mlp_cuda_t *c, cublasOperation_t ta, cublasOperation_t tb, int m
     const float one = 1.0f;
     cublasComputeType_t ct =
         c->flags & MLP_CUDA_PEDANTIC ? CUBLAS_COMPUTE_32F_PEDANTIC : CUBLAS_COMPUTE_32F;
-    cublasStatus_t ret = cublasGemmEx((cublasHandle_t)c->cublas, ta, tb, m, n, k, &one, a,
-                                      CUDA_R_32F, lda, b, CUDA_R_32F, ldb, &beta, out, CUDA_R_32F,
-                                      ldc, ct, CUBLAS_GEMM_DEFAULT);
+    cublasStatus_t ret =
+        cublasGemmEx((cublasHandle_t)c->cublas, ta, tb, m, n, k, &one, a, CUDA_R_32F, lda, b,
+                     CUDA_R_32F, ldb, &beta, out, CUDA_R_32F, ldc, ct, CUBLAS_GEMM_DEFAULT);
     if (ret != CUBLAS_STATUS_SUCCESS) {
         char what[96];
         snprintf(what, sizeof what, "%s %s, %d x %d x %d", layer, pass, m, n, k);
@@ -321,14 +326,15 @@ int mlp_cuda_count_correct(const mlp_dims_t *d, mlp_cuda_t *c, int n, uint8_t *c
                            int *hits_p) {
     if (check_batch(c, n, "mlp_cuda_count_correct")) return -1;
     uint8_t *flags = c->correct_host;
-    CU_NAMED(mlpk_argmax_correct(c->act[MLP_LAYERS - 1], c->labels, n, d->out, c->correct,
-                                 stream_of(c)),
-             "launching mlpk_argmax_correct", "accuracy");
+    CU_NAMED(
+        mlpk_argmax_correct(c->act[MLP_LAYERS - 1], c->labels, n, d->out, c->correct, stream_of(c)),
+        "launching mlpk_argmax_correct", "accuracy");
     CU_NAMED(cudaMemcpyAsync(flags, c->correct, (size_t)n, cudaMemcpyDeviceToHost, stream_of(c)),
              "cudaMemcpyAsync", "argmax flags to the host");
     CU_NAMED(cudaStreamSynchronize(stream_of(c)), "cudaStreamSynchronize", "argmax flags");
     int hits = 0;
-    for (int i = 0; i < n; i++) hits += flags[i];
+    for (int i = 0; i < n; i++)
+        hits += flags[i];
     if (correct) memcpy(correct, flags, (size_t)n);
     *hits_p = hits;
     return 0;

@@ -19,8 +19,9 @@
  * Plain C interface with no acx dependency (like mlp.h) and no CUDA types,
  * so a program that only calls it needs no CUDA headers. Every function
  * returns 0 on success and -1 on failure, with the reason in c->err, e.g.
- *   "cublasGemmEx (fc2 forward, 100 x 128 x 256) failed: CUBLAS_STATUS_EXECUTION_FAILED: ..."
- *   "cudaMalloc (activations of fc1, 262144 bytes) failed: cudaErrorMemoryAllocation: out of memory"
+ *   cublasGemmEx (fc2 forward, 128 x 100 x 256) failed: CUBLAS_STATUS_EXECUTION_FAILED: ...
+ *   cudaMalloc (activations of fc1, 512000 bytes) failed: cudaErrorMemoryAllocation: ...
+ *
  * A failed launch or an asynchronous device fault may surface only at the
  * next call that waits (mlp_cuda_loss_value, mlp_cuda_count_correct,
  * mlp_cuda_sync).
@@ -44,22 +45,22 @@
  * device pointers may be copied from (tests do) after mlp_cuda_sync. */
 typedef struct mlp_cuda {
     int max_batch, device, flags;
-    void *stream;       /* cudaStream_t: every call's work goes here */
-    int own_stream;     /* created by mlp_cuda_init (destroyed by mlp_cuda_free) */
-    void *cublas;       /* cublasHandle_t, bound to stream */
-    void *loss_ready;   /* cudaEvent_t recorded after the loss is copied out */
-    uint8_t *pixels;    /* device [B x in]: the batch as read */
-    uint8_t *labels;    /* device [B] */
-    uint8_t *correct;   /* device [B]: 1 where the argmax is the label */
-    float *x;           /* device [B x in]: normalized input */
+    void *stream;           /* cudaStream_t: every call's work goes here */
+    int own_stream;         /* created by mlp_cuda_init (destroyed by mlp_cuda_free) */
+    void *cublas;           /* cublasHandle_t, bound to stream */
+    void *loss_ready;       /* cudaEvent_t recorded after the loss is copied out */
+    uint8_t *pixels;        /* device [B x in]: the batch as read */
+    uint8_t *labels;        /* device [B] */
+    uint8_t *correct;       /* device [B]: 1 where the argmax is the label */
+    float *x;               /* device [B x in]: normalized input */
     float *act[MLP_LAYERS]; /* device [B x fan_out(l)]: post-ReLU; logits for the last */
-    float *dact;        /* device [B x max width]: d loss / d (current layer's output) */
-    float *dtmp;        /* device [B x max width]: d loss / d (current layer's input) */
-    double *row_loss;   /* device [B]: per-sample cross-entropy */
-    double *loss;       /* device [1]: mean over the batch */
-    double *loss_host;  /* pinned host [1]: copy of *loss */
-    uint8_t *correct_host; /* host [B]: the argmax flags copied back */
-    char err[512];      /* why the last call failed */
+    float *dact;            /* device [B x max width]: d loss / d (current layer's output) */
+    float *dtmp;            /* device [B x max width]: d loss / d (current layer's input) */
+    double *row_loss;       /* device [B]: per-sample cross-entropy */
+    double *loss;           /* device [1]: mean over the batch */
+    double *loss_host;      /* pinned host [1]: copy of *loss */
+    uint8_t *correct_host;  /* host [B]: the argmax flags copied back */
+    char err[512];          /* why the last call failed */
 } mlp_cuda_t;
 
 /* Bind `device` (cudaSetDevice; -1: keep the current one), allocate the

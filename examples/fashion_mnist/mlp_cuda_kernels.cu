@@ -70,9 +70,11 @@ __global__ void softmax_xent_kernel(const float *logits, const uint8_t *labels, 
         float *g = dz + (size_t)i * k;
         int label = labels[i];
         float zmax = z[0];
-        for (int j = 1; j < k; j++) zmax = z[j] > zmax ? z[j] : zmax;
+        for (int j = 1; j < k; j++)
+            zmax = z[j] > zmax ? z[j] : zmax;
         double sum = 0.0;
-        for (int j = 0; j < k; j++) sum = __dadd_rn(sum, exp((double)__fsub_rn(z[j], zmax)));
+        for (int j = 0; j < k; j++)
+            sum = __dadd_rn(sum, exp((double)__fsub_rn(z[j], zmax)));
         double log_sum = log(sum);
         row_loss[i] = __dsub_rn(log_sum, (double)__fsub_rn(z[label], zmax));
         for (int j = 0; j < k; j++) {
@@ -85,7 +87,8 @@ __global__ void softmax_xent_kernel(const float *logits, const uint8_t *labels, 
 /* The batch mean in row order, by one thread: B additions, bitwise mlp.c's. */
 __global__ void mean_kernel(const double *row_loss, int batch, double *mean) {
     double total = 0.0;
-    for (int i = 0; i < batch; i++) total = __dadd_rn(total, row_loss[i]);
+    for (int i = 0; i < batch; i++)
+        total = __dadd_rn(total, row_loss[i]);
     *mean = __ddiv_rn(total, (double)batch);
 }
 
@@ -108,7 +111,8 @@ extern "C" cudaError_t mlpk_softmax_xent(const float *logits, const uint8_t *lab
 __global__ void bias_grad_kernel(const float *dout, float *db, int batch, int fo) {
     for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < fo; j += gridDim.x * blockDim.x) {
         float acc = db[j];
-        for (int i = 0; i < batch; i++) acc = __fadd_rn(acc, dout[(size_t)i * fo + j]);
+        for (int i = 0; i < batch; i++)
+            acc = __fadd_rn(acc, dout[(size_t)i * fo + j]);
         db[j] = acc;
     }
 }
@@ -143,8 +147,8 @@ __global__ void argmax_kernel(const float *logits, const uint8_t *labels, int n,
     }
 }
 
-extern "C" cudaError_t mlpk_argmax_correct(const float *logits, const uint8_t *labels, int n,
-                                           int k, uint8_t *correct, cudaStream_t stream) {
+extern "C" cudaError_t mlpk_argmax_correct(const float *logits, const uint8_t *labels, int n, int k,
+                                           uint8_t *correct, cudaStream_t stream) {
     if (n <= 0) return cudaSuccess;
     argmax_kernel<<<grid_for((size_t)n), THREADS, 0, stream>>>(logits, labels, n, k, correct);
     return cudaGetLastError();

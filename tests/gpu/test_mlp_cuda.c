@@ -96,7 +96,7 @@ static float rndf(float lo, float hi) { return lo + (hi - lo) * (float)(rnd32() 
 
 /* Host copies of everything both sides start from. */
 typedef struct model {
-    float *w[MLP_LAYERS], *b[MLP_LAYERS];   /* nn.Linear's init: U(-1/sqrt(fan_in), +) */
+    float *w[MLP_LAYERS], *b[MLP_LAYERS];     /* nn.Linear's init: U(-1/sqrt(fan_in), +) */
     float *gw0[MLP_LAYERS], *gb0[MLP_LAYERS]; /* starting gradients, U(-1e-3, 1e-3) */
 } model_t;
 
@@ -112,10 +112,14 @@ static int model_init(model_t *m) {
         m->gw0[l] = malloc(wsize(l) * sizeof(float));
         m->gb0[l] = malloc(bsize(l) * sizeof(float));
         if (!m->w[l] || !m->b[l] || !m->gw0[l] || !m->gb0[l]) return -1;
-        for (size_t i = 0; i < wsize(l); i++) m->w[l][i] = rndf(-bound, bound);
-        for (size_t i = 0; i < bsize(l); i++) m->b[l][i] = rndf(-bound, bound);
-        for (size_t i = 0; i < wsize(l); i++) m->gw0[l][i] = rndf(-1e-3f, 1e-3f);
-        for (size_t i = 0; i < bsize(l); i++) m->gb0[l][i] = rndf(-1e-3f, 1e-3f);
+        for (size_t i = 0; i < wsize(l); i++)
+            m->w[l][i] = rndf(-bound, bound);
+        for (size_t i = 0; i < bsize(l); i++)
+            m->b[l][i] = rndf(-bound, bound);
+        for (size_t i = 0; i < wsize(l); i++)
+            m->gw0[l][i] = rndf(-1e-3f, 1e-3f);
+        for (size_t i = 0; i < bsize(l); i++)
+            m->gb0[l][i] = rndf(-1e-3f, 1e-3f);
     }
     return 0;
 }
@@ -135,13 +139,15 @@ static double relu_margin(const model_t *m, const float *x) {
     double h1[784], margin = INFINITY; /* h1 <= in: the 784-256-128-10 model */
     for (int j = 0; j < dims.h1; j++) {
         double s = m->b[0][j];
-        for (int i = 0; i < dims.in; i++) s += (double)m->w[0][(size_t)j * dims.in + i] * x[i];
+        for (int i = 0; i < dims.in; i++)
+            s += (double)m->w[0][(size_t)j * dims.in + i] * x[i];
         margin = fmin(margin, fabs(s));
         h1[j] = s > 0 ? s : 0;
     }
     for (int j = 0; j < dims.h2; j++) {
         double s = m->b[1][j];
-        for (int i = 0; i < dims.h1; i++) s += (double)m->w[1][(size_t)j * dims.h1 + i] * h1[i];
+        for (int i = 0; i < dims.h1; i++)
+            s += (double)m->w[1][(size_t)j * dims.h1 + i] * h1[i];
         margin = fmin(margin, fabs(s));
     }
     return margin;
@@ -157,7 +163,8 @@ static int make_batch(const model_t *m, mlp_workspace_t *ws, uint8_t *px, uint8_
         uint8_t *p = px + (size_t)s * dims.in;
         for (int tries = 0;; tries++) {
             if (tries == 1000) return -1;
-            for (int i = 0; i < dims.in; i++) p[i] = (rnd32() & 1) ? (uint8_t)(rnd32() & 0xff) : 0;
+            for (int i = 0; i < dims.in; i++)
+                p[i] = (rnd32() & 1) ? (uint8_t)(rnd32() & 0xff) : 0;
             mlp_load_input(ws, &dims, p, 1); /* the exact floats both sides will see */
             if (relu_margin(m, ws->x) >= RELU_GAP) break;
             redraws++;
@@ -269,22 +276,27 @@ static int device_step(mlp_cuda_t *cp, device_model_t *dm, const model_t *m, con
                        const uint8_t *labels, int n, float scale, device_result_t *r) {
     cudaStream_t s = (cudaStream_t)mlp_cuda_stream(cp);
     for (int l = 0; l < MLP_LAYERS; l++) {
-        CU(cudaMemcpyAsync(dm->g.w[l], m->gw0[l], wsize(l) * sizeof(float), cudaMemcpyHostToDevice, s));
-        CU(cudaMemcpyAsync(dm->g.b[l], m->gb0[l], bsize(l) * sizeof(float), cudaMemcpyHostToDevice, s));
+        CU(cudaMemcpyAsync(dm->g.w[l], m->gw0[l], wsize(l) * sizeof(float), cudaMemcpyHostToDevice,
+                           s));
+        CU(cudaMemcpyAsync(dm->g.b[l], m->gb0[l], bsize(l) * sizeof(float), cudaMemcpyHostToDevice,
+                           s));
     }
     MC(cp, mlp_cuda_load_batch(cp, &dims, px, labels, n));
     MC(cp, mlp_cuda_forward(&dims, &dm->p, cp, n));
     MC(cp, mlp_cuda_loss(&dims, cp, n));
     MC(cp, mlp_cuda_sync(cp));
-    CU(cudaMemcpy(r->dlogits, cp->dact, (size_t)n * dims.out * sizeof(float), cudaMemcpyDeviceToHost));
+    CU(cudaMemcpy(r->dlogits, cp->dact, (size_t)n * dims.out * sizeof(float),
+                  cudaMemcpyDeviceToHost));
     if (scale != 1.0f) MC(cp, mlp_cuda_scale_dloss(&dims, cp, n, scale));
-    for (int l = MLP_LAYERS - 1; l >= 0; l--) MC(cp, mlp_cuda_backward_layer(&dims, &dm->p, &dm->g, cp, l, n));
+    for (int l = MLP_LAYERS - 1; l >= 0; l--)
+        MC(cp, mlp_cuda_backward_layer(&dims, &dm->p, &dm->g, cp, l, n));
     MC(cp, mlp_cuda_loss_value(cp, &r->loss));
     MC(cp, mlp_cuda_count_correct(&dims, cp, n, r->correct, &r->hits));
     MC(cp, mlp_cuda_sync(cp));
     CU(cudaMemcpy(r->x, cp->x, (size_t)n * dims.in * sizeof(float), cudaMemcpyDeviceToHost));
     for (int l = 0; l < MLP_LAYERS; l++) {
-        CU(cudaMemcpy(r->act[l], cp->act[l], (size_t)n * bsize(l) * sizeof(float), cudaMemcpyDeviceToHost));
+        CU(cudaMemcpy(r->act[l], cp->act[l], (size_t)n * bsize(l) * sizeof(float),
+                      cudaMemcpyDeviceToHost));
         CU(cudaMemcpy(r->gw[l], dm->g.w[l], wsize(l) * sizeof(float), cudaMemcpyDeviceToHost));
         CU(cudaMemcpy(r->gb[l], dm->g.b[l], bsize(l) * sizeof(float), cudaMemcpyDeviceToHost));
     }
@@ -309,9 +321,11 @@ static void cpu_step(mlp_workspace_t *ws, const model_t *m, mlp_tensors_t *g, co
     *loss_p = mlp_loss(&dims, ws, labels, n);
     memcpy(dlogits, ws->dact, (size_t)n * dims.out * sizeof(float));
     if (scale != 1.0f)
-        for (size_t i = 0; i < (size_t)n * (size_t)dims.out; i++) ws->dact[i] *= scale;
+        for (size_t i = 0; i < (size_t)n * (size_t)dims.out; i++)
+            ws->dact[i] *= scale;
     /* the logits survive the backward (it writes dact/dtmp only) */
-    for (int l = MLP_LAYERS - 1; l >= 0; l--) mlp_backward_layer(&dims, &p, g, ws, l, n);
+    for (int l = MLP_LAYERS - 1; l >= 0; l--)
+        mlp_backward_layer(&dims, &p, g, ws, l, n);
     *hits_p = mlp_count_correct(&dims, ws, labels, n, correct);
 }
 
@@ -368,15 +382,18 @@ static int run_mode(int flags, int own_stream) {
             bad |= report(what, n, rel_err(r1.act[l], ws.act[l], NULL, len), FWD_RTOL);
             if (l < MLP_LAYERS - 1) {
                 size_t flips = 0;
-                for (size_t i = 0; i < len; i++) flips += (r1.act[l][i] == 0.0f) != (ws.act[l][i] == 0.0f);
+                for (size_t i = 0; i < len; i++)
+                    flips += (r1.act[l][i] == 0.0f) != (ws.act[l][i] == 0.0f);
                 if (flips) {
-                    fprintf(stderr, "\n  batch %d: %zu ReLU decisions of layer %d differ", n, flips, l + 1);
+                    fprintf(stderr, "\n  batch %d: %zu ReLU decisions of layer %d differ", n, flips,
+                            l + 1);
                     bad = 1;
                 }
             }
         }
         bad |= report("loss", n, fabs(r1.loss - loss) / fabs(loss), FWD_RTOL);
-        bad |= report("d loss / d logits", n, rel_err(r1.dlogits, dlogits, NULL, (size_t)n * dims.out), FWD_RTOL);
+        bad |= report("d loss / d logits", n,
+                      rel_err(r1.dlogits, dlogits, NULL, (size_t)n * dims.out), FWD_RTOL);
         /* gradients, relative to what this batch added */
         for (int l = 0; l < MLP_LAYERS; l++) {
             char what[48];
@@ -393,14 +410,17 @@ static int run_mode(int flags, int own_stream) {
             agree += r1.correct[i] == correct[i];
         }
         if (agree != counted) {
-            fprintf(stderr, "\n  batch %d: argmax flags differ on %d of %d samples", n, counted - agree, counted);
+            fprintf(stderr, "\n  batch %d: argmax flags differ on %d of %d samples", n,
+                    counted - agree, counted);
             bad = 1;
         }
         int sum = 0;
-        for (int i = 0; i < n; i++) sum += r1.correct[i];
+        for (int i = 0; i < n; i++)
+            sum += r1.correct[i];
         CHECK(sum == r1.hits);
         if (counted == n && r1.hits != hits) {
-            fprintf(stderr, "\n  batch %d: %d correct on the device, %d on the CPU", n, r1.hits, hits);
+            fprintf(stderr, "\n  batch %d: %d correct on the device, %d on the CPU", n, r1.hits,
+                    hits);
             bad = 1;
         }
         /* reproducibility: the second device run is bitwise the first */
@@ -415,10 +435,11 @@ static int run_mode(int flags, int own_stream) {
             bad = 1;
         }
         if (getenv("ACX_TEST_VERBOSE"))
-            fprintf(stderr, "\n  batch %d (x%g, %d redraws): logits %.2e, loss %.2e, fc1.weight grad %.2e",
+            fprintf(stderr,
+                    "\n  batch %d (x%g, %d redraws): logits %.2e, loss %.2e, fc1.weight grad %.2e",
                     n, (double)scale, redraws,
-                    rel_err(r1.act[2], ws.act[2], NULL, (size_t)n * dims.out), fabs(r1.loss - loss) / loss,
-                    rel_err(r1.gw[0], g.w[0], model.gw0[0], wsize(0)));
+                    rel_err(r1.act[2], ws.act[2], NULL, (size_t)n * dims.out),
+                    fabs(r1.loss - loss) / loss, rel_err(r1.gw[0], g.w[0], model.gw0[0], wsize(0)));
     }
     CHECK(!bad);
     CHECK(cudaGetLastError() == cudaSuccess);
@@ -494,7 +515,8 @@ int main(void) {
         int (*fn)(void);
     } cases[] = {
         {"mlp_cuda: batches 1..500 vs mlp.c (default math, own stream)", test_default_own_stream},
-        {"mlp_cuda: batches 1..500 vs mlp.c (pedantic, non-blocking stream)", test_pedantic_given_stream},
+        {"mlp_cuda: batches 1..500 vs mlp.c (pedantic, non-blocking stream)",
+         test_pedantic_given_stream},
         {"mlp_cuda: pointer classification, argument errors", test_misuse},
     };
     int failed = 0;
