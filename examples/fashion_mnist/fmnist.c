@@ -18,6 +18,16 @@
  * program exits with ACX_EXIT_PREEMPTED (75). --resume latest, or the config
  * key resume: auto (--acx-resume=auto; what `acx slurm sbatch` scripts set
  * for requeued jobs), continues from it.
+ *
+ * --device cuda runs the same MLP on the rank's GPU (mlp_cuda.c: cuBLAS
+ * sgemm in float32 and small kernels), on the device pointers that
+ * acx_param_data/acx_param_grad return when acx keeps the training state on
+ * the device (backend: nccl, or device_state: cuda with the MPI backend).
+ * Each batch is copied to the device; the kernels run on one stream that
+ * acx is told about (acx_set_compute_stream), so each unit's all-reduce
+ * starts after the backward kernels that wrote its gradients.
+ * Built with CUDA and cuBLAS only (FMNIST_HAVE_CUDA, from Makefile.am), and
+ * enabled once acx has device-resident state (ACX_HAVE_DEVICE_STATE).
  */
 #include <errno.h>
 #include <getopt.h>
@@ -33,9 +43,23 @@
 
 #include "mlp.h"
 
+#ifndef FMNIST_HAVE_CUDA
+#define FMNIST_HAVE_CUDA 0
+#endif
+/* The --device cuda path: needs this build's cuBLAS MLP and acx's
+ * device-resident parameters and gradients (acx_set_compute_stream). */
+#if FMNIST_HAVE_CUDA && defined(ACX_HAVE_DEVICE_STATE)
+#define FMNIST_DEVICE_PATH 1
+#include "mlp_cuda.h"
+#else
+#define FMNIST_DEVICE_PATH 0
+#endif
+struct mlp_cuda; /* the device workspace (mlp_cuda.h); NULL on the CPU path */
+
 typedef struct options {
     const char *data, *metrics, *save, *schedule, *optimizer, *resume;
     int epochs, log_every, quiet, progress;
+    int cuda; /* --device cuda */
     int64_t batch_size, warmup;
     double lr, weight_decay, momentum;
     double max_grad_norm; /* 0 = no clipping */
@@ -76,6 +100,9 @@ static void usage(FILE *f) {
             "  --reduce-dtype D      fp32 | bf16 | fp16: gradients on the wire (default fp32)\n"
             "  --gradient-accumulation-steps K   micro-batches per optimizer step (default 1)\n"
             "  --max-grad-norm X     clip gradients to this global L2 norm (default: no clipping)\n"
+            "  --device cpu|cuda     where the model computes (default cpu); cuda: cuBLAS on this\n"
+            "                        rank's GPU, with acx's device-resident state (backend: nccl,\n"
+            "                        or device_state: cuda)\n"
             "  --config FILE, --acx-KEY=VALUE   acx configuration (see docs/config.md)\n");
 }
 
@@ -94,7 +121,7 @@ static int parse_options(int argc, char **argv, options_t *o) {
         {"progress", no_argument, 0, 'P'},          {"no-progress", no_argument, 0, 'N'},
         {"project-dir", required_argument, 0, 'D'}, {"save-every", required_argument, 0, 'E'},
         {"resume", required_argument, 0, 'R'},      {"help", no_argument, 0, 'h'},
-        {"max-grad-norm", required_argument, 0, 'G'},
+        {"max-grad-norm", required_argument, 0, 'G'}, {"device", required_argument, 0, 'C'},
         {0, 0, 0, 0}};
     int c, idx = 0;
     char *end;
@@ -120,6 +147,13 @@ static int parse_options(int argc, char **argv, options_t *o) {
         case 'D': break; /* taken before acx_init (see run) */
         case 'E': if (strtoll(optarg, &end, 10) < 0 || *end) goto bad; break; /* likewise */
         case 'R': o->resume = optarg; break;
+        case 'C':
+            if (strcmp(optarg, "cpu") != 0 && strcmp(optarg, "cuda") != 0) {
+                fprintf(stderr, "acx-fmnist: --device must be cpu or cuda, not '%s'\n", optarg);
+                return -1;
+            }
+            o->cuda = strcmp(optarg, "cuda") == 0;
+            break;
         case 'h': usage(stdout); return 1;
         default: usage(stderr); return -1;
         }
@@ -140,6 +174,18 @@ static int parse_options(int argc, char **argv, options_t *o) {
         fprintf(stderr, "acx-fmnist: --optimizer must be adamw or sgd, not '%s'\n", o->optimizer);
         return -1;
     }
+#if !FMNIST_HAVE_CUDA
+    if (o->cuda) {
+        fprintf(stderr, "acx-fmnist: --device cuda: this build has no CUDA and cuBLAS "
+                        "(configure found none, or --without-cuda)\n");
+        return -1;
+    }
+#elif !FMNIST_DEVICE_PATH
+    if (o->cuda) {
+        fprintf(stderr, "acx-fmnist: --device cuda needs device-resident state (not in this build)\n");
+        return -1;
+    }
+#endif
     if (strcmp(o->schedule, "constant") != 0 && strcmp(o->schedule, "linear") != 0 &&
         strcmp(o->schedule, "cosine") != 0) {
         fprintf(stderr, "acx-fmnist: --schedule must be constant, linear or cosine, not '%s'\n", o->schedule);
@@ -280,8 +326,17 @@ static void model_tensors(model_t *md, mlp_tensors_t *p, mlp_tensors_t *g) {
 /* One micro-step: forward, loss, backward layer by layer, telling acx as
  * soon as each unit's gradients are complete so their all-reduce overlaps
  * the backward of the layers below. */
+#if FMNIST_DEVICE_PATH
+static acx_status_t train_step_cuda(acx_accelerator_t *acc, model_t *md, mlp_cuda_t *gpu,
+                                    const acx_batch_t *batch, double *loss_p);
+#endif
+
+/* gpu: the device workspace under --device cuda (train_step_cuda), else NULL. */
 static acx_status_t train_step(acx_accelerator_t *acc, model_t *md, mlp_workspace_t *ws,
-                               const acx_batch_t *batch, double *loss_p) {
+                               struct mlp_cuda *gpu, const acx_batch_t *batch, double *loss_p) {
+#if FMNIST_DEVICE_PATH
+    if (gpu != NULL) return train_step_cuda(acc, md, gpu, batch, loss_p);
+#endif
     int n = (int)batch->size;
     mlp_tensors_t p, g;
     ACX_TRY(check_labels(batch, md->dims.out));
@@ -303,11 +358,82 @@ static acx_status_t train_step(acx_accelerator_t *acc, model_t *md, mlp_workspac
     return acx_backward_end(acc);
 }
 
+#if FMNIST_DEVICE_PATH
+/* An mlp_cuda call failed: say so (its message names the CUDA or cuBLAS
+ * call and error) and fail the step. */
+static acx_status_t cuda_failed(const mlp_cuda_t *gpu) {
+    fprintf(stderr, "acx-fmnist: --device cuda: %s\n", gpu->err);
+    reported = 1;
+    return ACX_ERR_CUDA;
+}
+
+/* train_step on the device: the batch is copied in, the kernels run on the
+ * stream acx was given, and acx_unit_grads_ready follows each layer's
+ * backward launches (acx orders the unit's all-reduce after them on the
+ * device; the host does not wait). The loss is read back last, so the only
+ * host wait of the step is for the loss, not for the backward. */
+static acx_status_t train_step_cuda(acx_accelerator_t *acc, model_t *md, mlp_cuda_t *gpu,
+                                    const acx_batch_t *batch, double *loss_p) {
+    int n = (int)batch->size;
+    mlp_tensors_t p, g;
+    ACX_TRY(check_labels(batch, md->dims.out));
+    for (int l = 0; l < MLP_LAYERS; l++) ACX_TRY(acx_unit_acquire(md->unit[l]));
+    model_tensors(md, &p, &g);
+    if (mlp_cuda_load_batch(gpu, &md->dims, batch->tensors[0], batch->tensors[1], n) != 0 ||
+        mlp_cuda_forward(&md->dims, &p, gpu, n) != 0 || mlp_cuda_loss(&md->dims, gpu, n) != 0)
+        return cuda_failed(gpu);
+    float scale = (float)acx_loss_scale(acc); /* fp16: backward starts from the scaled loss */
+    if (scale != 1.0f && mlp_cuda_scale_dloss(&md->dims, gpu, n, scale) != 0) return cuda_failed(gpu);
+    for (int l = MLP_LAYERS - 1; l >= 0; l--) {
+        if (mlp_cuda_backward_layer(&md->dims, &p, &g, gpu, l, n) != 0) return cuda_failed(gpu);
+        ACX_TRY(acx_unit_grads_ready(md->unit[l]));
+        ACX_TRY(acx_unit_release(md->unit[l]));
+    }
+    if (mlp_cuda_loss_value(gpu, loss_p) != 0) return cuda_failed(gpu);
+    acx_record_loss(acc, *loss_p);
+    return acx_backward_end(acc);
+}
+
+/* --device cuda: the device workspace on acx's device, checked against
+ * where acx keeps the parameters, and its stream handed to acx. Collective
+ * (every rank learns whether all succeeded); on failure *ok_p = 0 and the
+ * reason was printed. */
+static acx_status_t cuda_setup(acx_accelerator_t *acc, model_t *md, mlp_cuda_t *gpu, int max_batch,
+                               int *ok_p) {
+    double bad = 0.0;
+    *ok_p = 0;
+    /* acx bound the device (-1: acx_device reports host memory, but a
+     * device_state: cuda run has bound one; keep the current device) */
+    if (mlp_cuda_init(gpu, &md->dims, max_batch, acx_device(acc), NULL, 0) != 0) {
+        fprintf(stderr, "acx-fmnist (rank %d): --device cuda: %s\n", acx_rank(acc), gpu->err);
+        bad = 1.0;
+    } else {
+        ACX_TRY(acx_unit_acquire(md->unit[0]));
+        int on_device = mlp_cuda_is_device_pointer(gpu, acx_param_data(md->w[0]));
+        if (on_device == 1) on_device = mlp_cuda_is_device_pointer(gpu, acx_param_grad(md->w[0]));
+        ACX_TRY(acx_unit_release(md->unit[0]));
+        if (on_device != 1) {
+            fprintf(stderr, "acx-fmnist (rank %d): --device cuda: %s\n", acx_rank(acc),
+                    on_device < 0 ? gpu->err
+                                  : "acx keeps the parameters and gradients in host memory; "
+                                    "device-resident state needs backend: nccl or device_state: cuda "
+                                    "(docs/gpu.md)");
+            bad = 1.0;
+        }
+    }
+    ACX_TRY(acx_reduce_scalar(acc, bad, ACX_OP_MAX, &bad));
+    if (bad != 0.0) return ACX_OK;
+    ACX_TRY(acx_set_compute_stream(acc, mlp_cuda_stream(gpu)));
+    *ok_p = 1;
+    return ACX_OK;
+}
+#endif
+
 /* Accuracy over the whole test set: every rank evaluates its share, and
  * gather_for_metrics drops the samples even_batches repeated, so each test
  * image counts exactly once. */
 static acx_status_t evaluate(acx_accelerator_t *acc, model_t *md, acx_dataloader_t *test,
-                             mlp_workspace_t *ws, double *accuracy_p) {
+                             mlp_workspace_t *ws, struct mlp_cuda *gpu, double *accuracy_p) {
     int64_t n_test = acx_dataloader_num_samples(test);
     uint8_t *all = acx_is_main_process(acc) ? malloc((size_t)n_test) : NULL;
     uint8_t *mine = malloc((size_t)ws->max_batch);
@@ -326,10 +452,24 @@ static acx_status_t evaluate(acx_accelerator_t *acc, model_t *md, acx_dataloader
         ACX_TRY(check_labels(batch, md->dims.out));
         for (int l = 0; l < MLP_LAYERS; l++) ACX_TRY(acx_unit_acquire(md->unit[l]));
         model_tensors(md, &p, &g);
-        mlp_load_input(ws, &md->dims, batch->tensors[0], n);
-        mlp_forward(&md->dims, &p, ws, n);
-        for (int l = 0; l < MLP_LAYERS; l++) ACX_TRY(acx_unit_release(md->unit[l]));
-        mlp_count_correct(&md->dims, ws, batch->tensors[1], n, mine);
+#if FMNIST_DEVICE_PATH
+        if (gpu != NULL) {
+            int hits_unused;
+            if (mlp_cuda_load_batch(gpu, &md->dims, batch->tensors[0], batch->tensors[1], n) != 0 ||
+                mlp_cuda_forward(&md->dims, &p, gpu, n) != 0 ||
+                mlp_cuda_count_correct(&md->dims, gpu, n, mine, &hits_unused) != 0) {
+                st = cuda_failed(gpu);
+                goto out;
+            }
+            for (int l = 0; l < MLP_LAYERS; l++) ACX_TRY(acx_unit_release(md->unit[l]));
+        } else
+#endif
+        {
+            mlp_load_input(ws, &md->dims, batch->tensors[0], n);
+            mlp_forward(&md->dims, &p, ws, n);
+            for (int l = 0; l < MLP_LAYERS; l++) ACX_TRY(acx_unit_release(md->unit[l]));
+            mlp_count_correct(&md->dims, ws, batch->tensors[1], n, mine);
+        }
         int64_t got = 0;
         st = acx_gather_for_metrics(acc, batch, mine, 1, all ? all + seen : NULL, n_test - seen, 1, &got);
         if (st != ACX_OK) goto out;
@@ -438,6 +578,10 @@ static int run(int argc, char **argv) {
     FILE *metrics = NULL;
     model_t md;
     mlp_workspace_t ws = {0};
+    struct mlp_cuda *gpu = NULL; /* --device cuda: &gpu_ws once set up */
+#if FMNIST_DEVICE_PATH
+    mlp_cuda_t gpu_ws = {0};
+#endif
     acx_optimizer_t *opt = NULL;
     acx_scheduler_t *sched = NULL;
     acx_dataloader_t *train = NULL, *test = NULL;
@@ -519,6 +663,14 @@ static int run(int argc, char **argv) {
         fprintf(stderr, "acx-fmnist: out of memory for a batch of %d\n", max_batch);
         goto fail_quiet;
     }
+#if FMNIST_DEVICE_PATH
+    if (o.cuda) {
+        int ok;
+        CHECK(cuda_setup(acc, &md, &gpu_ws, max_batch, &ok));
+        if (!ok) goto fail_quiet;
+        gpu = &gpu_ws;
+    }
+#endif
     const acx_config_t *c = acx_get_config(acc);
     char path[4096];
     if (o.save)
@@ -566,7 +718,7 @@ static int run(int argc, char **argv) {
         while ((st = acx_dataloader_next(train, &batch)) == ACX_OK) {
             double loss;
             CHECK(acx_accumulate_begin(acc));
-            CHECK(train_step(acc, &md, &ws, batch, &loss));
+            CHECK(train_step(acc, &md, &ws, gpu, batch, &loss));
             if (acx_sync_gradients(acc)) {
                 if (o.max_grad_norm > 0) CHECK(acx_clip_grad_norm(acc, o.max_grad_norm, 2.0, NULL));
                 CHECK(acx_optimizer_step(opt));
@@ -606,7 +758,7 @@ static int run(int argc, char **argv) {
         samples += epoch_samples;
         double mean_loss;
         CHECK(acx_reduce_scalar(acc, loss_sum / (double)(nb > 0 ? nb : 1), ACX_OP_AVG, &mean_loss));
-        CHECK(evaluate(acc, &md, test, &ws, &accuracy));
+        CHECK(evaluate(acc, &md, test, &ws, gpu, &accuracy));
         if (!o.quiet) {
             if (tty) acx_print(acc, "\n");
             acx_print(acc, "epoch %d: train_loss %.4f  test_accuracy %.4f  %.0f samples/s\n", epoch + 1,
@@ -620,6 +772,12 @@ static int run(int argc, char **argv) {
         }
     }
 
+#if FMNIST_DEVICE_PATH
+    if (gpu != NULL && mlp_cuda_sync(gpu) != 0) {
+        st = cuda_failed(gpu);
+        goto fail;
+    }
+#endif
     CHECK(acx_model_save_weights(md.m, path));
     acx_print(acc, "saved weights to %s; %.0f samples/s over %d epoch(s)\n", path,
               train_time > 0 ? (double)samples / train_time : 0.0, o.epochs - first_epoch);
@@ -642,6 +800,10 @@ fail_quiet:
 done:
     if (metrics) fclose(metrics);
     mlp_workspace_free(&ws);
+#if FMNIST_DEVICE_PATH
+    if (gpu != NULL) (void)acx_set_compute_stream(acc, NULL); /* before the stream goes */
+    if (o.cuda) mlp_cuda_free(&gpu_ws);
+#endif
     if (rc != 0 && rc != ACX_EXIT_PREEMPTED && training) {
         /* A failure in the loop may be local to this rank (a read error):
          * the others would wait for it in their next collective, so end the

@@ -9,10 +9,6 @@
 
 #include "mlp.h"
 
-/* Fashion-MNIST training-set pixel statistics (pixels scaled to [0,1]). */
-#define FMNIST_MEAN 0.2860f
-#define FMNIST_STD 0.3530f
-
 int mlp_fan_in(const mlp_dims_t *d, int layer) {
     return layer == 0 ? d->in : layer == 1 ? d->h1 : d->h2;
 }

@@ -15,6 +15,11 @@
 
 #define MLP_LAYERS 3
 
+/* Fashion-MNIST training-set pixel statistics (pixels scaled to [0,1]);
+ * mlp_load_input and its device twin (mlp_cuda.h) normalize with them. */
+#define FMNIST_MEAN 0.2860f
+#define FMNIST_STD 0.3530f
+
 typedef struct mlp_dims {
     int in, h1, h2, out; /* 784, 256, 128, 10 for Fashion-MNIST */
 } mlp_dims_t;

@@ -81,6 +81,10 @@ ACX_API int acx_device(const acx_accelerator_t *acc);
  * ACX_ERR_STATE (a non-NULL stream with host state), ACX_ERR_CUDA. */
 ACX_API acx_status_t acx_set_compute_stream(acx_accelerator_t *acc, void *stream);
 
+/* Defined when this acx has device-resident model state (device_state,
+ * acx_set_compute_stream): programs with a device path test it. */
+#define ACX_HAVE_DEVICE_STATE 1
+
 /* The resolved configuration (read-only; owned by acc). */
 ACX_API const acx_config_t *acx_get_config(const acx_accelerator_t *acc);
 
