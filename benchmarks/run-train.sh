@@ -300,7 +300,10 @@ done
 # 3 (its environment is not installed) is dropped with a note at its first
 # attempt; when none is left, the section stops.
 # peers.txt rows: model ranks round impl samples_per_s acx_before acx_after
-# ratio (acx's own processes: round = their index, the last three `-`).
+# ratio step_ratio (acx's own processes: round = their index, then `- - -`
+# and their median step in ms). step_ratio: the same by median step, the
+# peer's median step ÷ the mean of the two acx processes' (`-` when the peer
+# reports no step_ms_median).
 peer_impls=
 peer_state=
 if [ "$peers" = no ]; then
@@ -332,7 +335,8 @@ peer_run() {
             --lr 0.001 --weight-decay 0.01 --seed 42 >"$pl" 2>&1 ;;
     esac
 }
-# acx_run: one acx process; sets acx_sps (empty when it failed)
+# acx_run: one acx process; sets acx_sps and acx_step (its median step in
+# ms; both empty when it failed)
 acx_run() {
     k=$((k + 1))
     alog=$work/peer-$m-$n-acx$k.log
@@ -340,12 +344,13 @@ acx_run() {
     rc=0
     peer_run acx "$alog" "$@" || rc=$?
     acx_sps=$(json_get "$alog" samples_per_s)
+    acx_step=$(json_get "$alog" step_ms)
     if [ "$rc" -ne 0 ] || [ -z "$acx_sps" ]; then
         failed=1
-        acx_sps=
+        acx_sps='' acx_step=''
         note "peers: acx process $k, $m on $n rank(s) failed (exit $rc): $(tail -n 1 "$alog")"
     else
-        echo "$m $n $k acx $acx_sps - - -" >>"$peerfile"
+        echo "$m $n $k acx $acx_sps - - - ${acx_step:--}" >>"$peerfile"
     fi
 }
 for m in $models; do
@@ -359,7 +364,7 @@ for m in $models; do
     if [ "$m" = fmnist ] && [ "$quick" = 0 ]; then st=500 w=20; fi
     for n in $peer_np_list; do
         k=0
-        acx_sps=
+        acx_sps='' acx_step=''
         fresh=0 # 1: the last process was acx (acx_sps is the one before the next peer)
         r=1
         while [ -n "$peer_impls" ] && [ "$r" -le "$peer_rounds" ]; do
@@ -368,12 +373,14 @@ for m in $models; do
                 case " $peer_impls mpi-loop " in *" $impl "*) ;; *) continue ;; esac
                 [ -n "$peer_impls" ] || break
                 [ "$fresh" = 1 ] || acx_run "$@"
-                before=$acx_sps
+                before=$acx_sps before_step=$acx_step
                 log=$work/peer-$m-$n-$r-$impl.log
                 echo "$me: peers: $m on $n rank(s), round $r: $impl" >&2
                 prc=0
                 peer_run "$impl" "$log" "$@" || prc=$?
                 sps=$(json_get "$log" samples_per_s)
+                # the peer's median step (acx-bench-train --only mpi-loop: step_ms)
+                if [ "$impl" = mpi-loop ]; then pstep=$(json_get "$log" step_ms); else pstep=$(json_get "$log" step_ms_median); fi
                 if [ "$prc" -eq 3 ] && [ "$impl" != mpi-loop ]; then
                     note "peer $impl not installed: $(tail -n 1 "$log")"
                     peer_impls=$(echo " $peer_impls " | sed "s/ $impl / /; s/^ *//; s/ *\$//")
@@ -389,8 +396,11 @@ for m in $models; do
                 fi
                 ratio=$(awk -v a="$before" -v c="$acx_sps" -v p="$sps" 'BEGIN {
                     s = 0; k = 0; if (a != "") { s += a; k++ } if (c != "") { s += c; k++ }
-                    if (k == 0 || !(p > 0)) print "-"; else printf "%.5g\n", s / k / p }')
-                echo "$m $n $r $impl $sps ${before:--} ${acx_sps:--} $ratio" >>"$peerfile"
+                    if (k == 0 || !(p > 0)) print "-"; else printf "%.7g\n", s / k / p }')
+                sratio=$(awk -v a="$before_step" -v c="$acx_step" -v p="$pstep" 'BEGIN {
+                    s = 0; k = 0; if (a > 0) { s += a; k++ } if (c > 0) { s += c; k++ }
+                    if (k == 0 || !(p > 0)) print "-"; else printf "%.7g\n", p / (s / k) }')
+                echo "$m $n $r $impl $sps ${before:--} ${acx_sps:--} $ratio $sratio" >>"$peerfile"
             done
             r=$((r + 1))
         done
@@ -488,25 +498,33 @@ report() {
         echo "thread(s) per rank, warm-up and steps (fmnist: $( [ "$quick" = 1 ] && echo "few" || echo 500) timed steps per process). A round's ratio"
         echo "is the mean of the two acx processes around the peer's ÷ the peer's samples/s (a load"
         echo "that drifts linearly cancels); ratio cells: the median of the per-round ratios (min–max,"
-        echo "number of rounds). samples/s: medians over the processes."
+        echo "number of rounds). samples/s: medians over the processes. By median step: the same rounds"
+        echo "compared by each process's median step time (the slowest rank's, per step; the peer's ÷ the"
+        echo "mean of the two acx processes'), which leaves out the steps another job preempted: on a"
+        echo "loaded machine it shows the implementations' own speed, the throughput ratio what a user"
+        echo "got there."
         echo
-        echo "| model | ranks | acx samples/s | mpi-loop samples/s | accelerate samples/s | ddp samples/s | acx/mpi-loop (control) | acx/accelerate | acx/ddp |"
-        echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+        echo "| model | ranks | acx samples/s | mpi-loop samples/s | accelerate samples/s | ddp samples/s | acx/mpi-loop (control) | acx/accelerate | acx/ddp | by median step: acx/mpi-loop | acx/accelerate | acx/ddp |"
+        echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
         awk '{ k = $1 " " $2; if (!(k in seen)) { seen[k] = 1; keys[++nk] = k }
-               v[k, $4, ++n[k, $4]] = $5; if ($4 != "acx" && $8 != "-") q[k, $4, ++nq[k, $4]] = $8 }
+               v[k, $4, ++n[k, $4]] = $5
+               if ($4 != "acx" && $8 != "-") q[k, $4, 1, ++nq[k, $4, 1]] = $8
+               if ($4 != "acx" && NF >= 9 && $9 != "-") q[k, $4, 2, ++nq[k, $4, 2]] = $9 }
              function med(a, m,   i, j, t, b) { for (i = 1; i <= m; i++) b[i] = a[i]
                  for (i = 2; i <= m; i++) { t = b[i]; for (j = i - 1; j >= 1 && b[j] > t; j--) b[j + 1] = b[j]; b[j + 1] = t }
                  return m == 0 ? "" : (m % 2 ? b[(m + 1) / 2] : (b[m / 2] + b[m / 2 + 1]) / 2) }
              function medimpl(k, p,   i, a) { for (i = 1; i <= n[k, p]; i++) a[i] = v[k, p, i]; return med(a, n[k, p]) }
-             function ratio(k, p,   i, a, m, lo, hi) { m = nq[k, p]; if (m == 0) return "-"
-                 for (i = 1; i <= m; i++) { a[i] = q[k, p, i]; if (i == 1 || a[i] < lo) lo = a[i]; if (i == 1 || a[i] > hi) hi = a[i] }
+             # ratio(k, p, w): w = 1 by throughput, 2 by median step
+             function ratio(k, p, w,   i, a, m, lo, hi) { m = nq[k, p, w]; if (m == 0) return "-"
+                 for (i = 1; i <= m; i++) { a[i] = q[k, p, w, i]; if (i == 1 || a[i] < lo) lo = a[i]; if (i == 1 || a[i] > hi) hi = a[i] }
                  return sprintf("%.3f (%.3f–%.3f, %d)", med(a, m), lo, hi, m) }
              function f(x, d) { return x == "" ? "-" : sprintf("%.*f", d, x) }
              END { for (i = 1; i <= nk; i++) { k = keys[i]; split(k, x, " ")
-                     printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", x[1], x[2],
+                     printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", x[1], x[2],
                         f(medimpl(k, "acx"), 1), f(medimpl(k, "mpi-loop"), 1), f(medimpl(k, "accelerate"), 1),
-                        f(medimpl(k, "ddp"), 1), ratio(k, "mpi-loop"), ratio(k, "accelerate"),
-                        ratio(k, "ddp") } }' "$peerfile"
+                        f(medimpl(k, "ddp"), 1), ratio(k, "mpi-loop", 1), ratio(k, "accelerate", 1),
+                        ratio(k, "ddp", 1), ratio(k, "mpi-loop", 2), ratio(k, "accelerate", 2),
+                        ratio(k, "ddp", 2) } }' "$peerfile"
     fi
     if [ -s "$notes" ]; then
         echo
@@ -534,7 +552,7 @@ dat() {
                  r = "- - - -"
                  if (nq[k] > 0) { lo = hi = q[k, 1]
                      for (j = 1; j <= nq[k]; j++) { c[j] = q[k, j]; if (c[j] < lo) lo = c[j]; if (c[j] > hi) hi = c[j] }
-                     r = sprintf("%.5g %.5g %.5g %d", med(c, nq[k]), lo, hi, nq[k]) }
+                     r = sprintf("%.6g %.6g %.6g %d", med(c, nq[k]), lo, hi, nq[k]) }
                  print k, med(a, m), r } }' "$peerfile"
 }
 
