@@ -55,8 +55,11 @@
 # synthetic 6 timed steps per side in 3 rounds after 1 warm-up step, a
 # 2-step cross-check; batch 64 samples per rank. The default matrix (2
 # models x 4 strategies x 1, 2, 4 ranks) took 5 minutes on the 2-core VM
-# under a load average of 4-7 from other jobs; the peer rounds (24
-# processes) 4 more: each peer process costs 10-25 s of start-up there.
+# under a load average of 4-7 from other jobs. The peer rounds run 6R + 1
+# processes per (model, ranks) pair with R = --peer-rounds (19 with the
+# default 3; 6 of them Python peers, which cost 10-25 s of start-up each
+# there): fmnist alone on 1, 2, 4 ranks took 15 minutes at a load average
+# of 10-35 (2026-11-29), so a report on a budget may pass --peer-rounds 1.
 #
 # train.dat: whitespace columns under one `#` header line,
 #   impl model strategy ranks samples_per_s acx_ratio acx_ratio_min
