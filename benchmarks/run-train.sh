@@ -14,10 +14,9 @@
 #                `make check` or `make benchmarks` builds acx-bench-train there:
 #                this script builds nothing.
 # --out DIR      write DIR/train.md (a Markdown section, `## Training
-#                throughput`) and DIR/train.dat (columns impl model strategy
-#                ranks samples_per_s, under a `#` header), and keep every run's
-#                output in DIR/train-runs/. Without --out the Markdown goes to
-#                stdout (progress to stderr).
+#                throughput`) and DIR/train.dat (see below), and keep every
+#                run's output in DIR/train-runs/. Without --out the Markdown
+#                goes to stdout (progress to stderr).
 # --quick        a smoke run of about 15 s: 1 and 2 ranks, fmnist (a small
 #                synthetic MLP when the data is missing), NO_SHARD and
 #                FULL_SHARD, few steps; peers only with --peers. Measures nothing.
@@ -36,9 +35,14 @@
 #                environment is installed (exit status 3 of the runner = not
 #                installed: the report says so and the rest goes on);
 #                --no-peers never runs them.
-# --peer-rounds N  rounds of the process-level alternation (default 1: each
-#                (model, ranks) pair runs every implementation once, in an order
-#                that rotates from pair to pair and from round to round).
+# --peer-rounds N  rounds of the process-level alternation (default 3, 1
+#                with --quick). Per (model, ranks) pair the processes run
+#                A P1 A P2 A P3 A P1 A ... A (A = acx, P = the MPI loop, then
+#                Accelerate, then PyTorch DDP, each N times): every peer
+#                process runs between two acx processes, and its round's
+#                ratio is the mean of those two acx samples/s over the peer's
+#                (a linear drift of the machine's load cancels). The report
+#                gives the median of the N per-round ratios, with min and max.
 # --peer-np-list L world sizes of the peer rounds (default: --np-list).
 # --dims D       the synthetic model (default 1024,4096,4096,256).
 # --threads T    BLAS threads per rank, for acx, the MPI loop and the peers
@@ -51,8 +55,26 @@
 # synthetic 6 timed steps per side in 3 rounds after 1 warm-up step, a
 # 2-step cross-check; batch 64 samples per rank. The default matrix (2
 # models x 4 strategies x 1, 2, 4 ranks) took 5 minutes on the 2-core VM
-# under a load average of 4-7 from other jobs; the peer rounds (24
-# processes) 4 more: each peer process costs 10-25 s of start-up there.
+# under a load average of 4-7 from other jobs. The peer rounds run 6R + 1
+# processes per (model, ranks) pair with R = --peer-rounds (19 with the
+# default 3; 6 of them Python peers, which cost 10-25 s of start-up each
+# there): fmnist alone on 1, 2, 4 ranks took 15 minutes at a load average
+# of 10-35 (2026-11-29), so a report on a budget may pass --peer-rounds 1.
+#
+# train.dat: whitespace columns under one `#` header line,
+#   impl model strategy ranks samples_per_s acx_ratio acx_ratio_min
+#   acx_ratio_max ratio_rounds
+# one row per acx and mpi-loop run of the matrix, then one per peer (model,
+# ranks) with strategy NO_SHARD. samples_per_s: the row's throughput (all
+# ranks, over every timed step; peers: the median over their rounds).
+# acx_ratio: acx's throughput over this row's impl, the median of the
+# per-round ratios measured side by side — mpi-loop rows: acx-bench-train's
+# acx_over_mpi_loop (rounds alternating inside one job, same strategy; NOT
+# the ratio of the samples_per_s columns, which a few preempted steps
+# dominate on a loaded machine); peer rows: the process-level rounds above.
+# acx_ratio_min/_max: the smallest and largest per-round ratio; ratio_rounds:
+# how many rounds. acx's own rows have `-` there.
+#
 # Exit status: 0 every run succeeded (and every cross-check passed); 1 some
 # run failed (the report is still written, the failure in it); 2 bad usage.
 set -eu
@@ -109,7 +131,7 @@ else
     np_list=${np_list:-1,2,4}
     models=${models:-fmnist,synthetic}
     strategies=${strategies:-NO_SHARD,SHARD_GRAD_OP,FULL_SHARD,HYBRID_SHARD}
-    peer_rounds=${peer_rounds:-1}
+    peer_rounds=${peer_rounds:-3}
 fi
 is_count() { case $1 in '' | *[!0-9]* | 0*) return 1 ;; esac; }
 np_list=$(echo "$np_list" | tr ',' ' ')
@@ -218,6 +240,21 @@ run_mpi() {
 json_get() {
     tail -n 1 "$1" | sed -n "s/.*[{,] *\"$2\": *\"\{0,1\}\([^,\"}]*\)\"\{0,1\} *[,}].*/\1/p"
 }
+# json_array FILE KEY: KEY's array of numbers in the last line of FILE (the
+# --json file: acx-bench-train's stdout line has no arrays),
+# blank-separated (empty when there is none)
+json_array() {
+    tail -n 1 "$1" | sed -n "s/.*[{,] *\"$2\": *\\[\([^]]*\)].*/\1/p" | tr -d ',' | tr -s ' '
+}
+# round_range A B: "min max n" of the per-round ratios a_i / b_i of two
+# blank-separated lists of equal length, or "- - -"
+round_range() {
+    awk -v a="$1" -v b="$2" 'BEGIN { n = split(a, x, " "); m = split(b, y, " ")
+        if (n == 0 || n != m) { print "- - -"; exit }
+        for (i = 1; i <= n; i++) { if (!(y[i] > 0)) { print "- - -"; exit }
+            r = x[i] / y[i]; if (i == 1 || r < lo) lo = r; if (i == 1 || r > hi) hi = r }
+        printf "%.5g %.5g %d\n", lo, hi, n }'
+}
 
 failed=0
 load_start=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo "?")
@@ -235,29 +272,41 @@ for m in $models; do
                 if [ $((n % 2)) -eq 0 ]; then extra=--acx-ranks_per_node=$((n / 2)); fi
             fi
             log=$work/$m-$s-$n.log
+            jf=$work/$m-$s-$n.json # (the per-round arrays are only here)
             echo "$me: $m $s on $n rank(s)" >&2
             rc=0
             # shellcheck disable=SC2046 # model_args: words, split on purpose
             run_mpi "$n" "$bench" $(model_args "$m") --sharding-strategy "$s" --threads "$threads" \
-                --json "$work/$m-$s-$n.json" $extra "$@" >"$log" 2>&1 || rc=$?
+                --json "$jf" $extra "$@" >"$log" 2>&1 || rc=$?
             if [ "$rc" -ne 0 ] || [ "$(json_get "$log" impl)" != acx ]; then
                 failed=1
                 note "$m $s on $n rank(s) failed (exit $rc): $(grep '^acx-bench-train' "$log" | tail -n 1)"
-                echo "$m $s $n - - - - - - - - - - - - - failed" >>"$matrix"
+                echo "$m $s $n - - - - - - - - - - - - - failed - - -" >>"$matrix"
                 continue
             fi
             v() { x=$(json_get "$log" "$1"); echo "${x:--}" | sed 's/^null$/-/'; }
             echo "$m $s $n $(v samples_per_s) $(v mpi_loop_samples_per_s) $(v acx_over_mpi_loop) $(v acx_over_mpi_loop_step) $(v acx_over_mpi_loop_cpu)" \
                 "$(v step_ms) $(v step_ms_p10) $(v step_ms_p90) $(v mpi_loop_step_ms)" \
-                "$(v comm_share) $(v mpi_loop_comm_share) $(v acx_wait_share) $(v check_max_rel_diff) $(v check)" >>"$matrix"
+                "$(v comm_share) $(v mpi_loop_comm_share) $(v acx_wait_share) $(v check_max_rel_diff) $(v check)" \
+                "$(round_range "$(json_array "$jf" round_samples_per_s)" "$(json_array "$jf" mpi_loop_round_samples_per_s)")" >>"$matrix"
             if [ "$(v check)" = failed ]; then failed=1; fi
         done
     done
 done
 
 # ---- the peers: processes alternating in rounds ----
-# A peer whose runner exits 3 (its environment is not installed) is dropped
-# with a note at its first attempt; when none is left, the section stops.
+# Per (model, ranks): A P A P ... A, where A is an acx process and P runs,
+# R times over, the MPI loop (a control: the same loop as the matrix's
+# baseline, measured like the peers), Accelerate and PyTorch DDP. Each P sits
+# between two A: its round's ratio is mean(A before, A after) / P, so that a
+# load that drifts linearly over the pair cancels. A peer whose runner exits
+# 3 (its environment is not installed) is dropped with a note at its first
+# attempt; when none is left, the section stops.
+# peers.txt rows: model ranks round impl samples_per_s acx_before acx_after
+# ratio step_ratio (acx's own processes: round = their index, then `- - -`
+# and their median step in ms). step_ratio: the same by median step, the
+# peer's median step ÷ the mean of the two acx processes' (`-` when the peer
+# reports no step_ms_median).
 peer_impls=
 peer_state=
 if [ "$peers" = no ]; then
@@ -272,8 +321,43 @@ else
 fi
 peerfile=$work/peers.txt
 : >"$peerfile"
-config=0 # counts (model, ranks) pairs: the order also rotates from one to the next
+# peer_run IMPL LOG: one process of IMPL for the current $m, $n, $margs,
+# $b, $st, $w; its exit status
+peer_run() {
+    pi=$1 pl=$2
+    shift 2
+    case $pi in
+    acx | mpi-loop)
+        # shellcheck disable=SC2046,SC2086
+        run_mpi "$n" "$bench" $margs --steps "$st" --warmup "$w" --only "$pi" --no-compute-only \
+            --check-steps 0 --rounds 1 --block-warmup 0 --threads "$threads" "$@" >"$pl" 2>&1 ;;
+    *)
+        # shellcheck disable=SC2046
+        timeout -k 10 "$limit" sh "$runner" "$pi" --np "$n" --model "$m" $(data_arg "$m") \
+            --batch-size "$b" --steps "$st" --warmup "$w" --threads "$threads" \
+            --lr 0.001 --weight-decay 0.01 --seed 42 >"$pl" 2>&1 ;;
+    esac
+}
+# acx_run: one acx process; sets acx_sps and acx_step (its median step in
+# ms; both empty when it failed)
+acx_run() {
+    k=$((k + 1))
+    alog=$work/peer-$m-$n-acx$k.log
+    echo "$me: peers: $m on $n rank(s): acx ($k)" >&2
+    rc=0
+    peer_run acx "$alog" "$@" || rc=$?
+    acx_sps=$(json_get "$alog" samples_per_s)
+    acx_step=$(json_get "$alog" step_ms)
+    if [ "$rc" -ne 0 ] || [ -z "$acx_sps" ]; then
+        failed=1
+        acx_sps='' acx_step=''
+        note "peers: acx process $k, $m on $n rank(s) failed (exit $rc): $(tail -n 1 "$alog")"
+    else
+        echo "$m $n $k acx $acx_sps - - - ${acx_step:--}" >>"$peerfile"
+    fi
+}
 for m in $models; do
+    [ -n "$peer_impls" ] || break
     margs=$(model_args "$m")
     # shellcheck disable=SC2086
     b=$(arg_of --batch-size $margs) st=$(arg_of --steps $margs) w=$(arg_of --warmup $margs)
@@ -282,40 +366,44 @@ for m in $models; do
     # peer process costs far more than these steps anyway)
     if [ "$m" = fmnist ] && [ "$quick" = 0 ]; then st=500 w=20; fi
     for n in $peer_np_list; do
+        k=0
+        acx_sps='' acx_step=''
+        fresh=0 # 1: the last process was acx (acx_sps is the one before the next peer)
         r=1
-        config=$((config + 1))
         while [ -n "$peer_impls" ] && [ "$r" -le "$peer_rounds" ]; do
-            impls="acx mpi-loop $peer_impls"
-            nimpl=$(echo "$impls" | wc -w)
-            # rotate the order each round: impl i at position (i + r + config) mod nimpl
-            order=$(echo "$impls" | tr ' ' '\n' | awk -v r="$((r + config))" -v k="$nimpl" '{ print (NR + r) % k, $0 }' |
-                sort -n | cut -d' ' -f2)
-            for impl in $order; do
+            for impl in $peer_impls mpi-loop; do
+                # (mpi-loop only while a peer is left: it is their control)
+                case " $peer_impls mpi-loop " in *" $impl "*) ;; *) continue ;; esac
+                [ -n "$peer_impls" ] || break
+                [ "$fresh" = 1 ] || acx_run "$@"
+                before=$acx_sps before_step=$acx_step
                 log=$work/peer-$m-$n-$r-$impl.log
                 echo "$me: peers: $m on $n rank(s), round $r: $impl" >&2
-                rc=0
-                case $impl in
-                acx | mpi-loop)
-                    # shellcheck disable=SC2046,SC2086
-                    run_mpi "$n" "$bench" $margs --steps "$st" --warmup "$w" --only "$impl" --no-compute-only \
-                        --check-steps 0 --rounds 1 --block-warmup 0 --threads "$threads" "$@" >"$log" 2>&1 || rc=$? ;;
-                *)
-                    case " $peer_impls " in *" $impl "*) ;; *) continue ;; esac
-                    # shellcheck disable=SC2046
-                    timeout -k 10 "$limit" sh "$runner" "$impl" --np "$n" --model "$m" $(data_arg "$m") \
-                        --batch-size "$b" --steps "$st" --warmup "$w" --threads "$threads" \
-                        --lr 0.001 --weight-decay 0.01 --seed 42 >"$log" 2>&1 || rc=$? ;;
-                esac
+                prc=0
+                peer_run "$impl" "$log" "$@" || prc=$?
                 sps=$(json_get "$log" samples_per_s)
-                if [ "$rc" -eq 3 ]; then
+                # the peer's median step (acx-bench-train --only mpi-loop: step_ms)
+                if [ "$impl" = mpi-loop ]; then pstep=$(json_get "$log" step_ms); else pstep=$(json_get "$log" step_ms_median); fi
+                if [ "$prc" -eq 3 ] && [ "$impl" != mpi-loop ]; then
                     note "peer $impl not installed: $(tail -n 1 "$log")"
                     peer_impls=$(echo " $peer_impls " | sed "s/ $impl / /; s/^ *//; s/ *\$//")
-                elif [ "$rc" -ne 0 ] || [ -z "$sps" ]; then
-                    failed=1
-                    note "peers: $impl, $m on $n rank(s), round $r failed (exit $rc): $(tail -n 1 "$log")"
-                else
-                    echo "$m $n $r $impl $sps" >>"$peerfile"
+                    fresh=1
+                    continue
                 fi
+                acx_run "$@"
+                fresh=1
+                if [ "$prc" -ne 0 ] || [ -z "$sps" ]; then
+                    failed=1
+                    note "peers: $impl, $m on $n rank(s), round $r failed (exit $prc): $(tail -n 1 "$log")"
+                    continue
+                fi
+                ratio=$(awk -v a="$before" -v c="$acx_sps" -v p="$sps" 'BEGIN {
+                    s = 0; k = 0; if (a != "") { s += a; k++ } if (c != "") { s += c; k++ }
+                    if (k == 0 || !(p > 0)) print "-"; else printf "%.7g\n", s / k / p }')
+                sratio=$(awk -v a="$before_step" -v c="$acx_step" -v p="$pstep" 'BEGIN {
+                    s = 0; k = 0; if (a > 0) { s += a; k++ } if (c > 0) { s += c; k++ }
+                    if (k == 0 || !(p > 0)) print "-"; else printf "%.7g\n", p / (s / k) }')
+                echo "$m $n $r $impl $sps ${before:--} ${acx_sps:--} $ratio $sratio" >>"$peerfile"
             done
             r=$((r + 1))
         done
@@ -361,7 +449,9 @@ report() {
     echo "Definitions. samples/s: all ranks, over every timed step of the side (the slowest rank's"
     echo "time per block). step ms: per step, the slowest rank's time; median, 10th and 90th percentile."
     echo "acx/mpi-loop: the median over rounds of the per-round throughput ratio (same run, same"
-    echo "batches); by median step: mpi-loop's median step time ÷ acx's, which ignores the steps"
+    echo "batches; the figure train.dat's acx_ratio and run-all's target use, not the ratio of the"
+    echo "samples/s columns, which a few preempted steps dominate), with the smallest and largest"
+    echo "per-round ratio; by median step: mpi-loop's median step time ÷ acx's, which ignores the steps"
     echo "another job preempted (on a loaded machine the figure to trust); by CPU time: each side's"
     echo "CPU time per round, mpi-loop ÷ acx, median over rounds (counts only while a process runs,"
     echo "but includes MPI's busy waiting). comm share: 1 − median step(compute-only) ÷ median"
@@ -377,10 +467,10 @@ report() {
     echo
     echo "### acx against the hand-written MPI loop (same run, alternating)"
     echo
-    echo "| model | strategy | ranks | acx samples/s | mpi-loop samples/s | acx/mpi-loop | acx/mpi-loop by median step | acx/mpi-loop by CPU time | acx step ms | acx p10 ms | acx p90 ms | mpi-loop step ms | acx comm share | mpi-loop comm share | acx wait share | cross-check max rel diff | cross-check |"
-    echo "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"
-    awk '{ printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
-           $1, $2, $3, f($4, 1), f($5, 1), f($6, 3), f($7, 3), f($8, 3), f($9, 3), f($10, 3), f($11, 3),
+    echo "| model | strategy | ranks | acx samples/s | mpi-loop samples/s | acx/mpi-loop | per-round min–max | acx/mpi-loop by median step | acx/mpi-loop by CPU time | acx step ms | acx p10 ms | acx p90 ms | mpi-loop step ms | acx comm share | mpi-loop comm share | acx wait share | cross-check max rel diff | cross-check |"
+    echo "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"
+    awk '{ printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
+           $1, $2, $3, f($4, 1), f($5, 1), f($6, 3), $18 == "-" ? "-" : f($18, 3) "–" f($19, 3), f($7, 3), f($8, 3), f($9, 3), f($10, 3), f($11, 3),
            f($12, 3), f($13, 3), f($14, 3), f($15, 3), e($16), $17 }
          function f(x, d) { return x == "-" ? "-" : sprintf("%.*f", d, x) }
          function e(x) { return x == "-" ? "-" : sprintf("%.2e", x) }' "$matrix"
@@ -404,28 +494,40 @@ report() {
     if [ "$peer_state" != ran ]; then
         echo "Peers $peer_state."
     else
-        echo "Each round runs one process per implementation (acx and the MPI loop as"
-        echo "\`acx-bench-train --only\`, NO_SHARD; the peers through benchmarks/peers/run-peer.sh),"
-        echo "in an order rotating from one (model, ranks) pair to the next and from round to round;"
-        echo "same model, data, batch per rank, AdamW,"
-        echo "threads and steps. $peer_rounds round(s); samples/s are medians over rounds, ratios the"
-        echo "medians of the per-round ratios."
+        echo "Whole processes alternate: acx (\`acx-bench-train --only acx\`, NO_SHARD), then a peer"
+        echo "(through benchmarks/peers/run-peer.sh; the MPI loop as \`--only mpi-loop\`, a control that"
+        echo "shows how much process-level rounds move), then acx again: A P A P … A, each peer"
+        echo "$peer_rounds time(s) per (model, ranks). Same model, data, batch per rank, AdamW, $threads"
+        echo "thread(s) per rank, warm-up and steps (fmnist: $( [ "$quick" = 1 ] && echo "few" || echo 500) timed steps per process). A round's ratio"
+        echo "is the mean of the two acx processes around the peer's ÷ the peer's samples/s (a load"
+        echo "that drifts linearly cancels); ratio cells: the median of the per-round ratios (min–max,"
+        echo "number of rounds). samples/s: medians over the processes. By median step: the same rounds"
+        echo "compared by each process's median step time (the slowest rank's, per step; the peer's ÷ the"
+        echo "mean of the two acx processes'), which leaves out the steps another job preempted: on a"
+        echo "loaded machine it shows the implementations' own speed, the throughput ratio what a user"
+        echo "got there."
         echo
-        echo "| model | ranks | acx samples/s | mpi-loop samples/s | accelerate samples/s | ddp samples/s | acx/mpi-loop | acx/accelerate | acx/ddp |"
-        echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+        echo "| model | ranks | acx samples/s | mpi-loop samples/s | accelerate samples/s | ddp samples/s | acx/mpi-loop (control) | acx/accelerate | acx/ddp | by median step: acx/mpi-loop | acx/accelerate | acx/ddp |"
+        echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
         awk '{ k = $1 " " $2; if (!(k in seen)) { seen[k] = 1; keys[++nk] = k }
-               v[k, $4, ++n[k, $4]] = $5; s[k, $3, $4] = $5 }
+               v[k, $4, ++n[k, $4]] = $5
+               if ($4 != "acx" && $8 != "-") q[k, $4, 1, ++nq[k, $4, 1]] = $8
+               if ($4 != "acx" && NF >= 9 && $9 != "-") q[k, $4, 2, ++nq[k, $4, 2]] = $9 }
              function med(a, m,   i, j, t, b) { for (i = 1; i <= m; i++) b[i] = a[i]
                  for (i = 2; i <= m; i++) { t = b[i]; for (j = i - 1; j >= 1 && b[j] > t; j--) b[j + 1] = b[j]; b[j + 1] = t }
                  return m == 0 ? "" : (m % 2 ? b[(m + 1) / 2] : (b[m / 2] + b[m / 2 + 1]) / 2) }
              function medimpl(k, p,   i, a) { for (i = 1; i <= n[k, p]; i++) a[i] = v[k, p, i]; return med(a, n[k, p]) }
-             function ratio(k, p,   r, a, m) { m = 0; for (r = 1; r <= 1000; r++) if ((k, r, "acx") in s && (k, r, p) in s) a[++m] = s[k, r, "acx"] / s[k, r, p]; return med(a, m) }
+             # ratio(k, p, w): w = 1 by throughput, 2 by median step
+             function ratio(k, p, w,   i, a, m, lo, hi) { m = nq[k, p, w]; if (m == 0) return "-"
+                 for (i = 1; i <= m; i++) { a[i] = q[k, p, w, i]; if (i == 1 || a[i] < lo) lo = a[i]; if (i == 1 || a[i] > hi) hi = a[i] }
+                 return sprintf("%.3f (%.3f–%.3f, %d)", med(a, m), lo, hi, m) }
              function f(x, d) { return x == "" ? "-" : sprintf("%.*f", d, x) }
              END { for (i = 1; i <= nk; i++) { k = keys[i]; split(k, x, " ")
-                     printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", x[1], x[2],
+                     printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", x[1], x[2],
                         f(medimpl(k, "acx"), 1), f(medimpl(k, "mpi-loop"), 1), f(medimpl(k, "accelerate"), 1),
-                        f(medimpl(k, "ddp"), 1), f(ratio(k, "mpi-loop"), 3), f(ratio(k, "accelerate"), 3),
-                        f(ratio(k, "ddp"), 3) } }' "$peerfile"
+                        f(medimpl(k, "ddp"), 1), ratio(k, "mpi-loop", 1), ratio(k, "accelerate", 1),
+                        ratio(k, "ddp", 1), ratio(k, "mpi-loop", 2), ratio(k, "accelerate", 2),
+                        ratio(k, "ddp", 2) } }' "$peerfile"
     fi
     if [ -s "$notes" ]; then
         echo
@@ -436,14 +538,25 @@ report() {
 }
 
 dat() {
-    echo "# impl model strategy ranks samples_per_s"
-    awk '$4 != "-" { print "acx", $1, $2, $3, $4 } $5 != "-" { print "mpi-loop", $1, $2, $3, $5 }' "$matrix"
-    # the peers' medians over rounds (acx and the MPI loop are in the rows above)
-    awk '$4 != "acx" && $4 != "mpi-loop" { k = $4 " " $1 " NO_SHARD " $2; v[k, ++n[k]] = $5; if (!(k in s)) { s[k] = 1; keys[++nk] = k } }
-         END { for (i = 1; i <= nk; i++) { k = keys[i]; m = n[k]
-                 for (a = 1; a <= m; a++) b[a] = v[k, a]
-                 for (a = 2; a <= m; a++) { t = b[a]; for (j = a - 1; j >= 1 && b[j] > t; j--) b[j + 1] = b[j]; b[j + 1] = t }
-                 print k, (m % 2 ? b[(m + 1) / 2] : (b[m / 2] + b[m / 2 + 1]) / 2) } }' "$peerfile"
+    echo "# impl model strategy ranks samples_per_s acx_ratio acx_ratio_min acx_ratio_max ratio_rounds"
+    # acx and the MPI loop of the matrix: acx_ratio = acx-bench-train's
+    # acx_over_mpi_loop (median of its in-job rounds), min/max from the
+    # rounds' samples/s
+    awk '$4 != "-" { print "acx", $1, $2, $3, $4, "-", "-", "-", "-" }
+         $5 != "-" { print "mpi-loop", $1, $2, $3, $5, $6, $18, $19, $20 }' "$matrix"
+    # the peers: medians over their rounds (acx and the MPI loop are in the rows above)
+    awk '$4 != "acx" && $4 != "mpi-loop" { k = $4 " " $1 " NO_SHARD " $2; v[k, ++n[k]] = $5
+             if ($8 != "-") q[k, ++nq[k]] = $8; if (!(k in s)) { s[k] = 1; keys[++nk] = k } }
+         function med(a, m,   i, j, t, b) { for (i = 1; i <= m; i++) b[i] = a[i]
+             for (i = 2; i <= m; i++) { t = b[i]; for (j = i - 1; j >= 1 && b[j] > t; j--) b[j + 1] = b[j]; b[j + 1] = t }
+             return m % 2 ? b[(m + 1) / 2] : (b[m / 2] + b[m / 2 + 1]) / 2 }
+         END { for (i = 1; i <= nk; i++) { k = keys[i]; m = n[k]; split("", a); split("", c)
+                 for (j = 1; j <= m; j++) a[j] = v[k, j]
+                 r = "- - - -"
+                 if (nq[k] > 0) { lo = hi = q[k, 1]
+                     for (j = 1; j <= nq[k]; j++) { c[j] = q[k, j]; if (c[j] < lo) lo = c[j]; if (c[j] > hi) hi = c[j] }
+                     r = sprintf("%.6g %.6g %.6g %d", med(c, nq[k]), lo, hi, nq[k]) }
+                 print k, med(a, m), r } }' "$peerfile"
 }
 
 if [ -n "$out" ]; then

@@ -73,8 +73,8 @@ def main():
     def step(pixels, labels):
         return common.train_step(model, optimizer, pixels, labels, accelerator.backward)
 
-    seconds, loss = common.timed_run(step, batches, args.warmup, args.steps)
-    common.report("accelerate", args, world, rank, seconds, loss)
+    seconds, loss, step_ms_median = common.timed_run(step, batches, args.warmup, args.steps)
+    common.report("accelerate", args, world, rank, seconds, loss, step_ms_median)
     accelerator.end_training()
 
 

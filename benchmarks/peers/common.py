@@ -29,6 +29,7 @@ import argparse
 import json
 import math
 import os
+import statistics
 import sys
 import time
 
@@ -289,41 +290,56 @@ def _allreduce(value, op):
 
 
 def timed_run(step, batches, warmup, steps):
-    """W untimed steps, a barrier, S timed steps; returns (seconds, loss):
-    the slowest rank's time for the S steps (MAX over ranks) and the last
-    step's loss averaged over ranks. step(pixels, labels) -> loss tensor.
-    Collective over the default process group when there is one."""
+    """W untimed steps, a barrier, S timed steps; returns (seconds, loss,
+    step_ms_median): the slowest rank's time for the S steps (MAX over
+    ranks), the last step's loss averaged over ranks, and the median over
+    steps of the slowest rank's time per step in ms (as acx-bench-train's
+    step_ms: robust to the few steps another job preempts). step(pixels,
+    labels) -> loss tensor. Collective over the default process group when
+    there is one."""
     nb = len(batches)
     for i in range(warmup):
         step(*batches[i % nb])
     _barrier()
+    per_step = [0.0] * steps
     t0 = time.perf_counter()
+    t = t0
     loss = None
     for i in range(steps):
         loss = step(*batches[(warmup + i) % nb])
-    mine = time.perf_counter() - t0
+        now = time.perf_counter()
+        per_step[i] = now - t
+        t = now
+    mine = t - t0
     slowest = _allreduce(mine, dist.ReduceOp.MAX)
+    st = torch.tensor(per_step, dtype=torch.float64)
+    if dist.is_available() and dist.is_initialized():
+        dist.all_reduce(st, op=dist.ReduceOp.MAX)
+    step_ms_median = 1e3 * statistics.median(st.tolist())
     world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
     mean_loss = _allreduce(loss.item(), dist.ReduceOp.SUM) / world
     _barrier()
-    return slowest, mean_loss
+    return slowest, mean_loss, step_ms_median
 
 
-def report(impl, args, world_size, rank, seconds, final_loss):
+def report(impl, args, world_size, rank, seconds, final_loss, step_ms_median=None):
     """Rank 0: one human line on stderr and the JSON result (the interface of
-    run-peer.sh: samples_per_s counts all ranks, N*B*S/seconds) in
+    run-peer.sh: samples_per_s counts all ranks, N*B*S/seconds; step_ms the
+    mean step, step_ms_median the median of the slowest rank's steps) in
     args.json_out, or on stdout when none is given."""
     if rank != 0:
         return
     sps = world_size * args.batch_size * args.steps / seconds
     step_ms = 1e3 * seconds / args.steps
     log("%s: %d rank(s) x batch %d, %s %s, %d thread(s)/rank: %d steps in %.3f s, "
-        "%.3f ms/step, %.0f samples/s, final loss %.4f"
+        "%.3f ms/step (median %.3f), %.0f samples/s, final loss %.4f"
         % (impl, world_size, args.batch_size, args.model, ",".join(map(str, args.dims)),
-           args.threads, args.steps, seconds, step_ms, sps, final_loss))
+           args.threads, args.steps, seconds, step_ms,
+           float("nan") if step_ms_median is None else step_ms_median, sps, final_loss))
     line = json.dumps({"impl": impl, "ranks": world_size, "model": args.model,
                        "batch_size": args.batch_size, "steps": args.steps,
                        "samples_per_s": round(sps, 3), "step_ms": round(step_ms, 6),
+                       "step_ms_median": None if step_ms_median is None else round(step_ms_median, 6),
                        "final_loss": round(final_loss, 6)}, separators=(",", ":"))
     if args.json_out:
         with open(args.json_out, "w") as f:

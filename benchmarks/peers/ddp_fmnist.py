@@ -51,8 +51,8 @@ def main():
     def step(pixels, labels):
         return common.train_step(model, optimizer, pixels, labels, lambda loss: loss.backward())
 
-    seconds, loss = common.timed_run(step, batches, args.warmup, args.steps)
-    common.report("ddp", args, world, rank, seconds, loss)
+    seconds, loss, step_ms_median = common.timed_run(step, batches, args.warmup, args.steps)
+    common.report("ddp", args, world, rank, seconds, loss, step_ms_median)
     dist.destroy_process_group()
 
 

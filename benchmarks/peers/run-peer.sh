@@ -20,7 +20,9 @@
 # stdout: the launcher's and the ranks' lines go to stderr; the last (only)
 # line of stdout is one JSON object:
 #   {"impl":"ddp","ranks":N,"model":"fmnist","batch_size":B,"steps":S,
-#    "samples_per_s":X,"step_ms":Y,"final_loss":L}
+#    "samples_per_s":X,"step_ms":Y,"step_ms_median":M,"final_loss":L}
+# (step_ms: the mean step over the timed window; step_ms_median: the median
+# over steps of the slowest rank's step, as acx-bench-train's step_ms)
 # Exit status: 0 done; 3 the peer environment is not installed (the message
 # names what is missing and the command that installs it:
 # benchmarks/peers/setup-venv.sh); 2 bad usage; 1 any other failure.
