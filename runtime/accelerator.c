@@ -483,6 +483,10 @@ err_free:
 
 static void accelerator_free(acx_accelerator_t *acc) {
     for (int i = acc->num_loaders - 1; i >= 0; i--) acx_loader_free(acc->loaders[i]);
+    /* device state: the optimizer's last step may still run on the compute
+     * stream, and the device table's free waits for nothing */
+    for (int i = 0; acc->dev != NULL && i < acc->num_models; i++)
+        (void)acc->dev->sync(acc->models[i]->ctx.stream);
     for (int i = acc->num_optimizers - 1; i >= 0; i--) acx_optimizer_free(acc->optimizers[i]);
     for (int i = acc->num_models - 1; i >= 0; i--) acx_model_free(acc->models[i]);
     free(acc->loaders);
@@ -551,7 +555,10 @@ ACX_API acx_status_t acx_set_compute_stream(acx_accelerator_t *acc, void *stream
      * the old stream too: drain it before switching */
     for (int i = 0; acc->dev != NULL && i < acc->num_models; i++)
         ACX_CHECK(acc->dev->sync(acc->models[i]->ctx.stream));
+    /* every communicator acx_init made (the sharding layer's own splits,
+     * e.g. NO_SHARD's checkpoint load groups, move host data over MPI) */
     ACX_CHECK(acx_coll_set_compute_stream(acc->world, stream));
+    if (acc->node != NULL) ACX_CHECK(acx_coll_set_compute_stream(acc->node, stream));
     acc->compute_stream = stream;
     for (int i = 0; i < acc->num_models; i++)
         acc->models[i]->ctx.stream = stream;
