@@ -1,7 +1,7 @@
 /*
  * runtime/base/mem_cache.c — the caching allocator of mem_cache.h: free
- * mappings kept for reuse, best fit with splitting and merging, bounded by
- * the peak in-use bytes.
+ * mappings kept for reuse, by size class, with splitting and merging,
+ * bounded by the peak in-use bytes plus an eighth.
  *
  * Blocks. Every block the cache knows, in use or free, is one entry of a
  * flat array (a training model has tens of them: a scan is cheaper than
@@ -12,22 +12,27 @@
  * on its own, so a block is unmapped exactly as it is, whatever mappings
  * it came from.
  *
- * The bound. held = in_use + free_bytes never exceeds peak_in_use, the
- * largest in_use seen since the last empty (bytes are page multiples, so
- * in_use is the page-rounded sum the allocator without a cache mapped):
- * reusing a free block moves bytes from free to in use (held unchanged).
- * A request that no free block fits (the free bytes are there, but in
- * pieces) gets a fresh address range into which free blocks are *moved*
- * with mremap(MREMAP_FIXED) — the kernel moves their page-table entries,
- * the pages stay resident, nothing is copied or faulted in — and fresh
- * pages only for what the free bytes do not cover. So held grows only when
- * in_use does, to a new peak, and once a training loop has run one step
- * (the same requests in the same order every step) no request needs a
- * fresh page again: the peak resident memory of the buffers is what it
- * was without the cache, and the steady state costs no page faults.
- * (Splitting and merging alone, best fit, do not reach that: the pieces
- * drift from step to step. Evicting instead of moving, the fallback where
- * mremap is missing, faults the evicted bytes in again.)
+ * The bound. held = in_use + free_bytes stays within peak + peak/8, peak
+ * being the largest in_use seen since the last empty (page multiples, the
+ * page-rounded sum the allocator without a cache mapped), the eighth being
+ * what size classes round: a request takes, in this order,
+ *   1. the smallest free block of its size up to 1/8 more, whole;
+ *   2. while held stays within the limit, a fresh block of its size — so
+ *      that every size a step uses gets blocks of its own (a step that
+ *      needs two blocks of size a at one moment and a + 2b later finds
+ *      them all, instead of re-splitting a b every step);
+ *   3. else the head of the smallest larger free block (split);
+ *   4. else (free bytes only in smaller pieces) a fresh address range into
+ *      which free blocks are *moved* with mremap(MREMAP_FIXED) — the kernel
+ *      moves their page-table entries, the pages stay resident, nothing is
+ *      copied or faulted in — with fresh pages only for what they do not
+ *      cover; held then grows only by a new peak.
+ * Training repeats the same requests in the same order every step, so
+ * after the first steps every request is served by 1.: no mmap, mremap,
+ * munmap or page fault. (Moving costs ~0.1-0.2 ms a call: a step that
+ * needs it every time — as with the bound exactly at the peak — pays more
+ * in system time than the page faults it saves.) Where mremap is missing,
+ * 4. unmaps the least recently freed blocks instead.
  *
  * MADV_HUGEPAGE (transparent huge pages in madvise mode) cuts the
  * page-fault cost of a fresh mapping about 3.5x; it is a hint, so failure
@@ -47,7 +52,7 @@ typedef struct block {
     char *p;
     size_t len;    /* bytes, a page multiple */
     int free;      /* 1: cached, 0: in use */
-    uint64_t tick; /* when it was last freed (LRU order of eviction) */
+    uint64_t tick; /* when it was last freed (eviction order where mremap is missing) */
 } block_t;
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
@@ -56,6 +61,8 @@ static size_t num_blocks, cap_blocks;
 static size_t in_use, free_bytes, peak_in_use;
 static uint64_t clock_ticks;
 static size_t page_size; /* set at the first request */
+
+#define SLACK_DIV 8 /* held may exceed the peak in use by 1/8 (size classes) */
 
 /* ---- the block table (called with the lock held) ---- */
 
@@ -78,6 +85,13 @@ static void evict(size_t i) {
     munmap(blocks[i].p, blocks[i].len);
     free_bytes -= blocks[i].len;
     block_remove(i);
+}
+
+/* The most held (in use + free) may reach while in_use + len is the new
+ * in-use total: the peak plus SLACK_DIV-th of it. */
+static size_t held_limit(size_t len) {
+    size_t peak = in_use + len > peak_in_use ? in_use + len : peak_in_use;
+    return peak + peak / SLACK_DIV;
 }
 
 /* The index of the free block to use next when assembling a block, or
@@ -125,9 +139,10 @@ static int assemble(char *p, size_t len) {
     }
 #else
     (void)p;
+    (void)page_size;
     /* no mremap: unmap the least recently freed blocks until in use + free
-     * is back under the peak (in_use already counts this block) */
-    while (in_use + free_bytes > peak_in_use) {
+     * is back under the limit (in_use does not count this block yet) */
+    while (in_use + len + free_bytes > held_limit(len)) {
         size_t oldest = num_blocks;
         for (size_t i = 0; i < num_blocks; i++)
             if (blocks[i].free && (oldest == num_blocks || blocks[i].tick < blocks[oldest].tick))
@@ -147,6 +162,30 @@ static void empty_locked(void) {
 
 /* ---- allocation ---- */
 
+/* Take free block i for a request of len bytes: whole, or its head when
+ * split (the tail stays free). */
+static char *take(size_t i, size_t len, int split) {
+    block_t *b = &blocks[i];
+    char *p = b->p;
+    size_t used = split ? len : b->len;
+    if (used < b->len) {
+        char *tail = p + used;
+        size_t tail_len = b->len - used;
+        uint64_t tick = b->tick;
+        b->len = used;
+        if (block_add(tail, tail_len, 1, tick) == NULL) { /* table full: drop the tail */
+            munmap(tail, tail_len);
+            free_bytes -= tail_len;
+        }
+        b = &blocks[i]; /* the table may have moved */
+    }
+    b->free = 0;
+    free_bytes -= used;
+    in_use += used;
+    if (in_use > peak_in_use) peak_in_use = in_use;
+    return p;
+}
+
 void *acx_mem_cache_alloc(size_t len, int *reused_p) {
     pthread_mutex_lock(&lock);
     if (page_size == 0) page_size = (size_t)sysconf(_SC_PAGESIZE);
@@ -155,31 +194,30 @@ void *acx_mem_cache_alloc(size_t len, int *reused_p) {
         if (blocks[i].free && blocks[i].len >= len &&
             (best == num_blocks || blocks[i].len < blocks[best].len))
             best = i;
-    if (best < num_blocks) {
-        block_t *b = &blocks[best];
-        char *p = b->p;
-        if (b->len > len) { /* split: the tail stays free */
-            char *tail = p + len;
-            size_t tail_len = b->len - len;
-            uint64_t tick = b->tick;
-            b->len = len;
-            b->free = 0;
-            if (block_add(tail, tail_len, 1, tick) == NULL) { /* table full: drop the tail */
-                munmap(tail, tail_len);
-                free_bytes -= tail_len;
-            }
-        } else {
-            b->free = 0;
-        }
-        free_bytes -= len;
-        in_use += len;
+    /* 1. a block of about this size (a size class: at most 1/8 larger) */
+    if (best < num_blocks && blocks[best].len - len <= len / SLACK_DIV) {
+        char *p = take(best, len, 0);
         pthread_mutex_unlock(&lock);
         *reused_p = 1;
         return p;
     }
+    /* 2. within the slack, a fresh block of this size: the free blocks keep
+     *    their sizes for the requests that fit them (no split drifting
+     *    from step to step) */
+    int fresh = in_use + free_bytes + len <= held_limit(len);
+    /* 3. else split the best-fitting larger block */
+    if (!fresh && best < num_blocks) {
+        char *p = take(best, len, 1);
+        pthread_mutex_unlock(&lock);
+        *reused_p = 1;
+        return p;
+    }
+    /* 2., or 4.: no block is large enough: a fresh range, into which free
+     *    blocks are moved (4.) */
     void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED && free_bytes > 0) { /* give back what we hold, try once more */
         empty_locked();
+        fresh = 1;
         p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     }
     if (p == MAP_FAILED || block_add(p, len, 0, 0) == NULL) {
@@ -192,9 +230,9 @@ void *acx_mem_cache_alloc(size_t len, int *reused_p) {
 #ifdef MADV_HUGEPAGE
     (void)madvise(p, len, MADV_HUGEPAGE);
 #endif
+    int moved = fresh ? 0 : assemble(p, len);
     in_use += len;
     if (in_use > peak_in_use) peak_in_use = in_use;
-    int moved = assemble(p, len);
     pthread_mutex_unlock(&lock);
     *reused_p = moved;
     return p;

@@ -8,18 +8,17 @@
  * this cache keeps freed mappings and hands them out again, the way
  * PyTorch's CUDA caching allocator keeps freed device blocks:
  *
- *   - a request of `len` bytes (a multiple of the page size) takes the
- *     smallest free block of at least len bytes (best fit); a larger block
- *     is split, its tail stays free. Freed blocks merge with free blocks
- *     adjacent in memory (split pieces, or mappings the kernel happened to
- *     place side by side), so a large request finds a large block again.
- *   - the cache never makes the process hold more than it held at its peak:
- *     held = in use + free <= the largest in-use total seen (page-rounded),
- *     since the last acx_mem_cache_empty. A request that no free block fits
- *     maps a new block, and unmaps the least recently freed blocks first
- *     until held is back under that bound. In the steady state of a training
- *     loop (the same sizes every step) nothing is mapped or unmapped, and
- *     the peak resident memory is the peak of the buffers in use.
+ *   - a request of `len` bytes (a multiple of the page size) takes a free
+ *     block of about that size (at most 1/8 larger), else a fresh one
+ *     while the bound allows, else splits a larger free block (its tail
+ *     stays free), else moves free pieces into a fresh range (mremap: the
+ *     pages stay resident). Freed blocks merge with free blocks adjacent in
+ *     memory. mem_cache.c gives the order and why.
+ *   - the cache never makes the process hold much more than it held at its
+ *     peak: held = in use + free <= the largest in-use total seen since the
+ *     last acx_mem_cache_empty (page-rounded), plus 1/8 of it for size
+ *     classes. In the steady state of a training loop (the same sizes every
+ *     step) nothing is mapped, moved or unmapped, and no page is faulted in.
  *
  * What it does not do: accounting per category (memstat.c), zero-filling
  * (memstat.c, for blocks that come back from the cache), small buffers
@@ -31,8 +30,8 @@
 
 #include <stddef.h>
 
-/* A block of exactly len bytes (len > 0, a multiple of the page size),
- * page-aligned: a cached one when one fits (*reused_p = 1: its contents are
+/* A block of at least len bytes (len > 0, a multiple of the page size; at
+ * most len + len/8), page-aligned: a cached one when one fits (*reused_p = 1: its contents are
  * whatever the last user left), else a fresh mapping (*reused_p = 0: zero
  * pages from the kernel). NULL when the system refuses a mapping even after
  * the cache was emptied (errno from mmap). */
