@@ -33,9 +33,10 @@ typedef enum acx_mem_category {
  * in use (as asked for). peak_total is the largest total ever held at one
  * time (not the sum of the category peaks). `cached` is apart from these:
  * freed buffers acx keeps mapped for reuse (its caching allocator, like
- * PyTorch's for CUDA memory), page-rounded; in use + cached never exceeds
- * the largest page-rounded in-use total since the last
- * acx_memory_empty_cache. Fields are only ever appended. */
+ * PyTorch's for CUDA memory), page-rounded; for the buffers of 64 KiB and
+ * more, in use + cached stays within the largest page-rounded in-use total
+ * since the last acx_memory_empty_cache plus an eighth of it (size
+ * classes). Fields are only ever appended. */
 typedef struct acx_memory_stats {
     int64_t current[ACX_MEM_NUM_CATEGORIES];
     int64_t peak[ACX_MEM_NUM_CATEGORIES];

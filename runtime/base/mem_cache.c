@@ -1,16 +1,15 @@
 /*
  * runtime/base/mem_cache.c — the caching allocator of mem_cache.h: free
- * mappings kept for reuse, by size class, with splitting and merging,
+ * mappings kept for reuse, by size class, split when they must be,
  * bounded by the peak in-use bytes plus an eighth.
  *
  * Blocks. Every block the cache knows, in use or free, is one entry of a
  * flat array (a training model has tens of them: a scan is cheaper than
  * any tree at that size, and far cheaper than the page faults it saves).
  * A block is a page-aligned range inside some mapping; splitting a free
- * block leaves two entries, and merging address-adjacent free entries
- * undoes it. Any page range of anonymous private mappings can be unmapped
- * on its own, so a block is unmapped exactly as it is, whatever mappings
- * it came from.
+ * block leaves two entries (never merged again: a block's size is its
+ * size class). Any page range of an anonymous private mapping can be
+ * unmapped on its own, so a block is unmapped exactly as it is.
  *
  * The bound. held = in_use + free_bytes stays within peak + peak/8, peak
  * being the largest in_use seen since the last empty (page multiples, the
@@ -115,9 +114,9 @@ static int assemble(char *p, size_t len) {
         if (i == num_blocks) break;
         block_t *b = &blocks[i];
         size_t n = b->len < len - off ? b->len : len - off;
-        /* A free block may span several kernel mappings (merged neighbours,
-         * moved pieces); kernels before 6.17 move only within one mapping
-         * (EFAULT), so halve the piece until it moves. */
+        /* A free block may span several kernel mappings (pieces moved in
+         * by an earlier call); kernels before 6.17 move only within one
+         * mapping (EFAULT), so halve the piece until it moves. */
         while (mremap(b->p, n, n, MREMAP_MAYMOVE | MREMAP_FIXED, p + off) == MAP_FAILED) {
             size_t half = (n / 2 + page_size - 1) / page_size * page_size;
             n = half < n ? half : 0;
@@ -248,26 +247,15 @@ int acx_mem_cache_free(void *ptr) {
         pthread_mutex_unlock(&lock);
         return -1;
     }
-    block_t b = blocks[i];
-    block_remove(i);
-    in_use -= b.len;
-    free_bytes += b.len;
-    b.free = 1;
-    b.tick = ++clock_ticks;
-    /* merge with free neighbours in memory: [prev][b][next] */
-    for (size_t j = num_blocks; j-- > 0;) {
-        if (!blocks[j].free) continue;
-        if (blocks[j].p + blocks[j].len == b.p) {
-            b.p = blocks[j].p;
-            b.len += blocks[j].len;
-            block_remove(j);
-        } else if (b.p + b.len == blocks[j].p) {
-            b.len += blocks[j].len;
-            block_remove(j);
-        }
-    }
-    /* the slot freed above is still there, so this cannot fail */
-    (void)block_add(b.p, b.len, 1, b.tick);
+    /* No merging with free neighbours in memory: a freed block keeps the
+     * size it was asked for, its size class. Merged, two freed 16 MiB
+     * units become one 32 MiB block that the next 16 MiB request does not
+     * take whole (1.), so it maps a fresh block within the slack (2.):
+     * measured, a FULL_SHARD model then held ~3 units more at its peak. */
+    blocks[i].free = 1;
+    blocks[i].tick = ++clock_ticks;
+    in_use -= blocks[i].len;
+    free_bytes += blocks[i].len;
     pthread_mutex_unlock(&lock);
     return 0;
 }

@@ -12,8 +12,8 @@
  *     block of about that size (at most 1/8 larger), else a fresh one
  *     while the bound allows, else splits a larger free block (its tail
  *     stays free), else moves free pieces into a fresh range (mremap: the
- *     pages stay resident). Freed blocks merge with free blocks adjacent in
- *     memory. mem_cache.c gives the order and why.
+ *     pages stay resident). A freed block keeps its size (its size class).
+ *     mem_cache.c gives the order and why.
  *   - the cache never makes the process hold much more than it held at its
  *     peak: held = in use + free <= the largest in-use total seen since the
  *     last acx_mem_cache_empty (page-rounded), plus 1/8 of it for size

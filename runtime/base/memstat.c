@@ -8,11 +8,12 @@
  * caching allocator (mem_cache.c): freed ones stay mapped and serve the
  * next request that fits, so the transient buffers a sharded strategy
  * allocates and frees every step (gathered units, staging, unit gradients)
- * cost no mmap, munmap or page fault after the first step (measured before
- * the cache: 558 page faults per step under SHARD_GRAD_OP and 753 under
- * FULL_SHARD on the Fashion-MNIST MLP, 2 ranks, vs ~0 for NO_SHARD). The
- * cache holds no more than the peak of the bytes in use, so the peak RSS
- * stays what it was. malloc is not used for them: glibc's dynamic mmap
+ * cost no mmap, munmap or page fault after the first steps (measured
+ * without the cache: 557 page faults per step under SHARD_GRAD_OP and 754
+ * under FULL_SHARD on the Fashion-MNIST MLP, vs 0 for NO_SHARD; with it, 0).
+ * The cache holds no more than the peak of the bytes in use plus an eighth
+ * (mem_cache.h), so the peak RSS stays about what it was. malloc is not
+ * used for them: glibc's dynamic mmap
  * threshold would serve them from its heap after the first free, and freed
  * heap memory stays resident beyond any bound of ours (measured: peak RSS
  * 1.28 x 16P/N instead of 1.11 x under FULL_SHARD on a 400M-parameter

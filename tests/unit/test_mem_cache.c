@@ -2,13 +2,13 @@
  * tests/unit/test_mem_cache.c — the caching allocator behind acx_mem_alloc
  * (runtime/base/mem_cache.c, memstat.c): a freed buffer comes back for the
  * next request of its size (the same pointer); a larger free block is
- * split and the pieces merge again when freed; the zeroing allocation
+ * split, and the pieces keep their sizes when freed; the zeroing allocation
  * zero-fills a reused block; acx_memory_stats counts the bytes in use per
  * category (as asked for) and the cached free bytes apart, page-rounded;
  * the cache never holds more than the peak in use + 1/8 (a request no free
  * block fits gets the free pieces moved into it: resident, no faults);
  * acx_memory_empty_cache and small buffers (not cached); and a
- * FULL_SHARD-like step pattern that, after its first step, neither maps
+ * FULL_SHARD-like step pattern that, after its first steps, neither maps
  * nor faults pages in.
  *
  * The numbers are worked out by hand from the page size: this test is the
@@ -90,10 +90,11 @@ error:
     return 1;
 }
 
-/* a larger free block is split (best fit, the head in use), and the
- * pieces merge back when both are free */
-static int test_split_merge(void) {
-    TESTING("splitting and merging of cached blocks");
+/* a larger free block is split (best fit, the head in use); the pieces
+ * keep their sizes when freed (size classes), and a request larger than
+ * each gets them moved into its range */
+static int test_split(void) {
+    TESTING("splitting of cached blocks; pieces keep their size");
     size_t big = page_round(3 * MIB + 100); /* the cached block of the tests above */
     CHECK(stats().cached == (int64_t)big);
     unsigned char *a = acx_mem_alloc_raw(T, MIB, "test");
@@ -110,10 +111,17 @@ static int test_split_merge(void) {
     acx_mem_free(T, a, MIB);
     acx_mem_free(G, b, 2 * MIB);
     CHECK(stats().cached == (int64_t)big);
-    unsigned char *c = acx_mem_alloc_raw(T, big, "test"); /* the merged whole */
-    CHECK(c == a);
-    CHECK(stats().cached == 0);
+    /* each piece serves its own size again */
+    CHECK(acx_mem_alloc_raw(G, 2 * MIB, "test") == b);
+    CHECK(acx_mem_alloc_raw(T, MIB, "test") == a);
+    acx_mem_free(T, a, MIB);
+    acx_mem_free(G, b, 2 * MIB);
+    /* the whole fits neither piece, and a fresh block beside them would be
+     * over the peak (big) + 1/8: both move into the new range */
+    unsigned char *c = acx_mem_alloc_raw(T, big, "test");
+    CHECK(c != NULL && stats().cached == 0 && stats().current[T] == (int64_t)big);
     acx_mem_free(T, c, big);
+    CHECK(stats().cached == (int64_t)big);
     PASSED();
     return 0;
 error:
@@ -350,7 +358,7 @@ int main(void) {
     int failed = 0;
     failed += test_reuse();
     failed += test_zeroing();
-    failed += test_split_merge();
+    failed += test_split();
     failed += test_bound();
     failed += test_assemble();
     failed += test_small();
