@@ -242,7 +242,8 @@ int acx_mem_cache_free(void *ptr) {
     char *p = ptr;
     pthread_mutex_lock(&lock);
     size_t i = 0;
-    while (i < num_blocks && !(blocks[i].p == p && !blocks[i].free)) i++;
+    while (i < num_blocks && !(blocks[i].p == p && !blocks[i].free))
+        i++;
     if (i == num_blocks) {
         pthread_mutex_unlock(&lock);
         return -1;

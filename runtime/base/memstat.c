@@ -69,7 +69,8 @@ static void *mem_alloc(acx_mem_category_t cat, size_t bytes, int zero, const cha
         int reused = 0;
         p = acx_mem_cache_alloc(len, &reused);
         if (p == NULL) {
-            acx_error_set(ACX_ERR_NO_MEMORY, file, line, "cannot map %zu bytes for %s", bytes, what);
+            acx_error_set(ACX_ERR_NO_MEMORY, file, line, "cannot map %zu bytes for %s", bytes,
+                          what);
             return NULL;
         }
         /* a fresh mapping is zero pages from the kernel; a reused block

@@ -209,7 +209,8 @@ static int test_assemble(void) {
     CHECK(p != NULL && stats().cached == 0);
     long before = minor_faults();
     volatile unsigned char sum = 0;
-    for (size_t i = 0; i < MIB; i += page) sum += p[i]; /* the moved MiB: its old contents */
+    for (size_t i = 0; i < MIB; i += page)
+        sum += p[i]; /* the moved MiB: its old contents */
     long faults = minor_faults() - before;
     CHECK(sum == (unsigned char)(0xab * (MIB / page)));
     CHECK(faults <= 2);
@@ -332,7 +333,8 @@ static int test_steps(void) {
     size_t peak = t.peak, limit = peak + peak / 8;
     CHECK(step(&t) == 0); /* the sizes that need blocks of their own get them */
     long before = minor_faults();
-    for (int k = 0; k < 3; k++) CHECK(step(&t) == 0);
+    for (int k = 0; k < 3; k++)
+        CHECK(step(&t) == 0);
     long faults = minor_faults() - before;
     /* without the cache every step maps about twice its peak afresh and
      * faults each page in; allow a few for stdio and the stack */
