@@ -35,6 +35,7 @@
 #include "runtime/accelerator.h"
 #include "runtime/base/error.h"
 #include "runtime/base/log.h"
+#include "runtime/base/mem_cache.h"
 #include "runtime/preempt.h"
 #include "sharding/model.h"
 #include "slurm/launch_env.h"
@@ -489,6 +490,7 @@ static void accelerator_free(acx_accelerator_t *acc) {
         (void)acc->dev->sync(acc->models[i]->ctx.stream);
     for (int i = acc->num_optimizers - 1; i >= 0; i--) acx_optimizer_free(acc->optimizers[i]);
     for (int i = acc->num_models - 1; i >= 0; i--) acx_model_free(acc->models[i]);
+    acx_mem_cache_empty(); /* whatever was freed after the models, too */
     free(acc->loaders);
     free(acc->optimizers);
     free(acc->models);
