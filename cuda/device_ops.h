@@ -98,6 +98,12 @@ typedef struct acx_devops {
                                 void *stream);
     acx_status_t (*half_round_f32)(acx_dtype_t dtype, const float *src, float *dst, size_t n,
                                    void *stream);
+    /* dst[i] += src[i] widened to float32 (one float addition), src an
+     * array of dtype float32, float16 or bfloat16: the sharded strategies'
+     * reduced segment added into the gradient shard (sharding/sharded.c's
+     * host loop). src and dst must not overlap. */
+    acx_status_t (*accumulate)(acx_dtype_t dtype, const void *src, float *dst, size_t n,
+                               void *stream);
 } acx_devops_t;
 
 /* The emulated device (every build). */

@@ -143,6 +143,11 @@ static acx_status_t cu_half_to_f32(acx_dtype_t dtype, const uint16_t *src, float
     return acx_cuda_half_to_f32(dtype, src, dst, n, stream);
 }
 
+static acx_status_t cu_accumulate(acx_dtype_t dtype, const void *src, float *dst, size_t n,
+                                  void *stream) {
+    return acx_cuda_accumulate(dtype, src, dst, n, stream);
+}
+
 static acx_status_t cu_half_round_f32(acx_dtype_t dtype, const float *src, float *dst, size_t n,
                                       void *stream) {
     return acx_cuda_half_round_f32(dtype, src, dst, n, stream);
@@ -167,6 +172,7 @@ static const acx_devops_t cuda_ops = {
     .half_from_f32 = cu_half_from_f32,
     .half_to_f32 = cu_half_to_f32,
     .half_round_f32 = cu_half_round_f32,
+    .accumulate = cu_accumulate,
 };
 
 const acx_devops_t *acx_devops_cuda(char *why, size_t why_len) {

@@ -349,6 +349,36 @@ static __global__ void scale_kernel(float *__restrict__ x, size_t n, float scale
     GRID_STRIDE(i, n) x[i] = __fmul_rn(x[i], scale);
 }
 
+/* dst[i] += widen(src[i]): KIND 0 float32, 1 bfloat16, 2 float16. */
+template <int KIND>
+static __global__ void accumulate_kernel(const void *__restrict__ src, float *__restrict__ dst,
+                                         size_t n) {
+    GRID_STRIDE(i, n) {
+        float x = KIND == 0 ? ((const float *)src)[i]
+                  : KIND == 1 ? bf16_to_f32(((const uint16_t *)src)[i])
+                              : f16_to_f32(((const uint16_t *)src)[i]);
+        dst[i] = __fadd_rn(dst[i], x);
+    }
+}
+
+extern "C" acx_status_t acx_cuda_accumulate(acx_dtype_t dtype, const void *src, float *dst,
+                                            size_t n, void *stream) {
+    if (dtype != ACX_DTYPE_FLOAT32 && dtype != ACX_DTYPE_FLOAT16 && dtype != ACX_DTYPE_BFLOAT16)
+        return ACX_ERROR(ACX_ERR_INVALID_ARG, "accumulate: dtype %d is not float32, float16 or "
+                         "bfloat16", (int)dtype);
+    ACX_CHECK(need(src, n, "accumulate", "src"));
+    ACX_CHECK(need(dst, n, "accumulate", "dst"));
+    if (n == 0) return ACX_OK;
+    cudaStream_t s = (cudaStream_t)stream;
+    if (dtype == ACX_DTYPE_FLOAT32)
+        accumulate_kernel<0><<<grid_for(n), THREADS, 0, s>>>(src, dst, n);
+    else if (dtype == ACX_DTYPE_BFLOAT16)
+        accumulate_kernel<1><<<grid_for(n), THREADS, 0, s>>>(src, dst, n);
+    else
+        accumulate_kernel<2><<<grid_for(n), THREADS, 0, s>>>(src, dst, n);
+    return launched("accumulate");
+}
+
 extern "C" acx_status_t acx_cuda_nonfinite_check(const float *x, size_t n, int *flag,
                                                  void *stream) {
     ACX_CHECK(need(x, n, "inf/NaN check", "x"));

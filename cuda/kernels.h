@@ -110,6 +110,12 @@ acx_status_t acx_cuda_nonfinite_check(const float *x, size_t n, int *flag, void 
 acx_status_t acx_cuda_nonfinite_check_scaled(const float *x, size_t n, float inv, int *flag,
                                              void *stream);
 
+/* dst[i] += src[i] widened to float32 (one float addition); src is float32,
+ * float16 or bfloat16: sharding/sharded.c's reduced segment added into the
+ * gradient shard. Errors: ACX_ERR_INVALID_ARG for another dtype. */
+acx_status_t acx_cuda_accumulate(acx_dtype_t dtype, const void *src, float *dst, size_t n,
+                                 void *stream);
+
 /* x[i] = x[i] * scale (one float multiplication, as runtime/scaler.c's unscale). */
 acx_status_t acx_cuda_scale(float *x, size_t n, float scale, void *stream);
 

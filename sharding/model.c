@@ -230,7 +230,20 @@ ACX_API acx_status_t acx_param_gather(acx_param_t *param, float *out) {
     size_t bytes = (size_t)c->size * piece * sizeof(float);
     float *all = acx_mem_alloc(ACX_MEM_TRANSIENT, bytes, "parameter gather");
     if (all == NULL) return ACX_ERR_NO_MEMORY;
-    acx_status_t status = c->ops->all_gather(c, mine, all, piece, ACX_DTYPE_FLOAT32);
+    acx_status_t status = ACX_OK;
+    if (m->ctx.dev != NULL) { /* device state: this rank's piece to the host first */
+        float *host = acx_mem_alloc_raw(ACX_MEM_TRANSIENT, piece * sizeof(float), "parameter gather piece");
+        if (host == NULL) status = ACX_ERR_NO_MEMORY;
+        if (status == ACX_OK)
+            status = m->ctx.dev->to_host(host, mine, piece * sizeof(float), m->ctx.stream);
+        /* every rank joins the all-gather; a failed copy is reported after it */
+        acx_status_t s2 = c->ops->all_gather(c, host != NULL ? host : all, all, piece,
+                                             ACX_DTYPE_FLOAT32);
+        if (status == ACX_OK) status = s2;
+        if (host != NULL) acx_mem_free(ACX_MEM_TRANSIENT, host, piece * sizeof(float));
+    } else {
+        status = c->ops->all_gather(c, mine, all, piece, ACX_DTYPE_FLOAT32);
+    }
     for (int s = 0; status == ACX_OK && s < c->size; s++) {
         int64_t b, e;
         acx_shard_rows(param->rows, s, c->size, &b, &e);
@@ -271,11 +284,6 @@ acx_status_t acx_model_prepare(acx_model_t *m) {
         return ACX_ERROR(ACX_ERR_INVALID_ARG, "sharding_strategy %d is not one of no_shard, "
                          "shard_grad_op, full_shard, hybrid_shard", m->ctx.strategy);
     }
-    if (m->ctx.dev != NULL && m->ctx.strategy != ACX_NO_SHARD)
-        return ACX_ERROR(ACX_ERR_NOT_SUPPORTED,
-                         "device_state: %s supports sharding_strategy: NO_SHARD only in this version "
-                         "(have %s; use no_shard, or device_state: host)",
-                         m->ctx.dev->name, m->strategy->name);
     ACX_CHECK(m->strategy->prepare(m));
     m->prepared = 1;
     ACX_INFO(ACX_SUBSYS_SHARD, "model prepared: %d units, %d parameters, %lld elements, strategy %s, local shard %zu elements",

@@ -52,7 +52,8 @@ typedef struct acx_shard_context {
      * the strategy keeps parameters, gradients and master weights in this
      * device's memory, and the runtime keeps optimizer state there too. The
      * choice is made once, at acx_init; everything branches on it at
-     * prepare, not per element. NO_SHARD only in this version. */
+     * prepare, not per element. Every strategy (sharding/no_shard.c,
+     * sharding/sharded.c). */
     const acx_devops_t *dev;
     /* The stream the program's kernels run on (acx_set_compute_stream; NULL:
      * the legacy default stream): device work acx enqueues on the model's

@@ -53,8 +53,33 @@
  * in it (the MPI backend accumulates 16-bit sums in float32) and widened
  * into the float32 shard. Rounding is to nearest, ties to even (half.h).
  *
- * Memory accounting: every buffer goes through acx_mem_alloc with its
- * category, so acx_memory_stats measures what acx_memory_estimate predicts.
+ * Device-resident state (m->ctx.dev: device_state cuda, or the emulated
+ * test device). The same buffers, layout and offsets live in device memory
+ * through the device table (cuda/device_ops.h), and the host loops become
+ * table operations on the program's compute stream (m->ctx.stream):
+ * the segment's rounding onto the 16-bit wire (half_from_f32), the
+ * copy-out of the gathered staging (copy, or half_to_f32 from 16 bits), the
+ * prescale (scale of the unit's gradient buffer in place, just before it is
+ * freed) and the copy-in (copy, or half_from_f32 rounding once, as
+ * store_scaled), the widen-and-add of the received segment (accumulate),
+ * zero_grad (memset). Initial values are computed on the host per owned
+ * piece (acx_param_init_fill: the same values as with host state) and
+ * copied in. The collectives get device pointers; with a host-memory
+ * backend (MPI, which stages device buffers through host memory with
+ * copies on the legacy stream) the compute stream is synchronized before
+ * each collective, as in collectives/bucket.c. Buffers are allocated and
+ * freed exactly when the host path does (the table's alloc is zeroed, so
+ * the padding is zero as with acx_mem_alloc); a device free first
+ * synchronizes the compute stream, since enqueued work may still read the
+ * buffer. No caching: on CUDA every unit's gather and reduce-scatter costs
+ * a cudaMalloc/cudaFree pair and a stream synchronize (a caching device
+ * allocator, like PyTorch's, would remove both; not written). Keeping the
+ * buffers for the model's life instead would make FULL_SHARD hold every
+ * unit's full parameters, which is what it exists to avoid.
+ *
+ * Memory accounting: every buffer goes through acx_mem_alloc (host) or
+ * acx_devops_alloc (device) with its category, so acx_memory_stats
+ * measures what acx_memory_estimate predicts.
  * Left to others: the optimizer math (runtime/), checkpoint rows
  * (acx_param_save_rows), the shared bookkeeping (model.c).
  */
@@ -101,6 +126,45 @@ typedef struct sharded_state {
 } sharded_state_t;
 
 static sharded_state_t *state_of(const acx_model_t *m) { return m->strategy_state; }
+
+/* ---- buffers: host memory, or device memory through the table ---- */
+
+/* *p_p = bytes of category cat: device memory (always zeroed) with device
+ * state, else host memory, zeroed when zero is set (acx_mem_alloc) or not
+ * (acx_mem_alloc_raw). ACX_ERR_NO_MEMORY (host) or the table's error. */
+static acx_status_t buf_alloc(const acx_model_t *m, acx_mem_category_t cat, size_t bytes, int zero,
+                              const char *what, void **p_p) {
+    if (m->ctx.dev != NULL) return acx_devops_alloc(m->ctx.dev, cat, bytes, what, p_p);
+    void *p = zero ? acx_mem_alloc(cat, bytes, what) : acx_mem_alloc_raw(cat, bytes, what);
+    if (p == NULL) return ACX_ERR_NO_MEMORY;
+    *p_p = p;
+    return ACX_OK;
+}
+
+/* Free what buf_alloc gave (NULL is fine). A device buffer may still be
+ * read by work enqueued on the compute stream: that is waited for first. */
+static void buf_free(const acx_model_t *m, acx_mem_category_t cat, void *p, size_t bytes) {
+    const acx_devops_t *d = m->ctx.dev;
+    if (p == NULL) return;
+    if (d == NULL) {
+        acx_mem_free(cat, p, bytes);
+        return;
+    }
+    if (d->sync(m->ctx.stream) != ACX_OK)
+        ACX_WARN(ACX_SUBSYS_SHARD, "%s: synchronizing the compute stream before freeing device "
+                 "memory: %s", m->strategy->name, acx_last_error());
+    acx_devops_free(d, cat, p, bytes);
+}
+
+/* Before a collective on device buffers with a host-memory backend (MPI
+ * stages them with copies on the legacy stream, which do not wait for a
+ * non-blocking compute stream): let the work enqueued so far finish. NCCL
+ * orders itself after the compute stream. */
+static acx_status_t before_collective(const acx_model_t *m, const acx_comm_t *comm) {
+    const acx_devops_t *d = m->ctx.dev;
+    if (d != NULL && !comm->ops->device_memory) return d->sync(m->ctx.stream);
+    return ACX_OK;
+}
 
 /* ---- 16-bit or 32-bit buffers ---- */
 
@@ -209,30 +273,36 @@ static acx_status_t gather_start(acx_model_t *m, int u) {
     size_t S = (size_t)st->shard->size;
     acx_dtype_t dt = m->ctx.param_dtype;
     size_t esz = dsize(dt);
+    const acx_devops_t *d = m->ctx.dev;
     ACX_CHECK(unit_check(m, u, 0, dt));
     if (us->data == NULL) {
-        us->data = acx_mem_alloc_raw(data_category(st), unit->numel * sizeof(float), "gathered unit");
-        if (us->data == NULL) return ACX_ERR_NO_MEMORY;
+        void *data = NULL;
+        ACX_CHECK(buf_alloc(m, data_category(st), unit->numel * sizeof(float), 0, "gathered unit",
+                            &data));
+        us->data = data;
         if (st->policy != POLICY_GRAD_OP) st->num_gathered++;
     }
-    us->staging = acx_mem_alloc_raw(ACX_MEM_TRANSIENT, S * us->seg * esz, "all-gather staging");
-    if (us->staging == NULL) return ACX_ERR_NO_MEMORY;
+    acx_status_t status =
+        buf_alloc(m, ACX_MEM_TRANSIENT, S * us->seg * esz, 0, "all-gather staging", &us->staging);
+    if (status != ACX_OK) return status;
     const void *send = m->master + us->shard_off;
     if (acx_dtype_is_half(dt)) { /* round the segment once: the wire carries param_dtype */
-        us->send = acx_mem_alloc_raw(ACX_MEM_TRANSIENT, us->seg * esz, "all-gather send buffer");
-        if (us->send == NULL) {
-            acx_mem_free(ACX_MEM_TRANSIENT, us->staging, S * us->seg * esz);
-            us->staging = NULL;
-            return ACX_ERR_NO_MEMORY;
-        }
-        acx_half_from_f32_n(dt, m->master + us->shard_off, us->send, us->seg);
+        status = buf_alloc(m, ACX_MEM_TRANSIENT, us->seg * esz, 0, "all-gather send buffer",
+                           &us->send);
+        if (status == ACX_OK && d != NULL)
+            status = d->half_from_f32(dt, m->master + us->shard_off, us->send, us->seg,
+                                      m->ctx.stream);
+        else if (status == ACX_OK)
+            acx_half_from_f32_n(dt, m->master + us->shard_off, us->send, us->seg);
         send = us->send;
     }
-    acx_status_t status =
-        st->shard->ops->all_gather_start(st->shard, send, us->staging, us->seg, dt, &us->req);
+    if (status == ACX_OK) status = before_collective(m, st->shard);
+    if (status == ACX_OK)
+        status = st->shard->ops->all_gather_start(st->shard, send, us->staging, us->seg, dt,
+                                                  &us->req);
     if (status != ACX_OK) {
-        acx_mem_free(ACX_MEM_TRANSIENT, us->staging, S * us->seg * esz);
-        acx_mem_free(ACX_MEM_TRANSIENT, us->send, us->seg * esz);
+        buf_free(m, ACX_MEM_TRANSIENT, us->staging, S * us->seg * esz);
+        buf_free(m, ACX_MEM_TRANSIENT, us->send, us->seg * esz);
         us->staging = us->send = NULL;
         us->req = NULL;
     }
@@ -248,24 +318,33 @@ static acx_status_t gather_finish(acx_model_t *m, int u) {
     int S = st->shard->size;
     acx_dtype_t dt = m->ctx.param_dtype;
     size_t esz = dsize(dt);
+    const acx_devops_t *d = m->ctx.dev;
     acx_status_t status = st->shard->ops->wait(us->req);
     us->req = NULL;
     if (status == ACX_OK) {
-        for (int i = 0; i < unit->num_params; i++) {
+        for (int i = 0; status == ACX_OK && i < unit->num_params; i++) {
             const acx_param_t *p = unit->params[i];
-            for (int s = 0; s < S; s++) {
+            for (int s = 0; status == ACX_OK && s < S; s++) {
                 int64_t b, e;
                 piece_rows(p, s, S, &b, &e);
-                if (e > b)
-                    load_f32(dt, us->data + p->full_offset + (size_t)(b * p->row_numel),
-                             us->staging, (size_t)s * us->seg + p->piece_offset,
-                             (size_t)((e - b) * p->row_numel));
+                if (e <= b) continue;
+                float *dst = us->data + p->full_offset + (size_t)(b * p->row_numel);
+                size_t off = (size_t)s * us->seg + p->piece_offset;
+                size_t n = (size_t)((e - b) * p->row_numel);
+                if (d == NULL)
+                    load_f32(dt, dst, us->staging, off, n);
+                else if (acx_dtype_is_half(dt))
+                    status = d->half_to_f32(dt, (const uint16_t *)us->staging + off, dst, n,
+                                            m->ctx.stream);
+                else
+                    status = d->copy(dst, (const float *)us->staging + off, n * sizeof(float),
+                                     m->ctx.stream);
             }
         }
-        set_data_pointers(unit, us->data);
+        if (status == ACX_OK) set_data_pointers(unit, us->data);
     }
-    acx_mem_free(ACX_MEM_TRANSIENT, us->staging, (size_t)S * us->seg * esz);
-    acx_mem_free(ACX_MEM_TRANSIENT, us->send, us->seg * esz);
+    buf_free(m, ACX_MEM_TRANSIENT, us->staging, (size_t)S * us->seg * esz);
+    buf_free(m, ACX_MEM_TRANSIENT, us->send, us->seg * esz);
     us->staging = us->send = NULL;
     return status;
 }
@@ -274,7 +353,7 @@ static void free_data(acx_model_t *m, int u) {
     sharded_state_t *st = state_of(m);
     unit_state_t *us = &st->units[u];
     if (us->data == NULL) return;
-    acx_mem_free(data_category(st), us->data, m->units[u]->numel * sizeof(float));
+    buf_free(m, data_category(st), us->data, m->units[u]->numel * sizeof(float));
     us->data = NULL;
     us->prefetched = 0;
     set_data_pointers(m->units[u], NULL);
@@ -340,9 +419,14 @@ static acx_status_t rs_complete(acx_model_t *m, pending_rs_t *pr) {
     size_t esz = dsize(dt);
     acx_status_t status = st->shard->ops->wait(pr->req);
     void *mine = (char *)pr->staging + (size_t)st->shard->rank * seg * esz;
+    /* (device state: nothing enqueued writes `mine`; the reduce-scatter
+     * filled it, so no synchronize is needed before the all-reduce) */
     if (status == ACX_OK && st->replica != NULL && st->replica->size > 1)
         status = st->replica->ops->all_reduce(st->replica, mine, mine, seg, dt, ACX_OP_SUM);
-    if (status == ACX_OK) {
+    if (status == ACX_OK && m->ctx.dev != NULL) {
+        status = m->ctx.dev->accumulate(dt, mine, m->shard_grad + us->shard_off, seg,
+                                        m->ctx.stream);
+    } else if (status == ACX_OK) {
         float *g = m->shard_grad + us->shard_off;
         if (acx_dtype_is_half(dt)) {
             const uint16_t *h = mine; /* widen and add, one pass */
@@ -353,7 +437,7 @@ static acx_status_t rs_complete(acx_model_t *m, pending_rs_t *pr) {
             for (size_t k = 0; k < seg; k++) g[k] += f[k];
         }
     }
-    acx_mem_free(ACX_MEM_TRANSIENT, pr->staging, S * seg * esz);
+    buf_free(m, ACX_MEM_TRANSIENT, pr->staging, S * seg * esz);
     pr->staging = NULL;
     pr->req = NULL;
     return status;
@@ -371,7 +455,7 @@ static void free_grad(acx_model_t *m, int u) {
     unit_state_t *us = &state_of(m)->units[u];
     acx_unit_t *unit = m->units[u];
     if (us->grad == NULL) return;
-    acx_mem_free(ACX_MEM_GRADS, us->grad, unit->numel * sizeof(float));
+    buf_free(m, ACX_MEM_GRADS, us->grad, unit->numel * sizeof(float));
     us->grad = NULL;
     for (int i = 0; i < unit->num_params; i++) unit->params[i]->grad = NULL;
 }
@@ -387,11 +471,34 @@ static acx_status_t rs_start(acx_model_t *m, int u) {
     size_t esz = dsize(dt);
     ACX_CHECK(unit_check(m, u, 1, dt));
     if (st->num_pending == MAX_PENDING_RS) ACX_CHECK(rs_complete_oldest(m));
-    void *staging = acx_mem_alloc(ACX_MEM_TRANSIENT, (size_t)S * us->seg * esz,
-                                  "reduce-scatter staging");
-    if (staging == NULL) return ACX_ERR_NO_MEMORY;
+    void *staging = NULL;
+    ACX_CHECK(buf_alloc(m, ACX_MEM_TRANSIENT, (size_t)S * us->seg * esz, 1,
+                        "reduce-scatter staging", &staging));
     const float scale = m->grad_prescale;
-    if (us->grad != NULL) { /* NULL: no gradient was touched, it is all zeros */
+    const acx_devops_t *d = m->ctx.dev;
+    acx_status_t status = ACX_OK;
+    if (us->grad != NULL && d != NULL) {
+        /* the same float product, then one rounding to dt, as store_scaled:
+         * scale the full buffer in place (it is freed next), then copy or
+         * round every piece into its place in segment order */
+        status = d->scale(us->grad, unit->numel, scale, m->ctx.stream);
+        for (int i = 0; status == ACX_OK && i < unit->num_params; i++) {
+            const acx_param_t *p = unit->params[i];
+            for (int s = 0; status == ACX_OK && s < S; s++) {
+                int64_t b, e;
+                piece_rows(p, s, S, &b, &e);
+                const float *src = us->grad + p->full_offset + (size_t)(b * p->row_numel);
+                size_t off = (size_t)s * us->seg + p->piece_offset;
+                size_t n = (size_t)((e - b) * p->row_numel);
+                if (n == 0) continue;
+                if (acx_dtype_is_half(dt))
+                    status = d->half_from_f32(dt, src, (uint16_t *)staging + off, n, m->ctx.stream);
+                else
+                    status = d->copy((float *)staging + off, src, n * sizeof(float), m->ctx.stream);
+            }
+        }
+        free_grad(m, u);
+    } else if (us->grad != NULL) { /* NULL: no gradient was touched, it is all zeros */
         for (int i = 0; i < unit->num_params; i++) {
             const acx_param_t *p = unit->params[i];
             for (int s = 0; s < S; s++) {
@@ -405,11 +512,13 @@ static acx_status_t rs_start(acx_model_t *m, int u) {
         free_grad(m, u);
     }
     pending_rs_t *pr = &st->pending[st->num_pending];
-    acx_status_t status = st->shard->ops->reduce_scatter_start(
-        st->shard, staging, (char *)staging + (size_t)st->shard->rank * us->seg * esz, us->seg, dt,
-        ACX_OP_SUM, &pr->req);
+    if (status == ACX_OK) status = before_collective(m, st->shard);
+    if (status == ACX_OK)
+        status = st->shard->ops->reduce_scatter_start(
+            st->shard, staging, (char *)staging + (size_t)st->shard->rank * us->seg * esz, us->seg,
+            dt, ACX_OP_SUM, &pr->req);
     if (status != ACX_OK) {
-        acx_mem_free(ACX_MEM_TRANSIENT, staging, (size_t)S * us->seg * esz);
+        buf_free(m, ACX_MEM_TRANSIENT, staging, (size_t)S * us->seg * esz);
         return status;
     }
     pr->unit = u;
@@ -419,6 +528,21 @@ static acx_status_t rs_start(acx_model_t *m, int u) {
 }
 
 /* ---- strategy operations ---- */
+
+/* Device state: p's owned rows computed on the host exactly as with host
+ * state, in one pageable block per parameter, and copied to its place in
+ * the master shard. */
+static acx_status_t device_init_piece(acx_model_t *m, acx_param_t *p) {
+    size_t bytes = (size_t)((p->row_end - p->row_begin) * p->row_numel) * sizeof(float);
+    float *host = acx_malloc(bytes ? bytes : 1, "initial values");
+    if (host == NULL) return ACX_ERR_NO_MEMORY;
+    acx_param_init_fill(&p->init, p->ndim, p->shape, m->ctx.seed, p->name, p->row_begin,
+                        p->row_end, host);
+    acx_status_t status =
+        m->ctx.dev->to_device(m->master + p->shard_offset, host, bytes, m->ctx.stream);
+    free(host);
+    return status;
+}
 
 static acx_status_t sharded_prepare_policy(acx_model_t *m, policy_t policy) {
     sharded_state_t *st = acx_calloc(1, sizeof *st, "sharded strategy state");
@@ -455,26 +579,33 @@ static acx_status_t sharded_prepare_policy(acx_model_t *m, policy_t policy) {
     plan_layout(m, st);
 
     size_t bytes = m->shard_numel * sizeof(float);
-    m->master = acx_mem_alloc(ACX_MEM_MASTER, bytes, "master weights (shard)");
-    m->shard_grad = acx_mem_alloc(ACX_MEM_GRADS, bytes, "reduced gradients (shard)");
-    if (m->master == NULL || m->shard_grad == NULL) return ACX_ERR_NO_MEMORY;
+    void *master = NULL, *shard_grad = NULL;
+    ACX_CHECK(buf_alloc(m, ACX_MEM_MASTER, bytes, 1, "master weights (shard)", &master));
+    m->master = master;
+    ACX_CHECK(buf_alloc(m, ACX_MEM_GRADS, bytes, 1, "reduced gradients (shard)", &shard_grad));
+    m->shard_grad = shard_grad;
+    if (m->ctx.dev != NULL) /* the scaler's flag and clipping's norm (runtime/) */
+        ACX_CHECK(acx_devops_alloc(m->ctx.dev, ACX_MEM_TRANSIENT, 16, "scalar results",
+                                   &m->dev_scratch));
     /* Each rank initializes only its rows; the initializer is keyed by
      * (seed, name, element), so they equal a 1-rank run's values and no
      * rank ever materializes the full model (init_empty_weights, done at
      * the source). Padding rows stay zero. */
     for (int i = 0; i < m->num_params; i++) {
         acx_param_t *p = m->params[i];
-        if (p->row_end > p->row_begin)
+        if (p->row_end > p->row_begin && m->ctx.dev != NULL)
+            ACX_CHECK(device_init_piece(m, p));
+        else if (p->row_end > p->row_begin)
             acx_param_init_fill(&p->init, p->ndim, p->shape, m->ctx.seed, p->name, p->row_begin,
                                 p->row_end, m->master + p->shard_offset);
     }
     log_plan(m, st);
     if (policy == POLICY_GRAD_OP) ACX_CHECK(gather_units(m, 0));
     ACX_INFO(ACX_SUBSYS_SHARD, "%s: %d unit(s) sharded over %d rank(s)%s; local shard %zu of %lld "
-             "elements",
+             "elements in %s memory",
              m->strategy->name, m->num_units, st->shard->size,
              st->replica ? " per node, replicated across nodes" : "", m->shard_numel,
-             (long long)m->numel);
+             (long long)m->numel, m->ctx.dev != NULL ? m->ctx.dev->name : "host");
     return ACX_OK;
 }
 
@@ -511,8 +642,9 @@ static acx_status_t sharded_materialize_grads(acx_unit_t *unit) {
     acx_model_t *m = unit->model;
     unit_state_t *us = &state_of(m)->units[unit->index];
     if (us->grad != NULL) return ACX_OK;
-    us->grad = acx_mem_alloc(ACX_MEM_GRADS, unit->numel * sizeof(float), "unit gradients");
-    if (us->grad == NULL) return ACX_ERR_NO_MEMORY;
+    void *grad = NULL;
+    ACX_CHECK(buf_alloc(m, ACX_MEM_GRADS, unit->numel * sizeof(float), 1, "unit gradients", &grad));
+    us->grad = grad;
     for (int i = 0; i < unit->num_params; i++)
         unit->params[i]->grad = us->grad + unit->params[i]->full_offset;
     return ACX_OK;
@@ -551,7 +683,11 @@ static acx_status_t sharded_after_step(acx_model_t *m) {
 }
 
 static acx_status_t sharded_zero_grad(acx_model_t *m) {
-    memset(m->shard_grad, 0, m->shard_numel * sizeof(float));
+    if (m->ctx.dev != NULL)
+        ACX_CHECK(m->ctx.dev->memset(m->shard_grad, 0, m->shard_numel * sizeof(float),
+                                     m->ctx.stream));
+    else
+        memset(m->shard_grad, 0, m->shard_numel * sizeof(float));
     /* set_to_none for the full buffers: they are recreated zeroed on use */
     for (int u = 0; u < m->num_units; u++) free_grad(m, u);
     return ACX_OK;
@@ -569,9 +705,13 @@ static void sharded_destroy(acx_model_t *m) {
             free_grad(m, u);
         }
     }
-    acx_mem_free(ACX_MEM_MASTER, m->master, m->shard_numel * sizeof(float));
-    acx_mem_free(ACX_MEM_GRADS, m->shard_grad, m->shard_numel * sizeof(float));
+    buf_free(m, ACX_MEM_MASTER, m->master, m->shard_numel * sizeof(float));
+    buf_free(m, ACX_MEM_GRADS, m->shard_grad, m->shard_numel * sizeof(float));
     m->master = m->shard_grad = NULL;
+    if (m->ctx.dev != NULL) {
+        acx_devops_free(m->ctx.dev, ACX_MEM_TRANSIENT, m->dev_scratch, 16);
+        m->dev_scratch = NULL;
+    }
     acx_comm_destroy(st->replica);
     free(st->units);
     free(st);

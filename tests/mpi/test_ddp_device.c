@@ -1,6 +1,9 @@
 /*
- * tests/mpi/test_ddp_device.c — device-resident NO_SHARD against host
- * NO_SHARD: the same model, data and steps run twice in one process, once
+ * tests/mpi/test_ddp_device.c — device-resident state against host state,
+ * for NO_SHARD (default) or a sharded strategy named on the command line
+ * (`shard_grad_op`, `full_shard`, `hybrid_shard`: ranks_per_node 2 on 4
+ * ranks, else 1, as test_shard_equiv; tests/mpi/shard_device.test), the
+ * same strategy on both sides: the same model, data and steps run twice in one process, once
  * with model state in host memory and once in device memory
  * (device_state: emulated by default; `test_ddp_device cuda` runs the
  * device side with device_state: cuda on the MPI backend, which stages
@@ -20,6 +23,14 @@
  * included), with no host bytes in those categories.
  * Every case also checks that something changed (parameters moved, the
  * moments are non-zero), so equality of two untouched states cannot pass.
+ *
+ * Under a sharded strategy the optimizer state and the reduced gradients
+ * are this rank's shard (shard_numel elements, the same layout on both
+ * sides) and are compared as such; parameters are compared whole
+ * (acx_param_gather) and as the gathered compute copies (acx_param_data of
+ * an acquired unit: device memory on the device side); the memory-stats
+ * identity per category holds as for NO_SHARD; the refusals case checks
+ * only what still is refused (the nccl backend with a sharded strategy).
  *
  * The model: unit a = {a.w [7,3] (nn.Linear init), a.e [5] (0.5)}, unit b =
  * {b.w [2,5] (nn.Linear init), b.s [1] (0.75)}. The program writes
@@ -78,6 +89,7 @@
 static int rank, world;
 static int dev_state = ACX_DEVICE_STATE_EMULATED; /* the device side of each comparison */
 static int dev_backend = ACX_BACKEND_MPI;         /* its backend (nccl: `test_ddp_device nccl`) */
+static int strategy = ACX_NO_SHARD;               /* both sides (argv: a sharded strategy's name) */
 static char dir[1024];
 
 static const char *const par_name[NPAR] = {"a.w", "a.e", "b.w", "b.s"};
@@ -88,7 +100,7 @@ typedef enum { OPT_ADAMW, OPT_SGD_MOM, OPT_SGD_NESTEROV } opt_kind_t;
 
 typedef struct opts {
     int device;   /* 0: host state; 1: dev_state */
-    int strategy; /* ACX_NO_SHARD unless a refusal is tested */
+    int strategy; /* 0: the run's `strategy`; else ACX_* + 1 (a refusal) */
     int backend;  /* 0: the run's default; else ACX_BACKEND_* + 1 */
     opt_kind_t opt;
     int accum;      /* gradient_accumulation_steps (0: unset) */
@@ -115,7 +127,8 @@ typedef struct net {
 static acx_status_t net_open(net_t *net, const opts_t *o) {
     acx_config_t cfg = ACX_CONFIG_DEFAULT;
     cfg.seed = 4242;
-    cfg.sharding_strategy = o->strategy;
+    cfg.sharding_strategy = o->strategy ? o->strategy - 1 : strategy;
+    if (cfg.sharding_strategy == ACX_HYBRID_SHARD) cfg.ranks_per_node = world == 4 ? 2 : 1;
     cfg.device_state = o->device ? dev_state : ACX_DEVICE_STATE_HOST;
     cfg.backend = o->backend ? o->backend - 1 : o->device ? dev_backend : ACX_BACKEND_MPI;
     cfg.bucket_size_mb = 100.0 / (1024 * 1024); /* 100 bytes: several buckets */
@@ -219,10 +232,11 @@ static acx_status_t backward(net_t *net, int s, int poison, float *grads_p) {
 typedef struct result {
     float params[NPV];   /* acx_param_gather after the last step */
     float copies[NPV];   /* acx_param_data (the compute copies) */
-    float state[2][NPV]; /* optimizer state arrays (ready order, as stored) */
+    float state[2][NPV]; /* optimizer state arrays (as stored: the local shard) */
     int num_state;
     float grads_first[MAXSTEP][NPV];        /* this rank's gradients after the first micro-step */
-    float grads_mean[MAXSTEP][NPV];         /* the reduced gradients at each boundary */
+    float grads_mean[MAXSTEP][NPV];         /* the reduced gradients at each boundary (the shard's
+                                               under a sharded strategy) */
     int64_t mem[ACX_MEM_NUM_CATEGORIES];    /* acx_memory_stats: host bytes per category */
     int64_t devmem[ACX_MEM_NUM_CATEGORIES]; /* device bytes per category */
     double norms[MAXSTEP];
@@ -241,7 +255,7 @@ static acx_status_t observe(net_t *net, result_t *r) {
     }
     r->num_state = acx_optimizer_num_state(net->opt);
     for (int s = 0; s < r->num_state; s++)
-        TRY(read_buf(net, r->state[s], acx_optimizer_state(net->opt, s), NPV));
+        TRY(read_buf(net, r->state[s], acx_optimizer_state(net->opt, s), net->m->shard_numel));
     r->scale = acx_loss_scale(net->acc);
     acx_memory_stats_t ms;
     TRY(acx_memory_stats(&ms));
@@ -262,7 +276,9 @@ static acx_status_t train(net_t *net, const opts_t *o, int steps, int step0, res
             TRY(backward(net, ms, (step0 + s) == o->poison_step && j == k - 1 ? 3 : -1,
                          j == 0 ? r->grads_first[s] : NULL));
             if (acx_sync_gradients(net->acc)) {
-                for (int q = 0; q < NPAR; q++)
+                if (strategy != ACX_NO_SHARD) /* the shard's (the full buffers are gone) */
+                    TRY(read_buf(net, r->grads_mean[s], net->m->shard_grad, net->m->shard_numel));
+                for (int q = 0; q < NPAR && strategy == ACX_NO_SHARD; q++)
                     TRY(read_buf(net, r->grads_mean[s] + par_off[q], acx_param_grad(net->p[q]),
                                  (size_t)(par_off[q + 1] - par_off[q])));
                 if (o->clip_norm > 0)
@@ -365,9 +381,16 @@ static int test_adamw(void) {
     acx_memory_stats_t ms;
     CHECK_OK(net_open(&net, &o));
     CHECK_OK(acx_memory_stats(&ms));
-    const size_t b = NPV * sizeof(float);
-    CHECK(ms.device_current[ACX_MEM_PARAMS] == (int64_t)b);
-    CHECK(ms.device_current[ACX_MEM_GRADS] == (int64_t)b);
+    /* NO_SHARD: P elements of each; sharded: the shard's (compare_runs
+     * holds them equal to the host run's per category) */
+    const size_t b = (strategy == ACX_NO_SHARD ? NPV : net.m->shard_numel) * sizeof(float);
+    if (strategy == ACX_NO_SHARD) CHECK(ms.device_current[ACX_MEM_PARAMS] == (int64_t)b);
+    if (strategy == ACX_SHARD_GRAD_OP) /* the resident full parameters: every element */
+        CHECK(ms.device_current[ACX_MEM_PARAMS] == (int64_t)(NPV * sizeof(float)));
+    if (strategy == ACX_FULL_SHARD || strategy == ACX_HYBRID_SHARD)
+        CHECK(ms.device_current[ACX_MEM_PARAMS] == 0); /* gathered on acquire only */
+    if (strategy == ACX_NO_SHARD) CHECK(ms.device_current[ACX_MEM_GRADS] == (int64_t)b);
+    if (strategy != ACX_NO_SHARD) CHECK(ms.device_current[ACX_MEM_MASTER] == (int64_t)b);
     CHECK(ms.device_current[ACX_MEM_OPTIMIZER] == (int64_t)(2 * b));
     CHECK(ms.current[ACX_MEM_PARAMS] == 0 && ms.current[ACX_MEM_GRADS] == 0 &&
           ms.current[ACX_MEM_OPTIMIZER] == 0);
@@ -548,10 +571,10 @@ error:
 
 static int test_checkpoint(void) {
     char hfile[1200], dfile[1200], hwfile[1200], dwfile[1200];
-    snprintf(hfile, sizeof hfile, "%s/ddp_device_host_%d.h5", dir, world);
-    snprintf(dfile, sizeof dfile, "%s/ddp_device_dev_%d.h5", dir, world);
-    snprintf(hwfile, sizeof hwfile, "%s/ddp_device_host_weights_%d.h5", dir, world);
-    snprintf(dwfile, sizeof dwfile, "%s/ddp_device_dev_weights_%d.h5", dir, world);
+    snprintf(hfile, sizeof hfile, "%s/ddp_device_host_%d_s%d.h5", dir, world, strategy);
+    snprintf(dfile, sizeof dfile, "%s/ddp_device_dev_%d_s%d.h5", dir, world, strategy);
+    snprintf(hwfile, sizeof hwfile, "%s/ddp_device_host_weights_%d_s%d.h5", dir, world, strategy);
+    snprintf(dwfile, sizeof dwfile, "%s/ddp_device_dev_weights_%d_s%d.h5", dir, world, strategy);
     static result_t h2, d2, h3;
     opts_t o = {.opt = OPT_ADAMW, .reduce = -1, .poison_step = -1};
     net_t net = {0};
@@ -579,15 +602,16 @@ error:
 
 static int test_refusals(void) {
     net_t net = {0};
-    opts_t o = {
-        .device = 1, .strategy = ACX_FULL_SHARD, .opt = OPT_ADAMW, .reduce = -1, .poison_step = -1};
-    CHECK_STATUS(net_open(&net, &o), ACX_ERR_NOT_SUPPORTED, "NO_SHARD only");
-    net_close(&net);
+    opts_t o = {.device = 1,
+                .strategy = ACX_FULL_SHARD + 1,
+                .opt = OPT_ADAMW,
+                .reduce = -1,
+                .poison_step = -1};
     o.backend = ACX_BACKEND_NCCL + 1;
     CHECK_STATUS(net_open(&net, &o), ACX_ERR_NOT_SUPPORTED, "NO_SHARD only");
     net_close(&net);
     if (dev_state == ACX_DEVICE_STATE_EMULATED) { /* no GPU needed to be refused */
-        o.strategy = ACX_NO_SHARD;
+        o.strategy = ACX_NO_SHARD + 1;
         CHECK_STATUS(net_open(&net, &o), ACX_ERR_NOT_SUPPORTED, "");
         net_close(&net);
     }
@@ -617,6 +641,16 @@ int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "nccl") == 0) {
         dev_state = ACX_DEVICE_STATE_CUDA;
         dev_backend = ACX_BACKEND_NCCL;
+    }
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "shard_grad_op") == 0) strategy = ACX_SHARD_GRAD_OP;
+        if (strcmp(argv[i], "full_shard") == 0) strategy = ACX_FULL_SHARD;
+        if (strcmp(argv[i], "hybrid_shard") == 0) strategy = ACX_HYBRID_SHARD;
+    }
+    if (strategy != ACX_NO_SHARD && dev_backend == ACX_BACKEND_NCCL) {
+        if (rank == 0) printf("SKIP: backend nccl supports no_shard only\n");
+        MPI_Finalize();
+        return 77;
     }
     acx_test_tmp_path(dir, sizeof dir, "");
     if (dev_state == ACX_DEVICE_STATE_CUDA) {
