@@ -12,6 +12,8 @@
  *     within 1e-6 relative error (max norm) on the parameters with the
  *     other one;
  *   - the inf/NaN check and the unscale multiply (runtime/scaler.c's);
+ *   - accumulate (dst += widen(src), sharding/sharded.c's loop) from float32,
+ *     bfloat16 and float16 sources (random 16-bit patterns), bitwise;
  *   - the sum of squares (relative error <= 1e-11 against runtime/clip.c's
  *     sequential double sum, and bitwise reproducible) and max |x| (exact,
  *     NaN propagating);
@@ -572,6 +574,56 @@ error:
     return rc;
 }
 
+/* ---- accumulate (sharding/sharded.c's widen-and-add) ---- */
+
+/* dst[i] += widen(src[i]) for float32, bfloat16 and float16 sources, bitwise
+ * the host loop (acx_bf16_to_f32 / acx_f16_to_f32, one float addition); a
+ * 32-bit dtype that is not float32 is refused. */
+static int test_accumulate(void) {
+    const size_t n = 200003;
+    float *dst0 = malloc(n * 4), *src32 = malloc(n * 4), *out = malloc(n * 4), *want = malloc(n * 4);
+    uint16_t *src16 = malloc(n * 2);
+    float *d_dst = NULL;
+    void *d_src = NULL;
+    int rc = 1;
+    CHECK(dst0 && src32 && out && want && src16);
+    for (size_t i = 0; i < n; i++) {
+        dst0[i] = rndf(-4, 4);
+        src32[i] = rndf(-4, 4);
+        src16[i] = (uint16_t)rnd32();
+    }
+    CU(cudaMalloc((void **)&d_dst, n * 4));
+    CU(cudaMalloc(&d_src, n * 4));
+    const acx_dtype_t dts[3] = {ACX_DTYPE_FLOAT32, ACX_DTYPE_BFLOAT16, ACX_DTYPE_FLOAT16};
+    for (int k = 0; k < 3; k++) {
+        acx_dtype_t dt = dts[k];
+        for (size_t i = 0; i < n; i++) {
+            float x = dt == ACX_DTYPE_FLOAT32    ? src32[i]
+                      : dt == ACX_DTYPE_BFLOAT16 ? acx_bf16_to_f32(src16[i])
+                                                 : acx_f16_to_f32(src16[i]);
+            want[i] = dst0[i] + x;
+        }
+        CU(cudaMemcpy(d_dst, dst0, n * 4, cudaMemcpyHostToDevice));
+        CU(cudaMemcpy(d_src, dt == ACX_DTYPE_FLOAT32 ? (const void *)src32 : (const void *)src16,
+                      dt == ACX_DTYPE_FLOAT32 ? n * 4 : n * 2, cudaMemcpyHostToDevice));
+        CHECK_OK(acx_cuda_accumulate(dt, d_src, d_dst, n, NULL));
+        CU(cudaMemcpy(out, d_dst, n * 4, cudaMemcpyDeviceToHost));
+        for (size_t i = 0; i < n; i++) /* NaN + x: any NaN; else the same bits */
+            CHECK(f32_bits(out[i]) == f32_bits(want[i]) || (isnan(out[i]) && isnan(want[i])));
+    }
+    CHECK(acx_cuda_accumulate(ACX_DTYPE_INT32, d_src, d_dst, n, NULL) == ACX_ERR_INVALID_ARG);
+    rc = 0;
+error:
+    cudaFree(d_dst);
+    cudaFree(d_src);
+    free(dst0);
+    free(src32);
+    free(out);
+    free(want);
+    free(src16);
+    return rc;
+}
+
 int main(int argc, char **argv) {
     acx_test_watchdog(600);
     char why[256];
@@ -598,6 +650,7 @@ int main(int argc, char **argv) {
         {"kernels: sum of squares and max |x| (deterministic)", test_norms},
         {"kernels: argument errors", test_errors},
         {"kernels: half_round_f32, scaled inf/NaN check", test_round_and_scaled_check},
+        {"kernels: accumulate (float32, bf16, fp16 sources)", test_accumulate},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         TESTING(cases[i].name);

@@ -69,8 +69,8 @@
  *                device run loads the host file and a host run the device
  *                file (strict): parameters and moments equal the saving
  *                run's, and one more step stays equal.
- *   refusals     device state with full_shard fails acx_prepare ("NO_SHARD
- *                only"); backend nccl with full_shard fails acx_init; the
+ *   refusals     backend nccl with full_shard fails acx_init ("NO_SHARD
+ *                only"; device state itself works with every strategy); the
  *                emulated device with backend nccl fails acx_init;
  *                acx_clip_grad_value says it is not implemented for
  *                device state; a compute stream with host state is
@@ -679,7 +679,7 @@ int main(int argc, char **argv) {
     failed |= acx_test_run_case("fp16: an inf on one rank skips everywhere", test_fp16_skip);
     failed |= acx_test_run_case("checkpoint: same datasets, cross-loading", test_checkpoint);
     failed |=
-        acx_test_run_case("refusals: other strategies, clip by value, weights", test_refusals);
+        acx_test_run_case("refusals: nccl + full_shard, clip by value, stream", test_refusals);
     MPI_Finalize();
     return failed;
 }
