@@ -345,18 +345,23 @@ static acx_status_t emul_accumulate(acx_dtype_t dtype, const void *src, float *d
     op_t op;
     int half = dtype == ACX_DTYPE_BFLOAT16 || dtype == ACX_DTYPE_FLOAT16;
     if (!half && dtype != ACX_DTYPE_FLOAT32)
-        return ACX_ERROR(ACX_ERR_INVALID_ARG, "accumulate: dtype %d is not float32, float16 or "
-                         "bfloat16", (int)dtype);
+        return ACX_ERROR(ACX_ERR_INVALID_ARG,
+                         "accumulate: dtype %d is not float32, float16 or "
+                         "bfloat16",
+                         (int)dtype);
     ACX_CHECK(op_begin(&op, "accumulate", src, half ? n * 2 : F4(n), dst, F4(n), NULL, 0, NULL, 0));
     if (dtype == ACX_DTYPE_BFLOAT16) {
         const uint16_t *h = src;
-        for (size_t i = 0; i < n; i++) dst[i] += acx_bf16_to_f32(h[i]);
+        for (size_t i = 0; i < n; i++)
+            dst[i] += acx_bf16_to_f32(h[i]);
     } else if (dtype == ACX_DTYPE_FLOAT16) {
         const uint16_t *h = src;
-        for (size_t i = 0; i < n; i++) dst[i] += acx_f16_to_f32(h[i]);
+        for (size_t i = 0; i < n; i++)
+            dst[i] += acx_f16_to_f32(h[i]);
     } else {
         const float *f = src;
-        for (size_t i = 0; i < n; i++) dst[i] += f[i];
+        for (size_t i = 0; i < n; i++)
+            dst[i] += f[i];
     }
     op_close(&op);
     return ACX_OK;

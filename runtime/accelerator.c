@@ -287,8 +287,8 @@ static acx_status_t check_config_agrees(acx_accelerator_t *acc) {
 static acx_status_t check_implemented(const acx_resolved_config_t *rc) {
     const acx_config_t *c = &rc->values;
     static const struct { const char *key; const char *todo; const char *instead; } later[] = {
-        {"backend", "the NCCL backend needs device-resident model state, which supports "
-                    "sharding_strategy: NO_SHARD only in this version",
+        {"backend", "the NCCL backend supports sharding_strategy: NO_SHARD only in this "
+                    "version (device-resident sharded strategies run on backend: mpi)",
          "auto or mpi, or sharding_strategy: no_shard"}};
     int bad[1] = {c->backend == ACX_BACKEND_NCCL && c->sharding_strategy != ACX_NO_SHARD};
     for (int i = 0; i < 1; i++) {

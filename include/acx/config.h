@@ -59,7 +59,7 @@ typedef enum acx_backend_kind {
 typedef enum acx_device_state {
     ACX_DEVICE_STATE_AUTO = 0,    /* cuda with backend: nccl, else host */
     ACX_DEVICE_STATE_HOST = 1,    /* host memory */
-    ACX_DEVICE_STATE_CUDA = 2,    /* CUDA device memory (NO_SHARD only in this version) */
+    ACX_DEVICE_STATE_CUDA = 2,    /* CUDA device memory (every sharding strategy) */
     ACX_DEVICE_STATE_EMULATED = 3 /* for testing the device path without a GPU: a CPU test
                                      double whose memory host code cannot touch */
 } acx_device_state_t;
