@@ -8,7 +8,7 @@
 
 /* send [count] -> recv [size x count] */
 static acx_status_t run_acx(osu_ctx_t *c) {
-    return acx_all_gather(c->acc, c->send, c->recv, c->count, c->dtype);
+    return osu_acx_all_gather(c, c->send, c->recv, c->count);
 }
 
 static int run_raw(osu_ctx_t *c) {

@@ -20,7 +20,7 @@
 
 /* send [count] -> recv [count] */
 static acx_status_t run_acx(osu_ctx_t *c) {
-    return acx_all_reduce(c->acc, c->send, c->recv, c->count, c->dtype, ACX_OP_SUM);
+    return osu_acx_all_reduce(c, c->send, c->recv, c->count);
 }
 
 static int run_raw(osu_ctx_t *c) {

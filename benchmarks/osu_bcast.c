@@ -11,7 +11,7 @@
 
 /* buf [count], root's copied to every rank */
 static acx_status_t run_acx(osu_ctx_t *c) {
-    return acx_broadcast(c->acc, c->send, c->count, c->dtype, ROOT);
+    return osu_acx_broadcast(c, c->send, c->count, ROOT);
 }
 
 static int run_raw(osu_ctx_t *c) {

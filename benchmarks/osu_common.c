@@ -14,12 +14,28 @@
  * its own. --fused adds a third side (one raw call over all K tensors) and
  * rotates the three the same way.
  *
+ * Buffers (-d) are host memory, or with -d cuda device memory of the
+ * rank's device (local rank modulo the visible devices), allocated once per
+ * table with cudaMalloc (cuda/memory.h, so this file needs no CUDA
+ * header). -b nccl runs acx's side on an NCCL communicator this driver
+ * creates over MPI_COMM_WORLD (collectives/coll.h), the way acx_init will
+ * for backend: nccl once model state can live on a device: acx_init still
+ * refuses that backend in this version, so the accelerator itself stays on
+ * MPI and only bootstraps. -d cuda -b mpi hands the device buffers to the
+ * MPI backend, which stages them through pinned host memory. A blocking
+ * NCCL call returns once the collective has completed on the device, so
+ * each timed call is launch plus completion (OSU's per-call timing;
+ * nccl-tests instead times a batch and synchronizes once, which gives the
+ * same figure for large messages and a lower one for small ones).
+ *
  * Validation (-c) runs before the timed loop of each size and outside it:
  * two rounds of fresh inputs, the operation, and a comparison of every output
  * element with the value this rank computes itself from the fill formula
  * (osu_value); ranks add up their mismatches, so every rank prints and exits
  * alike. Inputs are small integers, so sums are exact in every dtype and the
- * comparison is bit for bit.
+ * comparison is bit for bit. With device buffers the inputs are filled in
+ * host copies and copied to the device, and after the call both buffers are
+ * copied back and checked there: what is compared is what the device holds.
  *
  * What an operation is (its buffers, calls and expected values) is its own
  * file's (osu_allreduce.c, ...); the bandwidth formulas are osu_bw.c's.
@@ -33,6 +49,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "collectives/coll.h"
+#include "cuda/device.h"
+#include "cuda/memory.h"
 #include "osu_common.h"
 
 /* OSU's defaults: messages up to 8 KiB get 1000 iterations and 100 warm-up
@@ -168,7 +187,7 @@ typedef struct options {
     double bucket_mb;
     acx_dtype_t dtypes[OSU_MAX_DTYPES]; /* -t a,b,...: one table each */
     int num_dtypes;
-    int device_cuda;
+    int device_cuda, device_given; /* -d cuda; -d given (else -b nccl implies cuda) */
     acx_backend_kind_t backend;
     const char *json;
 } options_t;
@@ -188,7 +207,7 @@ static void usage(const osu_coll_t *coll, FILE *f) {
     fprintf(
         f,
         "Usage: mpirun -np N %s [options]\n"
-        "OSU Micro-Benchmarks 7.x style %s latency test through acx, on host memory.\n"
+        "OSU Micro-Benchmarks 7.x style %s latency test through acx.\n"
         "Options:\n"
         "  -m, --message-size [MIN:]MAX  sizes in bytes, MIN, 2 MIN, 4 MIN, ... <= MAX\n"
         "                                (default 1:1048576; K, M, G suffixes are 2^10..)\n"
@@ -198,8 +217,11 @@ static void usage(const osu_coll_t *coll, FILE *f) {
         "  -f, --full                    also min and max latency over ranks, iterations\n"
         "  -c, --validation              check every result; a Validation column, exit 1\n"
         "                                on a mismatch\n"
-        "  -d, --accelerator host|cuda   buffer memory (default host)\n"
-        "  -b, --backend mpi|nccl        acx collective backend (default mpi)\n"
+        "  -d, --accelerator host|cuda   buffer memory: host, or device memory of the\n"
+        "                                rank's CUDA device (default host; cuda with nccl)\n"
+        "  -b, --backend mpi|nccl        acx collective backend (default mpi; nccl needs\n"
+        "                                -d cuda, mpi stages device buffers through\n"
+        "                                pinned host memory)\n"
         "  -t, --type TYPE[,TYPE...]     float (float32), double (float64), float16, bfloat16,\n"
         "                                int8, uint8, int32, int64 (default %s); sizes are\n"
         "                                rounded down to whole elements; a list: one table\n"
@@ -359,6 +381,7 @@ static int parse_options(int argc, char **argv, const osu_coll_t *coll, int rank
         case 'f': o->full = 1; break;
         case 'c': o->validate = 1; break;
         case 'd':
+            o->device_given = 1;
             if (strcmp(optarg, "host") == 0)
                 o->device_cuda = 0;
             else if (strcmp(optarg, "cuda") == 0)
@@ -435,6 +458,14 @@ static int parse_options(int argc, char **argv, const osu_coll_t *coll, int rank
         BAD("unexpected argument '%s' (this benchmark takes options only)", av[optind]);
     if (o->fused_k > 0 && (size_t)o->fused_k * o->max_size > ((size_t)1 << 31))
         BAD("--fused %d x %zu bytes is more than 2 GiB per rank", o->fused_k, o->max_size);
+    if (o->backend == ACX_BACKEND_NCCL && !o->device_given) o->device_cuda = 1;
+    if (o->backend == ACX_BACKEND_NCCL && !o->device_cuda)
+        BAD("-b nccl needs -d cuda: NCCL reduces device memory only");
+    if (o->device_cuda && o->compare_raw)
+        BAD("--compare-raw times the raw MPI call on host memory; with -d cuda there is no raw "
+            "counterpart (this MPI is not CUDA-aware): drop one of them");
+    if (o->device_cuda && o->fused_k > 0)
+        BAD("--fused times acx's host-memory gradient buckets; it does not take -d cuda");
 out:
 #undef BAD
     free(av);
@@ -452,13 +483,25 @@ static void *alloc_buf(size_t elems, size_t esize) {
     return calloc(elems, esize);
 }
 
+/* A zeroed device buffer [elems] (NULL for none); the status says why not. */
+static acx_status_t alloc_device_buf(size_t elems, size_t esize, void **p_p) {
+    *p_p = NULL;
+    if (elems == 0) return ACX_OK;
+    /* elems * esize <= ranks x 1 TiB (-m's limit): no overflow */
+    acx_status_t st = acx_cuda_malloc(elems * esize, "a benchmark buffer", p_p);
+    if (st == ACX_OK) st = acx_cuda_memset(*p_p, 0, elems * esize);
+    return st;
+}
+
 /* ---- running and timing ---- */
 
 typedef struct run {
     const osu_coll_t *coll;
     const options_t *o;
     osu_ctx_t c;
-    void *flat, *raw_flat; /* --fused: [k x max count] each */
+    int device;                  /* -d cuda: the CUDA device of the buffers; -1: host memory */
+    void *host_send, *host_recv; /* -d cuda -c: host copies of send and recv */
+    void *flat, *raw_flat;       /* --fused: [k x max count] each */
     void *fused_state;
     int inject_fault; /* OSU_BENCH_INJECT_FAULT=1: corrupt one output (tests -c itself) */
 } run_t;
@@ -550,6 +593,11 @@ static void time_size(run_t *r, long iters, long warmup, double *total_s, double
     }
 }
 
+/* -d cuda: bytes from src to dst, one of them device memory; a failure ends the job. */
+static void device_copy(const run_t *r, void *dst, const void *src, size_t bytes) {
+    if (bytes > 0 && acx_cuda_memcpy(dst, src, bytes) != ACX_OK) die(r, acx_last_error());
+}
+
 /* -c for one size: returns the number of wrong elements over all ranks. */
 static long validate_size(run_t *r) {
     osu_ctx_t *c = &r->c;
@@ -571,13 +619,34 @@ static long validate_size(run_t *r) {
             }
             continue;
         }
-        size_t out_elems = extent_elems(coll->recv_extent, c->count, c->size);
-        if (c->recv != NULL) memset(c->recv, 0xa5, out_elems * c->esize); /* no stale result */
+        size_t in_bytes = extent_elems(coll->send_extent, c->count, c->size) * c->esize;
+        size_t out_bytes = extent_elems(coll->recv_extent, c->count, c->size) * c->esize;
+        void *dev_send = c->send, *dev_recv = c->recv; /* device memory with -d cuda */
+        /* with -d cuda, fill and check see host copies */
+        if (r->device >= 0) {
+            c->send = r->host_send;
+            c->recv = dev_recv != NULL ? r->host_recv : NULL;
+        }
+        if (c->recv != NULL) memset(c->recv, 0xa5, out_bytes); /* no stale result */
         coll->fill(c, round, vmax);
+        if (r->device >= 0) {
+            device_copy(r, dev_send, c->send, in_bytes);
+            device_copy(r, dev_recv, c->recv, out_bytes);
+            c->send = dev_send;
+            c->recv = dev_recv;
+        }
         call_side(r, SIDE_ACX);
+        if (r->device >= 0) { /* what the device holds now, both buffers (bcast is in place) */
+            device_copy(r, r->host_send, dev_send, in_bytes);
+            device_copy(r, r->host_recv, dev_recv, out_bytes);
+            c->send = r->host_send;
+            c->recv = dev_recv != NULL ? r->host_recv : NULL;
+        }
         void *out = c->recv != NULL ? c->recv : c->send;
         if (r->inject_fault && c->rank == 0 && c->count > 0) ((unsigned char *)out)[0] ^= 0x40;
         bad += (long)coll->check(c, round, vmax);
+        c->send = dev_send;
+        c->recv = dev_recv;
     }
     if (r->o->fused_k > 0) memset(r->flat, 0, (size_t)r->o->fused_k * c->count * c->esize);
     MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_LONG, MPI_SUM, c->comm);
@@ -610,8 +679,11 @@ static void print_header(const run_t *r) {
     const options_t *o = r->o;
     const osu_ctx_t *c = &r->c;
     printf("# OSU-style acx %s Latency Test\n", r->coll->title);
-    printf("# Datatype: %s (%zu bytes/element); ranks: %d; backend: mpi; buffers: host\n",
-           acx_dtype_name(c->dtype), c->esize, c->size);
+    char buffers[64] = "host";
+    if (r->device >= 0) snprintf(buffers, sizeof buffers, "cuda:%d", r->device);
+    printf("# Datatype: %s (%zu bytes/element); ranks: %d; backend: %s; buffers: %s%s\n",
+           acx_dtype_name(c->dtype), c->esize, c->size, c->nccl != NULL ? "nccl" : "mpi", buffers,
+           r->device >= 0 && c->nccl == NULL ? " (staged through pinned host memory)" : "");
     if (c->esize > 1)
         printf("# Size: bytes per rank rounded down to whole elements; sizes below one element "
                "skipped\n");
@@ -668,9 +740,10 @@ static const char *op_key(osu_op_t op) {
 static void json_begin(FILE *f, const run_t *r) {
     fprintf(f,
             "{\n  \"benchmark\": \"%s\",\n  \"op\": \"%s\",\n"
-            "  \"ranks\": %d,\n  \"backend\": \"mpi\",\n  \"buffers\": \"host\",\n"
+            "  \"ranks\": %d,\n  \"backend\": \"%s\",\n  \"buffers\": \"%s\",\n"
             "  \"results\": [",
-            r->coll->prog, op_key(r->coll->op), r->c.size);
+            r->coll->prog, op_key(r->coll->op), r->c.size, r->c.nccl != NULL ? "nccl" : "mpi",
+            r->device >= 0 ? "cuda" : "host");
 }
 
 static void json_row(FILE *f, const run_t *r, const row_t *w, int first) {
@@ -778,6 +851,16 @@ static int run_table(run_t *r, acx_dtype_t dtype, FILE *json, int *rows_p, int *
         r->raw_flat = alloc_buf((size_t)o->fused_k * max_count, c->esize);
         if (max_count > 0 && (r->flat == NULL || r->raw_flat == NULL))
             die(r, "out of memory for the --fused buffers");
+    } else if (r->device >= 0) { /* device buffers; host copies for -c; no raw side */
+        acx_status_t st = alloc_device_buf(ns, c->esize, &c->send);
+        if (st == ACX_OK) st = alloc_device_buf(nr, c->esize, &c->recv);
+        if (st != ACX_OK) die(r, acx_last_error());
+        if (o->validate) {
+            r->host_send = alloc_buf(ns, c->esize);
+            r->host_recv = alloc_buf(nr, c->esize);
+            if (max_count > 0 && (r->host_send == NULL || (nr > 0 && r->host_recv == NULL)))
+                die(r, "out of memory for the validation copies");
+        }
     } else {
         c->send = alloc_buf(ns, c->esize);
         c->recv = alloc_buf(nr, c->esize);
@@ -803,15 +886,114 @@ static int run_table(run_t *r, acx_dtype_t dtype, FILE *json, int *rows_p, int *
         if (size > SIZE_MAX / 2) break;
     }
 
-    free(c->send);
-    free(c->recv);
+    if (r->device >= 0) {
+        acx_cuda_free(c->send);
+        acx_cuda_free(c->recv);
+    } else {
+        free(c->send);
+        free(c->recv);
+    }
     free(c->raw_send);
     free(c->raw_recv);
     free(r->flat);
     free(r->raw_flat);
+    free(r->host_send);
+    free(r->host_recv);
     c->send = c->recv = c->raw_send = c->raw_recv = r->flat = r->raw_flat = NULL;
+    r->host_send = r->host_recv = NULL;
     if (c->mpi_sum != MPI_SUM) MPI_Op_free(&c->mpi_sum);
     return rows;
+}
+
+/* ---- devices and backends (-d cuda, -b nccl) ---- */
+
+/* The lowest rank of comm that passed failed != 0, or -1 when none did. */
+static int lowest_failing(int failed, MPI_Comm comm, int rank) {
+    int mine = failed ? rank : INT_MAX, lowest = INT_MAX;
+    MPI_Allreduce(&mine, &lowest, 1, MPI_INT, MPI_MIN, comm);
+    return lowest == INT_MAX ? -1 : lowest;
+}
+
+/*
+ * -d cuda: bind this rank's device (local rank modulo the visible ones) and,
+ * for -b nccl, create the NCCL communicator over MPI_COMM_WORLD. Collective;
+ * every rank returns the same: 0, EXIT_UNAVAILABLE (no device, no NCCL, or
+ * more ranks on a node than devices for NCCL) or 1 (a CUDA or NCCL failure).
+ * The lowest rank that failed prints why.
+ */
+static int device_setup(run_t *r) {
+    osu_ctx_t *c = &r->c;
+    const char *prog = r->coll->prog;
+    int local_rank = acx_local_rank(c->acc), local_size = acx_local_size(c->acc), who;
+    char why[256];
+    int count = acx_device_count(why, sizeof why);
+    if ((who = lowest_failing(count == 0, c->comm, c->rank)) >= 0) {
+        if (c->rank == who) fprintf(stderr, "%s: -d cuda: no CUDA device: %s\n", prog, why);
+        return EXIT_UNAVAILABLE;
+    }
+    acx_status_t st;
+    if (r->o->backend == ACX_BACKEND_NCCL) {
+        const acx_coll_ops_t *ops = NULL;
+        st = acx_coll_select(ACX_BACKEND_NCCL, &ops);
+        if ((who = lowest_failing(st != ACX_OK, c->comm, c->rank)) >= 0) {
+            if (c->rank == who)
+                fprintf(stderr, "%s: -b nccl: not available in this build/machine: %s\n", prog,
+                        acx_last_error());
+            return EXIT_UNAVAILABLE;
+        }
+        /* NCCL refuses two ranks of one communicator on one device */
+        if ((who = lowest_failing(local_size > count, c->comm, c->rank)) >= 0) {
+            if (c->rank == who)
+                fprintf(stderr,
+                        "%s: -b nccl: %d ranks on this node share %d CUDA device%s; NCCL needs a "
+                        "device per rank (-b mpi can share one)\n",
+                        prog, local_size, count, count == 1 ? "" : "s");
+            return EXIT_UNAVAILABLE;
+        }
+        st = acx_device_setup(ops, local_rank, local_size);
+        if ((who = lowest_failing(st != ACX_OK, c->comm, c->rank)) >= 0) {
+            if (c->rank == who) fprintf(stderr, "%s: -d cuda: %s\n", prog, acx_last_error());
+            return 1;
+        }
+        st = acx_comm_create(MPI_COMM_WORLD, ops, &c->nccl); /* agreed inside */
+        if (st != ACX_OK) {
+            c->nccl = NULL;
+            if (c->rank == 0) fprintf(stderr, "%s: -b nccl: %s\n", prog, acx_last_error());
+            return 1;
+        }
+    } else {
+        st = acx_device_use(local_rank, local_size);
+        if ((who = lowest_failing(st != ACX_OK, c->comm, c->rank)) >= 0) {
+            if (c->rank == who) fprintf(stderr, "%s: -d cuda: %s\n", prog, acx_last_error());
+            return 1;
+        }
+    }
+    r->device = acx_device_bound();
+    return 0;
+}
+
+/* ---- acx's side of the timed calls ---- */
+
+acx_status_t osu_acx_all_reduce(osu_ctx_t *c, const void *send, void *recv, size_t count) {
+    if (c->nccl != NULL)
+        return c->nccl->ops->all_reduce(c->nccl, send, recv, count, c->dtype, ACX_OP_SUM);
+    return acx_all_reduce(c->acc, send, recv, count, c->dtype, ACX_OP_SUM);
+}
+
+acx_status_t osu_acx_all_gather(osu_ctx_t *c, const void *send, void *recv, size_t count) {
+    if (c->nccl != NULL) return c->nccl->ops->all_gather(c->nccl, send, recv, count, c->dtype);
+    return acx_all_gather(c->acc, send, recv, count, c->dtype);
+}
+
+acx_status_t osu_acx_reduce_scatter(osu_ctx_t *c, const void *send, void *recv, size_t count) {
+    if (c->nccl != NULL)
+        return c->nccl->ops->reduce_scatter(c->nccl, send, recv, count, c->dtype, ACX_OP_SUM);
+    return acx_reduce_scatter(c->acc, send, recv, count, c->dtype, ACX_OP_SUM);
+}
+
+acx_status_t osu_acx_broadcast(osu_ctx_t *c, void *buf, size_t count, int root) {
+    if (c->nccl != NULL) return c->nccl->ops->broadcast(c->nccl, buf, count, c->dtype, root);
+    return acx_broadcast(c->acc, buf, count, c->dtype, root);
 }
 
 int osu_main(int argc, char **argv, const osu_coll_t *coll) {
@@ -829,43 +1011,32 @@ int osu_main(int argc, char **argv, const osu_coll_t *coll) {
         MPI_Finalize();
         return parsed < 0 ? EXIT_USAGE : 0;
     }
-    if (o.device_cuda) {
-        if (rank == 0)
-            fprintf(stderr,
-                    "%s: -d cuda: device buffers are not available in this build/machine: acx's "
-                    "device-memory path (the NCCL backend) is not implemented in this version; "
-                    "use -d host\n",
-                    coll->prog);
-        MPI_Finalize();
-        return EXIT_UNAVAILABLE;
-    }
-
+    /* The accelerator bootstraps on MPI whatever -b says: -b nccl gets its
+     * communicator from device_setup (acx_init refuses backend: nccl in
+     * this version, until model state can live on a device). */
     acx_config_t cfg = ACX_CONFIG_DEFAULT;
-    cfg.backend = o.backend;
+    cfg.backend = ACX_BACKEND_MPI;
     acx_accelerator_t *acc = NULL;
     acx_status_t st = acx_init(&argc, &argv, &cfg, &acc);
     if (st != ACX_OK) {
-        int unavailable = o.backend == ACX_BACKEND_NCCL && st == ACX_ERR_NOT_SUPPORTED;
-        if (rank == 0)
-            fprintf(stderr, "%s: %s%s\n", coll->prog,
-                    unavailable ? "-b nccl: not available in this build/machine: " : "",
-                    acx_last_error());
+        if (rank == 0) fprintf(stderr, "%s: %s\n", coll->prog, acx_last_error());
         MPI_Finalize();
-        return unavailable ? EXIT_UNAVAILABLE : 1;
+        return 1;
     }
 
-    run_t r = {.coll = coll, .o = &o};
+    run_t r = {.coll = coll, .o = &o, .device = -1};
     const char *inject = getenv("OSU_BENCH_INJECT_FAULT");
     r.inject_fault = inject != NULL && strcmp(inject, "1") == 0;
     r.c.acc = acc;
     r.c.rank = rank;
     r.c.size = world;
     MPI_Comm_dup(MPI_COMM_WORLD, &r.c.comm);
+    FILE *json = NULL;
+    int json_ok = 1, rows = 0, failed = 0;
+    if (o.device_cuda && (rc = device_setup(&r)) != 0) goto out;
 
     /* The JSON file is opened up front, so a bad path fails before any
      * timing, on every rank alike. */
-    FILE *json = NULL;
-    int json_ok = 1, rows = 0, failed = 0;
     if (o.json != NULL && rank == 0) {
         json = fopen(o.json, "w");
         json_ok = json != NULL;
@@ -903,6 +1074,7 @@ int osu_main(int argc, char **argv, const osu_coll_t *coll) {
 
 out:
     if (json) fclose(json);
+    acx_comm_destroy(r.c.nccl);
     MPI_Comm_free(&r.c.comm);
     if (acx_finalize(acc) != ACX_OK) {
         if (rank == 0) fprintf(stderr, "%s: acx_finalize: %s\n", coll->prog, acx_last_error());

@@ -31,9 +31,16 @@ typedef struct osu_ctx {
     MPI_Op mpi_sum;        /* raw side: SUM for the dtype (16-bit floats: a user op) */
     size_t count;          /* elements per rank at this size */
     /* acx's buffers and the raw side's own, of the operation's shapes:
-     * send [send_extent x count], recv [recv_extent x count] (NULL if none) */
+     * send [send_extent x count], recv [recv_extent x count] (NULL if none).
+     * With -d cuda, send and recv are device memory (the fill and check
+     * callbacks then see host copies, osu_common.c swaps them in), and the
+     * raw side has no buffers (--compare-raw is refused). */
     void *send, *recv;
     void *raw_send, *raw_recv;
+    /* -b nccl: the NCCL communicator acx's side runs on (acx_init keeps the
+     * accelerator on MPI in this version: see osu_common.c); NULL: the
+     * accelerator's collectives. Use the osu_acx_* calls below. */
+    struct acx_comm *nccl;
 } osu_ctx_t;
 
 /* How big a buffer is, in units of count elements. */
@@ -78,8 +85,18 @@ typedef struct osu_coll {
 
 /* The benchmark: parse, run, print; returns the process's exit status
  * (0 ok, 1 a failure or a -c mismatch, 2 bad usage, 77 an unavailable
- * device or backend). */
+ * device or backend: "-d cuda: no CUDA device: <reason>", "-b nccl: not
+ * available ..."). */
 int osu_main(int argc, char **argv, const osu_coll_t *coll);
+
+/* ---- acx's side of the timed calls (for run_acx) ---- */
+
+/* The collective on the backend this run uses (c->nccl, else the
+ * accelerator's public collectives), on c's buffers as passed. */
+acx_status_t osu_acx_all_reduce(osu_ctx_t *c, const void *send, void *recv, size_t count);
+acx_status_t osu_acx_all_gather(osu_ctx_t *c, const void *send, void *recv, size_t count);
+acx_status_t osu_acx_reduce_scatter(osu_ctx_t *c, const void *send, void *recv, size_t count);
+acx_status_t osu_acx_broadcast(osu_ctx_t *c, void *buf, size_t count, int root);
 
 /* ---- validation values (for the fill/check callbacks) ---- */
 

@@ -10,7 +10,7 @@
 
 /* send [size x count] -> recv [count] = SUM over ranks of block `rank` */
 static acx_status_t run_acx(osu_ctx_t *c) {
-    return acx_reduce_scatter(c->acc, c->send, c->recv, c->count, c->dtype, ACX_OP_SUM);
+    return osu_acx_reduce_scatter(c, c->send, c->recv, c->count);
 }
 
 static int run_raw(osu_ctx_t *c) {

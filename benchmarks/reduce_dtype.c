@@ -12,22 +12,26 @@
  * the slowest rank's time); rounds alternate which dtype goes first.
  *
  * Two byte counts per step and rank:
- *   MPI payload  what acx hands to MPI's gradient reductions: count x size
- *                of the MPI datatype of every MPI_Allreduce, MPI_Iallreduce,
- *                MPI_Reduce_scatter_block and MPI_Ireduce_scatter_block call
- *                on float data (MPI_FLOAT, or MPI_UINT16_T as 16-bit floats
- *                travel), counted here through the MPI profiling interface
- *                (these functions are defined below and call PMPI_*),
- *                independently of acx's own bookkeeping. Reductions of other
- *                types (the per-step preemption agreement, item counts) are
- *                counted apart, as control reductions.
+ *   wire bytes   what this rank sends to the other ranks for its gradient
+ *                reductions, counted through the MPI profiling interface
+ *                (the MPI_* functions below call PMPI_*), independently of
+ *                acx's own bookkeeping, per collective acx calls on float
+ *                data (MPI_FLOAT, or MPI_UINT16_T as 16-bit floats travel):
+ *                  MPI_(I)allreduce of n            2 (p-1)/p n (a ring's, the
+ *                                                   bandwidth-optimal amount)
+ *                  MPI_(I)reduce_scatter_block of n (p-1) n
+ *                  MPI_(I)alltoall(v)               the counts to other ranks
+ *                  MPI_(I)allgatherv                own block x (p-1)
+ *                all times the datatype's size. The 16-bit SUM of the MPI
+ *                backend is an all-to-all plus an all-gatherv
+ *                (collectives/mpi/coll_mpi.c); nothing else acx runs here
+ *                uses those. Parameter all-gathers (MPI_(I)allgather, the
+ *                sharded strategies' refresh after a step: param_dtype, not
+ *                reduce_dtype) are counted apart, and so are reductions of
+ *                other types (the per-step preemption agreement, item
+ *                counts: control reductions).
  *   reduce_dtype the gradient elements reduced per step x the size of
- *                reduce_dtype (2 for bf16/fp16, 4 for fp32): what a backend
- *                that moves 16-bit values (NCCL) puts on the wire.
- * The MPI backend sums 16-bit values by widening them to float32 (one
- * rounding per reduction instead of one per combining step,
- * collectives/mpi/coll_mpi.c), so its MPI payload is float32's whatever the
- * reduce_dtype: the table shows it as it is.
+ *                reduce_dtype (2 for bf16/fp16, 4 for fp32): the payload.
  *
  * Leaves the arithmetic of acx to libacx (public API only). Launch with
  * mpirun; benchmarks/run-reduce-dtype.sh runs 2 and 4 ranks.
@@ -50,9 +54,17 @@
 /* ---- counting what reaches MPI (profiling interface) ---- */
 
 static int counting;
-static long long red_calls, red_bytes, ctl_calls;
+static long long red_calls, ctl_calls, gather_calls;
+static double red_bytes, gather_bytes;
 
-static void count_red(int n, MPI_Datatype t) {
+static int comm_size(MPI_Comm c) {
+    int p = 1;
+    PMPI_Comm_size(c, &p);
+    return p;
+}
+
+/* A gradient collective sending `elems` elements of t to the other ranks. */
+static void count_red(double elems, MPI_Datatype t) {
     if (!counting) return;
     if (t != MPI_FLOAT && t != MPI_UINT16_T) { /* not gradients: flags, counts */
         ctl_calls++;
@@ -61,31 +73,91 @@ static void count_red(int n, MPI_Datatype t) {
     int size = 0;
     PMPI_Type_size(t, &size);
     red_calls++;
-    red_bytes += (long long)n * size;
+    red_bytes += elems * size;
+}
+
+static double to_others(const int *n, MPI_Comm c) {
+    int p = comm_size(c), me = 0;
+    PMPI_Comm_rank(c, &me);
+    double s = 0;
+    for (int q = 0; q < p; q++)
+        if (q != me) s += n[q];
+    return s;
+}
+
+static double own_block(const void *s, int sn, const int *rn, MPI_Comm c) {
+    int me = 0;
+    PMPI_Comm_rank(c, &me);
+    return (double)(s == MPI_IN_PLACE ? rn[me] : sn) * (comm_size(c) - 1);
 }
 
 int MPI_Allreduce(const void *s, void *r, int n, MPI_Datatype t, MPI_Op op, MPI_Comm c) {
-    count_red(n, t);
+    int p = comm_size(c);
+    count_red(2.0 * (p - 1) / p * n, t);
     return PMPI_Allreduce(s, r, n, t, op, c);
 }
 int MPI_Iallreduce(const void *s, void *r, int n, MPI_Datatype t, MPI_Op op, MPI_Comm c,
                    MPI_Request *q) {
-    count_red(n, t);
+    int p = comm_size(c);
+    count_red(2.0 * (p - 1) / p * n, t);
     return PMPI_Iallreduce(s, r, n, t, op, c, q);
 }
-/* a reduce-scatter's payload is the whole send buffer: comm size x count */
 int MPI_Reduce_scatter_block(const void *s, void *r, int n, MPI_Datatype t, MPI_Op op, MPI_Comm c) {
-    int p = 1;
-    PMPI_Comm_size(c, &p);
-    count_red(n * p, t);
+    count_red((double)n * (comm_size(c) - 1), t);
     return PMPI_Reduce_scatter_block(s, r, n, t, op, c);
 }
 int MPI_Ireduce_scatter_block(const void *s, void *r, int n, MPI_Datatype t, MPI_Op op, MPI_Comm c,
                               MPI_Request *q) {
-    int p = 1;
-    PMPI_Comm_size(c, &p);
-    count_red(n * p, t);
+    count_red((double)n * (comm_size(c) - 1), t);
     return PMPI_Ireduce_scatter_block(s, r, n, t, op, c, q);
+}
+int MPI_Alltoall(const void *s, int sn, MPI_Datatype st, void *r, int rn, MPI_Datatype rt,
+                 MPI_Comm c) {
+    count_red((double)sn * (comm_size(c) - 1), st);
+    return PMPI_Alltoall(s, sn, st, r, rn, rt, c);
+}
+int MPI_Ialltoall(const void *s, int sn, MPI_Datatype st, void *r, int rn, MPI_Datatype rt,
+                  MPI_Comm c, MPI_Request *q) {
+    count_red((double)sn * (comm_size(c) - 1), st);
+    return PMPI_Ialltoall(s, sn, st, r, rn, rt, c, q);
+}
+int MPI_Alltoallv(const void *s, const int sn[], const int sd[], MPI_Datatype st, void *r,
+                  const int rn[], const int rd[], MPI_Datatype rt, MPI_Comm c) {
+    count_red(to_others(sn, c), st);
+    return PMPI_Alltoallv(s, sn, sd, st, r, rn, rd, rt, c);
+}
+int MPI_Ialltoallv(const void *s, const int sn[], const int sd[], MPI_Datatype st, void *r,
+                   const int rn[], const int rd[], MPI_Datatype rt, MPI_Comm c, MPI_Request *q) {
+    count_red(to_others(sn, c), st);
+    return PMPI_Ialltoallv(s, sn, sd, st, r, rn, rd, rt, c, q);
+}
+int MPI_Allgatherv(const void *s, int sn, MPI_Datatype st, void *r, const int rn[], const int d[],
+                   MPI_Datatype rt, MPI_Comm c) {
+    count_red(own_block(s, sn, rn, c), rt);
+    return PMPI_Allgatherv(s, sn, st, r, rn, d, rt, c);
+}
+int MPI_Iallgatherv(const void *s, int sn, MPI_Datatype st, void *r, const int rn[], const int d[],
+                    MPI_Datatype rt, MPI_Comm c, MPI_Request *q) {
+    count_red(own_block(s, sn, rn, c), rt);
+    return PMPI_Iallgatherv(s, sn, st, r, rn, d, rt, c, q);
+}
+/* parameter all-gathers: reported apart */
+static void count_gather(const void *s, int sn, int rn, MPI_Datatype rt, MPI_Comm c) {
+    if (!counting) return;
+    int size = 0;
+    PMPI_Type_size(rt, &size);
+    gather_calls++;
+    gather_bytes += (double)(s == MPI_IN_PLACE ? rn : sn) * (comm_size(c) - 1) * size;
+}
+int MPI_Allgather(const void *s, int sn, MPI_Datatype st, void *r, int rn, MPI_Datatype rt,
+                  MPI_Comm c) {
+    count_gather(s, sn, rn, rt, c);
+    return PMPI_Allgather(s, sn, st, r, rn, rt, c);
+}
+int MPI_Iallgather(const void *s, int sn, MPI_Datatype st, void *r, int rn, MPI_Datatype rt,
+                   MPI_Comm c, MPI_Request *q) {
+    count_gather(s, sn, rn, rt, c);
+    return PMPI_Iallgather(s, sn, st, r, rn, rt, c, q);
 }
 
 /* ---- options ---- */
@@ -100,7 +172,7 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: mpirun -np N " PROG " [options]\n"
             "Time a data-parallel step whose gradients are reduced in fp32 and in bf16\n"
-            "(reduce_dtype), alternating in one run, and count the bytes handed to MPI.\n\n"
+            "(reduce_dtype), alternating in one run, and count the bytes sent to other ranks.\n\n"
             "  --numel N        gradient elements (default 4194304 = 16 MiB of fp32), in %d units\n"
             "  --steps K        timed steps per dtype per round (default 20)\n"
             "  --warmup W       untimed steps before them (default 3)\n"
@@ -202,10 +274,11 @@ static void unit_shape(long numel, int64_t *rows_p, int64_t *cols_p) {
 }
 
 typedef struct result {
-    double ms_per_step; /* slowest rank */
-    double mpi_bytes;   /* per step, this rank (all ranks hand MPI the same amount) */
-    double calls;       /* gradient reductions per step */
-    double ctl_calls;   /* other reductions per step */
+    double ms_per_step;  /* slowest rank */
+    double wire_bytes;   /* gradient bytes sent per step, mean over ranks */
+    double calls;        /* gradient collectives per step (this rank) */
+    double ctl_calls;    /* other reductions per step */
+    double gather_bytes; /* parameter all-gather bytes sent per step, mean over ranks */
 } result_t;
 
 static const char *dtype_label(int d) {
@@ -253,7 +326,8 @@ static int run_block(const options_t *o, int dtype, result_t *res) {
     for (int s = 0; s < o->warmup + o->steps; s++) {
         if (s == o->warmup) {
             MPI_Barrier(MPI_COMM_WORLD);
-            red_calls = red_bytes = ctl_calls = 0;
+            red_calls = ctl_calls = gather_calls = 0;
+            red_bytes = gather_bytes = 0;
             counting = 1;
             t0 = MPI_Wtime();
         }
@@ -281,7 +355,13 @@ static int run_block(const options_t *o, int dtype, result_t *res) {
     counting = 0;
     MPI_Allreduce(MPI_IN_PLACE, &dt, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     res->ms_per_step = 1e3 * dt / o->steps;
-    res->mpi_bytes = (double)red_bytes / o->steps;
+    /* uneven block splits make ranks send a little more or less: the mean */
+    double bytes[2] = {red_bytes, gather_bytes};
+    MPI_Allreduce(MPI_IN_PLACE, bytes, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    int world = 1;
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    res->wire_bytes = bytes[0] / world / o->steps;
+    res->gather_bytes = bytes[1] / world / o->steps;
     res->calls = (double)red_calls / o->steps;
     res->ctl_calls = (double)ctl_calls / o->steps;
     acx_finalize(acc);
@@ -332,8 +412,8 @@ int main(int argc, char **argv) {
                : o.strategy == ACX_SHARD_GRAD_OP ? "shard_grad_op"
                                                  : "full_shard",
                (long long)numel, NUNITS, o.steps, o.rounds);
-        printf("round  reduce_dtype  ms/step   MPI payload MiB/step  grad reductions/step  "
-               "control reductions/step  reduce_dtype MiB/step\n");
+        printf("round  reduce_dtype  ms/step   wire MiB/step  grad collectives/step  "
+               "control reductions/step  reduce_dtype MiB/step  param gather MiB/step\n");
     }
     for (int r = 0; r < o.rounds; r++)
         for (int j = 0; j < 2; j++) {
@@ -346,20 +426,21 @@ int main(int argc, char **argv) {
             ms[d][r] = res.ms_per_step;
             last[d] = res;
             if (rank == 0)
-                printf("%5d  %-12s  %7.3f   %20.3f  %20.1f  %23.1f  %21.3f\n", r,
-                       dtype_label(dt[d]), res.ms_per_step, res.mpi_bytes / 1048576.0, res.calls,
+                printf("%5d  %-12s  %7.3f   %13.3f  %21.1f  %23.1f  %21.3f  %21.3f\n", r,
+                       dtype_label(dt[d]), res.ms_per_step, res.wire_bytes / 1048576.0, res.calls,
                        res.ctl_calls,
-                       (double)numel * (dt[d] == ACX_REDUCE_FP32 ? 4 : 2) / 1048576.0);
+                       (double)numel * (dt[d] == ACX_REDUCE_FP32 ? 4 : 2) / 1048576.0,
+                       res.gather_bytes / 1048576.0);
         }
     double m32 = median(ms[0], o.rounds), m16 = median(ms[1], o.rounds);
-    double b32 = last[0].mpi_bytes, b16 = last[1].mpi_bytes;
+    double b32 = last[0].wire_bytes, b16 = last[1].wire_bytes;
     if (rank == 0) {
         printf("\nmedian ms/step: fp32 %.3f, %s %.3f\n", m32, dtype_label(o.half), m16);
-        printf("MPI payload per step: fp32 %.0f bytes, %s %.0f bytes (ratio %.3f)\n", b32,
+        printf("wire bytes per step and rank: fp32 %.0f, %s %.0f (ratio %.3f)\n", b32,
                dtype_label(o.half), b16, b32 > 0 ? b16 / b32 : 0.0);
         printf("reduce_dtype bytes per step: fp32 %lld, %s %lld (ratio 0.500)\n",
                (long long)numel * 4, dtype_label(o.half), (long long)numel * 2);
-        printf("summary: np=%d fp32_ms=%.3f %s_ms=%.3f time_ratio=%.3f mpi_bytes_ratio=%.3f "
+        printf("summary: np=%d fp32_ms=%.3f %s_ms=%.3f time_ratio=%.3f wire_bytes_ratio=%.3f "
                "dtype_bytes_ratio=0.500\n",
                world, m32, dtype_label(o.half), m16, m32 > 0 ? m16 / m32 : 0.0,
                b32 > 0 ? b16 / b32 : 0.0);
@@ -371,8 +452,8 @@ int main(int argc, char **argv) {
                 fprintf(f,
                         "{\"benchmark\": \"%s\", \"world_size\": %d, \"numel\": %lld, "
                         "\"steps\": %d, \"rounds\": %d,\n \"fp32\": {\"median_ms_per_step\": %.4f, "
-                        "\"mpi_bytes_per_step\": %.0f, \"dtype_bytes_per_step\": %lld},\n"
-                        " \"%s\": {\"median_ms_per_step\": %.4f, \"mpi_bytes_per_step\": %.0f, "
+                        "\"wire_bytes_per_step\": %.0f, \"dtype_bytes_per_step\": %lld},\n"
+                        " \"%s\": {\"median_ms_per_step\": %.4f, \"wire_bytes_per_step\": %.0f, "
                         "\"dtype_bytes_per_step\": %lld},\n \"time_ratio\": %.4f}\n",
                         PROG, world, (long long)numel, o.steps, o.rounds, m32, b32,
                         (long long)numel * 4, dtype_label(o.half), m16, b16, (long long)numel * 2,

@@ -7,7 +7,7 @@
 #
 #   benchmarks/run-ckpt-io.sh [BUILD_DIR] [--dir DIR] [--size-mb M] [--reps R]
 #                             [--np "1 2 4"] [--reshard "4:2 1:4"] [--keep]
-#                             [--no-drop-caches]
+#                             [--no-drop-caches] [--out DIR] [--quick]
 #
 # BUILD_DIR  a configured and built tree (default: build/ in the repository);
 #            `make check` or `make benchmarks` builds the benchmark there.
@@ -21,6 +21,16 @@
 # --reshard  N:M pairs: save on N ranks, load on M (default "4:2 1:4").
 # --no-drop-caches  leave the page cache alone (tests/ckpt_tools.test's
 #            smoke run: it must not slow down the rest of the machine).
+# --out DIR  also write DIR/ckpt-io.md (a Markdown section for
+#            benchmarks/run-all) and DIR/ckpt-io.dat, one row per measurement
+#            (whitespace columns, '#' header; MiB/s; '-' where none):
+#            op n m acx_min acx_med acx_max dd_min dd_med dd_max ratio paired
+#            (op save or load on n = m ranks, or reshard: saved on n, loaded
+#            on m, against dd's read; ratio = acx median / dd median; paired
+#            = median of each repetition's acx / dd). --dir then defaults to
+#            DIR/ckpt-bench.
+# --quick    8 MiB, 1 repetition, 1 and 2 ranks, 2:1 reshard, page cache
+#            left alone: seconds (run-all --quick).
 #
 # Every step starts with `sync` and `echo 3 > /proc/sys/vm/drop_caches`
 # (needs root), so loads and dd's reads come from the disk, not the page
@@ -46,6 +56,7 @@ nps="1 2 4"
 reshard="4:2 1:4"
 keep=0
 no_drop=0
+out_dir=
 need() { [ $# -ge 2 ] || { echo "run-ckpt-io.sh: $1 needs a value" >&2; exit 2; }; }
 while [ $# -gt 0 ]; do
     case $1 in
@@ -56,7 +67,9 @@ while [ $# -gt 0 ]; do
     --reshard) need "$@"; reshard=$2; shift 2 ;;
     --keep) keep=1; shift ;;
     --no-drop-caches) no_drop=1; shift ;;
-    -h | --help) sed -n '2,37s/^# \{0,1\}//p' "$0"; exit 0 ;;
+    --out) need "$@"; out_dir=$2; shift 2 ;;
+    --quick) size_mb=8; reps=1; nps="1 2"; reshard="2:1"; no_drop=1; shift ;;
+    -h | --help) sed -n '2,47s/^# \{0,1\}//p' "$0"; exit 0 ;;
     -*) echo "run-ckpt-io.sh: unknown option '$1'" >&2; exit 2 ;;
     *)
         [ -z "$build" ] || { echo "run-ckpt-io.sh: unexpected argument '$1'" >&2; exit 2; }
@@ -65,6 +78,10 @@ while [ $# -gt 0 ]; do
 done
 case $reps in '' | *[!0-9]* | 0) echo "run-ckpt-io.sh: invalid --reps '$reps'" >&2; exit 2 ;; esac
 build=${build:-$top/build}
+if [ -n "$out_dir" ]; then
+    mkdir -p "$out_dir"
+    dir=${dir:-$out_dir/ckpt-bench}
+fi
 dir=${dir:-$build/ckpt-bench}
 bench=$build/benchmarks/acx-bench-ckpt
 [ -x "$bench" ] || { echo "run-ckpt-io.sh: $bench not built (make benchmarks)" >&2; exit 1; }
@@ -245,3 +262,50 @@ for pair in $reshard; do
     printf '%-5s %-5s %24s %24s %6s %7s\n' "$n>$m" load "$a" "$s_min / $s_med / $s_max" \
         "$(ratio "$amed" "$s_med")" "$(paired "reshard-$n-to-$m")"
 done
+
+# ---- --out: the data file and the Markdown section ----
+
+[ -n "$out_dir" ] || exit 0
+dat=$out_dir/ckpt-io.dat
+echo "# op n m acx_min acx_med acx_max dd_min dd_med dd_max ratio paired" >"$dat"
+for np in $nps; do
+    for op in save load; do
+        stats "$op-$np" acx
+        a="$s_min $s_med $s_max"
+        amed=$s_med
+        stats "$op-$np" dd
+        echo "$op $np $np $a $s_min $s_med $s_max $(ratio "$amed" "$s_med") $(paired "$op-$np")" >>"$dat"
+    done
+done
+for pair in $reshard; do
+    n=${pair%%:*}
+    m=${pair#*:}
+    stats "load-$m" dd
+    d="$s_min $s_med $s_max"
+    dmed=$s_med
+    stats "reshard-$n-to-$m" acx
+    echo "reshard $n $m $s_min $s_med $s_max $d $(ratio "$s_med" "$dmed") -" >>"$dat"
+done
+{
+    echo "## Checkpoint I/O: acx save and load against dd"
+    echo
+    echo "acx-bench-ckpt (benchmarks/run-ckpt-io.sh): \`acx_save_state\` / \`acx_load_state\` of $size_mb MiB of"
+    echo "float32 parameters (one shared parallel-HDF5 file) against \`dd\` writing (\`conv=fdatasync\`) and"
+    echo "reading the same bytes in the same directory, alternating within each of $reps repetition(s)."
+    echo "Disk: $(df -PT "$dir" | awk 'NR == 2 { print $2 " on " $1 }'); page cache"
+    if [ "$drop_ok" = 1 ]; then
+        echo "dropped before every step (loads come from the disk)."
+    else
+        echo "**not dropped** (loads may come from the cache; dd reads with \`iflag=direct\`)."
+    fi
+    echo "MiB/s, min / median / max; ratio = acx median / dd median; paired = the median over"
+    echo "repetitions of acx / dd run back to back (the disk's speed drifts on a shared machine)."
+    echo "Reshard rows: saved on N ranks, loaded on M, against dd's read."
+    echo
+    echo "| op | ranks | acx (MiB/s) | dd (MiB/s) | acx/dd | paired |"
+    echo "| --- | --- | ---: | ---: | ---: | ---: |"
+    awk '!/^#/ {
+        r = $1 == "reshard" ? $2 " → " $3 : $2
+        printf "| %s | %s | %s / %s / %s | %s / %s / %s | %s | %s |\n", ($1 == "reshard" ? "reshard load" : $1), r,
+            $4, $5, $6, $7, $8, $9, $10, $11 }' "$dat"
+} >"$out_dir/ckpt-io.md"

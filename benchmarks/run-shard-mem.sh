@@ -10,7 +10,7 @@
 #
 #   benchmarks/run-shard-mem.sh [BUILD_DIR] [--np N] [--hidden H]
 #       [--medium-layers L] [--big-layers L] [--steps K] [--big-steps K]
-#       [--no-big] [--smoke] [-- BENCHMARK OPTIONS...]
+#       [--no-big] [--smoke] [--out DIR] [--quick] [-- BENCHMARK OPTIONS...]
 #
 # BUILD_DIR        a configured and built tree (default: build/ in the
 #                  repository); `make check` or `make benchmarks` builds the
@@ -25,7 +25,15 @@
 #                  --big-steps for the big run (default 2).
 # --no-big         skip the big run.
 # --smoke          2 ranks, H 64, 4 layers, 2 steps, no big run: seconds
-#                  (tests/bench_smoke.test).
+#                  (tests/bench_smoke.test). --quick is the same.
+# --out DIR        also write DIR/shard-mem.md (a Markdown section for
+#                  benchmarks/run-all) and DIR/shard-mem.dat, one row per
+#                  run (whitespace columns, '#' header; memory in MiB):
+#                  model strategy ranks P rss_mib baseline_mib acx_peak_mib
+#                  zero_16p_n_mib formula_mib estimate_mib step_s user_s
+#                  sys_s loss_last
+#                  (rss = peak RSS per rank, max over ranks; zero_16p_n =
+#                  16P/N; formula = the strategy's ZeRO bytes).
 # Anything after -- goes to every benchmark run (e.g. --mmap-threshold
 # 1048576, --acx-fsdp.limit_all_gathers=1). --mmap-threshold fixes glibc's
 # mmap threshold, so freed transient buffers go back to the system instead
@@ -48,6 +56,7 @@ big=96
 steps=3
 big_steps=2
 do_big=1
+out=
 need() { [ $# -ge 2 ] || { echo "run-shard-mem.sh: $1 needs a value" >&2; exit 2; }; }
 while [ $# -gt 0 ]; do
     case $1 in
@@ -58,9 +67,10 @@ while [ $# -gt 0 ]; do
     --steps) need "$@"; steps=$2; shift 2 ;;
     --big-steps) need "$@"; big_steps=$2; shift 2 ;;
     --no-big) do_big=0; shift ;;
-    --smoke) np=2; hidden=64; medium=4; steps=2; do_big=0; shift ;;
+    --smoke | --quick) np=2; hidden=64; medium=4; steps=2; do_big=0; shift ;;
+    --out) need "$@"; out=$2; shift 2 ;;
     --) shift; break ;;
-    -h | --help) sed -n '2,40s/^# \{0,1\}//p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,49s/^# \{0,1\}//p' "$0"; exit 0 ;;
     -*) echo "run-shard-mem.sh: unknown option '$1' (benchmark options go after --)" >&2; exit 2 ;;
     *)
         [ -z "$build" ] || { echo "run-shard-mem.sh: unexpected argument '$1'" >&2; exit 2; }
@@ -74,6 +84,7 @@ build=${build:-$top/build}
 bench=$build/benchmarks/acx-bench-shard-mem
 [ -x "$bench" ] || { echo "run-shard-mem.sh: $bench not built (make benchmarks)" >&2; exit 1; }
 command -v mpirun >/dev/null 2>&1 || { echo "run-shard-mem.sh: mpirun not found" >&2; exit 1; }
+if [ -n "$out" ]; then mkdir -p "$out"; fi
 results=$(mktemp)
 log=$(mktemp)
 trap 'rm -f "$results" "$log"' EXIT
@@ -117,6 +128,7 @@ field() {
 }
 
 mib() { awk -v b="$1" 'BEGIN { if (b < 0) print "-"; else printf "%.1f", b / 1048576 }'; }
+mib3() { awk -v b="$1" 'BEGIN { if (b < 0) print "-"; else printf "%.3f", b / 1048576 }'; }
 
 echo "shard memory benchmark: $(nproc) core(s), MemTotal $(awk '/^MemTotal/ { printf "%.1f GiB", $2 / 1048576 }' /proc/meminfo), MemAvailable $(awk '/^MemAvailable/ { printf "%.1f GiB", $2 / 1048576 }' /proc/meminfo)"
 [ $# -eq 0 ] || echo "benchmark options: $*"
@@ -175,16 +187,59 @@ done
 
 # ---- the big model, FULL_SHARD only ----
 
+big_rc=0
 if [ "$do_big" = 1 ]; then
     echo
-    big_rc=0
     run big full_shard "$big" "$big_steps" "$@" || big_rc=$?
     if [ "$big_rc" -eq 0 ]; then
         table big full_shard
         echo
         target big
         echo "big FULL_SHARD loss: first $(field big full_shard loss_first), last $(field big full_shard loss_last) (finite=$(field big full_shard finite))"
-    else
-        exit "$big_rc"
     fi
 fi
+
+# ---- --out: the data file and the Markdown section ----
+
+if [ -n "$out" ]; then
+    dat=$out/shard-mem.dat
+    echo "# model strategy ranks P rss_mib baseline_mib acx_peak_mib zero_16p_n_mib formula_mib estimate_mib step_s user_s sys_s loss_last" >"$dat"
+    for label in medium big; do
+        for s in no_shard shard_grad_op full_shard; do
+            [ -n "$(field "$label" "$s" rss)" ] || continue
+            echo "$label $s $np $(field "$label" "$s" P) $(mib3 "$(field "$label" "$s" rss)")" \
+                "$(mib3 "$(field "$label" "$s" baseline)") $(mib3 "$(field "$label" "$s" acx_peak)")" \
+                "$(mib3 "$(field "$label" "$s" ideal)") $(mib3 "$(field "$label" "$s" formula)")" \
+                "$(mib3 "$(field "$label" "$s" estimate)") $(field "$label" "$s" step_s)" \
+                "$(field "$label" "$s" user_s) $(field "$label" "$s" sys_s) $(field "$label" "$s" loss_last)" >>"$dat"
+        done
+    done
+    {
+        echo "## Memory: peak RSS per rank by sharding strategy against the ZeRO formulas"
+        echo
+        echo "acx-bench-shard-mem (benchmarks/run-shard-mem.sh): a synthetic MLP of [H x H] + [H] units,"
+        echo "H = $hidden, AdamW, fp32, $np ranks on $(nproc) cores, one mpirun per strategy so each peak"
+        echo "is that strategy's alone. Memory in MiB per rank (the maximum over ranks): peak RSS is"
+        echo "VmHWM; baseline is VmHWM before \`acx_prepare\` (process, MPI, BLAS, activations); acx"
+        echo "peak is acx's own accounting; 16P/N is the fully sharded ZeRO size; formula is the"
+        echo "strategy's ZeRO bytes with its transient unit buffers; (RSS − baseline)/16P/N is what"
+        echo "the sharding target bounds (FULL_SHARD ≤ 1.15). Step time: median wall time per step."
+        for label in medium big; do
+            grep -q "^$label " "$dat" || continue
+            echo
+            echo "**$label model** ($(awk -v l="$label" '$1 == l { print $4; exit }' "$dat") parameters):"
+            echo
+            echo "| strategy | peak RSS | baseline | acx peak | 16P/N | formula | (RSS − baseline)/16P/N | acx peak/formula | step (s) | final loss |"
+            echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+            awk -v l="$label" '$1 == l {
+                printf "| %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.3f | %.3f | %s | %s |\n", $2, $5, $6, $7, $8, $9,
+                    ($8 > 0 ? ($5 - $6) / $8 : 0), ($9 > 0 ? $7 / $9 : 0), $11, $14 }' "$dat"
+        done
+        if [ "$big_rc" -ne 0 ]; then
+            echo
+            echo "The big model ($big layers) did not run: the benchmark refused to start for lack of"
+            echo "memory (exit $big_rc)."
+        fi
+    } >"$out/shard-mem.md"
+fi
+exit "$big_rc"

@@ -26,6 +26,29 @@
 #include "runtime/base/error.h"
 #include "runtime/base/log.h"
 
+/* Most non-blocking bucket all-reduces in flight at once. Open MPI's
+ * non-blocking all-reduce (libnbc) allocates a temporary buffer the size of
+ * the message for each request and touches it on the ranks that combine:
+ * with every bucket of a 384 MiB model in flight, ranks 0 and 2 of 4 peaked
+ * 382 MiB above acx's own accounting (benchmarks/shard_mem.c, NO_SHARD).
+ * Two keep one bucket reducing while the next fills (double buffering, as
+ * DeepSpeed's reduce buckets and sharded.c's reduce-scatters do) and bound
+ * that transient memory to two buckets. Starting a third waits for the
+ * oldest, which MPI had to finish before the optimizer step anyway. */
+#define MAX_IN_FLIGHT 2
+
+/* MAX_IN_FLIGHT, or ACX_TEST_BUCKETS_MAX_IN_FLIGHT (a positive integer) for
+ * benchmarks that compare limits in one build (benchmarks/run-shard-mem.sh). */
+static int max_in_flight(void) {
+    const char *hook = getenv("ACX_TEST_BUCKETS_MAX_IN_FLIGHT");
+    if (hook != NULL && hook[0] != '\0') {
+        char *end = NULL;
+        long v = strtol(hook, &end, 10);
+        if (*end == '\0' && v >= 1 && v <= 1 << 20) return (int)v;
+    }
+    return MAX_IN_FLIGHT;
+}
+
 enum bucket_state {
     BUCKET_IDLE = 0,  /* waiting for some of its segments this step */
     BUCKET_IN_FLIGHT, /* non-blocking all-reduce started; req is live */
@@ -54,6 +77,8 @@ struct acx_buckets {
     int *unit_segs;             /*   unit_segs[unit_first[u] .. unit_first[u + 1]) */
     unsigned char *reported;    /* [num_units] reported this step */
     int num_started;            /* buckets in flight or done this step */
+    int num_in_flight;          /* buckets in state BUCKET_IN_FLIGHT */
+    int max_in_flight;          /* the limit on num_in_flight (max_in_flight()) */
     /* Reduction in a 16-bit dtype of float32 gradients (mixed precision's
      * reduce_dtype): a bucket is rounded into wire[range] at its start,
      * reduced there, and widened back into flat[range] when complete. */
@@ -152,6 +177,7 @@ static void step_reset(acx_buckets_t *b) {
     }
     if (b->num_units > 0) memset(b->reported, 0, (size_t)b->num_units);
     b->num_started = 0;
+    b->num_in_flight = 0;
 }
 
 acx_status_t acx_buckets_create(acx_comm_t *comm, void *flat, acx_dtype_t dtype, size_t total,
@@ -200,6 +226,7 @@ acx_status_t acx_buckets_create(acx_comm_t *comm, void *flat, acx_dtype_t dtype,
 
     plan_buckets(b, bucket_bytes);
     index_units(b);
+    b->max_in_flight = max_in_flight();
     step_reset(b);
     log_plan(b, bucket_bytes);
     *buckets_p = b;
@@ -224,6 +251,7 @@ acx_status_t acx_buckets_set_wire(acx_buckets_t *b, acx_dtype_t wire_dtype, uint
 /* Bucket i's reduction finished: widen the wire values into the gradients. */
 static void bucket_done(acx_buckets_t *b, int i) {
     bucket_t *bk = &b->buckets[i];
+    if (bk->state == BUCKET_IN_FLIGHT) b->num_in_flight--;
     bk->state = BUCKET_DONE;
     if (b->wire != NULL)
         acx_half_to_f32_n(b->wire_dtype, b->wire + bk->offset, (float *)b->flat + bk->offset,
@@ -328,9 +356,21 @@ static acx_status_t bucket_start(acx_buckets_t *b, int i, float prescale) {
         bucket_done(b, i);
         return ACX_OK;
     }
+    /* Make room: the oldest in flight is the lowest index (started in
+     * increasing order), the same bucket on every rank. */
+    for (int j = 0; j < i && b->num_in_flight >= b->max_in_flight; j++) {
+        bucket_t *old = &b->buckets[j];
+        if (old->state != BUCKET_IN_FLIGHT) continue;
+        acx_coll_req_t *req = old->req;
+        old->req = NULL;
+        acx_status_t st = b->comm->ops->wait(req); /* frees the request */
+        bucket_done(b, j);
+        ACX_CHECK(st);
+    }
     ACX_CHECK(
         b->comm->ops->all_reduce_start(b->comm, x, x, bk->count, dtype, ACX_OP_SUM, &bk->req));
     bk->state = BUCKET_IN_FLIGHT;
+    b->num_in_flight++;
     return ACX_OK;
 }
 

@@ -73,8 +73,11 @@ int acx_device_count(char *why, size_t why_len) {
 
 #if ACX_HAVE_CUDA
 /* local_rank % count, bound with cudaSetDevice (which also creates the
- * device's primary context, so a broken device fails here, named). */
-static acx_status_t bind_device(int local_rank, int local_size, int count) {
+ * device's primary context, so a broken device fails here, named). `why`
+ * ends the info line; shared_ok: ranks may share a device (the MPI backend
+ * staging device buffers), else sharing is warned about (NCCL refuses it). */
+static acx_status_t bind_device(int local_rank, int local_size, int count, const char *why,
+                                int shared_ok) {
     int dev = local_rank % count;
     ACX_CUDA_CHECK(cudaSetDevice(dev));
     struct cudaDeviceProp prop;
@@ -84,10 +87,10 @@ static acx_status_t bind_device(int local_rank, int local_size, int count) {
     bound_device = dev;
     ACX_INFO(ACX_SUBSYS_INIT,
              "device: cuda:%d (%s, sm_%d%d, %.1f GiB, PCI %s) for local rank %d of %d; %d visible "
-             "device%s",
+             "device%s%s",
              dev, prop.name, prop.major, prop.minor, (double)prop.totalGlobalMem / (1u << 30), pci,
-             local_rank, local_size, count, count == 1 ? "" : "s");
-    if (local_size > count)
+             local_rank, local_size, count, count == 1 ? "" : "s", why);
+    if (local_size > count && !shared_ok)
         ACX_WARN(ACX_SUBSYS_INIT,
                  "%d ranks on this node share %d CUDA device%s: NCCL refuses two ranks of one "
                  "communicator on the same device; start one rank per device (or set "
@@ -96,8 +99,9 @@ static acx_status_t bind_device(int local_rank, int local_size, int count) {
     return ACX_OK;
 }
 #else
-static acx_status_t bind_device(int local_rank, int local_size, int count) {
-    (void)local_rank, (void)local_size, (void)count;
+static acx_status_t bind_device(int local_rank, int local_size, int count, const char *why,
+                                int shared_ok) {
+    (void)local_rank, (void)local_size, (void)count, (void)why, (void)shared_ok;
     return ACX_ERROR(ACX_ERR_INTERNAL, "device binding reached in a build without CUDA");
 }
 #endif
@@ -113,7 +117,7 @@ acx_status_t acx_device_setup(const struct acx_coll_ops *ops, int local_rank, in
                              "the %s backend needs a CUDA device, and this rank has none: %s; use "
                              "backend: mpi (ACX_BACKEND=mpi)",
                              ops->name, why);
-        return bind_device(local_rank, local_size, count);
+        return bind_device(local_rank, local_size, count, "", 0);
     }
     if (count == 0)
         ACX_INFO(ACX_SUBSYS_INIT, "device: host memory (%s backend; %s); local rank %d of %d",
@@ -124,6 +128,17 @@ acx_status_t acx_device_setup(const struct acx_coll_ops *ops, int local_rank, in
                  "visible, not used); local rank %d of %d",
                  ops->name, count, count == 1 ? "" : "s", local_rank, local_size);
     return ACX_OK;
+}
+
+acx_status_t acx_device_use(int local_rank, int local_size) {
+    char why[256];
+    int count = acx_device_count(why, sizeof why);
+    if (local_rank < 0 || local_size < 1 || local_rank >= local_size)
+        return ACX_ERROR(ACX_ERR_INVALID_ARG, "device use: local rank %d of %d", local_rank,
+                         local_size);
+    if (count == 0) return ACX_ERROR(ACX_ERR_NOT_SUPPORTED, "no CUDA device: %s", why);
+    return bind_device(local_rank, local_size, count,
+                       "; for device buffers the program brings (ranks may share a device)", 1);
 }
 
 int acx_device_bound(void) { return bound_device; }

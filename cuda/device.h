@@ -35,7 +35,15 @@ int acx_device_count(char *why, size_t why_len);
  * ACX_ERR_CUDA (cudaSetDevice failed). */
 acx_status_t acx_device_setup(const struct acx_coll_ops *ops, int local_rank, int local_size);
 
-/* The device bound by acx_device_setup, or -1 (host memory). */
+/* Bind local_rank modulo the visible devices whatever the backend, for a
+ * program that brings its own device buffers to a host-memory backend (the
+ * MPI backend stages them through pinned memory): acx-bench-* -d cuda -b mpi,
+ * tests/gpu. Several ranks may share a device (no warning). Logs the same
+ * "device:" info line. Not collective. Errors: ACX_ERR_NOT_SUPPORTED ("no
+ * CUDA device: <reason>"), ACX_ERR_INVALID_ARG, ACX_ERR_CUDA. */
+acx_status_t acx_device_use(int local_rank, int local_size);
+
+/* The device bound by acx_device_setup or acx_device_use, or -1 (host memory). */
 int acx_device_bound(void);
 
 #endif /* ACX_CUDA_DEVICE_H */

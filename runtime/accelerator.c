@@ -553,6 +553,8 @@ ACX_API acx_status_t acx_model_create(acx_accelerator_t *acc, acx_model_t **mode
         .backward_prefetch = c->fsdp.backward_prefetch >= 0 ? c->fsdp.backward_prefetch : ACX_BACKWARD_PRE,
         .limit_all_gathers = c->fsdp.limit_all_gathers >= 0 ? c->fsdp.limit_all_gathers : 2,
         .owner = acc,
+        /* ACX_DEBUG_MODE was read and agreed on at acx_init */
+        .unit_check = acc->coll_debug == ACX_COLL_DEBUG_ON ? acx_coll_debug_unit_check : NULL,
     };
     if (ctx.bucket_bytes < sizeof(float)) ctx.bucket_bytes = sizeof(float);
     acx_model_t *m = NULL;

@@ -6,7 +6,11 @@
  * Owns reading ACX_DEBUG_MODE, the record exchanged per call and the report
  * of a mismatch. The public collectives (collectives_api.c, eval.c) decide
  * what goes into a call's record; the fast path (the counter and the branch
- * when the mode is off) is inline in coll_debug.h.
+ * when the mode is off) is inline in coll_debug.h. The sharded strategies'
+ * collectives on a unit come through acx_coll_debug_unit_check with the
+ * unit's index and name, in the same record, so a rank gathering one unit
+ * while another gathers a different one — or is at a public collective —
+ * is reported like any other mismatch instead of mixing data or hanging.
  *
  * Why one MPI_Allgather on the world's MPI communicator: a mismatch is a
  * program whose ranks disagree about what comes next, so the check itself
@@ -82,8 +86,11 @@ typedef struct coll_record {
     int64_t count;
     int32_t id, dtype, op, root;
     int32_t line;
-    int32_t status; /* this rank's argument check, an acx_status_t */
-    char file[48];  /* base name of the call site, "" if unknown */
+    int32_t status;               /* this rank's argument check, an acx_status_t */
+    int32_t world_rank;           /* for the report (the exchange may run on a node) */
+    int32_t unit;                 /* unit collectives: the unit's index; else -1 */
+    char file[48];                /* base name of the call site, "" if unknown */
+    char unit_name[ACX_MAX_NAME]; /* unit collectives: the unit's name; else "" */
 } coll_record_t;
 
 static void record_fill(coll_record_t *r, const acx_accelerator_t *acc, const acx_coll_call_t *c,
@@ -97,6 +104,8 @@ static void record_fill(coll_record_t *r, const acx_accelerator_t *acc, const ac
     r->root = c->root;
     r->line = c->line;
     r->status = (int32_t)local;
+    r->world_rank = acc->rank;
+    r->unit = -1;
     if (c->file != NULL) {
         const char *base = strrchr(c->file, '/');
         snprintf(r->file, sizeof r->file, "%s", base ? base + 1 : c->file);
@@ -106,7 +115,8 @@ static void record_fill(coll_record_t *r, const acx_accelerator_t *acc, const ac
 /* The fields that must agree (the call site need not). */
 static int record_same_call(const coll_record_t *a, const coll_record_t *b) {
     return a->seq == b->seq && a->id == b->id && a->count == b->count && a->dtype == b->dtype &&
-           a->op == b->op && a->root == b->root;
+           a->op == b->op && a->root == b->root && a->unit == b->unit &&
+           strcmp(a->unit_name, b->unit_name) == 0;
 }
 
 static int record_same(const coll_record_t *a, const coll_record_t *b) {
@@ -139,7 +149,13 @@ static const struct {
     [ACX_COLL_MAIN_PROCESS_FIRST] = {"main_process_first", NULL},
     [ACX_COLL_LOCAL_MAIN_PROCESS_FIRST] = {"local_main_process_first", NULL},
     [ACX_COLL_CHECK_TRIGGER] = {"check_trigger", NULL},
+    [ACX_COLL_UNIT_ALL_GATHER] = {"all_gather", "count"},
+    [ACX_COLL_UNIT_REDUCE_SCATTER] = {"reduce_scatter", "count"},
 };
+
+static int is_unit_record(const coll_record_t *r) {
+    return r->id == ACX_COLL_UNIT_ALL_GATHER || r->id == ACX_COLL_UNIT_REDUCE_SCATTER;
+}
 
 static const char *red_op_name(int op) {
     static const char *const names[ACX_OP_COUNT_] = {[ACX_OP_SUM] = "sum",
@@ -162,15 +178,21 @@ static void appendf(char *buf, size_t cap, size_t *len, const char *fmt, ...) {
     if (n > 0) *len = *len + (size_t)n < cap ? *len + (size_t)n : cap;
 }
 
-/* "all_reduce(count 1024, float32, sum) at train.c:88", "barrier at ?" */
+/* "all_reduce(count 1024, float32, sum) at train.c:88", "barrier at unknown
+ * call site", "all_gather of unit 1 'dec' (count 40, bfloat16)" */
 static void record_describe(const coll_record_t *r, int with_seq, char *buf, size_t cap,
                             size_t *len) {
-    if (with_seq) appendf(buf, cap, len, "#%llu ", (unsigned long long)r->seq);
+    if (with_seq && !is_unit_record(r))
+        appendf(buf, cap, len, "#%llu ", (unsigned long long)r->seq);
     if (r->id >= 0 && r->id < ACX_COLL_ID_COUNT_)
         appendf(buf, cap, len, "%s", coll_names[r->id].name);
     else
         appendf(buf, cap, len, "collective %d", (int)r->id);
     const char *sep = "(";
+    if (is_unit_record(r)) {
+        appendf(buf, cap, len, " of unit %d '%s'", (int)r->unit, r->unit_name);
+        sep = " (";
+    }
     if (r->count >= 0 && r->id >= 0 && r->id < ACX_COLL_ID_COUNT_ && coll_names[r->id].count) {
         appendf(buf, cap, len, "%s%s %lld", sep, coll_names[r->id].count, (long long)r->count);
         sep = ", ";
@@ -188,14 +210,17 @@ static void record_describe(const coll_record_t *r, int with_seq, char *buf, siz
         sep = ", ";
     }
     if (sep[0] == ',') appendf(buf, cap, len, ")");
+    if (is_unit_record(r)) return; /* inside acx (acquire, grads_ready, a step's refresh) */
     if (r->file[0] != '\0')
         appendf(buf, cap, len, " at %s:%d", r->file, (int)r->line);
     else
         appendf(buf, cap, len, " at unknown call site");
 }
 
-/* "rank 3" or "ranks 0,2-4" for the ranks r with group[r] == g. */
-static void ranks_describe(const int *group, int n, int g, char *buf, size_t cap, size_t *len) {
+/* "rank 3" or "ranks 0,2-4": the world ranks of the records r with
+ * group[r] == g (records in communicator rank order). */
+static void ranks_describe(const coll_record_t *all, const int *group, int n, int g, char *buf,
+                           size_t cap, size_t *len) {
     int members = 0;
     for (int r = 0; r < n; r++)
         members += group[r] == g;
@@ -204,12 +229,14 @@ static void ranks_describe(const int *group, int n, int g, char *buf, size_t cap
     for (int r = 0; r < n; r++) {
         if (group[r] != g) continue;
         int end = r;
-        while (end + 1 < n && group[end + 1] == g)
+        while (end + 1 < n && group[end + 1] == g &&
+               all[end + 1].world_rank == all[end].world_rank + 1)
             end++;
         if (end == r)
-            appendf(buf, cap, len, "%s%d", sep, r);
+            appendf(buf, cap, len, "%s%d", sep, (int)all[r].world_rank);
         else
-            appendf(buf, cap, len, "%s%d-%d", sep, r, end);
+            appendf(buf, cap, len, "%s%d-%d", sep, (int)all[r].world_rank,
+                    (int)all[end].world_rank);
         sep = ",";
         r = end;
     }
@@ -223,8 +250,9 @@ static acx_status_t report_mismatch(const coll_record_t *all, int n) {
         return ACX_ERROR(ACX_ERR_INVALID_ARG,
                          "collective mismatch at #%llu (no memory for the details)",
                          (unsigned long long)all[0].seq);
-    int same_seq = 1;
+    int same_seq = 1, units = 0;
     for (int r = 0; r < n; r++) {
+        units += is_unit_record(&all[r]);
         group[r] = r;
         for (int q = 0; q < r; q++)
             if (group[q] == q && record_same(&all[q], &all[r])) {
@@ -236,7 +264,11 @@ static acx_status_t report_mismatch(const coll_record_t *all, int n) {
     char msg[ACX_ERRMSG_MAX - 64];
     size_t len = 0;
     const size_t room = sizeof msg - 8; /* for a final "; ..." */
-    if (same_seq)
+    if (same_seq && units == n)
+        appendf(msg, sizeof msg, &len,
+                "collective mismatch on sharded units (after %llu public collectives): ",
+                (unsigned long long)all[0].seq);
+    else if (same_seq)
         appendf(msg, sizeof msg, &len,
                 "collective mismatch at #%llu: ", (unsigned long long)all[0].seq);
     else
@@ -246,7 +278,7 @@ static acx_status_t report_mismatch(const coll_record_t *all, int n) {
         char one[512];
         size_t olen = 0;
         if (g > 0) appendf(one, sizeof one, &olen, "; ");
-        ranks_describe(group, n, g, one, sizeof one, &olen);
+        ranks_describe(all, group, n, g, one, sizeof one, &olen);
         appendf(one, sizeof one, &olen, " ");
         record_describe(&all[g], !same_seq, one, sizeof one, &olen);
         if (len + olen > room) {
@@ -255,37 +287,71 @@ static acx_status_t report_mismatch(const coll_record_t *all, int n) {
         }
         appendf(msg, sizeof msg, &len, "%s", one);
     }
+    if (units > 0)
+        appendf(msg, sizeof msg, &len,
+                "; every rank must acquire units and report their gradients ready in the same "
+                "order");
     free(group);
     return ACX_ERROR(ACX_ERR_INVALID_ARG, "%s", msg);
 }
 
 /* ---- the exchange ---- */
 
-acx_status_t acx_coll_debug_exchange(acx_accelerator_t *acc, const acx_coll_call_t *call,
-                                     acx_status_t local) {
-    int n = acc->world_size;
-    coll_record_t mine, *all = acx_malloc((size_t)n * sizeof *all, "debug mode records");
+/* Share *mine over comm (n ranks) and compare: ACX_OK when every record is
+ * the same call and passed its argument check. */
+static acx_status_t exchange(acx_accelerator_t *acc, MPI_Comm comm, int n, coll_record_t *mine,
+                             acx_status_t local) {
+    coll_record_t *all = acx_malloc((size_t)n * sizeof *all, "debug mode records");
     /* Nothing to compare with: failing here leaves the other ranks waiting,
      * as any local failure right before a collective would. */
     if (all == NULL) return ACX_ERR_NO_MEMORY;
-    record_fill(&mine, acc, call, local);
     acx_status_t status = ACX_OK;
     ACX_MPI_CHECK_GOTO(
-        ACX_WATCHED("debug mode check", MPI_Allgather(&mine, (int)sizeof mine, MPI_BYTE, all,
-                                                      (int)sizeof mine, MPI_BYTE, acc->world->mpi)),
+        ACX_WATCHED("debug mode check", MPI_Allgather(mine, (int)sizeof *mine, MPI_BYTE, all,
+                                                      (int)sizeof *mine, MPI_BYTE, comm)),
         status, out);
     int mismatch = 0, failed = 0;
     for (int r = 0; r < n; r++) {
         all[r].file[sizeof all[r].file - 1] = '\0';
+        all[r].unit_name[sizeof all[r].unit_name - 1] = '\0';
         mismatch |= !record_same_call(&all[r], &all[0]);
         failed |= all[r].status != ACX_OK;
     }
-    if (mismatch)
+    if (mismatch) {
         status = report_mismatch(all, n);
-    else if (failed)
+        /* Every rank skips this call. A unit's check does not count as a
+         * public collective, so a rank that was at one while another was at
+         * a public call would stay one behind for ever: all take the
+         * highest sequence number, and their next calls compare equal
+         * again when they agree. */
+        for (int r = 0; r < n; r++)
+            if (all[r].seq > acc->coll_seq) acc->coll_seq = all[r].seq;
+    } else if (failed)
         /* every rank saw the failure in the records, so every rank agrees */
         status = acx_coll_agree(acc->world, local);
 out:
     free(all);
     return status;
+}
+
+acx_status_t acx_coll_debug_exchange(acx_accelerator_t *acc, const acx_coll_call_t *call,
+                                     acx_status_t local) {
+    coll_record_t mine;
+    record_fill(&mine, acc, call, local);
+    return exchange(acc, acc->world->mpi, acc->world_size, &mine, local);
+}
+
+acx_status_t acx_coll_debug_unit_check(void *owner, acx_comm_t *comm, const acx_unit_call_t *call) {
+    acx_accelerator_t *acc = owner;
+    acx_coll_call_t c = {
+        .id = call->reduce_scatter ? ACX_COLL_UNIT_REDUCE_SCATTER : ACX_COLL_UNIT_ALL_GATHER,
+        .count = call->count > (size_t)INT64_MAX ? INT64_MAX : (int64_t)call->count,
+        .dtype = (int)call->dtype,
+        .op = call->reduce_scatter ? ACX_OP_SUM : -1,
+        .root = -1};
+    coll_record_t mine;
+    record_fill(&mine, acc, &c, ACX_OK);
+    mine.unit = call->unit;
+    snprintf(mine.unit_name, sizeof mine.unit_name, "%s", call->name ? call->name : "");
+    return exchange(acc, comm->mpi, comm->size, &mine, ACX_OK);
 }

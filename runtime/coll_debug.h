@@ -8,7 +8,9 @@
  * the outcome of its own argument checks. Off (the default) that is a
  * counter increment and a branch; on, it is one MPI_Allgather of a fixed
  * record per rank and a comparison (coll_debug.c). What the mode promises is
- * documented in acx/collectives.h.
+ * documented in acx/collectives.h. In debug mode the sharded strategies'
+ * collectives on a unit are checked the same way, through the hook
+ * acx_coll_debug_unit_check that acx_model_create puts in the shard context.
  */
 #ifndef ACX_RUNTIME_COLL_DEBUG_H
 #define ACX_RUNTIME_COLL_DEBUG_H
@@ -16,6 +18,7 @@
 #include <stdint.h>
 
 #include "runtime/accelerator.h"
+#include "sharding/model.h"
 
 /* The public collectives, as named in reports. Blocking and non-blocking
  * forms are distinct: MPI never matches one with the other. */
@@ -39,6 +42,11 @@ typedef enum acx_coll_id {
     ACX_COLL_MAIN_PROCESS_FIRST,
     ACX_COLL_LOCAL_MAIN_PROCESS_FIRST,
     ACX_COLL_CHECK_TRIGGER,
+    /* not public calls: the sharded strategies' collectives on a unit
+     * (acx_unit_acquire, acx_unit_grads_ready, the refresh after a step),
+     * checked through acx_coll_debug_unit_check */
+    ACX_COLL_UNIT_ALL_GATHER,
+    ACX_COLL_UNIT_REDUCE_SCATTER,
     ACX_COLL_ID_COUNT_
 } acx_coll_id_t;
 
@@ -67,6 +75,16 @@ acx_status_t acx_coll_debug_read(acx_accelerator_t *acc);
  * Errors: ACX_ERR_INVALID_CONFIG (not a boolean, or different on some
  * ranks), ACX_ERR_MPI. */
 acx_status_t acx_coll_debug_init(acx_accelerator_t *acc);
+
+/* acx_shard_context_t.unit_check (sharding/model.h) in debug mode: the
+ * same check, before a sharded strategy's all-gather or reduce-scatter of a
+ * unit, over the communicator that collective runs on (the world, or the
+ * node under HYBRID_SHARD). The record names the unit (index and name) and
+ * carries the public-collective count reached (acc->coll_seq, not
+ * incremented). owner: the accelerator. Collective over comm. Errors:
+ * ACX_ERR_INVALID_ARG on every rank of comm when the calls differ — the
+ * message lists each rank's unit and collective — and ACX_ERR_MPI. */
+acx_status_t acx_coll_debug_unit_check(void *owner, acx_comm_t *comm, const acx_unit_call_t *call);
 
 /* The exchange and comparison; the slow half of acx_coll_debug_check. */
 acx_status_t acx_coll_debug_exchange(acx_accelerator_t *acc, const acx_coll_call_t *call,

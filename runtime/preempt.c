@@ -48,7 +48,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -58,6 +57,7 @@
 #include "runtime/accelerator.h"
 #include "runtime/base/error.h"
 #include "runtime/base/log.h"
+#include "runtime/base/signal_list.h"
 #include "runtime/preempt.h"
 
 #define PREEMPT_PATH_MAX    4096
@@ -65,40 +65,30 @@
 
 extern char **environ;
 
-/* The signals preemption.signals may name. `repeat_ends`: a second one
- * while a stop is pending takes the default action (INT only; see the file
- * comment). */
-static const struct {
-    const char *name;
-    int sig;
-    int repeat_ends;
-} known_signals[] = {{"USR1", SIGUSR1, 0}, {"USR2", SIGUSR2, 0}, {"TERM", SIGTERM, 0},
-                     {"INT", SIGINT, 1},   {"HUP", SIGHUP, 0},   {"XCPU", SIGXCPU, 0}};
-#define NUM_KNOWN ((int)(sizeof known_signals / sizeof known_signals[0]))
 
 /* ---- the handler and its state (process-wide, as dispositions are) ---- */
 
 static volatile sig_atomic_t pending_signal; /* first signal not yet acted on, 0 = none */
-static volatile sig_atomic_t repeat_ends_mask; /* bit i: known_signals[i] ends on repeat */
+static volatile sig_atomic_t repeat_ends_mask; /* bit i: acx_signal_names[i] ends on repeat */
 static struct sigaction default_action;      /* SIG_DFL, built before any handler runs */
-static struct sigaction saved_action[NUM_KNOWN];
-static int installed[NUM_KNOWN];
+static struct sigaction saved_action[ACX_NUM_SIGNAL_NAMES];
+static int installed[ACX_NUM_SIGNAL_NAMES];
 
 static void on_signal(int sig) {
     if (pending_signal == 0) {
         pending_signal = sig;
         return;
     }
-    for (int i = 0; i < NUM_KNOWN; i++)
-        if (known_signals[i].sig == sig && (repeat_ends_mask & (1 << i))) {
+    for (int i = 0; i < ACX_NUM_SIGNAL_NAMES; i++)
+        if (acx_signal_names[i].sig == sig && (repeat_ends_mask & (1 << i))) {
             sigaction(sig, &default_action, NULL); /* both async-signal-safe */
             raise(sig);
         }
 }
 
 static const char *signal_name(int sig) {
-    for (int i = 0; i < NUM_KNOWN; i++)
-        if (known_signals[i].sig == sig) return known_signals[i].name;
+    for (int i = 0; i < ACX_NUM_SIGNAL_NAMES; i++)
+        if (acx_signal_names[i].sig == sig) return acx_signal_names[i].name;
     return "?";
 }
 
@@ -110,53 +100,17 @@ static const acx_config_origin_t *key_origin(const acx_accelerator_t *acc, const
     return NULL;
 }
 
-/* "USR1,TERM" / "sigusr1 SIGTERM" / "none" -> a mask over known_signals.
- * Returns ACX_OK or ACX_ERR_INVALID_CONFIG naming the bad name. */
+/* preemption.signals -> a mask over acx_signal_names (runtime/base/signal_list.c
+ * parses; the config layer has already checked the text, so this fails only
+ * for a value set after resolution). Returns ACX_OK or ACX_ERR_INVALID_CONFIG
+ * naming the value, where it came from and what is wrong. */
 static acx_status_t parse_signals(const acx_accelerator_t *acc, const char *text, int *mask_p) {
     const acx_config_origin_t *o = key_origin(acc, "preemption.signals");
     const char *from = o == NULL || o->source == ACX_SRC_DEFAULT ? "default" : o->where;
-    int mask = 0, none = 0, names = 0;
-    for (const char *p = text; *p != '\0';) {
-        size_t len = strcspn(p, ", \t");
-        if (len == 0) {
-            p++;
-            continue;
-        }
-        const char *tok = p;
-        size_t tlen = len;
-        p += len;
-        names++;
-        if (tlen == 4 && strncasecmp(tok, "none", 4) == 0) {
-            none = 1;
-            continue;
-        }
-        if (tlen > 3 && strncasecmp(tok, "SIG", 3) == 0) {
-            tok += 3;
-            tlen -= 3;
-        }
-        int found = -1;
-        for (int i = 0; i < NUM_KNOWN && found < 0; i++)
-            if (strlen(known_signals[i].name) == tlen && strncasecmp(tok, known_signals[i].name, tlen) == 0)
-                found = i;
-        if (found < 0)
-            return ACX_ERROR(ACX_ERR_INVALID_CONFIG,
-                             "preemption.signals='%s' (from %s): unknown signal '%.*s'; expected "
-                             "comma-separated names among USR1, USR2, TERM, INT, HUP, XCPU (SIG "
-                             "prefix and case optional), or none",
-                             text, from, (int)len, p - len);
-        mask |= 1 << found;
-    }
-    if (none && names > 1)
-        return ACX_ERROR(ACX_ERR_INVALID_CONFIG,
-                         "preemption.signals='%s' (from %s): 'none' cannot be combined with "
-                         "signal names",
-                         text, from);
-    if (names == 0)
-        return ACX_ERROR(ACX_ERR_INVALID_CONFIG,
-                         "preemption.signals='%s' (from %s): no signal named; use 'none' to "
-                         "install no handler",
-                         text, from);
-    *mask_p = mask;
+    char why[256];
+    if (acx_signal_list_parse(text, mask_p, why, sizeof why) != 0)
+        return ACX_ERROR(ACX_ERR_INVALID_CONFIG, "preemption.signals='%s' (from %s): %s", text,
+                         from, why);
     return ACX_OK;
 }
 
@@ -187,18 +141,18 @@ acx_status_t acx_preempt_init(acx_accelerator_t *acc) {
     sigemptyset(&sa.sa_mask);
     sa.sa_flags = SA_RESTART; /* MPI and file I/O carry on; the flag waits for the boundary */
     char names[64] = "";
-    for (int i = 0; i < NUM_KNOWN; i++) {
+    for (int i = 0; i < ACX_NUM_SIGNAL_NAMES; i++) {
         if (!(mask & (1 << i))) continue;
-        if (known_signals[i].repeat_ends) repeat_ends_mask |= 1 << i;
-        if (sigaction(known_signals[i].sig, &sa, &saved_action[i]) != 0) {
+        if (acx_signal_names[i].repeat_ends) repeat_ends_mask |= 1 << i;
+        if (sigaction(acx_signal_names[i].sig, &sa, &saved_action[i]) != 0) {
             int err = errno;
             acx_preempt_fini(acc);
-            return ACX_ERROR(ACX_ERR_SYSTEM, "sigaction(SIG%s) failed: %s", known_signals[i].name,
+            return ACX_ERROR(ACX_ERR_SYSTEM, "sigaction(SIG%s) failed: %s", acx_signal_names[i].name,
                              strerror(err));
         }
         installed[i] = 1;
         size_t n = strlen(names);
-        snprintf(names + n, sizeof names - n, "%sSIG%s", n ? ", " : "", known_signals[i].name);
+        snprintf(names + n, sizeof names - n, "%sSIG%s", n ? ", " : "", acx_signal_names[i].name);
     }
     acc->preempt_active = 1;
     if (acc->rank == 0)
@@ -209,9 +163,9 @@ acx_status_t acx_preempt_init(acx_accelerator_t *acc) {
 }
 
 void acx_preempt_fini(acx_accelerator_t *acc) {
-    for (int i = 0; i < NUM_KNOWN; i++) {
+    for (int i = 0; i < ACX_NUM_SIGNAL_NAMES; i++) {
         if (!installed[i]) continue;
-        sigaction(known_signals[i].sig, &saved_action[i], NULL);
+        sigaction(acx_signal_names[i].sig, &saved_action[i], NULL);
         installed[i] = 0;
     }
     pending_signal = 0;

@@ -13,7 +13,11 @@
  * bf16/fp16 the compute copies hold values rounded to 16 bits, but are
  * still stored as float, since the plain C kernels read float. 16-bit
  * buffers appear only on the wire: all-gathers move param_dtype,
- * reduce-scatters and DDP's all-reduces move reduce_dtype.
+ * reduce-scatters and DDP's all-reduces move reduce_dtype — on the MPI
+ * backend too, whose 16-bit sums keep 2 bytes per element on the wire
+ * (collectives/mpi/coll_mpi.c). The blocks that backend receives while a
+ * 16-bit sum runs (2 bytes per element reduced, freed at completion) are
+ * its own scratch, like MPI's internal buffers, and not counted here.
  *
  * Leaves to others: measuring (memstat.c), reading a model's size from a
  * file and printing tables (`acx estimate-memory`, tools/acx.c).

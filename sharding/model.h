@@ -23,6 +23,16 @@
 #include "acx/model.h"
 #include "collectives/coll.h"
 
+/* A collective a sharded strategy is about to run on one unit, as the
+ * debug mode compares it across ranks (acx_shard_context_t.unit_check). */
+typedef struct acx_unit_call {
+    int reduce_scatter; /* 0: all-gather of its parameters, 1: reduce-scatter of its gradients */
+    int unit;           /* the unit's index in the model */
+    const char *name;   /* the unit's name */
+    size_t count;       /* elements per rank (the unit's segment) */
+    acx_dtype_t dtype;  /* on the wire */
+} acx_unit_call_t;
+
 /* What the runtime hands the model at creation (so sharding never includes
  * runtime headers). */
 typedef struct acx_shard_context {
@@ -37,6 +47,13 @@ typedef struct acx_shard_context {
     int backward_prefetch;
     int limit_all_gathers;
     void *owner;       /* the runtime's accelerator (opaque here) */
+    /* ACX_DEBUG_MODE (runtime/coll_debug.c), else NULL: the sharded
+     * strategies call it on every rank of `comm` right before each
+     * collective on a unit; it compares the call across comm's ranks and
+     * returns the same error on all of them when they differ (ranks that
+     * gather or reduce different units would otherwise mix their data or
+     * hang). Collective over comm. */
+    acx_status_t (*unit_check)(void *owner, acx_comm_t *comm, const acx_unit_call_t *call);
 } acx_shard_context_t;
 
 struct acx_param {

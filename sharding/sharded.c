@@ -183,6 +183,14 @@ static void log_plan(const acx_model_t *m, const sharded_state_t *st) {
 
 /* ---- gathering parameters ---- */
 
+/* Debug mode: every rank of the shard group about to run the same
+ * collective on the same unit? (ctx.unit_check; NULL when the mode is off) */
+static acx_status_t unit_check(acx_model_t *m, int u, int reduce_scatter, acx_dtype_t dt) {
+    if (m->ctx.unit_check == NULL) return ACX_OK;
+    acx_unit_call_t call = {reduce_scatter, u, m->units[u]->name, state_of(m)->units[u].seg, dt};
+    return m->ctx.unit_check(m->ctx.owner, state_of(m)->shard, &call);
+}
+
 static acx_mem_category_t data_category(const sharded_state_t *st) {
     return st->policy == POLICY_GRAD_OP ? ACX_MEM_PARAMS : ACX_MEM_TRANSIENT;
 }
@@ -201,6 +209,7 @@ static acx_status_t gather_start(acx_model_t *m, int u) {
     size_t S = (size_t)st->shard->size;
     acx_dtype_t dt = m->ctx.param_dtype;
     size_t esz = dsize(dt);
+    ACX_CHECK(unit_check(m, u, 0, dt));
     if (us->data == NULL) {
         us->data = acx_mem_alloc_raw(data_category(st), unit->numel * sizeof(float), "gathered unit");
         if (us->data == NULL) return ACX_ERR_NO_MEMORY;
@@ -376,6 +385,7 @@ static acx_status_t rs_start(acx_model_t *m, int u) {
     int S = st->shard->size;
     acx_dtype_t dt = m->ctx.reduce_dtype;
     size_t esz = dsize(dt);
+    ACX_CHECK(unit_check(m, u, 1, dt));
     if (st->num_pending == MAX_PENDING_RS) ACX_CHECK(rs_complete_oldest(m));
     void *staging = acx_mem_alloc(ACX_MEM_TRANSIENT, (size_t)S * us->seg * esz,
                                   "reduce-scatter staging");

@@ -202,8 +202,16 @@ static acx_status_t build_srun(const acx_launch_request_t *req, const acx_launch
     return ACX_OK;
 }
 
+/* Variables of acx launch's own environment that ranks on other nodes need
+ * and Open MPI's mpirun does not carry there by itself (it starts remote
+ * daemons with a login-shell environment): where to find libacx, MPI, HDF5
+ * and the program, and how many threads BLAS and OpenMP may use. */
+static const char *const forwarded_vars[] = {"PATH", "LD_LIBRARY_PATH", "OMP_NUM_THREADS",
+                                             "OPENBLAS_NUM_THREADS"};
+
 static void build_mpirun(const acx_launch_request_t *req, const acx_launch_host_t *host,
-                         acx_launch_cmd_t *cmd, strvec_t *argv, strvec_t *vars) {
+                         const char *(*env)(const char *), acx_launch_cmd_t *cmd, strvec_t *argv,
+                         strvec_t *vars) {
     int n = req->num_processes > 0          ? req->num_processes
             : req->config_num_processes > 0 ? req->config_num_processes
                                             : 1;
@@ -240,6 +248,12 @@ static void build_mpirun(const acx_launch_request_t *req, const acx_launch_host_
         if (req->hostfile != NULL) {
             sv_add(argv, "--hostfile");
             sv_add(argv, req->hostfile);
+            /* Other nodes: forward the set ones by name (-x NAME, as below). */
+            for (size_t i = 0; i < sizeof forwarded_vars / sizeof forwarded_vars[0]; i++)
+                if (lookup(env, forwarded_vars[i]) != NULL) {
+                    sv_add(argv, "-x");
+                    sv_add(argv, forwarded_vars[i]);
+                }
         }
         for (int i = 0; i < vars->n; i++) {
             const char *eq = strchr(vars->s[i], '=');
@@ -262,7 +276,7 @@ acx_status_t acx_launch_cmd_build(const acx_launch_request_t *req, const acx_lau
     if (lookup(env, "SLURM_JOB_ID") != NULL)
         ACX_CHECK_GOTO(build_srun(req, host, env, cmd, &argv, &vars), status, err);
     else
-        build_mpirun(req, host, cmd, &argv, &vars);
+        build_mpirun(req, host, env, cmd, &argv, &vars);
     if (argv.failed || vars.failed) {
         status = ACX_ERROR(ACX_ERR_NO_MEMORY, "acx launch: cannot allocate the command line");
         goto err;

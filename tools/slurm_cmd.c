@@ -127,9 +127,12 @@ static int parse_count(const char *text, long min, long *value_p) {
 /* 1 when s holds a control character: a newline in a value written after
  * "#SBATCH --name=" would end the comment and run the rest as a command of
  * the batch script. */
+/* A value that cannot go into an #SBATCH line: control characters (a
+ * newline would start a new line) or a double quote (sbatch's quoting has
+ * no escape for it). */
 static int has_control(const char *s) {
     for (; *s; s++)
-        if ((unsigned char)*s < 0x20 || *s == 0x7f) return 1;
+        if ((unsigned char)*s < 0x20 || *s == 0x7f || *s == '"') return 1;
     return 0;
 }
 
@@ -222,6 +225,15 @@ static void env_name(const char *key, size_t klen, char *buf, size_t n) {
 
 /* ---- the script ---- */
 
+/* "#SBATCH --NAME=VALUE", the value in double quotes when it holds blanks:
+ * sbatch splits an #SBATCH line at blanks outside quotes ("my job" unquoted
+ * is refused at submission: "Invalid directive ... job"). Values with '"'
+ * or control characters were refused by parse_args. */
+static void put_directive(FILE *f, const char *name, const char *value) {
+    const char *q = strpbrk(value, " \t") != NULL ? "\"" : "";
+    fprintf(f, "#SBATCH %s=%s%s%s\n", name, q, value, q);
+}
+
 static void write_script(FILE *f, const sbatch_opts_t *o, const char *program) {
     time_t now = time(NULL);
     char stamp[32];
@@ -231,15 +243,15 @@ static void write_script(FILE *f, const sbatch_opts_t *o, const char *program) {
             acx_version(), stamp);
     fprintf(f, "# See docs/slurm.md: the ranks checkpoint and stop on USR1, the job is\n"
                "# requeued, and the next run resumes from the checkpoint.\n");
-    fprintf(f, "#SBATCH --job-name=%s\n", o->job_name);
+    put_directive(f, "--job-name", o->job_name);
     fprintf(f, "#SBATCH --nodes=%ld\n", o->nodes);
     fprintf(f, "#SBATCH --ntasks-per-node=%ld\n", o->tasks_per_node);
-    if (o->time) fprintf(f, "#SBATCH --time=%s\n", o->time);
-    if (o->partition) fprintf(f, "#SBATCH --partition=%s\n", o->partition);
+    if (o->time) put_directive(f, "--time", o->time);
+    if (o->partition) put_directive(f, "--partition", o->partition);
     if (o->signal_before > 0) fprintf(f, "#SBATCH --signal=B:USR1@%ld\n", o->signal_before);
     fprintf(f, "#SBATCH %s\n", o->requeue ? "--requeue" : "--no-requeue");
     fprintf(f, "#SBATCH --open-mode=append\n");
-    fprintf(f, "#SBATCH --output=%s\n", o->output);
+    put_directive(f, "--output", o->output);
     for (int k = 0; k < o->n_sbatch; k++) fprintf(f, "#SBATCH %s\n", o->sbatch[k]);
 
     fprintf(f, "\n# acx settings of every rank (lowest precedence: the program's own win)\n");
@@ -389,7 +401,7 @@ static int parse_sbatch(int argc, char **argv, sbatch_opts_t *o) {
                                         {"--output", o->output}};
     for (size_t k = 0; k < sizeof directive / sizeof directive[0]; k++)
         if (directive[k][1] != NULL && has_control(directive[k][1]))
-            return usage_error("%s: the value spans lines or holds control characters "
+            return usage_error("%s: the value spans lines or holds control characters or '\"' "
                                "(it goes into an #SBATCH line)",
                                directive[k][0]),
                    -1;
@@ -458,7 +470,7 @@ static int cmd_sbatch(int argc, char **argv) {
         o.job_name = name;
         if (has_control(name))
             return usage_error("PROGRAM '%s': its name spans lines or holds control characters "
-                               "(it becomes the job name); give --job-name",
+                               "or '\"' (it becomes the job name); give --job-name",
                                program);
     }
 

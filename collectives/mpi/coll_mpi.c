@@ -10,26 +10,63 @@
  *     forms divide when test/wait sees the request complete.
  *   - float16 and bfloat16, which MPI has no type for. They travel as
  *     MPI_UINT16_T. MAX and MIN are exact, so they run on the 16-bit words
- *     with user-defined ops (MPI_Op_create) that compare the values. SUM,
- *     AVG and PROD are *staged*: the input is widened to float32 (exact),
- *     reduced with MPI_SUM/MPI_PROD on MPI_FLOAT, and the float32 result is
- *     rounded to the 16-bit format once, to nearest even (AVG: the float32
- *     sum divided by the size, that quotient rounded once). The trade-off:
- *     a user-defined 16-bit SUM op would keep the wire at 2 bytes per
- *     element, but every combine step of MPI's reduction tree would round
- *     to 16 bits again — p - 1 roundings on p ranks, in an order MPI picks,
- *     so the result would depend on the algorithm MPI chose for the message
- *     size. Staging costs twice the bytes on the wire and a float32 copy
- *     (4 bytes per element of the reduced buffer, held until completion),
- *     and in exchange the result is the float32 sum rounded once: when that
- *     sum is exact (few ranks, values of similar scale), it is the correctly
- *     rounded true sum, identical on every rank whatever MPI's algorithm.
- *     A reduce-scatter in float32 followed by a 16-bit all-gather would keep
- *     the rounding single at 1.5x the bytes; that is a later optimization.
+ *     with user-defined ops (MPI_Op_create) that compare the values.
+ *   - SUM, AVG and PROD of float16/bfloat16 keep 2 bytes per element on the
+ *     wire *and* round once. They do not use an MPI op: the all-reduce is
+ *     the bandwidth-optimal shape "reduce-scatter, then all-gather"
+ *     (Rabenseifner, "Optimization of collective reduction operations",
+ *     ICCS 2004; Thakur, Rabenseifner & Gropp, "Optimization of collective
+ *     communication operations in MPICH", IJHPCA 19(1), 2005), with the
+ *     reduce-scatter done as its pairwise-exchange form — every rank's
+ *     block q sent to rank q (one MPI_Alltoallv) — and the arithmetic done
+ *     here, where the order is ours:
+ *
+ *       N elements, p ranks, p blocks (q < N mod p: one element more)
+ *
+ *       rank 0 [a0|a1|a2]   MPI_Alltoallv,      rank 0 a0 b0 c0 -> s0
+ *       rank 1 [b0|b1|b2]   16-bit blocks:      rank 1 a1 b1 c1 -> s1
+ *       rank 2 [c0|c1|c2]   block q to rank q   rank 2 a2 b2 c2 -> s2
+ *
+ *       s_r = round16(((x_0 + x_1) + x_2) + ...): float32, rank order,
+ *             one rounding (AVG: round16(float32 sum / p); PROD: products)
+ *
+ *       MPI_Allgatherv of the 16-bit s_r, in place -> [s0|s1|s2] everywhere
+ *
+ *     Bytes each rank sends: (p-1)/p N x 2 in each half, 2 (p-1)/p N x 2 in
+ *     all — what a ring all-reduce of 16-bit data moves, half of a float32
+ *     all-reduce of the same N (the 2 (p-1)/p N elements lower bound of
+ *     Patarasuk & Yuan, JPDC 69(2), 2009). Each block is summed once, by
+ *     its owner, in rank order, and then copied: the result is the same on
+ *     every rank and does not depend on the algorithm MPI picks; when the
+ *     float32 sum is exact (few ranks, values of similar scale) it is the
+ *     correctly rounded true sum. Scratch: the p blocks received, 2 bytes
+ *     per element of the buffer, held until completion. Reduce-scatter is
+ *     the first half alone (one MPI_Alltoall of the [p x count] rows).
+ *
+ *     Why not a user-defined MPI_Op on 16-bit words, which also keeps the
+ *     wire at 2 bytes: MPI combines partial results in an order and a tree
+ *     of its own choosing, and such an op rounds to 16 bits at every
+ *     combine — p - 1 roundings on p ranks, the result depending on the
+ *     algorithm MPI selects for the message size and rank count. Why not
+ *     float32 on the wire (widen, MPI_SUM on MPI_FLOAT, round — what this
+ *     file did before): the same single rounding at twice the bytes and a
+ *     4-byte-per-element stage. The cost here is two collectives instead of
+ *     one — latency, for small buffers — and the local sums.
+ *
+ *     A non-blocking 16-bit all-reduce starts its all-to-all; its
+ *     all-gather can start only when that has finished and the sums are
+ *     done, so test and wait post it, on a duplicate communicator and in
+ *     start order through a queue that keeps the ranks' collectives
+ *     matched ("requests and the queue" below says how, and what a caller
+ *     must not do).
  *   - counts above INT_MAX elements (MPI takes int counts): all-reduce,
  *     broadcast, all-gather and gather split the buffer into chunks of at
  *     most ACX_COLL_MPI_CHUNK_MAX elements, one MPI call (or one request)
  *     per chunk. Reduce-scatter refuses such counts (ACX_ERR_NOT_SUPPORTED).
+ *
+ * Device buffers are staged through pinned host memory by the table the
+ * rest of acx uses (coll_mpi_stage.c), which calls this file's table
+ * (acx_coll_mpi_host_ops) with host buffers only.
  *
  * Choosing a backend, creating communicators and status agreement live in
  * ../coll.c; the float16/bfloat16 conversions in ../half.c; this file never
@@ -43,6 +80,7 @@
 
 #include "collectives/coll.h"
 #include "collectives/half.h"
+#include "collectives/mpi/coll_mpi.h"
 #include "collectives/watchdog.h"
 #include "runtime/base/error.h"
 
@@ -243,10 +281,10 @@ static acx_status_t check_dtype(acx_dtype_t dtype, const char *what) {
 
 /* How one reduction runs on MPI. */
 typedef struct red_plan {
-    MPI_Datatype type; /* on the wire (MPI_FLOAT when staged) */
-    MPI_Op op;
-    int staged; /* float16/bfloat16 SUM/AVG/PROD: reduced in a float32 copy */
-    int avg;    /* divide the sum by the communicator size */
+    MPI_Datatype type; /* on the wire */
+    MPI_Op op;         /* MPI_OP_NULL when half is set */
+    int half; /* float16/bfloat16 SUM/AVG/PROD: all-to-all + float32 sums (below), not an MPI op */
+    int avg;  /* divide the sum by the communicator size */
 } red_plan_t;
 
 static acx_status_t plan_reduce(acx_dtype_t dtype, acx_red_op_t op, const char *what,
@@ -259,18 +297,18 @@ static acx_status_t plan_reduce(acx_dtype_t dtype, acx_red_op_t op, const char *
                          "%s op avg needs a float dtype (float32, float64, float16, bfloat16), "
                          "got %s; use sum and divide",
                          what, acx_dtype_name(dtype));
-    red_plan_t plan = {.avg = op == ACX_OP_AVG};
-    MPI_Op mop = op == ACX_OP_AVG ? MPI_SUM : acx_mpi_op(op);
+    red_plan_t plan = {.avg = op == ACX_OP_AVG, .op = MPI_OP_NULL};
     if (acx_dtype_is_half(dtype) && (op == ACX_OP_MAX || op == ACX_OP_MIN)) {
         plan.type = MPI_UINT16_T;
         ACX_CHECK(half_op(dtype, op, &plan.op));
     } else if (acx_dtype_is_half(dtype)) {
-        plan.type = MPI_FLOAT;
-        plan.op = mop;
-        plan.staged = 1;
+        plan.type = MPI_UINT16_T;
+        plan.half = 1;
+        *plan_p = plan;
+        return ACX_OK;
     } else {
         plan.type = acx_mpi_datatype(dtype);
-        plan.op = mop;
+        plan.op = op == ACX_OP_AVG ? MPI_SUM : acx_mpi_op(op);
     }
     if (plan.type == MPI_DATATYPE_NULL || plan.op == MPI_OP_NULL)
         return ACX_ERROR(ACX_ERR_NOT_SUPPORTED, "%s (%s) of %s is not supported by the MPI backend",
@@ -279,19 +317,269 @@ static acx_status_t plan_reduce(acx_dtype_t dtype, acx_red_op_t op, const char *
     return ACX_OK;
 }
 
+/* ---- SUM, AVG and PROD of 16-bit floats: all-to-all, float32 sums, all-gather ---- */
+
+/*
+ * The algorithm of the header comment. A reduction is described by a
+ * half_red_t that lives as long as the collective (the non-blocking forms
+ * keep it in the request: MPI reads the count and displacement arrays of a
+ * pending MPI_Ialltoallv/MPI_Iallgatherv until it completes).
+ *
+ * An all-reduce is cut into *pieces* of at most half_piece_max(p) elements,
+ * each an independent all-reduce, so that every count and displacement MPI
+ * sees fits in an int; a piece of n elements is cut into p *blocks*, block q
+ * (the one rank q sums) holding n/p elements, one more when q < n mod p, at
+ * offset q*(n/p) + min(q, n mod p). All pieces but the last have the same
+ * length, so two layouts (full piece, last piece) describe them all. What a
+ * rank receives in the first half is, per piece, p copies of its own block
+ * shape, rank q's at row q:
+ *
+ *   in  [ piece 0: rank 0's block r | rank 1's block r | ... | piece 1: ... ]
+ *
+ * A reduce-scatter is one piece whose blocks are the caller's [p x count]
+ * rows (an MPI_Alltoall: no displacement arrays, so p x count may exceed
+ * INT_MAX while count does not).
+ */
+typedef struct half_red {
+    acx_dtype_t dtype; /* ACX_DTYPE_FLOAT16 or ACX_DTYPE_BFLOAT16 */
+    acx_red_op_t op;   /* ACX_OP_SUM, ACX_OP_AVG or ACX_OP_PROD */
+    int size, rank;
+    int all_reduce; /* 1: both halves; 0: reduce-scatter (the first half only) */
+    size_t count;   /* all-reduce: elements of the buffer; reduce-scatter: per rank */
+    size_t piece;   /* all-reduce: elements per piece (the last one may be shorter) */
+    size_t npieces;
+    uint16_t *in;  /* the blocks received, as drawn above */
+    uint16_t *out; /* the caller's recvbuf: [count] (all-reduce) or this rank's [count] */
+    int *layout;   /* all-reduce: [2][4][size], see piece_layout */
+} half_red_t;
+
+/* Largest piece: at most the chunk limit, and a multiple of p no larger
+ * than INT_MAX, so that a block holds at most INT_MAX/p elements and the p
+ * blocks a rank receives (and their displacements) stay within an int. */
+static size_t half_piece_max(int size) {
+    size_t p = (size_t)size, cap = (size_t)INT_MAX / p * p;
+    return ACX_COLL_MPI_CHUNK_MAX < cap ? ACX_COLL_MPI_CHUNK_MAX : cap;
+}
+
+static size_t half_piece_len(const half_red_t *h, size_t k) {
+    return k + 1 < h->npieces ? h->piece : h->count - k * h->piece;
+}
+
+/* Block q of a piece of n elements on p ranks: [*off_p, *off_p + *len_p). */
+static void half_block(size_t n, int p, int q, size_t *off_p, size_t *len_p) {
+    size_t base = n / (size_t)p, rem = n % (size_t)p, uq = (size_t)q;
+    *len_p = base + (uq < rem);
+    *off_p = uq * base + (uq < rem ? uq : rem);
+}
+
+/* The arrays MPI reads for piece k, 4 x size ints: block lengths (what this
+ * rank sends to each rank, and the all-gather's receive counts), block
+ * offsets (send and all-gather displacements), receive counts (this rank's
+ * block length, from every rank) and receive displacements (q x that). */
+static const int *piece_layout(const half_red_t *h, size_t k) {
+    return h->layout + (k + 1 < h->npieces ? 0 : 4 * (size_t)h->size);
+}
+
+/* Where piece k's received rows start in h->in: every piece before it is a
+ * full one, and this rank received size x its block of each. */
+static size_t piece_in_offset(const half_red_t *h, size_t k) {
+    size_t off, len;
+    half_block(h->piece, h->size, h->rank, &off, &len);
+    return k * (size_t)h->size * len;
+}
+
+static void half_red_free(half_red_t *h) {
+    if (h == NULL) return;
+    free(h->in);
+    free(h->layout);
+    free(h);
+}
+
+/* The plan of a 16-bit SUM/AVG/PROD over comm, and the buffer it receives
+ * into. all_reduce: count elements reduced everywhere into recvbuf;
+ * otherwise a reduce-scatter of [size x count] into this rank's [count]. */
+static acx_status_t half_red_create(const acx_comm_t *comm, void *recvbuf, size_t count,
+                                    acx_dtype_t dtype, acx_red_op_t op, int all_reduce,
+                                    half_red_t **h_p) {
+    half_red_t *h = acx_calloc(1, sizeof *h, "16-bit reduction plan");
+    if (h == NULL) return ACX_ERR_NO_MEMORY;
+    *h = (half_red_t){.dtype = dtype,
+                      .op = op,
+                      .size = comm->size,
+                      .rank = comm->rank,
+                      .all_reduce = all_reduce,
+                      .count = count,
+                      .npieces = 1,
+                      .out = recvbuf};
+    size_t p = (size_t)comm->size, in_elems = p * count;
+    if (all_reduce) {
+        h->piece = half_piece_max(comm->size);
+        if (count > h->piece) h->npieces = (count - 1) / h->piece + 1;
+        if (h->npieces > (size_t)INT_MAX) {
+            half_red_free(h);
+            return ACX_ERROR(ACX_ERR_INVALID_ARG, "all-reduce of %zu elements: too many pieces",
+                             count);
+        }
+        h->layout = acx_malloc(8 * p * sizeof(int), "16-bit all-reduce layout");
+        if (h->layout == NULL) {
+            half_red_free(h);
+            return ACX_ERR_NO_MEMORY;
+        }
+        for (int s = 0; s < 2; s++) { /* 0: a full piece, 1: the last one */
+            size_t n =
+                s == 0 ? (count < h->piece ? count : h->piece) : half_piece_len(h, h->npieces - 1);
+            int *L = h->layout + (size_t)s * 4 * p;
+            size_t roff, rlen;
+            half_block(n, comm->size, comm->rank, &roff, &rlen);
+            for (int q = 0; q < comm->size; q++) {
+                size_t off, len;
+                half_block(n, comm->size, q, &off, &len);
+                L[q] = (int)len;
+                L[p + (size_t)q] = (int)off;
+                L[2 * p + (size_t)q] = (int)rlen;
+                L[3 * p + (size_t)q] = (int)((size_t)q * rlen);
+            }
+        }
+        size_t off, full_len, last_len;
+        half_block(h->piece, comm->size, comm->rank, &off, &full_len);
+        half_block(half_piece_len(h, h->npieces - 1), comm->size, comm->rank, &off, &last_len);
+        in_elems = (h->npieces - 1) * p * full_len + p * last_len;
+    }
+    h->in = acx_malloc(in_elems * sizeof(uint16_t), "16-bit reduction blocks received");
+    if (h->in == NULL) {
+        half_red_free(h);
+        return ACX_ERR_NO_MEMORY;
+    }
+    *h_p = h;
+    return ACX_OK;
+}
+
+/* The first half: every rank's blocks to their owners (MPI_Alltoallv per
+ * piece; a reduce-scatter: one MPI_Alltoall). Blocking when reqs is NULL;
+ * else one request per piece at reqs[*nreq_p], *nreq_p counting those
+ * started (also on failure, so they can be completed). */
+static acx_status_t half_exchange(const half_red_t *h, const void *sendbuf, MPI_Comm comm,
+                                  MPI_Request *reqs, int *nreq_p) {
+    if (!h->all_reduce) {
+        int n = (int)h->count;
+        if (reqs == NULL) {
+            ACX_MPI_CHECK(MPI_Alltoall(sendbuf, n, MPI_UINT16_T, h->in, n, MPI_UINT16_T, comm));
+        } else {
+            ACX_MPI_CHECK(MPI_Ialltoall(sendbuf, n, MPI_UINT16_T, h->in, n, MPI_UINT16_T, comm,
+                                        &reqs[*nreq_p]));
+            (*nreq_p)++;
+        }
+        return ACX_OK;
+    }
+    size_t p = (size_t)h->size;
+    for (size_t k = 0; k < h->npieces; k++) {
+        const int *L = piece_layout(h, k);
+        const void *s = byte_at(sendbuf, k * h->piece * sizeof(uint16_t));
+        uint16_t *r = h->in + piece_in_offset(h, k);
+        if (reqs == NULL) {
+            ACX_MPI_CHECK(MPI_Alltoallv(s, L, L + p, MPI_UINT16_T, r, L + 2 * p, L + 3 * p,
+                                        MPI_UINT16_T, comm));
+        } else {
+            ACX_MPI_CHECK(MPI_Ialltoallv(s, L, L + p, MPI_UINT16_T, r, L + 2 * p, L + 3 * p,
+                                         MPI_UINT16_T, comm, &reqs[*nreq_p]));
+            (*nreq_p)++;
+        }
+    }
+    return ACX_OK;
+}
+
+/* AVG of 16-bit values: the float32 sum divided in float64 (the quotient
+ * of a float32 by a small integer, correctly rounded to 53 bits) and
+ * rounded to 16 bits once (round-to-odd through float32, half.h), so
+ * sum / size is rounded a single time, as for float32. */
+static void half_avg_round(const float *sum, uint16_t *out, size_t count, acx_dtype_t dtype,
+                           int size) {
+    double d = (double)size;
+    if (dtype == ACX_DTYPE_FLOAT16)
+        for (size_t i = 0; i < count; i++)
+            out[i] = acx_f16_from_f64((double)sum[i] / d);
+    else
+        for (size_t i = 0; i < count; i++)
+            out[i] = acx_bf16_from_f64((double)sum[i] / d);
+}
+
+/* dst[i] = op over q = 0, 1, ..., p-1 (in that order) of rows[q*n + i],
+ * in float32, rounded once to the 16-bit format (AVG: the float32 sum
+ * divided by p, rounded once). The first row starts the accumulator, so a
+ * single rank's value (a -0 included) comes back unchanged. Tiles keep
+ * the accumulator in L1 and let the widening loops (half.c) vectorize. */
+static void half_combine_rows(const half_red_t *h, const uint16_t *rows, size_t n, uint16_t *dst) {
+    enum { TILE = 512 };
+    float acc[TILE], x[TILE];
+    for (size_t i0 = 0; i0 < n; i0 += TILE) {
+        size_t m = n - i0 < TILE ? n - i0 : TILE;
+        acx_half_to_f32_n(h->dtype, rows + i0, acc, m);
+        for (int q = 1; q < h->size; q++) {
+            acx_half_to_f32_n(h->dtype, rows + (size_t)q * n + i0, x, m);
+            if (h->op == ACX_OP_PROD)
+                for (size_t i = 0; i < m; i++)
+                    acc[i] *= x[i];
+            else
+                for (size_t i = 0; i < m; i++)
+                    acc[i] += x[i];
+        }
+        if (h->op == ACX_OP_AVG)
+            half_avg_round(acc, dst + i0, m, h->dtype, h->size);
+        else
+            acx_half_from_f32_n(h->dtype, acc, dst + i0, m);
+    }
+}
+
+/* Between the halves: this rank's block of every piece, from the rows
+ * received, into its place in out. */
+static void half_combine(const half_red_t *h) {
+    if (!h->all_reduce) {
+        half_combine_rows(h, h->in, h->count, h->out);
+        return;
+    }
+    for (size_t k = 0; k < h->npieces; k++) {
+        size_t off, len;
+        half_block(half_piece_len(h, k), h->size, h->rank, &off, &len);
+        if (len > 0)
+            half_combine_rows(h, h->in + piece_in_offset(h, k), len, h->out + k * h->piece + off);
+    }
+}
+
+/* The second half of an all-reduce: every rank's rounded blocks to every
+ * rank, in place in out (MPI_IN_PLACE on every rank: they all run this
+ * code). Blocking when reqs is NULL; else as half_exchange. */
+static acx_status_t half_all_gather(const half_red_t *h, MPI_Comm comm, MPI_Request *reqs,
+                                    int *nreq_p) {
+    size_t p = (size_t)h->size;
+    for (size_t k = 0; k < h->npieces; k++) {
+        const int *L = piece_layout(h, k);
+        void *r = byte_at(h->out, k * h->piece * sizeof(uint16_t));
+        if (reqs == NULL) {
+            ACX_MPI_CHECK(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, r, L, L + p,
+                                         MPI_UINT16_T, comm));
+        } else {
+            ACX_MPI_CHECK(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, r, L, L + p,
+                                          MPI_UINT16_T, comm, &reqs[*nreq_p]));
+            (*nreq_p)++;
+        }
+    }
+    return ACX_OK;
+}
+
 /* ---- completion ---- */
 
 /* What is left to do once MPI has finished: ACX_OP_AVG's division, the
- * float32 -> 16-bit rounding of a staged reduction, or the copy out of a
- * scratch buffer. Shared by the blocking calls and test/wait. */
+ * copy out of a scratch buffer, or a 16-bit reduce-scatter's sums. Shared
+ * by the blocking calls and test/wait. */
 typedef struct post {
-    void *scratch; /* owned buffer MPI worked in (float32 stage or copy), or NULL */
+    void *scratch; /* owned buffer MPI worked in (a copy), or NULL */
     void *result;  /* where MPI left the count result elements */
     void *out;     /* the caller's buffer [count] of dtype; NULL: nothing to do */
     size_t count;
     acx_dtype_t dtype; /* the caller's */
-    int staged;        /* result is float32, out is 16-bit */
     int avg_size;      /* divide by it when > 1 */
+    half_red_t *half;  /* 16-bit SUM/AVG/PROD (owned): a reduce-scatter combines
+                        * here; an all-reduce between its halves */
 } post_t;
 
 /* ACX_OP_AVG's second half on a float32/float64 buffer [count] holding the
@@ -309,44 +597,81 @@ static void avg_divide(void *buf, size_t count, acx_dtype_t dtype, int size) {
     }
 }
 
-/* Staged AVG: the float32 sum divided in float64 (the quotient of a float32
- * by a small integer, correctly rounded to 53 bits) and rounded to 16 bits
- * once (round-to-odd through float32, half.h), so sum / size is rounded a
- * single time, as for float32. */
-static void half_avg_round(const float *sum, uint16_t *out, size_t count, acx_dtype_t dtype,
-                           int size) {
-    double d = (double)size;
-    if (dtype == ACX_DTYPE_FLOAT16)
-        for (size_t i = 0; i < count; i++)
-            out[i] = acx_f16_from_f64((double)sum[i] / d);
-    else
-        for (size_t i = 0; i < count; i++)
-            out[i] = acx_bf16_from_f64((double)sum[i] / d);
-}
-
 static void post_run(const post_t *p) {
-    if (p->out == NULL) return;
-    if (p->staged) {
-        if (p->avg_size > 1)
-            half_avg_round(p->result, p->out, p->count, p->dtype, p->avg_size);
-        else
-            acx_half_from_f32_n(p->dtype, p->result, p->out, p->count);
+    if (p->half != NULL) {
+        if (!p->half->all_reduce) half_combine(p->half);
         return;
     }
+    if (p->out == NULL) return;
     if (p->result != p->out && p->count > 0)
         memmove(p->out, p->result, p->count * acx_dtype_size(p->dtype));
     if (p->avg_size > 1) avg_divide(p->out, p->count, p->dtype, p->avg_size);
 }
 
-/* ---- requests ---- */
+static void post_free(post_t *p) {
+    free(p->scratch);
+    half_red_free(p->half);
+    p->scratch = NULL;
+    p->half = NULL;
+}
 
-/* A pending non-blocking collective: one MPI request per chunk, and what
- * is left to do once they complete. */
+/* ---- requests, and the queue of half-done 16-bit all-reduces ---- */
+
+/*
+ * A non-blocking 16-bit all-reduce is two collectives, and the second (the
+ * all-gather) can only start once the first (the all-to-all) has finished
+ * and this rank has summed its blocks. MPI 3.1 §5.12 requires every rank
+ * to start the collectives of a communicator in the same order, but when a
+ * rank's test or wait sees the all-to-all finished is a matter of timing:
+ * posting the all-gather on the request's own communicator would interleave
+ * it with the program's later collectives differently on each rank. So:
+ *
+ *   - the all-gathers go on a duplicate of the communicator (`late`), which
+ *     carries nothing else;
+ *   - on it they are posted in the order the all-reduces were started, the
+ *     same on every rank: a started all-reduce waits in its communicator's
+ *     queue (oldest first) until its all-to-all has finished *and* every
+ *     all-reduce started before it has posted its all-gather;
+ *   - the queue moves (queues_advance, never blocking) in every test and
+ *     wait, on any request of any communicator;
+ *   - a rank that is about to block must not leave an all-gather unposted
+ *     that another rank may be waiting for: wait, while any queue is
+ *     non-empty, polls (test + advance) instead of blocking in MPI, and a
+ *     blocking collective on a communicator first polls that
+ *     communicator's queue empty. (The all-to-alls it polls for were
+ *     started before it by every rank — MPI's same-order rule — so they
+ *     finish.)
+ *
+ * What remains outside this file's reach: a rank blocked in MPI directly
+ * (not through this backend), or in a blocking collective of another
+ * communicator, while a 16-bit all-reduce it started is still queued, and
+ * another rank waiting for that all-reduce — where a single MPI_Iallreduce
+ * would have completed. (Draining every communicator's queue before any
+ * blocking collective would trade that for a deadlock when a rank blocks
+ * on communicator B before it starts the all-reduce on A.) acx's own
+ * callers wait for their gradient all-reduces before any such call.
+ */
+typedef struct mpi_comm_state {
+    MPI_Comm late;               /* dup of comm->mpi for the posted-late all-gathers */
+    acx_coll_req_t *head, *tail; /* the queue, oldest first */
+    struct mpi_comm_state *next; /* every MPI-backend communicator (all_states) */
+} mpi_comm_state_t;
+
+/* The thread that makes MPI calls owns these (DESIGN.md, Threads). */
+static mpi_comm_state_t *all_states;
+static int queued_total; /* requests in all queues: 0 is the fast path everywhere */
+
+/* A pending non-blocking collective: one MPI request per chunk (or piece),
+ * and what is left to do once they complete. */
 struct acx_coll_req {
     post_t post;
-    int complete; /* MPI finished and post_run applied */
-    int nreq;
-    MPI_Request mpi[]; /* [nreq] */
+    int complete;            /* MPI finished and post_run applied */
+    acx_status_t status;     /* an error met while the queue moved it on (its last error was
+                              * recorded then); test and wait return it */
+    mpi_comm_state_t *queue; /* a 16-bit all-reduce in its first half: the queue it is in */
+    acx_coll_req_t *next;    /* in that queue */
+    int nreq;                /* requests of the current half */
+    MPI_Request mpi[];       /* [nreq] */
 };
 
 static acx_status_t req_create(size_t nchunks, const char *what, acx_coll_req_t **req_p) {
@@ -359,22 +684,80 @@ static acx_status_t req_create(size_t nchunks, const char *what, acx_coll_req_t 
     return ACX_OK;
 }
 
-/* Give up a request whose start failed part way. Requests of a
- * non-blocking collective may not be freed or cancelled (MPI 3.1 §5.12):
- * complete the chunks already started first. */
+/* Give up a request whose start failed part way (never queued). Requests
+ * of a non-blocking collective may not be freed or cancelled (MPI 3.1
+ * §5.12): complete the chunks already started first. */
 static void req_abandon(acx_coll_req_t *req) {
     if (req == NULL) return;
     if (req->nreq > 0) MPI_Waitall(req->nreq, req->mpi, MPI_STATUSES_IGNORE);
-    free(req->post.scratch);
+    post_free(&req->post);
     free(req);
+}
+
+static void queue_push(mpi_comm_state_t *cs, acx_coll_req_t *req) {
+    req->queue = cs;
+    req->next = NULL;
+    if (cs->tail != NULL)
+        cs->tail->next = req;
+    else
+        cs->head = req;
+    cs->tail = req;
+    queued_total++;
+}
+
+static acx_coll_req_t *queue_pop(mpi_comm_state_t *cs) {
+    acx_coll_req_t *req = cs->head;
+    cs->head = req->next;
+    if (cs->head == NULL) cs->tail = NULL;
+    req->queue = NULL;
+    req->next = NULL;
+    queued_total--;
+    return req;
+}
+
+/* Move cs's queue on without blocking: while the oldest all-reduce's
+ * all-to-all has finished, sum its blocks and post its all-gather on
+ * cs->late. Errors stay with the request they belong to. */
+static void queue_advance(mpi_comm_state_t *cs) {
+    while (cs->head != NULL) {
+        acx_coll_req_t *r = cs->head;
+        int done = 0, ret = MPI_Testall(r->nreq, r->mpi, &done, MPI_STATUSES_IGNORE);
+        if (ret == MPI_SUCCESS && !done) return;
+        queue_pop(cs);
+        if (ret != MPI_SUCCESS) {
+            r->status = acx_error_mpi(ret, "MPI_Testall (16-bit all-reduce, all-to-all half)",
+                                      __FILE__, __LINE__);
+            r->nreq = 0; /* in an undefined state after the failure: not waited again */
+            continue;
+        }
+        half_combine(r->post.half);
+        r->nreq = 0;
+        r->status = half_all_gather(r->post.half, cs->late, r->mpi, &r->nreq);
+    }
+}
+
+static void queues_advance(void) {
+    for (mpi_comm_state_t *cs = all_states; cs != NULL && queued_total > 0; cs = cs->next)
+        queue_advance(cs);
+}
+
+/* Before a blocking collective on comm (see above). */
+static void queue_drain(const acx_comm_t *comm) {
+    if (queued_total == 0 || comm == NULL || comm->state == NULL) return;
+    const mpi_comm_state_t *cs = comm->state;
+    while (cs->head != NULL)
+        queues_advance();
 }
 
 static acx_status_t mpi_test(acx_coll_req_t *req, int *done_p) {
     if (req == NULL || done_p == NULL)
         return ACX_ERROR(ACX_ERR_INVALID_ARG, "test: %s is NULL", req == NULL ? "req" : "done_p");
     if (!req->complete) {
+        if (queued_total > 0) queues_advance();
+        if (req->status != ACX_OK) return req->status;
         int flag = 0;
-        ACX_MPI_CHECK(MPI_Testall(req->nreq, req->mpi, &flag, MPI_STATUSES_IGNORE));
+        if (req->queue == NULL)
+            ACX_MPI_CHECK(MPI_Testall(req->nreq, req->mpi, &flag, MPI_STATUSES_IGNORE));
         if (!flag) {
             *done_p = 0;
             return ACX_OK;
@@ -386,37 +769,86 @@ static acx_status_t mpi_test(acx_coll_req_t *req, int *done_p) {
     return ACX_OK;
 }
 
-static acx_status_t mpi_wait(acx_coll_req_t *req) {
-    acx_status_t status = ACX_OK;
-    if (req == NULL) return ACX_ERROR(ACX_ERR_INVALID_ARG, "wait: req is NULL");
-    if (!req->complete) {
-        ACX_MPI_CHECK_GOTO(MPI_Waitall(req->nreq, req->mpi, MPI_STATUSES_IGNORE), status, out_free);
-        post_run(&req->post);
-        req->complete = 1;
+/* Complete req, blocking: by polling while any queue holds an all-reduce
+ * (this rank may owe another rank an all-gather), else in MPI_Waitall. */
+static acx_status_t req_complete(acx_coll_req_t *req) {
+    while (queued_total > 0 && req->status == ACX_OK) {
+        queues_advance();
+        if (req->queue != NULL || req->status != ACX_OK) continue;
+        int flag = 0;
+        ACX_MPI_CHECK(MPI_Testall(req->nreq, req->mpi, &flag, MPI_STATUSES_IGNORE));
+        if (flag) {
+            req->nreq = 0;
+            break;
+        }
     }
-out_free:
+    if (req->status != ACX_OK) {
+        /* a half-posted all-gather: complete what was started, report the error */
+        if (req->nreq > 0) MPI_Waitall(req->nreq, req->mpi, MPI_STATUSES_IGNORE);
+        return req->status;
+    }
+    ACX_MPI_CHECK(MPI_Waitall(req->nreq, req->mpi, MPI_STATUSES_IGNORE));
+    post_run(&req->post);
+    req->complete = 1;
+    return ACX_OK;
+}
+
+static acx_status_t mpi_wait(acx_coll_req_t *req) {
+    if (req == NULL) return ACX_ERROR(ACX_ERR_INVALID_ARG, "wait: req is NULL");
+    acx_status_t status = req->complete ? ACX_OK : req_complete(req);
     /* the request is spent either way: the caller cannot retry it */
-    free(req->post.scratch);
+    post_free(&req->post);
     free(req);
     return status;
 }
 
 /* ---- communicator state ---- */
 
-/* The MPI backend needs nothing beyond the duplicated MPI communicator. */
+/* The MPI backend's state per communicator: the queue above and its late
+ * communicator (one MPI_Comm_dup, collective like comm_init itself). */
 static acx_status_t mpi_comm_init(acx_comm_t *comm) {
-    comm->state = NULL;
+    mpi_comm_state_t *cs = acx_calloc(1, sizeof *cs, "MPI backend communicator state");
+    if (cs == NULL) return ACX_ERR_NO_MEMORY;
+    int ret = MPI_Comm_dup(comm->mpi, &cs->late);
+    if (ret != MPI_SUCCESS) {
+        free(cs);
+        return acx_error_mpi(ret, "MPI_Comm_dup (the late all-gathers' communicator)", __FILE__,
+                             __LINE__);
+    }
+    cs->next = all_states;
+    all_states = cs;
+    comm->state = cs;
     return ACX_OK;
 }
 
-static void mpi_comm_fini(acx_comm_t *comm) { comm->state = NULL; }
+static void mpi_comm_fini(acx_comm_t *comm) {
+    mpi_comm_state_t *cs = comm->state;
+    if (cs == NULL) return;
+    /* Requests belong to the program until waited, and should be before
+     * their communicator goes; any still queued can no longer get their
+     * all-gather: they fail in wait. */
+    while (cs->head != NULL)
+        queue_pop(cs)->status =
+            ACX_ERROR(ACX_ERR_STATE, "16-bit all-reduce: its communicator was destroyed before "
+                                     "the request was waited for");
+    for (mpi_comm_state_t **pp = &all_states; *pp != NULL; pp = &(*pp)->next)
+        if (*pp == cs) {
+            *pp = cs->next;
+            break;
+        }
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized && cs->late != MPI_COMM_NULL) MPI_Comm_free(&cs->late);
+    free(cs);
+    comm->state = NULL;
+}
 
 /* ---- all-reduce ---- */
 
 /*
- * Set up an all-reduce: check, plan, and for a staged reduction widen
- * sendbuf into a float32 scratch [count] that MPI then reduces in place.
- * Fills *post and the MPI buffers to use (src may be MPI_IN_PLACE).
+ * Set up an all-reduce: check and plan; a 16-bit SUM/AVG/PROD gets its
+ * half_red_t in post->half. Otherwise fills the MPI buffers to use (src may
+ * be MPI_IN_PLACE).
  */
 static acx_status_t all_reduce_setup(acx_comm_t *comm, const void *sendbuf, void *recvbuf,
                                      size_t count, acx_dtype_t dtype, acx_red_op_t op,
@@ -431,16 +863,11 @@ static acx_status_t all_reduce_setup(acx_comm_t *comm, const void *sendbuf, void
                      .result = recvbuf,
                      .count = count,
                      .dtype = dtype,
-                     .staged = plan->staged,
                      .avg_size = plan->avg ? comm->size : 1};
-    if (plan->staged) {
-        float *stage = acx_malloc(count * sizeof(float), "float32 stage of a 16-bit all-reduce");
-        if (stage == NULL) return ACX_ERR_NO_MEMORY;
-        acx_half_to_f32_n(dtype, sendbuf, stage, count);
-        post->scratch = post->result = stage;
-        *src_p = MPI_IN_PLACE; /* on every rank: all stage */
-        *dst_p = stage;
-        return ACX_OK;
+    if (plan->half) {
+        if (comm->state == NULL)
+            return ACX_ERROR(ACX_ERR_STATE, "all-reduce: communicator has no MPI backend state");
+        return half_red_create(comm, recvbuf, count, dtype, op, 1, &post->half);
     }
     /* sendbuf == recvbuf selects MPI_IN_PLACE on this rank only (MPI asks
      * for it on all ranks alike; Open MPI decides per rank, and callers so
@@ -454,11 +881,17 @@ static acx_status_t mpi_all_reduce(acx_comm_t *comm, const void *sendbuf, void *
                                    size_t count, acx_dtype_t dtype, acx_red_op_t op) {
     red_plan_t plan;
     post_t post;
-    const void *src;
-    void *dst;
+    const void *src = NULL;
+    void *dst = NULL;
     acx_status_t status = ACX_OK;
     ACX_CHECK(all_reduce_setup(comm, sendbuf, recvbuf, count, dtype, op, &plan, &post, &src, &dst));
-    size_t esize = plan.staged ? sizeof(float) : acx_dtype_size(dtype), done = 0;
+    if (plan.half) { /* both halves on comm itself: blocking, every rank in the same place */
+        ACX_CHECK_GOTO(half_exchange(post.half, sendbuf, comm->mpi, NULL, NULL), status, out);
+        half_combine(post.half);
+        ACX_CHECK_GOTO(half_all_gather(post.half, comm->mpi, NULL, NULL), status, out);
+        goto out;
+    }
+    size_t esize = acx_dtype_size(dtype), done = 0;
     do {
         size_t n = chunk_len(count - done);
         const void *s = src == MPI_IN_PLACE ? MPI_IN_PLACE : byte_at(src, done * esize);
@@ -469,7 +902,7 @@ static acx_status_t mpi_all_reduce(acx_comm_t *comm, const void *sendbuf, void *
     } while (done < count);
     post_run(&post);
 out:
-    free(post.scratch);
+    post_free(&post);
     return status;
 }
 
@@ -478,19 +911,27 @@ static acx_status_t mpi_all_reduce_start(acx_comm_t *comm, const void *sendbuf, 
                                          acx_coll_req_t **req_p) {
     red_plan_t plan;
     post_t post;
-    const void *src;
-    void *dst;
+    const void *src = NULL;
+    void *dst = NULL;
     acx_status_t status = ACX_OK;
     acx_coll_req_t *req = NULL;
     if (req_p == NULL) return ACX_ERROR(ACX_ERR_INVALID_ARG, "all-reduce start: req_p is NULL");
     ACX_CHECK(all_reduce_setup(comm, sendbuf, recvbuf, count, dtype, op, &plan, &post, &src, &dst));
-    status = req_create(num_chunks(count), "all-reduce request", &req);
+    status =
+        req_create(plan.half ? post.half->npieces : num_chunks(count), "all-reduce request", &req);
     if (status != ACX_OK) {
-        free(post.scratch);
+        post_free(&post);
         return status;
     }
     req->post = post;
-    size_t esize = plan.staged ? sizeof(float) : acx_dtype_size(dtype), done = 0;
+    if (plan.half) { /* the first half now; test/wait post the second (the queue) */
+        ACX_CHECK_GOTO(half_exchange(post.half, sendbuf, comm->mpi, req->mpi, &req->nreq), status,
+                       err_started);
+        queue_push(comm->state, req);
+        *req_p = req;
+        return ACX_OK;
+    }
+    size_t esize = acx_dtype_size(dtype), done = 0;
     do {
         size_t n = chunk_len(count - done);
         const void *s = src == MPI_IN_PLACE ? MPI_IN_PLACE : byte_at(src, done * esize);
@@ -511,14 +952,18 @@ err_started:
 /* ---- reduce-scatter ---- */
 
 /*
- * One MPI_Reduce_scatter_block, in one of three shapes:
+ * One MPI_Reduce_scatter_block, or for 16-bit SUM/AVG/PROD one
+ * MPI_Alltoall (the first half of the all-reduce above), in one of three
+ * shapes:
  *   plain     sendbuf [size x count] -> recvbuf [count]
  *   in place  recvbuf is block r of sendbuf: MPI may not see aliased
  *             arguments, so the result goes to a scratch [count] and is
  *             copied into place (MPI_IN_PLACE would have to be chosen by
- *             every rank alike, and this is a per-rank property)
- *   staged    sendbuf widened into a float32 scratch [size x count], reduced
- *             there with MPI_IN_PLACE (every rank stages), rounded out once
+ *             every rank alike, and this is a per-rank property); the
+ *             16-bit path receives into its own buffer anyway and writes
+ *             recvbuf only once the all-to-all has finished
+ *   16-bit    the [size x count] blocks received into post->half->in,
+ *             summed in rank order in float32 on completion, rounded once
  */
 static acx_status_t reduce_scatter_setup(acx_comm_t *comm, const void *sendbuf, void *recvbuf,
                                          size_t count, acx_dtype_t dtype, acx_red_op_t op,
@@ -545,19 +990,11 @@ static acx_status_t reduce_scatter_setup(acx_comm_t *comm, const void *sendbuf, 
                      .result = recvbuf,
                      .count = count,
                      .dtype = dtype,
-                     .staged = plan->staged,
                      .avg_size = plan->avg ? comm->size : 1};
     *src_p = sendbuf;
     *dst_p = recvbuf;
-    if (plan->staged) {
-        float *stage =
-            acx_malloc(size * count * sizeof(float), "float32 stage of a 16-bit reduce-scatter");
-        if (stage == NULL) return ACX_ERR_NO_MEMORY;
-        acx_half_to_f32_n(dtype, sendbuf, stage, size * count);
-        post->scratch = post->result = stage;
-        *src_p = MPI_IN_PLACE;
-        *dst_p = stage;
-    } else if (in_place) {
+    if (plan->half) return half_red_create(comm, recvbuf, count, dtype, op, 0, &post->half);
+    if (in_place) {
         void *tmp = acx_malloc(count * esize, "in-place reduce-scatter result");
         if (tmp == NULL) return ACX_ERR_NO_MEMORY;
         post->scratch = post->result = tmp;
@@ -575,11 +1012,15 @@ static acx_status_t mpi_reduce_scatter(acx_comm_t *comm, const void *sendbuf, vo
     acx_status_t status = ACX_OK;
     ACX_CHECK(
         reduce_scatter_setup(comm, sendbuf, recvbuf, count, dtype, op, &plan, &post, &src, &dst));
-    ACX_MPI_CHECK_GOTO(
-        MPI_Reduce_scatter_block(src, dst, (int)count, plan.type, plan.op, comm->mpi), status, out);
+    if (plan.half)
+        ACX_CHECK_GOTO(half_exchange(post.half, src, comm->mpi, NULL, NULL), status, out);
+    else
+        ACX_MPI_CHECK_GOTO(
+            MPI_Reduce_scatter_block(src, dst, (int)count, plan.type, plan.op, comm->mpi), status,
+            out);
     post_run(&post);
 out:
-    free(post.scratch);
+    post_free(&post);
     return status;
 }
 
@@ -597,14 +1038,19 @@ static acx_status_t mpi_reduce_scatter_start(acx_comm_t *comm, const void *sendb
         reduce_scatter_setup(comm, sendbuf, recvbuf, count, dtype, op, &plan, &post, &src, &dst));
     status = req_create(1, "reduce-scatter request", &req);
     if (status != ACX_OK) {
-        free(post.scratch);
+        post_free(&post);
         return status;
     }
     req->post = post;
-    ACX_MPI_CHECK_GOTO(MPI_Ireduce_scatter_block(src, dst, (int)count, plan.type, plan.op,
-                                                 comm->mpi, &req->mpi[0]),
-                       status, err_started);
-    req->nreq = 1;
+    if (plan.half)
+        ACX_CHECK_GOTO(half_exchange(post.half, src, comm->mpi, req->mpi, &req->nreq), status,
+                       err_started);
+    else {
+        ACX_MPI_CHECK_GOTO(MPI_Ireduce_scatter_block(src, dst, (int)count, plan.type, plan.op,
+                                                     comm->mpi, &req->mpi[0]),
+                           status, err_started);
+        req->nreq = 1;
+    }
     *req_p = req;
     return ACX_OK;
 
@@ -867,10 +1313,14 @@ err_free:
 
 /* Every call that can block waiting for other ranks is timed by the stall
  * detector (collectives/watchdog.c): the blocking collectives and wait. The
- * starts and test return at once and are not. */
+ * starts and test return at once and are not. A blocking collective first
+ * moves this communicator's queued 16-bit all-reduces on to their
+ * all-gathers (queue_drain, "requests" above), inside the bracket: it may
+ * wait for their all-to-alls. */
 static acx_status_t watched_all_reduce(acx_comm_t *comm, const void *sendbuf, void *recvbuf,
                                        size_t count, acx_dtype_t dtype, acx_red_op_t op) {
     acx_watch_enter("all_reduce");
+    queue_drain(comm);
     acx_status_t st = mpi_all_reduce(comm, sendbuf, recvbuf, count, dtype, op);
     acx_watch_exit();
     return st;
@@ -879,6 +1329,7 @@ static acx_status_t watched_all_reduce(acx_comm_t *comm, const void *sendbuf, vo
 static acx_status_t watched_reduce_scatter(acx_comm_t *comm, const void *sendbuf, void *recvbuf,
                                            size_t count, acx_dtype_t dtype, acx_red_op_t op) {
     acx_watch_enter("reduce_scatter");
+    queue_drain(comm);
     acx_status_t st = mpi_reduce_scatter(comm, sendbuf, recvbuf, count, dtype, op);
     acx_watch_exit();
     return st;
@@ -887,6 +1338,7 @@ static acx_status_t watched_reduce_scatter(acx_comm_t *comm, const void *sendbuf
 static acx_status_t watched_broadcast(acx_comm_t *comm, void *buf, size_t count, acx_dtype_t dtype,
                                       int root) {
     acx_watch_enter("broadcast");
+    queue_drain(comm);
     acx_status_t st = mpi_broadcast(comm, buf, count, dtype, root);
     acx_watch_exit();
     return st;
@@ -895,6 +1347,7 @@ static acx_status_t watched_broadcast(acx_comm_t *comm, void *buf, size_t count,
 static acx_status_t watched_all_gather(acx_comm_t *comm, const void *sendbuf, void *recvbuf,
                                        size_t count, acx_dtype_t dtype) {
     acx_watch_enter("all_gather");
+    queue_drain(comm);
     acx_status_t st = mpi_all_gather(comm, sendbuf, recvbuf, count, dtype);
     acx_watch_exit();
     return st;
@@ -903,6 +1356,7 @@ static acx_status_t watched_all_gather(acx_comm_t *comm, const void *sendbuf, vo
 static acx_status_t watched_gather(acx_comm_t *comm, const void *sendbuf, void *recvbuf,
                                    size_t count, acx_dtype_t dtype, int root) {
     acx_watch_enter("gather");
+    queue_drain(comm);
     acx_status_t st = mpi_gather(comm, sendbuf, recvbuf, count, dtype, root);
     acx_watch_exit();
     return st;
@@ -910,6 +1364,7 @@ static acx_status_t watched_gather(acx_comm_t *comm, const void *sendbuf, void *
 
 static acx_status_t watched_barrier(acx_comm_t *comm) {
     acx_watch_enter("barrier");
+    queue_drain(comm);
     acx_status_t st = mpi_barrier(comm);
     acx_watch_exit();
     return st;
@@ -924,7 +1379,8 @@ static acx_status_t watched_wait(acx_coll_req_t *req) {
 
 /* ---- the table ---- */
 
-const acx_coll_ops_t acx_coll_mpi_ops = {
+/* Host memory only: coll_mpi_stage.c's acx_coll_mpi_ops wraps it for device buffers. */
+const acx_coll_ops_t acx_coll_mpi_host_ops = {
     .name = "mpi",
     .comm_init = mpi_comm_init,
     .comm_fini = mpi_comm_fini,

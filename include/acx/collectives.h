@@ -267,7 +267,13 @@ ACX_API acx_status_t acx_check_trigger(acx_accelerator_t *acc, int *triggered_p)
  * element count (all collectives), sample_bytes (gather_for_metrics; its
  * per-rank sample counts may differ) and row_numel (pad_across_processes;
  * its rows may differ). The program can go on after a reported mismatch:
- * every rank skipped the same call. Without ACX_DEBUG_MODE nothing is
+ * every rank skipped the same call. Under the sharded strategies the
+ * all-gathers and reduce-scatters of units (acx_unit_acquire and its
+ * prefetches, acx_unit_grads_ready, the refresh after a step) are checked
+ * the same way, with the unit's index and name compared and reported
+ * ("rank 0 all_gather of unit 0 'enc' (count 12, float32); rank 1
+ * all_gather of unit 1 'dec' ..."): acx_unit_acquire or
+ * acx_unit_grads_ready then fails on every rank. Without ACX_DEBUG_MODE nothing is
  * exchanged (a counter increments). The variable is read once, at the
  * first collective, and must be the same on every rank.
  *

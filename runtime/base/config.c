@@ -36,6 +36,7 @@
 #include "runtime/base/config_resolve.h"
 #include "runtime/base/error.h"
 #include "runtime/base/log.h"
+#include "runtime/base/signal_list.h"
 
 /* ---- the key table ---- */
 
@@ -143,7 +144,6 @@ static const config_key_t key_table[] = {
      0, FIELD(checkpoint.save_every_steps), NOBUF, "0", PLAIN},
     {"resume", "ACX_RESUME", KT_ENUM, resume_names, UNBOUNDED, FIELD(resume), NOBUF, "no", NULL,
      "auto = load <project_dir>/checkpoints/latest at acx_prepare when it exists"},
-    /* The signal names are checked by acx_init (runtime/preempt.c). */
     {"preemption.signals", "ACX_PREEMPTION_SIGNALS", KT_STRING, NULL, UNBOUNDED,
      FIELD(preemption.signals), offsetof(acx_resolved_config_t, preemption_signals),
      sizeof(((acx_resolved_config_t *)0)->preemption_signals), "USR1,TERM", NULL,
@@ -262,6 +262,26 @@ typedef struct value {
     const char *s; /* KT_STRING (borrowed until stored) */
 } value_t;
 
+/* KT_STRING keys whose text has a syntax of its own, checked with the
+ * value so that every source (file, environment, option, program) and
+ * `acx config show` refuse a bad one alike; the key's note says what is
+ * expected. */
+static int signal_list_valid(const char *text) {
+    int mask;
+    return acx_signal_list_parse(text, &mask, NULL, 0) == 0;
+}
+
+static const struct {
+    const char *key;
+    int (*valid)(const char *text); /* 1 = valid */
+} text_checks[] = {{"preemption.signals", signal_list_valid}};
+
+static int (*text_check(const config_key_t *k))(const char *) {
+    for (size_t i = 0; i < sizeof text_checks / sizeof text_checks[0]; i++)
+        if (strcmp(text_checks[i].key, k->name) == 0) return text_checks[i].valid;
+    return NULL;
+}
+
 static void describe_accepted_(const config_key_t *k, char *buf, size_t n);
 
 /* What a key accepts, for messages: "one of: no, bf16, fp16", "an integer
@@ -278,7 +298,10 @@ static void describe_accepted_(const config_key_t *k, char *buf, size_t n) {
     switch (k->type) {
     case KT_BOOL: snprintf(buf, n, "true or false (also yes/no, on/off, 1/0)"); return;
     case KT_STRING:
-        snprintf(buf, n, "a non-empty string of at most %zu bytes", k->buf_size - 1);
+        if (text_check(k) != NULL && k->note != NULL) /* the note says it all */
+            snprintf(buf, n, "a value of %zu bytes at most", k->buf_size - 1);
+        else
+            snprintf(buf, n, "a non-empty string of at most %zu bytes", k->buf_size - 1);
         return;
     case KT_ENUM:
         o = (size_t)snprintf(buf, n, "one of:");
@@ -322,7 +345,9 @@ static int check_value(const config_key_t *k, const value_t *v) {
         if (!isfinite(v->d)) return 0;
         if (k->lo_exclusive ? !(v->d > k->lo) : !(v->d >= k->lo)) return 0;
         return v->d <= k->hi;
-    case KT_STRING: return v->s != NULL && v->s[0] != '\0' && strlen(v->s) < k->buf_size;
+    case KT_STRING:
+        return v->s != NULL && v->s[0] != '\0' && strlen(v->s) < k->buf_size &&
+               (text_check(k) == NULL || text_check(k)(v->s));
     }
     return 0;
 }

@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # tests/gpu/run-on-device.sh — everything acx checks on a GPU machine, in one
 # call: configure and build out of tree, run the GPU tests (kernels against
-# the CPU references, the NCCL backend, device selection), measure the
-# kernels' throughput and the all-reduce bus bandwidth at 256 MiB, then run
-# the whole suite in the CUDA build. Writes a log and a results summary.
+# the CPU references, the NCCL backend, device selection, the benchmarks on
+# device buffers, the MPI backend staging device buffers), measure the
+# kernels' throughput and the all-reduce bus bandwidth at 256 MiB (the NCCL
+# backend directly, and acx-bench-allreduce -d cuda with -b nccl and -b mpi),
+# then run the whole suite in the CUDA build. Writes a log and a results
+# summary.
 #
 #   tests/gpu/run-on-device.sh [OUTDIR]
 #
@@ -15,7 +18,10 @@
 # Environment: ACX_GPU_BUILD (build directory, default /tmp/acx-gpu-build),
 # ACX_GPU_JOBS (make -j, default 16), ACX_GPU_FULL_SUITE=0 skips the last
 # step. Each step runs under a timeout so that one call fits a short device
-# session (about 6 minutes in all on 16 cores; most of it the full suite).
+# session (about 6 minutes in all on 16 cores before bench.test,
+# mpi_device.test and the acx-bench-allreduce runs were added — estimated
+# 2-4 minutes more, not yet measured; most of it is the full suite, so
+# ACX_GPU_FULL_SUITE=0 keeps one call well under 10 minutes).
 # Exit status: 0 when no GPU test failed (the full suite is reported, not
 # counted), 1 otherwise, 2 when the build itself failed.
 set -u
@@ -85,7 +91,7 @@ result "build: PASS ($(($(date +%s) - t0)) s for configure + make -j$jobs)"
 
 # ---- GPU tests ----
 gpu_failed=0
-for t in device kernels nccl; do
+for t in device kernels nccl bench mpi_device; do
     step "tests/gpu/$t.test"
     t0=$(date +%s)
     timeout 600 make -j1 check TESTS="tests/gpu/$t.test" >/dev/null 2>&1
@@ -110,6 +116,26 @@ for np in 1 "$ngpu"; do
 done
 grep '^bench' "$out/logs/bench-nccl.txt" | sort -u | while read -r line; do result "$line"; done
 echo "(busbw = algbw * 2(n-1)/n, as nccl-tests defines it: 0 on one rank)"
+
+# The same 256 MiB float32 sum through the benchmark program, validated (-c:
+# the result copied back from the device is checked element by element):
+# -b nccl on 1 rank and on one rank per GPU; -b mpi with 2 ranks sharing GPU
+# 0, staging through pinned host memory (the correctness path, for scale).
+step "acx-bench-allreduce -d cuda at 256 MiB (-b nccl; -b mpi staged)"
+bench_row() { # the table row of the last run: latency, validation, bandwidths
+    awk '!/^#/ && NF >= 5 { printf "%s us, validation %s, algbw %s GB/s, busbw %s GB/s", $2, $3, $4, $5 }' "$1"
+}
+for np in 1 "$ngpu"; do
+    f=$out/logs/bench-osu-nccl-np$np.txt
+    timeout 120 mpirun -np "$np" benchmarks/acx-bench-allreduce -d cuda -b nccl -c --busbw \
+        -m 256M:256M -i 20 -x 5 --json "$out/logs/bench-osu-nccl-np$np.json" 2>&1 | tee "$f"
+    result "bench acx-bench-allreduce -d cuda -b nccl float32 268435456 B, $np rank(s): $(bench_row "$f")"
+    [ "$np" = "$ngpu" ] && break
+done
+f=$out/logs/bench-osu-mpi-staged-np2.txt
+timeout 180 mpirun -np 2 benchmarks/acx-bench-allreduce -d cuda -b mpi -c --busbw \
+    -m 256M:256M -i 5 -x 1 2>&1 | tee "$f"
+result "bench acx-bench-allreduce -d cuda -b mpi (staged) float32 268435456 B, 2 ranks on GPU 0: $(bench_row "$f")"
 
 # ---- the whole suite in the CUDA build ----
 if [ "${ACX_GPU_FULL_SUITE:-1}" = 1 ]; then

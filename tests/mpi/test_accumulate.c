@@ -75,8 +75,8 @@ static char dir[1024];
 /* ---- PMPI counting ---- */
 
 /* What acx issued while `counting` is set: reductions (all-reduce,
- * reduce-scatter, reduce; those of MPI_FLOAT are gradients — the MPI backend
- * also stages 16-bit sums as float) and every other collective. */
+ * reduce-scatter, reduce; those of MPI_FLOAT are gradients: this test
+ * reduces in float32) and every other collective. */
 typedef struct counts {
     long red, red_float, other;
 } counts_t;

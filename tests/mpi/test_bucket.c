@@ -257,6 +257,55 @@ error:
     return 1;
 }
 
+/* The MPI backend with a count of non-blocking all-reduces in flight (a
+ * request is in flight from all_reduce_start until its wait, which frees it). */
+static int in_flight, max_seen_in_flight;
+
+static acx_status_t counting_start(acx_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                   size_t count, acx_dtype_t dtype, acx_red_op_t op,
+                                   acx_coll_req_t **req_p) {
+    acx_status_t st = acx_coll_mpi_ops.all_reduce_start(comm, sendbuf, recvbuf, count, dtype, op,
+                                                        req_p);
+    if (st == ACX_OK && ++in_flight > max_seen_in_flight) max_seen_in_flight = in_flight;
+    return st;
+}
+
+static acx_status_t counting_wait(acx_coll_req_t *req) {
+    in_flight--;
+    return acx_coll_mpi_ops.wait(req);
+}
+
+/* 4-byte buckets make 11 buckets, 10 of them non-blocking, all complete
+ * when unit 3's report arrives: at most 2 may be in flight (collectives/
+ * bucket.c's bound on transient MPI memory), and the sums stay exact. */
+static int test_in_flight_bound(void) {
+    acx_coll_ops_t ops = acx_coll_mpi_ops;
+    ops.all_reduce_start = counting_start;
+    ops.wait = counting_wait;
+    acx_comm_t *counted = NULL;
+    acx_buckets_t *b = NULL;
+    CHECK_OK(acx_comm_create(MPI_COMM_WORLD, &ops, &counted));
+    CHECK_OK(acx_buckets_create(counted, flat, ACX_DTYPE_FLOAT32, model_total, NUNIT, NPARAM,
+                                model_segs, 4, &b));
+    CHECK(acx_buckets_count(b) == NPARAM);
+    in_flight = max_seen_in_flight = 0;
+    for (int step = 0; step < 3; step++)
+        CHECK(full_step(b, 400 + step, 0.5f) == 0);
+    CHECK(in_flight == 0);
+    if (max_seen_in_flight != 2) {
+        fprintf(stderr, "\n[r%d] %d bucket all-reduces were in flight at once, expected 2\n",
+                rank_, max_seen_in_flight);
+        goto error;
+    }
+    acx_buckets_destroy(b);
+    acx_comm_destroy(counted);
+    return 0;
+error:
+    acx_buckets_destroy(b);
+    acx_comm_destroy(counted);
+    return 1;
+}
+
 /* A second report of unit 2 fails without side effects; the step then
  * completes normally (prescale applied once). */
 static int test_double_report(void) {
@@ -344,6 +393,8 @@ int main(int argc, char **argv) {
     failed |= acx_test_run_case("bucket plan: invalid segments and units", test_plan_invalid);
     failed |= acx_test_run_case("bucket plan of the test model", test_model_plan);
     failed |= acx_test_run_case("bucketed steps equal per-parameter MPI_Allreduce", test_steps);
+    failed |= acx_test_run_case("at most 2 bucket all-reduces in flight, sums exact",
+                                test_in_flight_bound);
     failed |= acx_test_run_case("double report -> ACX_ERR_STATE, step still correct", test_double_report);
     failed |= acx_test_run_case("missing unit -> ACX_ERR_STATE naming it, no hang", test_missing_unit);
     failed |= acx_test_run_case("reset mid-step, then new steps", test_reset);

@@ -876,6 +876,20 @@ static int test_preemption_keys(void) {
                             "preemption.requeue", "true or false"));
     const char *empty[] = {"--acx-preemption.signals="};
     CHECK_STATUS(resolve(NULL, NULL, 1, empty), ACX_ERR_INVALID_CONFIG, "preemption.signals");
+    /* The signal names are checked with the value, from every source, so
+     * `acx config show` and `acx slurm sbatch` refuse what acx_init would. */
+    CHECK(expect_file_error("preemption:\n  signals: USR1, KILL\n", ACX_ERR_INVALID_CONFIG, 2,
+                            "preemption.signals", "USR1, USR2, TERM, INT, HUP, XCPU"));
+    const char *kill[] = {"--acx-preemption.signals=SIGKILL"};
+    CHECK_STATUS(resolve(NULL, NULL, 1, kill), ACX_ERR_INVALID_CONFIG, "invalid value 'SIGKILL'");
+    env_set("ACX_PREEMPTION_SIGNALS", "none TERM");
+    CHECK_STATUS(resolve(NULL, NULL, 0, NULL), ACX_ERR_INVALID_CONFIG,
+                 "ACX_PREEMPTION_SIGNALS='none TERM'");
+    env_clear();
+    acx_config_t bad_sig = ACX_CONFIG_DEFAULT;
+    bad_sig.preemption.signals = ",";
+    CHECK_STATUS(resolve(&bad_sig, NULL, 0, NULL), ACX_ERR_INVALID_CONFIG,
+                 "field 'preemption.signals' set by the program");
     env_clear();
     PASSED();
     return 0;

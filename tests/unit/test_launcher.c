@@ -184,6 +184,15 @@ static int test_mpirun_hostfile_passthrough(void) {
                      "mpirun -np 8 --allow-run-as-root --hostfile hosts.txt -x ACX_MIXED_PRECISION "
                      "--bind-to core --tag-output " RANK_CMD,
                      "ACX_MIXED_PRECISION=fp16"));
+    /* Across nodes, the library path, PATH and thread counts that are set
+     * are forwarded by name (mpirun takes their values from its own
+     * environment); unset or empty ones are not. */
+    static const char *const paths[] = {"LD_LIBRARY_PATH", "/opt/acx/lib", "PATH", "/usr/bin",
+                                        "OMP_NUM_THREADS", "", NULL};
+    CHECK(expect_cmd(&q, (acx_launch_host_t){2, 1, ACX_MPI_FLAVOR_OPENMPI}, paths,
+                     "mpirun -np 8 --allow-run-as-root --hostfile hosts.txt -x PATH "
+                     "-x LD_LIBRARY_PATH -x ACX_MIXED_PRECISION --bind-to core --tag-output " RANK_CMD,
+                     "ACX_MIXED_PRECISION=fp16"));
     q.supervisor = NULL;
     q.hostfile = NULL;
     q.n_launcher_args = 0;
