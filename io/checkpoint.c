@@ -59,7 +59,9 @@
  * B-trees and heaps carry checksums, so a flipped byte in an attribute (the
  * CRCs included), group or dataset header fails instead of reading garbage
  * (a truncated file fails at open: HDF5 checks the stored end of file).
- *   Cost, measured on the 2-core build VM (shared with other jobs: medians
+ *   Cost, as first measured (with zlib's CRC, before the fsync changes and
+ * the write-behind; today's numbers: docs/checkpoint-format.md,
+ * "Throughput") on the 2-core build VM (shared with other jobs: medians
  * of 5, benchmarks/run-ckpt-io.sh, 1 GiB = 4 x [16384 x 4096] float32
  * under NO_SHARD, where every loading rank reads every row; MiB/s against
  * dd on the same bytes). Save, local disk: 1353 (np 1), 1863 (np 2), 389
