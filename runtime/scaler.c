@@ -53,7 +53,7 @@ acx_status_t acx_scaler_unscale(acx_accelerator_t *acc) {
      * overflow too: the update would write inf/NaN into the master weights. */
     float inv = (float)(1.0 / s->scale);
     int flags[2] = {0, s->loss_nonfinite};
-    const acx_devops_t *d = m->ctx.dev;
+    const acx_devops_t *d = m->shard_dev; /* NULL with host state or CPU offload */
     if (d != NULL) { /* device state: the same test as a kernel, one int read back */
         int *flag = m->dev_scratch;
         ACX_CHECK(d->memset(flag, 0, sizeof *flag, m->ctx.stream));
