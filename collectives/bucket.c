@@ -87,7 +87,7 @@ struct acx_buckets {
     /* Device-resident gradients (acx_buckets_set_device), else NULL: flat
      * and wire are dev's memory, never touched by host code here. */
     const acx_devops_t *dev;
-    void *const *stream_p; /* the compute stream, read at each use */
+    void *const *stream_p;      /* the compute stream, read at each use */
     acx_bucket_done_fn done_fn; /* acx_buckets_on_done, or NULL */
     void *done_arg;
 };

@@ -337,7 +337,8 @@ static int compare_runs(opts_t o, int steps) {
     CHECK(rd.mem[ACX_MEM_GRADS] == P);
     CHECK(rd.mem[ACX_MEM_MASTER] == P);
     CHECK(rd.mem[ACX_MEM_OPTIMIZER] == (int64_t)rd.num_state * P);
-    CHECK(rd.devmem[ACX_MEM_TRANSIENT] == 0); /* no scalar scratch: the scaler and clip are host code */
+    /* no scalar scratch: the scaler and clipping are host code */
+    CHECK(rd.devmem[ACX_MEM_TRANSIENT] == 0);
     /* not a comparison of two untouched states */
     o.mode = HOST;
     CHECK_OK(run(&o, 0, &r0));
@@ -374,7 +375,8 @@ static int test_adamw(void) {
     acx_memory_stats_t ms;
     CHECK_OK(acx_memory_stats(&ms));
     CHECK(ms.device_current_total == 0);
-    for (int c = ACX_MEM_PARAMS; c <= ACX_MEM_OPTIMIZER; c++) CHECK(ms.current[c] == 0);
+    for (int c = ACX_MEM_PARAMS; c <= ACX_MEM_OPTIMIZER; c++)
+        CHECK(ms.current[c] == 0);
     return 0;
 error:
     net_close(&net);
@@ -470,8 +472,7 @@ static int same_dataset(hid_t fa, hid_t fb, const char *path) {
         ok = n > 0 && n <= NPV && memcmp(va, vb, (size_t)n * sizeof(float)) == 0 &&
              nonzero(va, (size_t)n);
     }
-    if (!ok)
-        fprintf(stderr, "\ndataset %s differs between two checkpoints\n", path);
+    if (!ok) fprintf(stderr, "\ndataset %s differs between two checkpoints\n", path);
     if (da >= 0) H5Dclose(da);
     if (db >= 0) H5Dclose(db);
     return ok;
@@ -596,13 +597,15 @@ int main(int argc, char **argv) {
         }
     }
     int failed = 0;
-    failed |= acx_test_run_case("AdamW: bitwise; where buffers live; memory by category", test_adamw);
+    failed |=
+        acx_test_run_case("AdamW: bitwise; where buffers live; memory by category", test_adamw);
     failed |= acx_test_run_case("SGD momentum, Nesterov: params, momentum bitwise", test_sgd);
     failed |= acx_test_run_case("accumulation 2: local grads, mean, params", test_accumulate);
     failed |= acx_test_run_case("clip_grad_norm 2 and inf, clip_grad_value: bitwise", test_clip);
     failed |= acx_test_run_case("bf16 + bf16 reduce: copies, master, moments", test_bf16);
     failed |= acx_test_run_case("fp16: an inf on one rank skips everywhere", test_fp16_skip);
-    failed |= acx_test_run_case("checkpoint: same datasets; host/device/offload cross-loads", test_checkpoint);
+    failed |= acx_test_run_case("checkpoint: same datasets; host/device/offload cross-loads",
+                                test_checkpoint);
     failed |= acx_test_run_case("refusals: without device state, sharded strategy", test_refusals);
     MPI_Finalize();
     return failed;

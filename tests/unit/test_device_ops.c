@@ -114,8 +114,10 @@ static int test_host_alloc(void) {
     CHECK(s1.device_current_total == s0.device_current_total);
     CHECK(((uintptr_t)h & 63) == 0);
     CHECK(!acx_devops_emulated_owns(h, 1000));
-    for (int i = 0; i < 250; i++) CHECK(h[i] == 0.0f);
-    for (int i = 0; i < 250; i++) h[i] = (float)i * 0.25f; /* host code may write it */
+    for (int i = 0; i < 250; i++)
+        CHECK(h[i] == 0.0f);
+    for (int i = 0; i < 250; i++)
+        h[i] = (float)i * 0.25f; /* host code may write it */
     CHECK_OK(acx_devops_alloc(D, ACX_MEM_PARAMS, 1000, "params", (void **)&d));
     CHECK_OK(D->to_device(d, h, 1000, NULL));
     CHECK_OK(D->to_host(back, d, 1000, NULL));
