@@ -7,7 +7,7 @@
 #
 #   benchmarks/run-train.sh [BUILD_DIR] [--out DIR] [--quick] [--np-list 1,2,4]
 #       [--models fmnist,synthetic] [--strategies NO_SHARD,...] [--peers | --no-peers]
-#       [--peer-rounds N] [--peer-np-list L] [--data FILE.h5] [--dims IN,H1,H2,OUT]
+#       [--peer-rounds N] [--peer-np-list L] [--peer-models L] [--data FILE.h5] [--dims IN,H1,H2,OUT]
 #       [--threads T] [--peer-runner PATH] [-- BENCHMARK OPTIONS...]
 #
 # BUILD_DIR      a configured and built tree (default: build/ in the repository);
@@ -44,6 +44,8 @@
 #                (a linear drift of the machine's load cancels). The report
 #                gives the median of the N per-round ratios, with min and max.
 # --peer-np-list L world sizes of the peer rounds (default: --np-list).
+# --peer-models L  models of the peer rounds (default: --models; run-all's
+#                report uses fmnist, the MLP the peers are written for).
 # --dims D       the synthetic model (default 1024,4096,4096,256).
 # --threads T    BLAS threads per rank, for acx, the MPI loop and the peers
 #                (default 1: the ranks already fill the cores).
@@ -91,6 +93,7 @@ strategies=
 peers=auto
 peer_rounds=
 peer_np_list=
+peer_models=
 data=
 dims=
 threads=1
@@ -108,6 +111,7 @@ while [ $# -gt 0 ]; do
     --no-peers) peers=no; shift ;;
     --peer-rounds) need "$@"; peer_rounds=$2; shift 2 ;;
     --peer-np-list) need "$@"; peer_np_list=$2; shift 2 ;;
+    --peer-models) need "$@"; peer_models=$2; shift 2 ;;
     --data) need "$@"; data=$2; shift 2 ;;
     --dims) need "$@"; dims=$2; shift 2 ;;
     --threads) need "$@"; threads=$2; shift 2 ;;
@@ -143,6 +147,9 @@ for n in $np_list; do is_count "$n" || usage_error "--np-list: '$n' is not a pos
 models=$(echo "$models" | tr ',' ' ')
 for m in $models; do
     case $m in fmnist | synthetic) ;; *) usage_error "--models: '$m' (expected fmnist or synthetic)" ;; esac
+done
+for m in $(echo "$peer_models" | tr ',' ' '); do
+    case $m in fmnist | synthetic) ;; *) usage_error "--peer-models: '$m' (expected fmnist or synthetic)" ;; esac
 done
 strategies=$(echo "$strategies" | tr ',' ' ' | tr '[:lower:]' '[:upper:]')
 for s in $strategies; do
@@ -359,6 +366,7 @@ acx_run() {
 }
 for m in $models; do
     [ -n "$peer_impls" ] || break
+    case ",${peer_models:-$m}," in *",$m,"*) ;; *) continue ;; esac
     margs=$(model_args "$m")
     # shellcheck disable=SC2086
     b=$(arg_of --batch-size $margs) st=$(arg_of --steps $margs) w=$(arg_of --warmup $margs)

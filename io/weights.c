@@ -40,6 +40,7 @@
 #include "io/h5.h"
 #include "runtime/base/error.h"
 #include "runtime/base/log.h"
+#include "runtime/base/memstat.h"
 #include "sharding/model.h"
 
 /* ---- which rows this rank writes ---- */
@@ -77,7 +78,8 @@ static void writer_rows(const acx_model_t *m, const acx_param_t *p, int first_no
 /* ---- one parameter ---- */
 
 static acx_status_t write_param(hid_t file, hid_t lcpl, hid_t dxpl, const acx_model_t *m,
-                                const acx_param_t *p, int first_node, const char *tmp) {
+                                const float *master, const acx_param_t *p, int first_node,
+                                const char *tmp) {
     acx_status_t status = ACX_OK;
     char what[ACX_MAX_NAME + 512];
     hsize_t dims[ACX_MAX_DIMS], start[ACX_MAX_DIMS] = {0}, count[ACX_MAX_DIMS];
@@ -107,7 +109,7 @@ static acx_status_t write_param(hid_t file, hid_t lcpl, hid_t dxpl, const acx_mo
         ACX_H5_CHECK_GOTO(mspace = H5Screate_simple(1, &melems, NULL), what, status, done);
         /* the owned rows start at shard_offset; rows before b (NO_SHARD
          * rank 0 writes from row_begin = 0) are not skipped by the offset */
-        buf = m->master + p->shard_offset + (size_t)(b - p->row_begin) * (size_t)p->row_numel;
+        buf = master + p->shard_offset + (size_t)(b - p->row_begin) * (size_t)p->row_numel;
     } else {
         hsize_t one = 1;
         ACX_H5_CHECK_GOTO(H5Sselect_none(fspace), what, status, done);
@@ -133,12 +135,6 @@ ACX_API acx_status_t acx_model_save_weights(acx_model_t *model, const char *path
     if (!model->prepared)
         return ACX_ERROR(ACX_ERR_STATE, "acx_model_save_weights before acx_prepare (no weights "
                          "to save yet)");
-    if (model->ctx.dev != NULL) /* the same on every rank: no agreement needed */
-        return ACX_ERROR(ACX_ERR_NOT_SUPPORTED,
-                         "acx_model_save_weights with device_state: %s is not implemented in this "
-                         "version; save a checkpoint (acx_save_state, same values under /model) "
-                         "or gather the parameters (acx_param_gather)",
-                         model->ctx.dev->name);
     acx_comm_t *world = model->ctx.world;
     if (world == NULL)
         return ACX_ERROR(ACX_ERR_INTERNAL, "acx_model_save_weights: the model has no communicator");
@@ -157,6 +153,23 @@ ACX_API acx_status_t acx_model_save_weights(acx_model_t *model, const char *path
     snprintf(what, sizeof what, "weights file '%s.tmp'", path);
     if (status == ACX_OK) status = acx_io_check_target(path);
     int first_node = model->ctx.strategy == ACX_HYBRID_SHARD ? on_first_node(model) : 0;
+    /* Device-resident state (shard_dev; with CPU offload the master is host
+     * memory already): HDF5 writes from host memory, so the shard's
+     * master weights are copied to a host mirror first (shard_numel floats,
+     * freed on return), before any collective call, so that a failed copy
+     * is agreed on with the file's creation below. */
+    const float *master = model->master;
+    float *mirror = NULL;
+    if (status == ACX_OK && model->shard_dev != NULL && model->shard_numel > 0) {
+        size_t bytes = (size_t)model->shard_numel * sizeof(float);
+        mirror = acx_mem_alloc_raw(ACX_MEM_TRANSIENT, bytes, "weights host copy of the master weights");
+        if (mirror == NULL)
+            status = ACX_ERROR(ACX_ERR_NO_MEMORY, "acx_model_save_weights: no memory for a %zu-byte "
+                               "host copy of the device-resident weights", bytes);
+        else
+            status = model->shard_dev->to_host(mirror, model->master, bytes, model->ctx.stream);
+        master = mirror;
+    }
 
     /* The lock is held across the collective calls below: the prefetch
      * thread of a loader on this rank then waits, but it never makes MPI
@@ -190,7 +203,7 @@ agreed_write:
     status = acx_coll_agree(world, status);
     if (status != ACX_OK) goto out;
     for (int i = 0; i < model->num_params; i++) {
-        status = write_param(file, lcpl, dxpl, model, model->params[i], first_node, tmp);
+        status = write_param(file, lcpl, dxpl, model, master, model->params[i], first_node, tmp);
         /* agree per parameter: a rank that failed must not leave the others
          * inside the next collective create/write */
         status = acx_coll_agree(world, status);
@@ -221,6 +234,8 @@ out:
     if (status == ACX_OK)
         ACX_DEBUG(ACX_SUBSYS_IO, "saved %d parameters (step %lld) to '%s'", model->num_params,
                   (long long)model->step, path);
+    if (mirror != NULL)
+        acx_mem_free(ACX_MEM_TRANSIENT, mirror, (size_t)model->shard_numel * sizeof(float));
     free(tmp);
     return status;
 }

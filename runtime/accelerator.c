@@ -35,6 +35,7 @@
 #include "runtime/accelerator.h"
 #include "runtime/base/error.h"
 #include "runtime/base/log.h"
+#include "runtime/base/mem_cache.h"
 #include "runtime/preempt.h"
 #include "sharding/model.h"
 #include "slurm/launch_env.h"
@@ -507,8 +508,13 @@ err_free:
 
 static void accelerator_free(acx_accelerator_t *acc) {
     for (int i = acc->num_loaders - 1; i >= 0; i--) acx_loader_free(acc->loaders[i]);
+    /* device state: the optimizer's last step may still run on the compute
+     * stream, and the device table's free waits for nothing */
+    for (int i = 0; acc->dev != NULL && i < acc->num_models; i++)
+        (void)acc->dev->sync(acc->models[i]->ctx.stream);
     for (int i = acc->num_optimizers - 1; i >= 0; i--) acx_optimizer_free(acc->optimizers[i]);
     for (int i = acc->num_models - 1; i >= 0; i--) acx_model_free(acc->models[i]);
+    acx_mem_cache_empty(); /* whatever was freed after the models, too */
     free(acc->loaders);
     free(acc->optimizers);
     free(acc->models);
@@ -575,7 +581,10 @@ ACX_API acx_status_t acx_set_compute_stream(acx_accelerator_t *acc, void *stream
      * the old stream too: drain it before switching */
     for (int i = 0; acc->dev != NULL && i < acc->num_models; i++)
         ACX_CHECK(acc->dev->sync(acc->models[i]->ctx.stream));
+    /* every communicator acx_init made (the sharding layer's own splits,
+     * e.g. NO_SHARD's checkpoint load groups, move host data over MPI) */
     ACX_CHECK(acx_coll_set_compute_stream(acc->world, stream));
+    if (acc->node != NULL) ACX_CHECK(acx_coll_set_compute_stream(acc->node, stream));
     acc->compute_stream = stream;
     for (int i = 0; i < acc->num_models; i++)
         acc->models[i]->ctx.stream = stream;

@@ -52,13 +52,22 @@ acx_status_t acx_scaler_unscale(acx_accelerator_t *acc) {
      * NaN; or a scale below 1 overflows a large gradient) counts as an
      * overflow too: the update would write inf/NaN into the master weights. */
     float inv = (float)(1.0 / s->scale);
-    int flags[2] = {0, s->loss_nonfinite};
+    /* flags: a non-finite gradient, a non-finite loss, a failed device op */
+    int flags[3] = {0, s->loss_nonfinite, 0};
+    acx_status_t dev_status = ACX_OK;
     const acx_devops_t *d = m->shard_dev; /* NULL with host state or CPU offload */
     if (d != NULL) { /* device state: the same test as a kernel, one int read back */
         int *flag = m->dev_scratch;
-        ACX_CHECK(d->memset(flag, 0, sizeof *flag, m->ctx.stream));
-        ACX_CHECK(d->nonfinite(g, m->shard_numel, inv, flag, m->ctx.stream));
-        ACX_CHECK(d->to_host(&flags[0], flag, sizeof flags[0], m->ctx.stream));
+        dev_status = d->memset(flag, 0, sizeof *flag, m->ctx.stream);
+        if (dev_status == ACX_OK)
+            dev_status = d->nonfinite(g, m->shard_numel, inv, flag, m->ctx.stream);
+        /* the read back is also where a fault of the program's own kernels
+         * surfaces (CUDA reports them at the next synchronization), on this
+         * rank only: it still joins the all-reduce below, so that the
+         * others fail with it instead of waiting for it */
+        if (dev_status == ACX_OK)
+            dev_status = d->to_host(&flags[0], flag, sizeof flags[0], m->ctx.stream);
+        flags[2] = dev_status != ACX_OK;
     } else {
         for (size_t i = 0; i < m->shard_numel; i++)
             if (!isfinite(g[i]) || !isfinite(g[i] * inv)) {
@@ -68,8 +77,12 @@ acx_status_t acx_scaler_unscale(acx_accelerator_t *acc) {
     }
     /* every rank decides from the same two bits: any non-finite gradient
      * anywhere, and any non-finite recorded loss anywhere */
-    ACX_MPI_CHECK(ACX_WATCHED("loss scaler check", MPI_Allreduce(MPI_IN_PLACE, flags, 2, MPI_INT,
+    ACX_MPI_CHECK(ACX_WATCHED("loss scaler check", MPI_Allreduce(MPI_IN_PLACE, flags, 3, MPI_INT,
                                                                  MPI_MAX, acc->world->mpi)));
+    if (dev_status != ACX_OK) return dev_status;
+    if (flags[2])
+        return ACX_ERROR(ACX_ERR_CUDA, "loss scaler check: the device state of another rank "
+                         "failed (see that rank's error); this rank's step is abandoned too");
     s->found_inf = flags[0];
     s->loss_nonfinite = flags[1];
     if (!s->found_inf && d != NULL)

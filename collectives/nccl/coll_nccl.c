@@ -58,6 +58,7 @@
 #include "collectives/nccl/coll_nccl.h"
 #include "collectives/watchdog.h"
 #include "cuda/check.h"
+#include "cuda/memory.h"
 #include "runtime/base/error.h"
 #include "runtime/base/log.h"
 
@@ -317,6 +318,22 @@ static acx_status_t check_bufs(const void *sendbuf, const void *recvbuf, size_t 
     if (count > 0 && (sendbuf == NULL || recvbuf == NULL))
         return ACX_ERROR(ACX_ERR_INVALID_ARG, "%s of %zu elements: %s is NULL", what, count,
                          sendbuf == NULL ? "sendbuf" : "recvbuf");
+    /* A host address in an NCCL kernel is an illegal access that poisons
+     * the context (a sticky error: the process cannot continue), so refuse
+     * it here, with a message, at one runtime call per buffer. Pinned and
+     * managed memory count as host memory (cuda/memory.h). */
+    const void *bufs[2] = {sendbuf, recvbuf};
+    for (int i = 0; i < 2 && count > 0; i++) {
+        if (i == 1 && recvbuf == sendbuf) break;
+        int on_device = 0;
+        ACX_CHECK(acx_cuda_pointer_is_device(bufs[i], &on_device));
+        if (!on_device)
+            return ACX_ERROR(ACX_ERR_INVALID_ARG,
+                             "%s of %zu elements on the nccl backend: %s (%p) is not device memory "
+                             "(cudaMalloc); host buffers go through the MPI backend (backend: mpi), "
+                             "host scalars through acx_reduce_scalar/acx_reduce",
+                             what, count, i == 0 ? "sendbuf" : "recvbuf", bufs[i]);
+    }
     return ACX_OK;
 }
 

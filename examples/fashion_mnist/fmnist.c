@@ -482,8 +482,10 @@ static acx_status_t evaluate(acx_accelerator_t *acc, model_t *md, acx_dataloader
         fprintf(stderr, "acx-fmnist: warning: evaluated %lld of %lld test samples\n", (long long)seen,
                 (long long)n_test);
     double acc_local = seen > 0 ? (double)hits / (double)seen : 0.0;
-    /* Only the main process gathered; share the value so every rank returns it. */
-    st = acx_broadcast(acc, &acc_local, 1, ACX_DTYPE_FLOAT64, 0);
+    /* Only the main process gathered; share the value so every rank returns
+     * it: a host-memory helper, whatever the backend (acx_broadcast of a
+     * host double would hand NCCL a host address). x + 0.0 is x. */
+    st = acx_reduce_scalar(acc, acx_is_main_process(acc) ? acc_local : 0.0, ACX_OP_SUM, &acc_local);
     *accuracy_p = acc_local;
 out:
     free(all);

@@ -76,8 +76,11 @@ ACX_API int acx_device(const acx_accelerator_t *acc);
  * buckets' scaling and casts, the optimizer step), so it runs after the
  * program's forward/backward kernels without a host wait, and the NCCL
  * backend orders its collectives after it. Work already enqueued on the
- * previous stream is waited for before the switch. Not collective (every
- * rank normally calls it alike). Errors: ACX_ERR_INVALID_ARG (acc NULL),
+ * previous stream is waited for before the switch. acx keeps using the
+ * stream until it is replaced, through acx_finalize (which synchronizes
+ * it): a program that destroys its stream first calls
+ * acx_set_compute_stream(acc, NULL). Not collective (every rank normally
+ * calls it alike). Errors: ACX_ERR_INVALID_ARG (acc NULL),
  * ACX_ERR_STATE (a non-NULL stream with host state), ACX_ERR_CUDA. */
 ACX_API acx_status_t acx_set_compute_stream(acx_accelerator_t *acc, void *stream);
 

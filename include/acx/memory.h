@@ -29,8 +29,14 @@ typedef enum acx_mem_category {
     ACX_MEM_NUM_CATEGORIES = 5
 } acx_mem_category_t;
 
-/* Bytes, per category and in total, on this rank. peak_total is the largest
- * total ever held at one time (not the sum of the category peaks). */
+/* Bytes, per category and in total, on this rank: the bytes of the buffers
+ * in use (as asked for). peak_total is the largest total ever held at one
+ * time (not the sum of the category peaks). `cached` is apart from these:
+ * freed buffers acx keeps mapped for reuse (its caching allocator, like
+ * PyTorch's for CUDA memory), page-rounded; for the buffers of 64 KiB and
+ * more, in use + cached stays within the largest page-rounded in-use total
+ * since the last acx_memory_empty_cache plus an eighth of it (size
+ * classes). Fields are only ever appended. */
 typedef struct acx_memory_stats {
     int64_t current[ACX_MEM_NUM_CATEGORIES];
     int64_t peak[ACX_MEM_NUM_CATEGORIES];
@@ -44,6 +50,7 @@ typedef struct acx_memory_stats {
     int64_t device_peak[ACX_MEM_NUM_CATEGORIES];
     int64_t device_current_total;
     int64_t device_peak_total;
+    int64_t cached;
 } acx_memory_stats_t;
 
 /* This process's accounting (all accelerators of the process together).
@@ -53,6 +60,12 @@ ACX_API acx_status_t acx_memory_stats(acx_memory_stats_t *stats_p);
 /* Restart the peaks from the current values (e.g. after initialization, to
  * measure the steady state of training). Not collective. */
 ACX_API void acx_memory_reset_peak(void);
+
+/* Return the freed buffers acx keeps for reuse to the system (stats.cached
+ * drops to 0), like torch.cuda.empty_cache; buffers in use are untouched.
+ * acx does it itself when a model is freed and at acx_finalize. Not
+ * collective. */
+ACX_API void acx_memory_empty_cache(void);
 
 /* Per-rank bytes a strategy needs for a model, by the formulas of the ZeRO
  * paper (Rajbhandari et al., "ZeRO: Memory Optimizations Toward Training

@@ -164,8 +164,11 @@ ACX_API acx_param_t *acx_model_param(acx_model_t *model, int i);
 /* Write every parameter to an HDF5 file `path`: one float32 dataset per
  * parameter named by the parameter's name, with its true shape, plus root
  * attributes "format" = "acx-weights" and "step". Written to path + ".tmp"
- * and renamed, so a failure leaves any previous file intact. Collective.
- * Errors: ACX_ERR_HDF5, ACX_ERR_IO, ACX_ERR_STATE (not prepared). */
+ * and renamed, so a failure leaves any previous file intact. With
+ * device-resident state (device_state: cuda) the rank's shard is copied to
+ * one host block first (its size in host memory, for the call). Collective.
+ * Errors: ACX_ERR_HDF5, ACX_ERR_IO, ACX_ERR_STATE (not prepared),
+ * ACX_ERR_NO_MEMORY and ACX_ERR_CUDA (the host copy of device state). */
 ACX_API acx_status_t acx_model_save_weights(acx_model_t *model, const char *path);
 
 #ifdef __cplusplus

@@ -6,8 +6,10 @@
  * state or gathered/staged units goes through acx_mem_alloc/acx_mem_free, so
  * acx_memory_stats (acx/memory.h) reports what a strategy really holds and
  * tests can hold it against acx_memory_estimate. Buffers are 64-byte aligned
- * (cache line, AVX-512) and zero-filled: a fresh gradient or optimizer state
- * must start at zero, and padding rows of a shard must stay zero.
+ * (cache line, AVX-512; those of 64 KiB and more page-aligned) and
+ * zero-filled by acx_mem_alloc, also when the caching allocator hands back a
+ * used block: a fresh gradient or optimizer state must start at zero, and
+ * padding rows of a shard must stay zero.
  *
  * Called from the main thread only (the loader's prefetch thread never
  * allocates model state); the counters are atomics anyway so that reading
@@ -35,8 +37,9 @@ void *acx_mem_alloc_raw_(acx_mem_category_t cat, size_t bytes, const char *what,
     acx_mem_alloc_raw_((cat), (bytes), (what), __FILE__, __LINE__)
 
 /* Free a buffer from acx_mem_alloc of `bytes` bytes in cat (NULL is fine).
- * `bytes` must be the size it was allocated with: buffers of 1 MiB and more
- * are mappings of their own (memstat.c says why). */
+ * `bytes` must be the size it was allocated with: buffers of 64 KiB and
+ * more go back to the caching allocator (mem_cache.h; memstat.c says why),
+ * which keeps them mapped for the next request that fits. */
 void acx_mem_free(acx_mem_category_t cat, void *p, size_t bytes);
 
 /* Account delta bytes (negative: freed) in category cat without allocating:

@@ -22,7 +22,10 @@
  *   - on every rank, every category's peak and the total peak are at most
  *     the estimate, and the total peak at least the persistent part;
  *   - at 2 ranks or more, FULL_SHARD's total peak is below NO_SHARD's;
- *   - after acx_finalize nothing is left (current total 0).
+ *   - after acx_finalize nothing is left (current total 0, nothing cached);
+ *   - the caching allocator keeps the freed unit buffers of the sharded
+ *     strategies (cached > 0 at rest), within its bound: in use + cached at
+ *     most the estimate + 1/8.
  */
 #include <stdint.h>
 
@@ -230,6 +233,18 @@ static int check_strategy(int strategy, int rpn, const char *label, int64_t *pea
            (long long)ms.rest.peak_total, (long long)est.total);
     EXPECT(peak_total_max >= persistent - TOL, "total peak %lld bytes < the persistent part %lld",
            (long long)peak_total_max, (long long)persistent);
+    /* the caching allocator: the freed unit buffers are kept (sharded
+     * strategies free them every step), in use + cached stays within the
+     * estimate + 1/8 (its bound; plus a page of rounding per buffer), and
+     * nothing is cached after acx_finalize */
+    if (strategy != ACX_NO_SHARD)
+        EXPECT(ms.rest.cached > 0, "no freed buffer cached at rest (cached %lld)",
+               (long long)ms.rest.cached);
+    EXPECT(ms.rest.current_total + ms.rest.cached <= est.total + est.total / 8 + 64 * 4096,
+           "in use %lld + cached %lld bytes > estimate %lld + 1/8", (long long)ms.rest.current_total,
+           (long long)ms.rest.cached, (long long)est.total);
+    EXPECT(ms.after.cached == 0, "%lld bytes still cached after acx_finalize",
+           (long long)ms.after.cached);
 #undef EXPECT
     *peak_p = peak_total_max;
     return bad;
