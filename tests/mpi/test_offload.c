@@ -46,6 +46,7 @@
  *                host and device-state runs load the offload file (strict):
  *                parameters, compute copies and moments equal the saving
  *                run's, and one more step equals 3 uninterrupted steps.
+ *                The acx_model_save_weights files are byte-identical too.
  *   refusals     offload with device_state: host fails acx_init naming the
  *                key and why; offload with full_shard fails acx_prepare
  *                ("supports NO_SHARD only in this version").
@@ -500,6 +501,23 @@ static int compare_files(const char *a, const char *b) {
     return failed;
 }
 
+/* The weights files (acx_model_save_weights: one dataset per parameter,
+ * named as the parameter) of two runs hold the same bytes. */
+static int compare_weights(const char *a, const char *b) {
+    int failed = 0;
+    if (rank == 0) {
+        hid_t fa = H5Fopen(a, H5F_ACC_RDONLY, H5P_DEFAULT),
+              fb = H5Fopen(b, H5F_ACC_RDONLY, H5P_DEFAULT);
+        failed = fa < 0 || fb < 0;
+        for (int q = 0; q < NPAR && !failed; q++)
+            failed |= !same_dataset(fa, fb, par_name[q]);
+        if (fa >= 0) H5Fclose(fa);
+        if (fb >= 0) H5Fclose(fb);
+    }
+    MPI_Bcast(&failed, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    return failed;
+}
+
 /* Load `file` into a fresh net of `mode`, check it holds `want`, then one
  * more step must equal `after`. */
 static int load_and_check(mode_t_ mode, const char *file, const result_t *want,
@@ -526,21 +544,25 @@ error:
 
 static int test_checkpoint(void) {
     static const char *const tag[3] = {"host", "device", "offload"};
-    char file[3][1200];
+    char file[3][1200], wfile[3][1200];
     static result_t saved[3], h3;
     opts_t o = {.opt = OPT_ADAMW, .reduce = -1, .poison_step = -1};
     net_t net = {0};
     for (int m = HOST; m <= OFFLOAD; m++) {
         snprintf(file[m], sizeof file[m], "%s/offload_%s_%d.h5", dir, tag[m], world);
+        snprintf(wfile[m], sizeof wfile[m], "%s/offload_%s_weights_%d.h5", dir, tag[m], world);
         o.mode = (mode_t_)m;
         memset(&saved[m], 0, sizeof saved[m]);
         CHECK_OK(net_open(&net, &o));
         CHECK_OK(train(&net, &o, 2, 0, &saved[m]));
         CHECK_OK(acx_save_state(net.acc, file[m]));
+        CHECK_OK(acx_model_save_weights(net.m, wfile[m]));
         net_close(&net);
     }
     CHECK(compare_files(file[HOST], file[OFFLOAD]) == 0);
     CHECK(compare_files(file[DEVICE], file[OFFLOAD]) == 0);
+    CHECK(compare_weights(wfile[HOST], wfile[OFFLOAD]) == 0);
+    CHECK(compare_weights(wfile[DEVICE], wfile[OFFLOAD]) == 0);
     o.mode = HOST;
     CHECK_OK(run(&o, 3, &h3)); /* 3 uninterrupted host steps */
     CHECK(load_and_check(OFFLOAD, file[HOST], &saved[HOST], &h3) == 0);
