@@ -353,6 +353,29 @@ static acx_status_t select_device_state(acx_accelerator_t *acc) {
     }
 }
 
+/* offload_optimizer: cpu moves the optimizer out of device memory: it
+ * needs model state there (device_state cuda or emulated, chosen above).
+ * The strategy (NO_SHARD only) is checked at acx_prepare with the
+ * device_state one (sharding/model.c). Not collective. */
+static acx_status_t check_offload(const acx_accelerator_t *acc) {
+    if (acc->config.values.offload_optimizer != ACX_OFFLOAD_CPU) return ACX_OK;
+    if (acc->dev == NULL)
+        return ACX_ERROR(ACX_ERR_INVALID_CONFIG,
+                         "offload_optimizer: cpu needs device-resident state (device_state: "
+                         "cuda, or emulated for tests), but this run keeps model state in host "
+                         "memory (device_state: %s%s): the master weights and optimizer state "
+                         "are in host memory already; use offload_optimizer: none, or "
+                         "device_state: cuda",
+                         acx_device_state_name(acc->config.values.device_state),
+                         acc->config.values.device_state == ACX_DEVICE_STATE_AUTO
+                             ? ", which is host with this backend"
+                             : "");
+    ACX_INFO(ACX_SUBSYS_INIT, "offload_optimizer: cpu: fp32 master weights and optimizer state "
+                              "in host memory, the step on the CPU; parameters and gradients "
+                              "in %s device memory", acc->dev->name);
+    return ACX_OK;
+}
+
 /* ---- lifecycle ---- */
 
 static void accelerator_free(acx_accelerator_t *acc);
@@ -421,6 +444,7 @@ ACX_API acx_status_t acx_init(int *argc, char ***argv, const acx_config_t *confi
                                                                acc->local_size)),
                    status, err_comm);
     ACX_CHECK_GOTO(acx_coll_agree(acc->world, select_device_state(acc)), status, err_comm);
+    ACX_CHECK_GOTO(acx_coll_agree(acc->world, check_offload(acc)), status, err_comm);
     if (acc->coll != &acx_coll_mpi_ops) {
         acx_comm_t *w = NULL;
         ACX_CHECK_GOTO(acx_comm_create(MPI_COMM_WORLD, acc->coll, &w), status, err_comm);
@@ -632,6 +656,7 @@ ACX_API acx_status_t acx_model_create(acx_accelerator_t *acc, acx_model_t **mode
         .owner = acc,
         .dev = acc->dev,
         .stream = acc->compute_stream,
+        .offload = c->offload_optimizer == ACX_OFFLOAD_CPU,
         /* ACX_DEBUG_MODE was read and agreed on at acx_init */
         .unit_check = acc->coll_debug == ACX_COLL_DEBUG_ON ? acx_coll_debug_unit_check : NULL,
     };

@@ -217,8 +217,8 @@ ACX_API acx_status_t acx_param_gather(acx_param_t *param, float *out) {
     if (!m->prepared)
         return ACX_ERROR(ACX_ERR_STATE, "acx_param_gather('%s') before acx_prepare", param->name);
     const float *mine = m->master + param->shard_offset;
-    if (m->ctx.dev != NULL && m->shard_comm == NULL) /* device state (NO_SHARD): copy it back */
-        return m->ctx.dev->to_host(out, mine, (size_t)param->numel * sizeof(float), m->ctx.stream);
+    if (m->shard_dev != NULL && m->shard_comm == NULL) /* device state (NO_SHARD): copy it back */
+        return m->shard_dev->to_host(out, mine, (size_t)param->numel * sizeof(float), m->ctx.stream);
     if (m->shard_comm == NULL) { /* every row is here */
         memcpy(out, mine, (size_t)param->numel * sizeof(float));
         return ACX_OK;
@@ -271,11 +271,23 @@ acx_status_t acx_model_prepare(acx_model_t *m) {
         return ACX_ERROR(ACX_ERR_INVALID_ARG, "sharding_strategy %d is not one of no_shard, "
                          "shard_grad_op, full_shard, hybrid_shard", m->ctx.strategy);
     }
+    if (m->ctx.offload && m->ctx.dev == NULL)
+        return ACX_ERROR(ACX_ERR_INVALID_CONFIG,
+                         "offload_optimizer: cpu needs device-resident state (device_state: cuda, "
+                         "or emulated for tests): it moves the optimizer from device memory to "
+                         "the host, and this run keeps all model state in host memory already "
+                         "(device_state: host); use offload_optimizer: none");
+    if (m->ctx.offload && m->ctx.strategy != ACX_NO_SHARD)
+        return ACX_ERROR(ACX_ERR_NOT_SUPPORTED,
+                         "offload_optimizer: cpu supports NO_SHARD only in this version (have "
+                         "sharding_strategy: %s; use no_shard, or offload_optimizer: none)",
+                         m->strategy->name);
     if (m->ctx.dev != NULL && m->ctx.strategy != ACX_NO_SHARD)
         return ACX_ERROR(ACX_ERR_NOT_SUPPORTED,
                          "device_state: %s supports sharding_strategy: NO_SHARD only in this version "
                          "(have %s; use no_shard, or device_state: host)",
                          m->ctx.dev->name, m->strategy->name);
+    m->shard_dev = m->ctx.offload ? NULL : m->ctx.dev;
     ACX_CHECK(m->strategy->prepare(m));
     m->prepared = 1;
     ACX_INFO(ACX_SUBSYS_SHARD, "model prepared: %d units, %d parameters, %lld elements, strategy %s, local shard %zu elements",
