@@ -271,12 +271,10 @@ acx_status_t acx_model_prepare(acx_model_t *m) {
         return ACX_ERROR(ACX_ERR_INVALID_ARG, "sharding_strategy %d is not one of no_shard, "
                          "shard_grad_op, full_shard, hybrid_shard", m->ctx.strategy);
     }
+    /* ctx.offload implies device state: the accelerator leaves it 0 with
+     * host state (the optimizer is on the host already) */
     if (m->ctx.offload && m->ctx.dev == NULL)
-        return ACX_ERROR(ACX_ERR_INVALID_CONFIG,
-                         "offload_optimizer: cpu needs device-resident state (device_state: cuda, "
-                         "or emulated for tests): it moves the optimizer from device memory to "
-                         "the host, and this run keeps all model state in host memory already "
-                         "(device_state: host); use offload_optimizer: none");
+        return ACX_ERROR(ACX_ERR_INTERNAL, "offload_optimizer: cpu without device-resident state");
     if (m->ctx.offload && m->ctx.strategy != ACX_NO_SHARD)
         return ACX_ERROR(ACX_ERR_NOT_SUPPORTED,
                          "offload_optimizer: cpu supports NO_SHARD only in this version (have "
