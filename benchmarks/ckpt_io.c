@@ -7,9 +7,11 @@
  * [rows x 4096], each its own unit, with no optimizer and no data loader, so
  * the file is the parameters plus a few KiB of attributes, /rng and
  * /config. The byte count printed is the file's size on disk. Under
- * NO_SHARD (the default; acx 0.1 implements no other) every rank holds all
- * rows, writes the 1/N slice the dim-0 rule gives it, and reads all rows
- * back on load; --strategy full_shard is there for when sharding lands.
+ * NO_SHARD (the default) every rank holds all rows and writes the 1/N slice
+ * the dim-0 rule gives it; on load the ranks of one node each read all rows
+ * (the node's page cache fetches them from the disk once), ranks on
+ * several nodes split the reading between the nodes and all-gather.
+ * --strategy full_shard: each rank saves and loads only the rows it owns.
  *
  * One phase per run, because the disk caches must be dropped between a save
  * and the load that reads it back (benchmarks/run-ckpt-io.sh does that, runs

@@ -87,7 +87,9 @@ struct acx_buckets {
     /* Device-resident gradients (acx_buckets_set_device), else NULL: flat
      * and wire are dev's memory, never touched by host code here. */
     const acx_devops_t *dev;
-    void *const *stream_p; /* the compute stream, read at each use */
+    void *const *stream_p;      /* the compute stream, read at each use */
+    acx_bucket_done_fn done_fn; /* acx_buckets_on_done, or NULL */
+    void *done_arg;
 };
 
 /* ---- plan ---- */
@@ -264,19 +266,27 @@ acx_status_t acx_buckets_set_device(acx_buckets_t *b, const acx_devops_t *dev,
     return ACX_OK;
 }
 
+acx_status_t acx_buckets_on_done(acx_buckets_t *b, acx_bucket_done_fn fn, void *arg) {
+    if (b == NULL) return ACX_ERROR(ACX_ERR_INVALID_ARG, "buckets on done: buckets is NULL");
+    b->done_fn = fn;
+    b->done_arg = arg;
+    return ACX_OK;
+}
+
 /* Bucket i's reduction finished: widen the wire values into the gradients
  * (on the device: enqueued on the compute stream, after the host saw the
- * collective complete). */
+ * collective complete), then tell the done hook. */
 static acx_status_t bucket_done(acx_buckets_t *b, int i) {
     bucket_t *bk = &b->buckets[i];
     if (bk->state == BUCKET_IN_FLIGHT) b->num_in_flight--;
     bk->state = BUCKET_DONE;
-    if (b->wire == NULL) return ACX_OK;
-    if (b->dev != NULL)
-        return b->dev->half_to_f32(b->wire_dtype, b->wire + bk->offset,
-                                   (float *)b->flat + bk->offset, bk->count, *b->stream_p);
-    acx_half_to_f32_n(b->wire_dtype, b->wire + bk->offset, (float *)b->flat + bk->offset,
-                      bk->count);
+    if (b->wire != NULL && b->dev != NULL)
+        ACX_CHECK(b->dev->half_to_f32(b->wire_dtype, b->wire + bk->offset,
+                                      (float *)b->flat + bk->offset, bk->count, *b->stream_p));
+    else if (b->wire != NULL)
+        acx_half_to_f32_n(b->wire_dtype, b->wire + bk->offset, (float *)b->flat + bk->offset,
+                          bk->count);
+    if (b->done_fn != NULL) return b->done_fn(b->done_arg, bk->offset, bk->count);
     return ACX_OK;
 }
 

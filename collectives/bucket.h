@@ -64,6 +64,18 @@ acx_status_t acx_buckets_set_wire(acx_buckets_t *b, acx_dtype_t wire_dtype, uint
 acx_status_t acx_buckets_set_device(acx_buckets_t *b, const acx_devops_t *dev,
                                     void *const *stream_p);
 
+/* Called once per bucket and step when its reduction has completed (and
+ * its wire values are widened back, enqueued on the compute stream with
+ * device gradients): offset and count are the bucket's range in elements.
+ * Buckets complete in increasing index order, the same on every rank,
+ * some while later units are still reporting (when a new bucket makes
+ * room), the rest in acx_buckets_wait_all; the CPU-offloaded optimizer
+ * (sharding/no_shard.c) copies each range to the host there, overlapping
+ * the reductions still in flight. A hook error is returned by the call
+ * that completed the bucket. */
+typedef acx_status_t (*acx_bucket_done_fn)(void *arg, size_t offset, size_t count);
+acx_status_t acx_buckets_on_done(acx_buckets_t *b, acx_bucket_done_fn fn, void *arg);
+
 int acx_buckets_count(const acx_buckets_t *b);
 /* Bucket i's range, for tests and logs. */
 void acx_buckets_range(const acx_buckets_t *b, int i, size_t *offset_p, size_t *count_p);

@@ -70,6 +70,12 @@ typedef struct acx_devops {
     acx_status_t (*copy)(void *dst, const void *src, size_t bytes, void *stream);
     /* Wait until everything enqueued on stream so far has run. */
     acx_status_t (*sync)(void *stream);
+    /* Host memory that the copies above move fastest (cuda: page-locked,
+     * cudaHostAlloc; emulated: 64-byte aligned malloc), zero-filled, for the
+     * CPU-offloaded optimizer's master weights, state and gradient copy. It
+     * is ordinary host memory to the CPU. *p_p = NULL for 0 bytes. */
+    acx_status_t (*host_alloc)(size_t bytes, const char *what, void **p_p);
+    void (*host_free)(void *p);
 
     /* ---- kernels (one launch each over the whole range) ---- */
     /* torch.optim.Adam/AdamW on p[n] with g[n], m[n], v[n] (cuda/kernels.h's
@@ -122,6 +128,12 @@ acx_status_t acx_devops_alloc(const acx_devops_t *dev, acx_mem_category_t cat, s
                               const char *what, void **p_p);
 /* dev->free and the counters back down; bytes as allocated. NULL is fine. */
 void acx_devops_free(const acx_devops_t *dev, acx_mem_category_t cat, void *p, size_t bytes);
+
+/* dev->host_alloc / host_free, accounted in category cat's HOST counters
+ * (the memory is the host's, only registered with the device). */
+acx_status_t acx_devops_host_alloc(const acx_devops_t *dev, acx_mem_category_t cat, size_t bytes,
+                                   const char *what, void **p_p);
+void acx_devops_host_free(const acx_devops_t *dev, acx_mem_category_t cat, void *p, size_t bytes);
 
 /* ---- for the MPI backend's staging (collectives/mpi/coll_mpi_stage.c) ---- */
 

@@ -19,6 +19,7 @@
  */
 #include <cuda_runtime_api.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "cuda/check.h"
 #include "cuda/device.h"
@@ -58,6 +59,35 @@ static void cu_free(void *p) {
     if (ret != cudaSuccess) {
         cudaGetLastError();
         ACX_WARN(ACX_SUBSYS_SHARD, "cudaFree(%p) failed: %s: %s", p, cudaGetErrorName(ret),
+                 cudaGetErrorString(ret));
+    }
+}
+
+/* Page-locked host memory (cudaHostAlloc, portable to every device of the
+ * process), zeroed on the host. */
+static acx_status_t cu_host_alloc(size_t bytes, const char *what, void **p_p) {
+    void *p = NULL;
+    if (p_p == NULL) return ACX_ERROR(ACX_ERR_INVALID_ARG, "pinned host alloc: p_p is NULL");
+    *p_p = NULL;
+    if (bytes == 0) return ACX_OK;
+    cudaError_t ret = cudaHostAlloc(&p, bytes, cudaHostAllocPortable);
+    if (ret != cudaSuccess) {
+        cudaGetLastError();
+        return ACX_ERROR(ACX_ERR_CUDA, "cudaHostAlloc(%zu bytes) for %s failed: %s: %s", bytes,
+                         what != NULL ? what : "a pinned host buffer", cudaGetErrorName(ret),
+                         cudaGetErrorString(ret));
+    }
+    memset(p, 0, bytes);
+    *p_p = p;
+    return ACX_OK;
+}
+
+static void cu_host_free(void *p) {
+    if (p == NULL) return;
+    cudaError_t ret = cudaFreeHost(p);
+    if (ret != cudaSuccess) {
+        cudaGetLastError();
+        ACX_WARN(ACX_SUBSYS_SHARD, "cudaFreeHost(%p) failed: %s: %s", p, cudaGetErrorName(ret),
                  cudaGetErrorString(ret));
     }
 }
@@ -163,6 +193,8 @@ static const acx_devops_t cuda_ops = {
     .to_host = cu_to_host,
     .copy = cu_copy,
     .sync = cu_sync,
+    .host_alloc = cu_host_alloc,
+    .host_free = cu_host_free,
     .adam = cu_adam,
     .sgd = cu_sgd,
     .scale = cu_scale,

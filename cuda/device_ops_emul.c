@@ -179,6 +179,23 @@ static void emul_free(void *p) {
     ACX_WARN(ACX_SUBSYS_SHARD, "emulated device: free(%p): not an allocation of this device", p);
 }
 
+/* Host memory for the offloaded optimizer: plain aligned host memory (the
+ * emulated copies need nothing special of it). */
+static acx_status_t emul_host_alloc(size_t bytes, const char *what, void **p_p) {
+    if (p_p == NULL) return ACX_ERROR(ACX_ERR_INVALID_ARG, "emulated host alloc: p_p is NULL");
+    *p_p = NULL;
+    if (bytes == 0) return ACX_OK;
+    void *p = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    if (p == NULL)
+        return ACX_ERROR(ACX_ERR_NO_MEMORY, "cannot allocate %zu bytes of host memory for %s",
+                         bytes, what != NULL ? what : "a host buffer");
+    memset(p, 0, bytes);
+    *p_p = p;
+    return ACX_OK;
+}
+
+static void emul_host_free(void *p) { free(p); }
+
 /* ---- copies ---- */
 
 static acx_status_t emul_memset(void *p, int byte, size_t bytes, void *stream) {
@@ -389,6 +406,8 @@ const acx_devops_t acx_devops_emulated = {
     .to_host = emul_to_host,
     .copy = emul_copy,
     .sync = emul_sync,
+    .host_alloc = emul_host_alloc,
+    .host_free = emul_host_free,
     .adam = emul_adam,
     .sgd = emul_sgd,
     .scale = emul_scale,

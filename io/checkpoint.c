@@ -59,7 +59,9 @@
  * B-trees and heaps carry checksums, so a flipped byte in an attribute (the
  * CRCs included), group or dataset header fails instead of reading garbage
  * (a truncated file fails at open: HDF5 checks the stored end of file).
- *   Cost, measured on the 2-core build VM (shared with other jobs: medians
+ *   Cost, as first measured (with zlib's CRC, before the fsync changes and
+ * the write-behind; today's numbers: docs/checkpoint-format.md,
+ * "Throughput") on the 2-core build VM (shared with other jobs: medians
  * of 5, benchmarks/run-ckpt-io.sh, 1 GiB = 4 x [16384 x 4096] float32
  * under NO_SHARD, where every loading rank reads every row; MiB/s against
  * dd on the same bytes). Save, local disk: 1353 (np 1), 1863 (np 2), 389
@@ -114,6 +116,7 @@
  * MPI_File_close). With world == NULL the file is opened by this process
  * alone (sec2 driver, no MPI calls), for single-process tools.
  */
+#define _GNU_SOURCE /* sync_file_range */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -132,8 +135,17 @@
 
 /* Bytes per H5Dwrite / H5Dread call of a tensor's rows (whole rows, at
  * least one): each piece's CRC is computed right before it is written or
- * right after it is read, while it is in the cache (1 MiB: a core's L2). */
+ * right after it is read, while it is in the cache (1 MiB: a core's L2).
+ * Reads of 4 MiB were measured too (1 GiB, page cache dropped, alternating
+ * with dd bs=4M, load average 5-9 from other jobs): on 1 rank they kept
+ * up with dd (acx/dd 1.02-1.10 in 4 runs, against 0.26-1.03 with 1 MiB),
+ * on 4 ranks reading the same rows they fell behind 1 MiB (803, 756 and
+ * 1144 MiB/s against 1244, 1662 and 1430 in the same runs; their reads
+ * and their checks both took longer — 4 ranks x 4 MiB no longer fit the
+ * shared cache between the copy and the check, we think). */
 #define CKPT_IO_PIECE ((uint64_t)1 << 20)
+/* Bytes a rank writes between two write-behinds (write_behind). */
+#define CKPT_WRITE_BEHIND ((uint64_t)32 << 20)
 /* Longest string kept as an attribute (HDF5 1.10 object header messages are
  * limited to 64 KiB, with some room for the attribute's own header). */
 #define CKPT_ATTR_MAX 60000
@@ -143,6 +155,7 @@ struct acx_ckpt_file {
     hid_t file;
     char *path;
     int64_t version; /* format_version: >= 2 has CRC-32 attributes */
+    double t_read, t_check; /* acx_ckpt_read's seconds in H5Dread and CRC checks (debug log) */
 };
 
 /* ---- small helpers ---- */
@@ -417,17 +430,45 @@ out:
     return status;
 }
 
-/* Property lists of a save. */
+/* Property lists of a save, and the write-behind of this rank's data. */
 typedef struct {
     hid_t gcpl, dcpl, dxpl;
+    int wb_fd;          /* the temporary file, for sync_file_range; -1: none */
+    uint64_t wb_bytes;  /* this rank's bytes written since the last write-behind */
 } save_plists_t;
+
+/* Start the write-back of bytes [off, off + len) of the file this rank has
+ * just written (Linux sync_file_range(SYNC_FILE_RANGE_WRITE): it returns
+ * at once). The disk then writes a save's data while the ranks are still
+ * checksumming and copying the rest, and the fsync after the close waits
+ * only for the tail; without it the kernel starts writing when the dirty
+ * data passes its background threshold (by default 10% of memory) and the
+ * fsync wrote most of it. A hint: a failure changes nothing (the fsync
+ * reports errors). Measured (1 GiB, page cache dropped, alternating with
+ * and without it and dd conv=fdatasync in one run, load average 2-17 from
+ * other jobs): acx/dd per run, median of 5, 1 rank 1.45 with against 1.03
+ * without, 2 ranks 1.18 against 0.90 (with/without in the same run: 1.36
+ * and 1.30); 4 ranks on the 2 cores, 8 runs, 0.70 against 0.78, with/
+ * without 0.88 but from 0.22 to 1.65 (the load was 5-17 then): no gain
+ * shown there, no loss beyond the noise. dd's own write also leaves its
+ * writing to the fdatasync, hence ratios above 1. */
+static void write_behind(save_plists_t *pl, uint64_t off, uint64_t len) {
+#ifdef SYNC_FILE_RANGE_WRITE
+    if (pl->wb_fd >= 0 && len > 0)
+        (void)sync_file_range(pl->wb_fd, (off_t)off, (off_t)len, SYNC_FILE_RANGE_WRITE);
+#else
+    (void)pl;
+    (void)off;
+    (void)len;
+#endif
+}
 
 /* Create dataset t->path (collective) and write this rank's io rows
  * (independent writes; none when it has no rows), adding their share of
  * the block CRCs to crc->blocks piece by piece, each piece right before it
  * is written: the write then copies from cache what the CRC just read
  * (measured: see the file comment). Lock held. */
-static acx_status_t write_tensor(hid_t file, const save_plists_t *pl, const acx_ckpt_tensor_t *t,
+static acx_status_t write_tensor(hid_t file, save_plists_t *pl, const acx_ckpt_tensor_t *t,
                                  acx_ckpt_crc_t *crc, const char *tmp) {
     acx_status_t status = ACX_OK;
     char what[1280];
@@ -446,6 +487,10 @@ static acx_status_t write_tensor(hid_t file, const save_plists_t *pl, const acx_
     if (t->io_end > t->io_begin && rb > 0) {
         acx_ckpt_crc_sum_t sum;
         hsize_t step = piece_rows(rb), end = (hsize_t)t->io_end;
+        /* the data's file offset (contiguous storage is allocated at
+         * create in parallel HDF5), for the write-behind */
+        haddr_t at = H5Dget_offset(dset);
+        uint64_t wb_from = (uint64_t)t->io_begin * rb;
         acx_ckpt_crc_sum_init(&sum, crc, (uint64_t)t->io_begin * rb);
         for (hsize_t r = (hsize_t)t->io_begin; r < end; r += step) {
             hsize_t n = end - r < step ? end - r : step;
@@ -457,6 +502,13 @@ static acx_status_t write_tensor(hid_t file, const save_plists_t *pl, const acx_
                 status, done);
             H5Sclose(mspace);
             mspace = -1;
+            pl->wb_bytes += n * rb;
+            uint64_t to = (uint64_t)(r + n) * rb;
+            if (at != HADDR_UNDEF && (pl->wb_bytes >= CKPT_WRITE_BEHIND || r + n == end)) {
+                write_behind(pl, (uint64_t)at + wb_from, to - wb_from);
+                wb_from = to;
+                pl->wb_bytes = 0;
+            }
         }
         acx_ckpt_crc_sum_end(&sum);
     }
@@ -633,7 +685,7 @@ acx_status_t acx_ckpt_save(acx_comm_t *world, const char *path, const acx_ckpt_t
 
     acx_status_t status = ACX_OK;
     hid_t fapl = -1, fcpl = -1, file = -1;
-    save_plists_t pl = {-1, -1, -1};
+    save_plists_t pl = {-1, -1, -1, -1, 0};
     save_crcs_t crcs = {0};
     char *tmp = str_concat(path, ".tmp");
     char *dir = dir_of(path);
@@ -693,6 +745,9 @@ acx_status_t acx_ckpt_save(acx_comm_t *world, const char *path, const acx_ckpt_t
 agreed_create:
     status = acx_coll_agree(world, status);
     if (status != ACX_OK) goto out;
+    /* a descriptor of our own for the write-behind (HDF5's MPI-IO layer
+     * does not show its own); a failure only skips the write-behind */
+    pl.wb_fd = open(tmp, O_RDONLY | O_CLOEXEC);
     kill_point("before_data");
     t_data = MPI_Wtime();
 
@@ -747,6 +802,7 @@ agreed_create:
     if (status == ACX_OK) kill_point("after_rename");
 
 out:
+    if (pl.wb_fd >= 0) close(pl.wb_fd);
     if (file >= 0) H5Fclose(file); /* collective; every rank reaches it after an agreed failure */
     if (pl.dxpl >= 0) H5Pclose(pl.dxpl);
     if (pl.dcpl >= 0) H5Pclose(pl.dcpl);
@@ -1317,6 +1373,7 @@ static acx_status_t read_tensor(acx_ckpt_file_t *f, const acx_ckpt_tensor_t *t) 
         for (hsize_t r = (hsize_t)t->io_begin; r < end; r += step) {
             hsize_t n = end - r < step ? end - r : step;
             char *p = (char *)t->buf + (size_t)(r - (hsize_t)t->buf_row0) * (size_t)rb;
+            double x0 = MPI_Wtime();
             ACX_CHECK_GOTO(select_rows(fspace, ndim, dims, r, n, &mspace, what), status, out);
             if (H5Dread(dset, mtype, mspace, fspace, H5P_DEFAULT, p) < 0) {
                 status = read_error("H5Dread", t->path, f->path, __LINE__);
@@ -1324,7 +1381,10 @@ static acx_status_t read_tensor(acx_ckpt_file_t *f, const acx_ckpt_tensor_t *t) 
             }
             H5Sclose(mspace);
             mspace = -1;
+            double x1 = MPI_Wtime();
             if (check) ACX_CHECK_GOTO(acx_ckpt_crc_check_feed(&k, p, n * rb), status, out);
+            f->t_read += x1 - x0;
+            f->t_check += MPI_Wtime() - x1;
         }
     }
     if (tail_bytes > 0)
@@ -1430,6 +1490,7 @@ acx_status_t acx_ckpt_read(acx_ckpt_file_t *f, const acx_ckpt_tensor_t *tensors,
     if (status != ACX_OK) return status;
 
     double t0 = MPI_Wtime();
+    f->t_read = f->t_check = 0;
     acx_h5_lock();
     acx_h5_quiet();
     for (int i = 0; status == ACX_OK && i < num_tensors; i++)
@@ -1452,10 +1513,10 @@ acx_status_t acx_ckpt_read(acx_ckpt_file_t *f, const acx_ckpt_tensor_t *tensors,
             }
         ACX_DEBUG(ACX_SUBSYS_IO,
                   "read %d tensors from '%s' (CRC-32: %s); %d of them read in parts by %d ranks "
-                  "and all-gathered; reading and checking %.3f s, waiting for the others %.3f s, "
-                  "all-gathers %.3f s",
+                  "and all-gathered; reading and checking %.3f s (H5Dread of the rows %.3f s, "
+                  "their CRC checks %.3f s), waiting for the others %.3f s, all-gathers %.3f s",
                   num_tensors, f->path, acx_ckpt_crc_impl(), shared, shared ? group : 1, t1 - t0,
-                  t2 - t1, MPI_Wtime() - t2);
+                  f->t_read, f->t_check, t2 - t1, MPI_Wtime() - t2);
     }
     return status;
 }

@@ -153,20 +153,21 @@ ACX_API acx_status_t acx_model_save_weights(acx_model_t *model, const char *path
     snprintf(what, sizeof what, "weights file '%s.tmp'", path);
     if (status == ACX_OK) status = acx_io_check_target(path);
     int first_node = model->ctx.strategy == ACX_HYBRID_SHARD ? on_first_node(model) : 0;
-    /* Device-resident state: HDF5 writes from host memory, so the shard's
+    /* Device-resident state (shard_dev; with CPU offload the master is host
+     * memory already): HDF5 writes from host memory, so the shard's
      * master weights are copied to a host mirror first (shard_numel floats,
      * freed on return), before any collective call, so that a failed copy
      * is agreed on with the file's creation below. */
     const float *master = model->master;
     float *mirror = NULL;
-    if (status == ACX_OK && model->ctx.dev != NULL && model->shard_numel > 0) {
+    if (status == ACX_OK && model->shard_dev != NULL && model->shard_numel > 0) {
         size_t bytes = (size_t)model->shard_numel * sizeof(float);
         mirror = acx_mem_alloc_raw(ACX_MEM_TRANSIENT, bytes, "weights host copy of the master weights");
         if (mirror == NULL)
             status = ACX_ERROR(ACX_ERR_NO_MEMORY, "acx_model_save_weights: no memory for a %zu-byte "
                                "host copy of the device-resident weights", bytes);
         else
-            status = model->ctx.dev->to_host(mirror, model->master, bytes, model->ctx.stream);
+            status = model->shard_dev->to_host(mirror, model->master, bytes, model->ctx.stream);
         master = mirror;
     }
 

@@ -353,6 +353,33 @@ static acx_status_t select_device_state(acx_accelerator_t *acc) {
     }
 }
 
+/* offload_optimizer: cpu moves the optimizer out of device memory. With
+ * model state in host memory (device_state: host, e.g. an Accelerate FSDP
+ * file with fsdp_offload_params: true run on CPU ranks) the master weights
+ * and optimizer state are there already: the setting is satisfied as it
+ * stands, and the log says so. The strategy (NO_SHARD only with device
+ * state) is checked at acx_prepare with the device_state one
+ * (sharding/model.c). Not collective. */
+static acx_status_t check_offload(const acx_accelerator_t *acc) {
+    if (acc->config.values.offload_optimizer != ACX_OFFLOAD_CPU) return ACX_OK;
+    if (acc->dev == NULL) {
+        if (acc->rank == 0)
+            ACX_INFO(ACX_SUBSYS_INIT,
+                     "offload_optimizer: cpu: model state is in host memory already "
+                     "(device_state: %s%s), so there is nothing to offload; the step runs on "
+                     "the CPU as it would anyway",
+                     acx_device_state_name(acc->config.values.device_state),
+                     acc->config.values.device_state == ACX_DEVICE_STATE_AUTO
+                         ? ", which is host with this backend"
+                         : "");
+        return ACX_OK;
+    }
+    ACX_INFO(ACX_SUBSYS_INIT, "offload_optimizer: cpu: fp32 master weights and optimizer state "
+                              "in host memory, the step on the CPU; parameters and gradients "
+                              "in %s device memory", acc->dev->name);
+    return ACX_OK;
+}
+
 /* ---- lifecycle ---- */
 
 static void accelerator_free(acx_accelerator_t *acc);
@@ -421,6 +448,7 @@ ACX_API acx_status_t acx_init(int *argc, char ***argv, const acx_config_t *confi
                                                                acc->local_size)),
                    status, err_comm);
     ACX_CHECK_GOTO(acx_coll_agree(acc->world, select_device_state(acc)), status, err_comm);
+    ACX_CHECK_GOTO(acx_coll_agree(acc->world, check_offload(acc)), status, err_comm);
     if (acc->coll != &acx_coll_mpi_ops) {
         acx_comm_t *w = NULL;
         ACX_CHECK_GOTO(acx_comm_create(MPI_COMM_WORLD, acc->coll, &w), status, err_comm);
@@ -632,6 +660,8 @@ ACX_API acx_status_t acx_model_create(acx_accelerator_t *acc, acx_model_t **mode
         .owner = acc,
         .dev = acc->dev,
         .stream = acc->compute_stream,
+        /* with host state the optimizer is on the host already (check_offload) */
+        .offload = c->offload_optimizer == ACX_OFFLOAD_CPU && acc->dev != NULL,
         /* ACX_DEBUG_MODE was read and agreed on at acx_init */
         .unit_check = acc->coll_debug == ACX_COLL_DEBUG_ON ? acx_coll_debug_unit_check : NULL,
     };

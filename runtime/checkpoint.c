@@ -477,7 +477,7 @@ static void host_view_close(host_view_t *v) {
 static acx_status_t host_view_open(acx_accelerator_t *acc, host_view_t *v) {
     acx_model_t *m = acc->model;
     acx_optimizer_t *opt = acc->optimizer;
-    const acx_devops_t *d = m->ctx.dev;
+    const acx_devops_t *d = m->shard_dev; /* NULL: host state, or CPU offload */
     memset(v, 0, sizeof *v);
     v->num_state = opt != NULL ? acx_optimizer_num_state(opt) : 0;
     if (v->num_state > 2) return ACX_ERROR(ACX_ERR_INTERNAL, "checkpoint: %d optimizer state arrays", v->num_state);
@@ -510,7 +510,7 @@ err_mem:
 /* After a load: the mirrors back into device memory (nothing with host state). */
 static acx_status_t host_view_commit(acx_accelerator_t *acc, const host_view_t *v) {
     acx_model_t *m = acc->model;
-    const acx_devops_t *d = m->ctx.dev;
+    const acx_devops_t *d = m->shard_dev;
     if (d == NULL || v->bytes == 0) return ACX_OK;
     ACX_CHECK(d->to_device(m->master, v->master, v->bytes, m->ctx.stream));
     for (int s = 0; s < v->num_state; s++)

@@ -13,7 +13,8 @@
  *
  * Sums of squares accumulate in double: the norm then agrees with a 1-rank
  * run to float rounding of the final value, whatever the partition.
- * With device-resident state (model->ctx.dev) the sum or maximum is a
+ * With device-resident state (model->shard_dev; not with CPU offload,
+ * where shard_grad is the host copy and the loops below run) the sum or maximum is a
  * kernel of the device table into a device double, copied back (8 bytes),
  * and the scaling another kernel: the emulated device sums in this loop's
  * order (bitwise), the CUDA kernels in a fixed tree (~1e-12 relative).
@@ -56,7 +57,7 @@ ACX_API acx_status_t acx_clip_grad_norm(acx_accelerator_t *acc, double max_norm,
     acx_model_t *m = acc->model;
     const float *g = m->shard_grad;
     double acc_v = 0.0;
-    const acx_devops_t *d = m->ctx.dev;
+    const acx_devops_t *d = m->shard_dev; /* NULL with host state or CPU offload */
     if (d != NULL) { /* device state: the same reduction as a kernel, 8 bytes read back */
         double *r = (double *)((char *)m->dev_scratch + 8);
         if (inf)
@@ -97,11 +98,11 @@ ACX_API acx_status_t acx_clip_grad_value(acx_accelerator_t *acc, double clip_val
     if (!(clip_value >= 0.0))
         return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_clip_grad_value: clip_value %g; expected >= 0",
                          clip_value);
-    if (acc->model->ctx.dev != NULL)
+    if (acc->model->shard_dev != NULL)
         return ACX_ERROR(ACX_ERR_NOT_SUPPORTED,
                          "acx_clip_grad_value with device_state: %s is not implemented in this "
                          "version (it needs a clamp kernel); use acx_clip_grad_norm",
-                         acc->model->ctx.dev->name);
+                         acc->model->shard_dev->name);
     ACX_CHECK(acx_scaler_unscale(acc));
     float hi = (float)clip_value, lo = -hi;
     float *w = acc->model->shard_grad;

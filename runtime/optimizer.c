@@ -15,10 +15,13 @@
  *   SGD with momentum   state[0] = momentum_buffer
  *   Adam, AdamW         state[0] = exp_avg, state[1] = exp_avg_sq
  * (torch's state names, which the checkpoint uses as group names).
- * With device-resident state (model->ctx.dev) the state arrays are device
+ * With device-resident state (model->shard_dev) the state arrays are device
  * memory of that table and the update is its adam/sgd kernel: one launch
  * over the whole local shard (under NO_SHARD the flat model), enqueued on
- * the program's compute stream.
+ * the program's compute stream. With the optimizer offloaded to the CPU
+ * (model->ctx.offload: shard_dev is NULL, the local shard is host memory)
+ * the state arrays are host memory from the device table's host_alloc
+ * (pinned with CUDA) and the update is the host kernel, as with host state.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -172,9 +175,11 @@ ACX_API acx_status_t acx_adamw_create(acx_model_t *model, const acx_adam_hparams
 
 /* Free state array i (bytes each), in host or device memory. */
 static void state_free(acx_optimizer_t *opt, int i, size_t bytes) {
-    const acx_devops_t *dev = opt->model->ctx.dev;
-    if (dev != NULL)
-        acx_devops_free(dev, ACX_MEM_OPTIMIZER, opt->state[i], bytes);
+    const acx_model_t *m = opt->model;
+    if (m->shard_dev != NULL)
+        acx_devops_free(m->shard_dev, ACX_MEM_OPTIMIZER, opt->state[i], bytes);
+    else if (m->ctx.offload)
+        acx_devops_host_free(m->ctx.dev, ACX_MEM_OPTIMIZER, opt->state[i], bytes);
     else
         acx_mem_free(ACX_MEM_OPTIMIZER, opt->state[i], bytes);
 }
@@ -192,9 +197,12 @@ acx_status_t acx_optimizer_bind(acx_optimizer_t *opt) {
     size_t bytes = m->shard_numel * sizeof(float);
     for (int i = 0; i < num_state; i++) {
         acx_status_t status = ACX_OK;
-        if (m->ctx.dev != NULL)
-            status = acx_devops_alloc(m->ctx.dev, ACX_MEM_OPTIMIZER, bytes, "optimizer state",
+        if (m->shard_dev != NULL)
+            status = acx_devops_alloc(m->shard_dev, ACX_MEM_OPTIMIZER, bytes, "optimizer state",
                                       (void **)&opt->state[i]);
+        else if (m->ctx.offload)
+            status = acx_devops_host_alloc(m->ctx.dev, ACX_MEM_OPTIMIZER, bytes,
+                                           "offloaded optimizer state", (void **)&opt->state[i]);
         else if ((opt->state[i] = acx_mem_alloc(ACX_MEM_OPTIMIZER, bytes, "optimizer state")) == NULL)
             status = ACX_ERR_NO_MEMORY;
         if (status != ACX_OK) {
@@ -272,8 +280,8 @@ ACX_API acx_status_t acx_optimizer_step(acx_optimizer_t *opt) {
     opt->num_steps++;
     /* One fused pass over the local shard: master[n], shard_grad[n], state[k][n]. */
     size_t n = m->shard_numel;
-    if (m->ctx.dev != NULL) {
-        const acx_devops_t *d = m->ctx.dev;
+    if (m->shard_dev != NULL) {
+        const acx_devops_t *d = m->shard_dev;
         acx_status_t st;
         if (opt->kind == ACX_OPTIM_SGD)
             st = d->sgd(m->master, m->shard_grad, opt->state[0], n, &opt->sgd, opt->lr,

@@ -55,7 +55,7 @@ acx_status_t acx_scaler_unscale(acx_accelerator_t *acc) {
     /* flags: a non-finite gradient, a non-finite loss, a failed device op */
     int flags[3] = {0, s->loss_nonfinite, 0};
     acx_status_t dev_status = ACX_OK;
-    const acx_devops_t *d = m->ctx.dev;
+    const acx_devops_t *d = m->shard_dev; /* NULL with host state or CPU offload */
     if (d != NULL) { /* device state: the same test as a kernel, one int read back */
         int *flag = m->dev_scratch;
         dev_status = d->memset(flag, 0, sizeof *flag, m->ctx.stream);

@@ -217,8 +217,8 @@ ACX_API acx_status_t acx_param_gather(acx_param_t *param, float *out) {
     if (!m->prepared)
         return ACX_ERROR(ACX_ERR_STATE, "acx_param_gather('%s') before acx_prepare", param->name);
     const float *mine = m->master + param->shard_offset;
-    if (m->ctx.dev != NULL && m->shard_comm == NULL) /* device state (NO_SHARD): copy it back */
-        return m->ctx.dev->to_host(out, mine, (size_t)param->numel * sizeof(float), m->ctx.stream);
+    if (m->shard_dev != NULL && m->shard_comm == NULL) /* device state (NO_SHARD): copy it back */
+        return m->shard_dev->to_host(out, mine, (size_t)param->numel * sizeof(float), m->ctx.stream);
     if (m->shard_comm == NULL) { /* every row is here */
         memcpy(out, mine, (size_t)param->numel * sizeof(float));
         return ACX_OK;
@@ -231,11 +231,11 @@ ACX_API acx_status_t acx_param_gather(acx_param_t *param, float *out) {
     float *all = acx_mem_alloc(ACX_MEM_TRANSIENT, bytes, "parameter gather");
     if (all == NULL) return ACX_ERR_NO_MEMORY;
     acx_status_t status = ACX_OK;
-    if (m->ctx.dev != NULL) { /* device state: this rank's piece to the host first */
+    if (m->shard_dev != NULL) { /* device state: this rank's piece to the host first */
         float *host = acx_mem_alloc_raw(ACX_MEM_TRANSIENT, piece * sizeof(float), "parameter gather piece");
         if (host == NULL) status = ACX_ERR_NO_MEMORY;
         if (status == ACX_OK)
-            status = m->ctx.dev->to_host(host, mine, piece * sizeof(float), m->ctx.stream);
+            status = m->shard_dev->to_host(host, mine, piece * sizeof(float), m->ctx.stream);
         /* every rank joins the all-gather; a failed copy is reported after it */
         acx_status_t s2 = c->ops->all_gather(c, host != NULL ? host : all, all, piece,
                                              ACX_DTYPE_FLOAT32);
@@ -284,6 +284,16 @@ acx_status_t acx_model_prepare(acx_model_t *m) {
         return ACX_ERROR(ACX_ERR_INVALID_ARG, "sharding_strategy %d is not one of no_shard, "
                          "shard_grad_op, full_shard, hybrid_shard", m->ctx.strategy);
     }
+    /* ctx.offload implies device state: the accelerator leaves it 0 with
+     * host state (the optimizer is on the host already) */
+    if (m->ctx.offload && m->ctx.dev == NULL)
+        return ACX_ERROR(ACX_ERR_INTERNAL, "offload_optimizer: cpu without device-resident state");
+    if (m->ctx.offload && m->ctx.strategy != ACX_NO_SHARD)
+        return ACX_ERROR(ACX_ERR_NOT_SUPPORTED,
+                         "offload_optimizer: cpu supports NO_SHARD only in this version (have "
+                         "sharding_strategy: %s; use no_shard, or offload_optimizer: none)",
+                         m->strategy->name);
+    m->shard_dev = m->ctx.offload ? NULL : m->ctx.dev;
     ACX_CHECK(m->strategy->prepare(m));
     m->prepared = 1;
     ACX_INFO(ACX_SUBSYS_SHARD, "model prepared: %d units, %d parameters, %lld elements, strategy %s, local shard %zu elements",

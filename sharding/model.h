@@ -59,6 +59,12 @@ typedef struct acx_shard_context {
      * the legacy default stream): device work acx enqueues on the model's
      * buffers goes there, after the program's. */
     void *stream;
+    /* offload_optimizer: cpu (needs dev; NO_SHARD only): the parameters the
+     * program computes with and the gradients stay in dev's memory; the
+     * fp32 master weights, a host copy of the reduced gradients and the
+     * optimizer state live in host memory (dev->host_alloc: pinned with
+     * CUDA) and the step runs on the CPU (sharding/no_shard.c). */
+    int offload;
     /* ACX_DEBUG_MODE (runtime/coll_debug.c), else NULL: the sharded
      * strategies call it on every rank of `comm` right before each
      * collective on a unit; it compares the call across comm's ranks and
@@ -125,6 +131,11 @@ struct acx_model {
      * scalar results read back by the loss scaler (an int at byte 0) and
      * clipping (a double at byte 8). NULL with host state. */
     void *dev_scratch;
+    /* Where master and shard_grad live: ctx.dev with device state, NULL
+     * (host memory) with host state or with ctx.offload. The optimizer,
+     * the loss scaler, clipping and checkpoints branch on this, not on
+     * ctx.dev. Set by acx_model_prepare. */
+    const acx_devops_t *shard_dev;
     size_t shard_numel;
     /* Who else holds the same rows. shard_comm: the ranks among which rows
      * are split (NULL under NO_SHARD: every rank holds every row) — norms

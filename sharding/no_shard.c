@@ -31,6 +31,26 @@
  * (acx_buckets_set_device). A host-side pointer to device memory is never
  * dereferenced here.
  *
+ * CPU offload of the optimizer (m->ctx.offload: offload_optimizer: cpu,
+ * with device state; ZeRO-Offload's split for NO_SHARD). Device memory
+ * holds flat_param (the compute copy, param_dtype values in fp32 slots),
+ * flat_grad and the wire; host memory from dev->host_alloc (pinned with
+ * CUDA) holds the fp32 master weights host_master — always, in fp32
+ * training too: the master is the optimizer's parameter copy — and
+ * host_grad, the reduced gradients. The model's local shard (m->master,
+ * m->shard_grad) is the host pair and m->shard_dev is NULL, so the loss
+ * scaler, clipping, the optimizer (runtime/optim_kernels.c on the CPU) and
+ * checkpoints run their host code on it, exactly as host NO_SHARD does.
+ * Each bucket is copied device -> host as its reduction completes (the
+ * buckets' done hook: offload_bucket_done), while later buckets are still
+ * reducing; after the step the whole compute copy is written back with one
+ * host -> device copy: from host_master in fp32 training, from host_grad
+ * holding the master rounded to param_dtype under mixed precision (the
+ * reduced gradients are used up by then; the next boundary's copies
+ * overwrite it). The copies are synchronous (the device table's to_host
+ * waits for the compute stream), so a done hook that runs while backward
+ * is still enqueuing makes the host wait for the kernels queued so far.
+ *
  * Checkpoints. Every rank holds every row: a save splits the writing over
  * the world (replica_rank/size). A load is split over the nodes only
  * (load_comm: one rank per node, the ranks with the same local rank): the
@@ -61,6 +81,11 @@ typedef struct no_shard_state {
     float *flat_grad;  /* [numel] in ready order */
     float *master;     /* [numel] fp32 master weights under mixed precision; else flat_param */
     uint16_t *wire;    /* [numel] 16-bit gradients on the wire, or NULL */
+    /* offload_optimizer: cpu: host memory (dev->host_alloc), else NULL */
+    float *host_master; /* [numel] fp32 master weights (m->master) */
+    float *host_grad;   /* [numel] reduced gradients (m->shard_grad); after a step, the
+                           rounded compute copy under mixed precision */
+    acx_model_t *model; /* for the done hook */
     acx_buckets_t *buckets;
     acx_comm_t *load_comm; /* m->load_comm (owned), or NULL */
 } no_shard_state_t;
@@ -83,7 +108,9 @@ static acx_status_t load_group(acx_model_t *m, acx_comm_t **comm_p) {
 /* ---- device-resident state ---- */
 
 /* The arrays in device memory (zeroed), accounted as device bytes, plus
- * the scalar scratch of the scaler and clipping. */
+ * the scalar scratch of the scaler and clipping; with offload, the master
+ * weights and the gradients' host copy in host memory instead of the
+ * device master and the scratch (host counters). */
 static acx_status_t device_alloc(acx_model_t *m, no_shard_state_t *s) {
     const acx_devops_t *d = s->dev;
     size_t n = (size_t)m->numel;
@@ -92,6 +119,18 @@ static acx_status_t device_alloc(acx_model_t *m, no_shard_state_t *s) {
     ACX_CHECK(acx_devops_alloc(d, ACX_MEM_GRADS, n * sizeof(float), "gradients",
                                (void **)&s->flat_grad));
     s->master = s->flat_param;
+    if (m->ctx.offload) {
+        ACX_CHECK(acx_devops_host_alloc(d, ACX_MEM_MASTER, n * sizeof(float),
+                                        "offloaded master weights", (void **)&s->host_master));
+        ACX_CHECK(acx_devops_host_alloc(d, ACX_MEM_GRADS, n * sizeof(float),
+                                        "host copy of the reduced gradients",
+                                        (void **)&s->host_grad));
+        s->master = s->host_master;
+        if (m->ctx.reduce_dtype != ACX_DTYPE_FLOAT32)
+            ACX_CHECK(acx_devops_alloc(d, ACX_MEM_GRADS, n * sizeof(uint16_t),
+                                       "gradient wire buffer", (void **)&s->wire));
+        return ACX_OK;
+    }
     if (mixed(m))
         ACX_CHECK(acx_devops_alloc(d, ACX_MEM_MASTER, n * sizeof(float), "master weights",
                                    (void **)&s->master));
@@ -103,7 +142,8 @@ static acx_status_t device_alloc(acx_model_t *m, no_shard_state_t *s) {
 
 /* p's initial values, computed on the host exactly as with host state and
  * copied to master[off .. off + numel) on the device. One host block per
- * parameter at a time bounds the host memory this needs. */
+ * parameter at a time bounds the host memory this needs. (With offload the
+ * master is host memory and is filled directly.) */
 static acx_status_t device_init_param(acx_model_t *m, no_shard_state_t *s, acx_param_t *p,
                                       size_t off) {
     size_t bytes = (size_t)p->numel * sizeof(float);
@@ -115,6 +155,29 @@ static acx_status_t device_init_param(acx_model_t *m, no_shard_state_t *s, acx_p
     return status;
 }
 
+/* ---- CPU offload of the optimizer ---- */
+
+/* The buckets' done hook: bucket [offset, offset + count) of the device
+ * gradients is reduced (and widened back): copy it into host_grad. */
+static acx_status_t offload_bucket_done(void *arg, size_t offset, size_t count) {
+    no_shard_state_t *s = arg;
+    return s->dev->to_host(s->host_grad + offset, s->flat_grad + offset, count * sizeof(float),
+                           s->model->ctx.stream);
+}
+
+/* The compute copy from the host master weights, in one host -> device
+ * copy: fp32 training copies host_master itself; mixed precision rounds it
+ * to param_dtype into host_grad first (see the file comment). */
+static acx_status_t offload_write_back(acx_model_t *m, no_shard_state_t *s) {
+    size_t n = (size_t)m->numel;
+    const float *src = s->host_master;
+    if (mixed(m)) {
+        acx_half_round_f32_n(m->ctx.param_dtype, s->host_master, s->host_grad, n);
+        src = s->host_grad;
+    }
+    return s->dev->to_device(s->flat_param, src, n * sizeof(float), m->ctx.stream);
+}
+
 static acx_status_t no_shard_prepare(acx_model_t *m) {
     acx_status_t status = ACX_OK;
     size_t n = (size_t)m->numel;
@@ -123,6 +186,7 @@ static acx_status_t no_shard_prepare(acx_model_t *m) {
     if (s == NULL) return ACX_ERR_NO_MEMORY;
     m->strategy_state = s;
     s->dev = m->ctx.dev;
+    s->model = m;
     if (s->dev != NULL) {
         status = device_alloc(m, s);
         if (status != ACX_OK) goto out;
@@ -165,7 +229,7 @@ static acx_status_t no_shard_prepare(acx_model_t *m) {
         /* Every rank computes every value itself: the initializer is keyed
          * by (seed, name, element), so no broadcast from rank 0 is needed
          * for the replicas to agree. */
-        if (s->dev != NULL)
+        if (s->dev != NULL && !m->ctx.offload)
             status = device_init_param(m, s, p, off);
         else
             acx_param_init_fill(&p->init, p->ndim, p->shape, m->ctx.seed, p->name, 0, p->rows,
@@ -175,14 +239,16 @@ static acx_status_t no_shard_prepare(acx_model_t *m) {
                                          .unit = p->unit->index};
         off += (size_t)p->numel;
     }
-    if (mixed(m) && s->dev != NULL)
+    if (m->ctx.offload)
+        status = offload_write_back(m, s);
+    else if (mixed(m) && s->dev != NULL)
         status = s->dev->half_round_f32(m->ctx.param_dtype, s->master, s->flat_param, n,
                                         m->ctx.stream);
     else if (mixed(m))
         acx_half_round_f32_n(m->ctx.param_dtype, s->master, s->flat_param, n);
     if (status != ACX_OK) goto out;
     m->master = s->master;
-    m->shard_grad = s->flat_grad;
+    m->shard_grad = m->ctx.offload ? s->host_grad : s->flat_grad;
     m->shard_numel = n;
     status = acx_buckets_create(m->ctx.world, s->flat_grad, ACX_DTYPE_FLOAT32, n, m->num_units,
                                 m->num_params, segs, m->ctx.bucket_bytes, &s->buckets);
@@ -190,10 +256,13 @@ static acx_status_t no_shard_prepare(acx_model_t *m) {
         status = acx_buckets_set_device(s->buckets, s->dev, &m->ctx.stream);
     if (status == ACX_OK && s->wire != NULL)
         status = acx_buckets_set_wire(s->buckets, m->ctx.reduce_dtype, s->wire);
+    if (status == ACX_OK && m->ctx.offload)
+        status = acx_buckets_on_done(s->buckets, offload_bucket_done, s);
     if (status == ACX_OK)
-        ACX_INFO(ACX_SUBSYS_SHARD, "NO_SHARD: %zu parameters' elements in %d gradient bucket(s) of <= %zu bytes; state in %s memory",
+        ACX_INFO(ACX_SUBSYS_SHARD, "NO_SHARD: %zu parameters' elements in %d gradient bucket(s) of <= %zu bytes; state in %s memory%s",
                  n, acx_buckets_count(s->buckets), m->ctx.bucket_bytes,
-                 s->dev != NULL ? s->dev->name : "host");
+                 s->dev != NULL ? s->dev->name : "host",
+                 m->ctx.offload ? "; master weights and optimizer offloaded to host memory" : "");
 out:
     free(segs);
     return status;
@@ -220,6 +289,7 @@ static acx_status_t no_shard_backward_end(acx_model_t *m) {
  * compute copies follow (rounded). */
 static acx_status_t no_shard_after_step(acx_model_t *m) {
     no_shard_state_t *s = m->strategy_state;
+    if (m->ctx.offload) return offload_write_back(m, s);
     if (mixed(m) && s->dev != NULL)
         return s->dev->half_round_f32(m->ctx.param_dtype, s->master, s->flat_param,
                                       (size_t)m->numel, m->ctx.stream);
@@ -247,8 +317,12 @@ static void no_shard_destroy(acx_model_t *m) {
         if (s->dev->sync(m->ctx.stream) != ACX_OK)
             ACX_WARN(ACX_SUBSYS_SHARD, "NO_SHARD: synchronizing before freeing device state: %s",
                      acx_last_error());
-        if (s->master != s->flat_param)
+        if (m->ctx.offload) {
+            acx_devops_host_free(s->dev, ACX_MEM_MASTER, s->host_master, n * sizeof(float));
+            acx_devops_host_free(s->dev, ACX_MEM_GRADS, s->host_grad, n * sizeof(float));
+        } else if (s->master != s->flat_param) {
             acx_devops_free(s->dev, ACX_MEM_MASTER, s->master, n * sizeof(float));
+        }
         acx_devops_free(s->dev, ACX_MEM_GRADS, s->wire, n * sizeof(uint16_t));
         acx_devops_free(s->dev, ACX_MEM_PARAMS, s->flat_param, n * sizeof(float));
         acx_devops_free(s->dev, ACX_MEM_GRADS, s->flat_grad, n * sizeof(float));

@@ -64,6 +64,14 @@ typedef enum acx_device_state {
                                      double whose memory host code cannot touch */
 } acx_device_state_t;
 
+/* Where the optimizer's fp32 master weights and state live and its step
+ * runs (offload_optimizer). */
+typedef enum acx_offload {
+    ACX_OFFLOAD_NONE = 0, /* with the rest of the model state (device_state) */
+    ACX_OFFLOAD_CPU = 1   /* host memory, the step on the CPU; needs device_state cuda or
+                             emulated and sharding_strategy no_shard (this version) */
+} acx_offload_t;
+
 typedef enum acx_log_level {
     ACX_LOG_ERROR = 0,
     ACX_LOG_WARN = 1,
@@ -162,6 +170,7 @@ typedef struct acx_config {
     int resume; /* acx_resume_t (default ACX_RESUME_NO) */
     acx_preemption_config_t preemption;
     int device_state; /* acx_device_state_t (default AUTO) */
+    int offload_optimizer; /* acx_offload_t (default ACX_OFFLOAD_NONE) */
 } acx_config_t;
 
 #define ACX_CONFIG_DEFAULT                                                     \
@@ -188,7 +197,8 @@ typedef struct acx_config {
                        .min = ACX_UNSET_F, .max_consecutive_skips = ACX_UNSET }, \
         .resume = ACX_UNSET,                                                   \
         .preemption = {.signals = NULL, .requeue = ACX_UNSET },                \
-        .device_state = ACX_UNSET                                              \
+        .device_state = ACX_UNSET,                                             \
+        .offload_optimizer = ACX_UNSET                                         \
     }
 
 /* Resolve the configuration the way acx_init would, without starting MPI,

@@ -91,6 +91,8 @@ static const enum_name_t device_state_names[] = {{"auto", ACX_DEVICE_STATE_AUTO}
                                                  {"cuda", ACX_DEVICE_STATE_CUDA},
                                                  {"emulated", ACX_DEVICE_STATE_EMULATED},
                                                  {NULL, 0}};
+static const enum_name_t offload_names[] = {
+    {"none", ACX_OFFLOAD_NONE}, {"cpu", ACX_OFFLOAD_CPU}, {NULL, 0}};
 static const enum_name_t log_with_names[] = {
     {"none", ACX_LOG_WITH_NONE}, {"jsonl", ACX_LOG_WITH_JSONL}, {NULL, 0}};
 /* PyTorch FSDP's BackwardPrefetch names, lower case; BACKWARD_PRE etc. match
@@ -145,6 +147,10 @@ static const config_key_t key_table[] = {
      FIELD(device_state), NOBUF, "auto", NULL,
      "auto = cuda with backend nccl, else host; emulated = a CPU test double of the device "
      "path, for testing without a GPU"},
+    {"offload_optimizer", "ACX_OFFLOAD_OPTIMIZER", KT_ENUM, offload_names, UNBOUNDED,
+     FIELD(offload_optimizer), NOBUF, "none", NULL,
+     "cpu = fp32 master weights and optimizer state in host memory, the step on the CPU "
+     "(needs device_state cuda or emulated, sharding_strategy no_shard)"},
     {"ranks_per_node", "ACX_RANKS_PER_NODE", KT_INT, NULL, 0, INFINITY, 0, FIELD(ranks_per_node),
      NOBUF, "0", NULL, "0 = the real nodes"},
     {"checkpoint.total_limit", "ACX_CHECKPOINT_TOTAL_LIMIT", KT_INT, NULL, 0, INFINITY, 0,
@@ -233,6 +239,7 @@ const char *acx_sharding_strategy_name(int s) { return enum_canonical(shard_name
 const char *acx_mixed_precision_name(int mp) { return enum_canonical(mp_names, mp); }
 const char *acx_backend_name(int b) { return enum_canonical(backend_names, b); }
 const char *acx_device_state_name(int d) { return enum_canonical(device_state_names, d); }
+const char *acx_offload_optimizer_name(int o) { return enum_canonical(offload_names, o); }
 const char *acx_log_with_name(int w) { return enum_canonical(log_with_names, w); }
 const char *acx_backward_prefetch_name(int p) { return enum_canonical(prefetch_names, p); }
 const char *acx_resume_name(int r) { return enum_canonical(resume_names, r); }
@@ -571,6 +578,8 @@ static acx_status_t ah_ds_accumulation(struct yaml_ctx *ctx, int ai, const char 
 static acx_status_t ah_fsdp_backward_prefetch(struct yaml_ctx *ctx, int ai, const char *text);
 static acx_status_t ah_fsdp_forward_prefetch(struct yaml_ctx *ctx, int ai, const char *text);
 static acx_status_t ah_fsdp_limit(struct yaml_ctx *ctx, int ai, const char *text);
+static acx_status_t ah_fsdp_offload(struct yaml_ctx *ctx, int ai, const char *text);
+static acx_status_t ah_ds_offload_optimizer(struct yaml_ctx *ctx, int ai, const char *text);
 
 /* distributed_type: data parallel on some device (acx picks the device
  * itself), the two sharded kinds, and what acx cannot run at all. */
@@ -606,7 +615,9 @@ static const char *const zero_stage_valid[] = {"0", "1", "2", "3", NULL};
 #define AMAP(name, valid, fn)      {name, AK_MAPPED, valid, NULL, NULL, fn}
 /* clang-format on */
 
-#define NO_OFFLOAD "ignored: acx does not offload to CPU or NVMe"
+#define NO_PARAM_OFFLOAD                                                                   \
+    "ignored: acx keeps parameters in device memory (only the optimizer offloads: "       \
+    "offload_optimizer)"
 
 /* A section's rows follow each other, after the top-level rows. */
 static const accel_key_t accel_table[] = {
@@ -653,7 +664,7 @@ static const accel_key_t accel_table[] = {
     AMAP("fsdp_config.fsdp_forward_prefetch", NULL, ah_fsdp_forward_prefetch),
     AMAP("fsdp_config.fsdp_limit_all_gathers", NULL, ah_fsdp_limit),
     AIGN("fsdp_config.fsdp_min_num_params"),
-    AFALSE("fsdp_config.fsdp_offload_params", NO_OFFLOAD),
+    AMAP("fsdp_config.fsdp_offload_params", NULL, ah_fsdp_offload),
     AMAP("fsdp_config.fsdp_reshard_after_forward", NULL, ah_fsdp_reshard),
     AMAP("fsdp_config.fsdp_sharding_strategy", fsdp_strategy_valid, ah_fsdp_strategy),
     ACHECK("fsdp_config.fsdp_state_dict_type", state_dict_valid, NULL, NULL),
@@ -672,9 +683,9 @@ static const accel_key_t accel_table[] = {
     AMAP("deepspeed_config.gradient_accumulation_steps", NULL, ah_ds_accumulation),
     ACHECK("deepspeed_config.gradient_clipping", NULL, none_fine,
            "ignored: the program clips with acx_clip_grad_norm"),
-    ACHECK("deepspeed_config.offload_optimizer_device", offload_valid, none_fine, NO_OFFLOAD),
+    AMAP("deepspeed_config.offload_optimizer_device", offload_valid, ah_ds_offload_optimizer),
     AIGN("deepspeed_config.offload_optimizer_nvme_path"),
-    ACHECK("deepspeed_config.offload_param_device", offload_valid, none_fine, NO_OFFLOAD),
+    ACHECK("deepspeed_config.offload_param_device", offload_valid, none_fine, NO_PARAM_OFFLOAD),
     AIGN("deepspeed_config.offload_param_nvme_path"),
     AIGN("deepspeed_config.zero3_init_flag"),
     AIGN("deepspeed_config.zero3_save_16bit_model"),
@@ -1178,6 +1189,29 @@ static acx_status_t ah_fsdp_limit(yaml_ctx_t *ctx, int ai, const char *text) {
         return accel_bad_value(ctx, accel_table[ai].name, ctx->aval[ai], text, "true or false");
     return accel_set(ctx, "fsdp.limit_all_gathers", b ? "2" : "0", ctx->aval[ai],
                      accel_table[ai].name);
+}
+
+/* FSDP's CPUOffload(offload_params=True): parameters, gradients and the
+ * optimizer step on the CPU. acx's nearest is offload_optimizer: cpu (the
+ * fp32 master weights, the optimizer state and the step on the CPU; the
+ * compute copy of the parameters and the gradients stay in device memory). */
+static acx_status_t ah_fsdp_offload(yaml_ctx_t *ctx, int ai, const char *text) {
+    int b = parse_bool(text);
+    if (b < 0)
+        return accel_bad_value(ctx, accel_table[ai].name, ctx->aval[ai], text, "true or false");
+    return b ? accel_set(ctx, "offload_optimizer", "cpu", ctx->aval[ai], accel_table[ai].name)
+             : ACX_OK;
+}
+
+/* DeepSpeed's ZeRO-Offload: cpu is offload_optimizer: cpu; nvme (ZeRO-
+ * Infinity) is not done, and is reported as such. */
+static acx_status_t ah_ds_offload_optimizer(yaml_ctx_t *ctx, int ai, const char *text) {
+    if (strcasecmp(text, "cpu") == 0)
+        return accel_set(ctx, "offload_optimizer", "cpu", ctx->aval[ai], accel_table[ai].name);
+    if (strcasecmp(text, "nvme") == 0)
+        warn_add(ctx, accel_table[ai].name, ctx->akey[ai], ctx->aval[ai],
+                 "ignored: acx does not offload to NVMe (offload_optimizer: cpu is the nearest)");
+    return ACX_OK;
 }
 
 /* The second pass over an Accelerate file's keys, once all are known

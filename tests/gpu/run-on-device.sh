@@ -95,7 +95,7 @@ result "build: PASS ($(($(date +%s) - t0)) s for configure + make -j$jobs)"
 
 # ---- GPU tests ----
 gpu_failed=0
-for t in device kernels nccl bench mpi_device ddp_device ddp_stream mlp_cuda; do
+for t in device kernels nccl bench mpi_device ddp_device offload ddp_stream mlp_cuda; do
     step "tests/gpu/$t.test"
     t0=$(date +%s)
     timeout 600 make -j1 check TESTS="tests/gpu/$t.test" >/dev/null 2>&1

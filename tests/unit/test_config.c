@@ -98,7 +98,7 @@ static acx_status_t resolve(const acx_config_t *program, const char *file, int n
 
 static int test_table(void) {
     TESTING("key table, names, formatting");
-    CHECK(acx_config_num_keys() == 29);
+    CHECK(acx_config_num_keys() == 30);
     CHECK(strcmp(acx_config_key_name(0), "mixed_precision") == 0);
     CHECK(acx_config_key_name(-1) == NULL);
     CHECK(acx_config_key_name(acx_config_num_keys()) == NULL);
@@ -110,6 +110,9 @@ static int test_table(void) {
     CHECK(strcmp(acx_mixed_precision_name(ACX_MP_FP16), "fp16") == 0);
     CHECK(strcmp(acx_backend_name(ACX_BACKEND_NCCL), "nccl") == 0);
     CHECK(strcmp(acx_backend_name(99), "invalid") == 0);
+    CHECK(strcmp(acx_offload_optimizer_name(ACX_OFFLOAD_NONE), "none") == 0);
+    CHECK(strcmp(acx_offload_optimizer_name(ACX_OFFLOAD_CPU), "cpu") == 0);
+    CHECK(strcmp(acx_offload_optimizer_name(7), "invalid") == 0);
     CHECK(strcmp(acx_log_with_name(ACX_LOG_WITH_NONE), "none") == 0);
     CHECK(strcmp(acx_log_with_name(ACX_LOG_WITH_JSONL), "jsonl") == 0);
     CHECK(strcmp(acx_backward_prefetch_name(ACX_BACKWARD_PRE), "backward_pre") == 0);
@@ -714,6 +717,10 @@ static int test_file_errors(void) {
                             "key 'project_dir': invalid value ''", "non-empty string"));
     CHECK(expect_file_error("seed: 1\nseed:\n  a: 1\n", ACX_ERR_INVALID_CONFIG, 3,
                             "key 'seed': expected an integer, got a mapping", NULL));
+    CHECK(expect_file_error("offload_optimizer: nvme\n", ACX_ERR_INVALID_CONFIG, 1,
+                            "key 'offload_optimizer': invalid value 'nvme' (expected one of: "
+                            "none, cpu;",
+                            NULL));
     CHECK(expect_file_error("backend: [mpi, nccl]\n", ACX_ERR_INVALID_CONFIG, 1,
                             "key 'backend': expected one of: auto, mpi, nccl, got a list", NULL));
     CHECK(expect_file_error("dataloader: 5\n", ACX_ERR_INVALID_CONFIG, 1,
@@ -1229,14 +1236,16 @@ static int test_accelerate_files(void) {
     CHECK(from_file(&cfg, p, "fsdp.backward_prefetch", 9, "fsdp_config.fsdp_backward_prefetch"));
     CHECK(has_value(&cfg, "fsdp.forward_prefetch", "false"));
     CHECK(from_file(&cfg, p, "fsdp.forward_prefetch", 11, "fsdp_config.fsdp_forward_prefetch"));
-    CHECK(warning_is(&cfg, p,
-                     "fsdp_config.fsdp_offload_params=true (line 12, ignored: acx does not "
-                     "offload to CPU or NVMe)"));
+    /* FSDP's CPUOffload(offload_params=True) is acx's optimizer offload */
+    CHECK(has_value(&cfg, "offload_optimizer", "cpu"));
+    CHECK(from_file(&cfg, p, "offload_optimizer", 12, "fsdp_config.fsdp_offload_params"));
+    CHECK(warning_is(&cfg, p, NULL));
     /* Every acx key not mapped stays at its default. */
     for (int i = 0; i < acx_config_num_keys(); i++) {
         const char *k = acx_config_key_name(i);
         if (strcmp(k, "sharding_strategy") != 0 && strcmp(k, "mixed_precision") != 0 &&
-            strcmp(k, "fsdp.backward_prefetch") != 0 && strcmp(k, "fsdp.forward_prefetch") != 0)
+            strcmp(k, "fsdp.backward_prefetch") != 0 && strcmp(k, "fsdp.forward_prefetch") != 0 &&
+            strcmp(k, "offload_optimizer") != 0)
             CHECK(cfg.origin[i].source == ACX_SRC_DEFAULT);
     }
 
@@ -1268,10 +1277,11 @@ static int test_accelerate_files(void) {
     CHECK(has_info(&cfg, p, "machine_rank", "1", 15));
     CHECK(has_info(&cfg, p, "main_process_ip", "192.168.1.10", 16));
     CHECK(has_info(&cfg, p, "main_process_port", "6000", 17));
+    CHECK(has_value(&cfg, "offload_optimizer", "cpu")); /* ZeRO-Offload */
+    CHECK(from_file(&cfg, p, "offload_optimizer", 7, "deepspeed_config.offload_optimizer_device"));
     CHECK(warning_is(&cfg, p,
                      "deepspeed_config.gradient_clipping=1.0 (line 6, ignored: the program clips "
-                     "with acx_clip_grad_norm), deepspeed_config.offload_optimizer_device=cpu "
-                     "(line 7, ignored: acx does not offload to CPU or NVMe)"));
+                     "with acx_clip_grad_norm)"));
 
     /* The file is one layer: the environment and the program still win
      * over what it maps to, and keep its launch information. */
@@ -1367,6 +1377,14 @@ static const accel_case_t accel_cases[] = {
     /* DEEPSPEED without a stage: Accelerate's default stage 2 ... */
     {CE "deepspeed_config:\n  gradient_accumulation_steps: auto\ndistributed_type: DEEPSPEED\n",
      "shard_grad_op", 4, "distributed_type: DEEPSPEED, ZeRO stage 2 by default", NULL},
+    /* ZeRO-Infinity's NVMe and ZeRO-3's parameter offload are not done */
+    {CE "deepspeed_config:\n  offload_optimizer_device: nvme\n  offload_param_device: cpu\n"
+        "  zero_stage: 2\ndistributed_type: DEEPSPEED\n",
+     "shard_grad_op", 5, "deepspeed_config.zero_stage",
+     "deepspeed_config.offload_optimizer_device=nvme (line 3, ignored: acx does not offload to "
+     "NVMe (offload_optimizer: cpu is the nearest)), deepspeed_config.offload_param_device=cpu "
+     "(line 4, ignored: acx keeps parameters in device memory (only the optimizer offloads: "
+     "offload_optimizer))"},
     /* ... unless a DeepSpeed JSON file, which acx does not read, decides. */
     {CE "deepspeed_config:\n  deepspeed_config_file: ds_z3.json\n  zero3_init_flag: true\n"
         "distributed_type: DEEPSPEED\n",
@@ -1634,7 +1652,7 @@ static int test_log_warnings(void) {
     int fd = mkstemp(log);
     CHECK(fd >= 0);
     close(fd);
-    const char *p = write_yaml(accel_fsdp);
+    const char *p = write_yaml(accel_zero3); /* its warning: gradient_clipping */
     CHECK_OK(resolve(NULL, p, 0, NULL));
     setenv("ACX_LOG_FILE", log, 1);
     acx_log_setup(0, 4, ACX_LOG_WARN, NULL);
@@ -1654,7 +1672,7 @@ static int test_log_warnings(void) {
     const char *first = strstr(text, want);
     CHECK(first != NULL && strstr(first + 1, want) != NULL); /* logged by both calls */
     snprintf(want, sizeof want,
-             "init: num_processes=16 (%s:25) but the job runs 4 ranks: acx uses the launcher's "
+             "init: num_processes=16 (%s:21) but the job runs 4 ranks: acx uses the launcher's "
              "count\n",
              p);
     CHECK(strstr(text, want) != NULL);

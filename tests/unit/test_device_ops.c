@@ -101,6 +101,38 @@ error:
     return 1;
 }
 
+/* host_alloc (for the CPU-offloaded optimizer): zeroed host memory that
+ * host code reads and writes, not the device's, counted in the HOST
+ * counters; the device copies move data to and from it. */
+static int test_host_alloc(void) {
+    acx_memory_stats_t s0, s1, s2;
+    float *h = NULL, *d = NULL, back[250];
+    CHECK_OK(acx_memory_stats(&s0));
+    CHECK_OK(acx_devops_host_alloc(D, ACX_MEM_MASTER, 1000, "master", (void **)&h));
+    CHECK_OK(acx_memory_stats(&s1));
+    CHECK(s1.current[ACX_MEM_MASTER] - s0.current[ACX_MEM_MASTER] == 1000);
+    CHECK(s1.device_current_total == s0.device_current_total);
+    CHECK(((uintptr_t)h & 63) == 0);
+    CHECK(!acx_devops_emulated_owns(h, 1000));
+    for (int i = 0; i < 250; i++)
+        CHECK(h[i] == 0.0f);
+    for (int i = 0; i < 250; i++)
+        h[i] = (float)i * 0.25f; /* host code may write it */
+    CHECK_OK(acx_devops_alloc(D, ACX_MEM_PARAMS, 1000, "params", (void **)&d));
+    CHECK_OK(D->to_device(d, h, 1000, NULL));
+    CHECK_OK(D->to_host(back, d, 1000, NULL));
+    CHECK(memcmp(back, h, 1000) == 0);
+    acx_devops_free(D, ACX_MEM_PARAMS, d, 1000);
+    acx_devops_host_free(D, ACX_MEM_MASTER, h, 1000);
+    CHECK_OK(acx_memory_stats(&s2));
+    CHECK(s2.current[ACX_MEM_MASTER] == s0.current[ACX_MEM_MASTER]);
+    CHECK_OK(D->host_alloc(0, "nothing", (void **)&h));
+    CHECK(h == NULL);
+    return 0;
+error:
+    return 1;
+}
+
 /* deterministic values of mixed magnitude and sign */
 static void fill(float *x, size_t n, uint32_t seed, float scale) {
     uint32_t s = seed * 2654435761u + 1u;
@@ -225,6 +257,7 @@ int main(void) {
     } cases[] = {
         {"emulated device: memory closed to host code, copies", test_memory},
         {"emulated device: allocations in the device counters", test_accounting},
+        {"emulated device: host_alloc, host memory, host counters", test_host_alloc},
         {"emulated device: AdamW, SGD bitwise the CPU kernels", test_optimizers},
         {"emulated device: norms, inf check, scale, 16-bit casts", test_kernels},
         {"cuda device table: absent with a reason, or present", test_cuda_absent},
