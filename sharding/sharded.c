@@ -54,7 +54,8 @@
  * into the float32 shard. Rounding is to nearest, ties to even (half.h).
  *
  * Device-resident state (m->ctx.dev: device_state cuda, or the emulated
- * test device). The same buffers, layout and offsets live in device memory
+ * test device; CPU offload is refused for these strategies, so m->shard_dev
+ * is ctx.dev here). The same buffers, layout and offsets live in device memory
  * through the device table (cuda/device_ops.h), and the host loops become
  * table operations on the program's compute stream (m->ctx.stream):
  * the segment's rounding onto the 16-bit wire (half_from_f32), the
