@@ -81,6 +81,7 @@
 #include "collectives/coll.h"
 #include "collectives/half.h"
 #include "collectives/mpi/coll_mpi.h"
+#include "collectives/mpi/coll_mpi_shm.h"
 #include "collectives/watchdog.h"
 #include "runtime/base/error.h"
 
@@ -653,6 +654,7 @@ static void post_free(post_t *p) {
  */
 typedef struct mpi_comm_state {
     MPI_Comm late;               /* dup of comm->mpi for the posted-late all-gathers */
+    acx_shm_t *shm;              /* the node's shared-memory all-reduce, or NULL */
     acx_coll_req_t *head, *tail; /* the queue, oldest first */
     struct mpi_comm_state *next; /* every MPI-backend communicator (all_states) */
 } mpi_comm_state_t;
@@ -815,6 +817,12 @@ static acx_status_t mpi_comm_init(acx_comm_t *comm) {
         return acx_error_mpi(ret, "MPI_Comm_dup (the late all-gathers' communicator)", __FILE__,
                              __LINE__);
     }
+    acx_status_t status = acx_shm_create(comm->mpi, &cs->shm);
+    if (status != ACX_OK) {
+        MPI_Comm_free(&cs->late);
+        free(cs);
+        return status;
+    }
     cs->next = all_states;
     all_states = cs;
     comm->state = cs;
@@ -839,6 +847,7 @@ static void mpi_comm_fini(acx_comm_t *comm) {
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (!finalized && cs->late != MPI_COMM_NULL) MPI_Comm_free(&cs->late);
+    acx_shm_free(cs->shm);
     free(cs);
     comm->state = NULL;
 }
@@ -877,6 +886,17 @@ static acx_status_t all_reduce_setup(acx_comm_t *comm, const void *sendbuf, void
     return ACX_OK;
 }
 
+/* The shared-memory all-reduce (coll_mpi_shm.c) when comm's ranks share a
+ * node and it takes this reduction (AVG: its SUM, post_run divides), else
+ * NULL: MPI. The same answer on every rank. */
+static acx_shm_t *shm_for(const acx_comm_t *comm, const red_plan_t *plan, size_t count,
+                          acx_dtype_t dtype, acx_red_op_t op) {
+    const mpi_comm_state_t *cs = comm->state;
+    if (cs == NULL || cs->shm == NULL || plan->half) return NULL;
+    return acx_shm_all_reduce_ok(cs->shm, count, dtype, plan->avg ? ACX_OP_SUM : op) ? cs->shm
+                                                                                      : NULL;
+}
+
 static acx_status_t mpi_all_reduce(acx_comm_t *comm, const void *sendbuf, void *recvbuf,
                                    size_t count, acx_dtype_t dtype, acx_red_op_t op) {
     red_plan_t plan;
@@ -885,6 +905,12 @@ static acx_status_t mpi_all_reduce(acx_comm_t *comm, const void *sendbuf, void *
     void *dst = NULL;
     acx_status_t status = ACX_OK;
     ACX_CHECK(all_reduce_setup(comm, sendbuf, recvbuf, count, dtype, op, &plan, &post, &src, &dst));
+    acx_shm_t *shm = shm_for(comm, &plan, count, dtype, op);
+    if (shm != NULL) {
+        acx_shm_all_reduce(shm, sendbuf, recvbuf, count, dtype);
+        post_run(&post);
+        goto out;
+    }
     if (plan.half) { /* both halves on comm itself: blocking, every rank in the same place */
         ACX_CHECK_GOTO(half_exchange(post.half, sendbuf, comm->mpi, NULL, NULL), status, out);
         half_combine(post.half);
@@ -917,13 +943,30 @@ static acx_status_t mpi_all_reduce_start(acx_comm_t *comm, const void *sendbuf, 
     acx_coll_req_t *req = NULL;
     if (req_p == NULL) return ACX_ERROR(ACX_ERR_INVALID_ARG, "all-reduce start: req_p is NULL");
     ACX_CHECK(all_reduce_setup(comm, sendbuf, recvbuf, count, dtype, op, &plan, &post, &src, &dst));
-    status =
-        req_create(plan.half ? post.half->npieces : num_chunks(count), "all-reduce request", &req);
+    acx_shm_t *shm = shm_for(comm, &plan, count, dtype, op);
+    status = req_create(shm != NULL  ? 0
+                        : plan.half ? post.half->npieces
+                                    : num_chunks(count),
+                        "all-reduce request", &req);
     if (status != ACX_OK) {
         post_free(&post);
         return status;
     }
     req->post = post;
+    if (shm != NULL) {
+        /* Completes here: a shared-memory reduction is done by the ranks'
+         * own CPUs, and acx runs no progress thread (DESIGN.md, Threads).
+         * It waits for the other ranks, so it is timed like a blocking
+         * collective and first moves this communicator's 16-bit queue on. */
+        acx_watch_enter("all_reduce");
+        queue_drain(comm);
+        acx_shm_all_reduce(shm, sendbuf, recvbuf, count, dtype);
+        acx_watch_exit();
+        post_run(&req->post);
+        req->complete = 1;
+        *req_p = req;
+        return ACX_OK;
+    }
     if (plan.half) { /* the first half now; test/wait post the second (the queue) */
         ACX_CHECK_GOTO(half_exchange(post.half, sendbuf, comm->mpi, req->mpi, &req->nreq), status,
                        err_started);

@@ -1,0 +1,99 @@
+/*
+ * collectives/mpi/coll_mpi_shm.h — all-reduce through a shared-memory
+ * segment, for communicators whose ranks all share one node
+ * (package-private to collectives/mpi/; coll_mpi.c decides when to use it).
+ *
+ * Why acx has its own: on one node an MPI library moves a large all-reduce
+ * through its shared-memory transport in fragments (Open MPI's vader: a
+ * copy into a FIFO, a copy out, per fragment and per step of its
+ * algorithm), and with no single-copy mechanism (CMA/XPMEM, often
+ * unavailable in containers) that runs at ~1 GB/s here, below the memory
+ * bandwidth of one core. NCCL's intra-node transports, Open MPI's own
+ * coll/sm and coll/xhc, MPICH's release-gather collectives and DeepSpeed's
+ * CPU shm all-reduce (deepspeed/csrc/cpu/comm/shm.cpp) all answer the same
+ * way: every rank maps one segment, copies its input in once, and reduces
+ * its share straight out of the other ranks' copies.
+ *
+ * The algorithm, per round of at most slot_bytes of each rank's buffer:
+ *
+ *   1. copy in: rank r copies the round's elements into its slot, then
+ *      publishes flag[r] (release);
+ *   2. reduce-scatter: once every flag has arrived (acquire), rank r sums
+ *      block r of the round over all slots, in rank order
+ *      ((x_0 + x_1) + x_2) + ..., into its output and back into its own
+ *      slot's block r, and publishes flag[r] again;
+ *   3. all-gather: once every flag has arrived, rank r copies every other
+ *      block q from slot q into its output.
+ *
+ * Rounds alternate between two slot sets, so a round needs no third
+ * synchronization: a rank that has seen every flag of round k + 1 knows
+ * every rank finished reading round k's set, which round k + 2 reuses.
+ * Rounds of at most ACX_SHM_DIRECT_BYTES skip step 3: every rank sums the
+ * whole round itself (one synchronization instead of two; latency wins).
+ * Either way each element is summed by one formula in rank order, so the
+ * result is bitwise the same on every rank, for every round size and rank
+ * count — and equal to a left-to-right sum in rank order computed anywhere.
+ *
+ * A rank waiting for flags spins briefly, then yields the CPU
+ * (sched_yield) and now and then calls into MPI (MPI_Iprobe) so that
+ * non-blocking MPI collectives other ranks are waiting on keep moving (Open
+ * MPI's libnbc progresses only inside MPI calls). When the node has more
+ * ranks than online CPUs it yields at once. A rank that dies leaves the
+ * others waiting: the stall detector (../watchdog.c), which brackets every
+ * call that can wait, ends them.
+ *
+ * The segment is a POSIX shared-memory object that node rank 0 creates,
+ * reserves with posix_fallocate (a full /dev/shm is an error at creation,
+ * not a SIGBUS later) and unlinks as soon as every rank has mapped it;
+ * freeing is a local munmap, never a collective.
+ *
+ * Environment (NCCL_SHM_DISABLE's counterpart and two tuning knobs; read
+ * by rank 0 at creation and broadcast, so every rank agrees):
+ *   ACX_SHM_DISABLE=1      never use shared memory (MPI_Allreduce instead)
+ *   ACX_SHM_SLOT_BYTES=N   bytes of each rank's slot (round size), default
+ *                          ACX_SHM_SLOT_BYTES_DEFAULT, multiple of 64, >= 64
+ *   ACX_SHM_MIN_BYTES=N    smallest all-reduce (bytes) routed through shared
+ *                          memory, default ACX_SHM_MIN_BYTES_DEFAULT
+ */
+#ifndef ACX_COLL_MPI_SHM_H
+#define ACX_COLL_MPI_SHM_H
+
+#include <mpi.h>
+#include <stddef.h>
+
+#include "acx/status.h"
+#include "acx/types.h"
+
+#define ACX_SHM_SLOT_BYTES_DEFAULT ((size_t)256 << 10)
+#define ACX_SHM_MIN_BYTES_DEFAULT ((size_t)0)
+#define ACX_SHM_DIRECT_BYTES ((size_t)4096)
+
+typedef struct acx_shm acx_shm_t;
+
+/* Map a segment for comm (size ranks, this one rank). Collective over comm.
+ * *shm_p is NULL — not an error — when comm has one rank, spans more than
+ * one node, ACX_SHM_DISABLE=1, or the segment cannot be created (one info
+ * line says why); every rank gets the same answer. Errors: ACX_ERR_MPI (an
+ * MPI call failed), ACX_ERR_NO_MEMORY, ACX_ERR_INVALID_ARG (a malformed
+ * ACX_SHM_* value, named). */
+acx_status_t acx_shm_create(MPI_Comm comm, acx_shm_t **shm_p);
+
+/* Unmap (local; no communication). NULL is a no-op. */
+void acx_shm_free(acx_shm_t *shm);
+
+/* Whether an all-reduce of count elements of dtype with op goes through
+ * shm: SUM of float32, float64, int32 or int64 (callers turn AVG into SUM
+ * and a division), count * size >= ACX_SHM_MIN_BYTES. Local, no
+ * communication; the same answer on every rank for the same arguments. */
+int acx_shm_all_reduce_ok(const acx_shm_t *shm, size_t count, acx_dtype_t dtype, acx_red_op_t op);
+
+/* recvbuf[count] = sum over ranks of sendbuf[count], in rank order (header
+ * comment), for a (count, dtype, op) that acx_shm_all_reduce_ok accepted.
+ * sendbuf may equal recvbuf (in place) and must not otherwise overlap it.
+ * Collective over the communicator shm was created for, blocking; every
+ * rank passes the same count and dtype. No errors: arguments are the
+ * caller's to check. */
+void acx_shm_all_reduce(acx_shm_t *shm, const void *sendbuf, void *recvbuf, size_t count,
+                        acx_dtype_t dtype);
+
+#endif /* ACX_COLL_MPI_SHM_H */

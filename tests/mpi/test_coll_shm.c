@@ -1,0 +1,370 @@
+/*
+ * tests/mpi/test_coll_shm.c — the shared-memory all-reduce of one node
+ * (collectives/mpi/coll_mpi_shm.c), directly and through the MPI backend.
+ *
+ * The reference is computed independently on every rank: all inputs are
+ * gathered with a plain MPI_Allgather and summed left to right in rank
+ * order, in the element type ((x_0 + x_1) + x_2) + ..., integers wrapping.
+ * coll_mpi_shm.h promises exactly that sum, so results are compared
+ * bitwise — with inputs spread over 2^20 in magnitude, where a different
+ * order changes float sums. Covers float32, float64, int32, int64; counts
+ * around the direct-round limit, the block alignment and the round size
+ * (slots of 64 bytes force hundreds of rounds); in and out of place; AVG
+ * and the non-blocking start through the backend; a non-blocking MPI
+ * collective completed in opposite orders around a shared-memory one (no
+ * deadlock); split communicators; the environment switches and a bad
+ * value. Run with mpirun -np 1..4 (1 rank: no segment, MPI path checked).
+ */
+#include <mpi.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "collectives/coll.h"
+#include "collectives/mpi/coll_mpi_shm.h"
+#include "runtime/base/error.h"
+#include "tests/acx_test_mpi.h"
+
+static int rank_, size_;
+
+static const acx_dtype_t dtypes[] = {ACX_DTYPE_FLOAT32, ACX_DTYPE_FLOAT64, ACX_DTYPE_INT32,
+                                     ACX_DTYPE_INT64};
+#define NUM_DTYPES (sizeof dtypes / sizeof dtypes[0])
+
+/* Element i of rank r: floats of either sign over 2^-10 .. 2^10 (so the
+ * summation order shows), integers over their whole range (so sums wrap). */
+static double gen_real(int r, size_t i, int salt) {
+    uint32_t h = acx_test_hash3(r, i, salt), g = acx_test_hash3(r, i, ~salt);
+    double mag = (double)(h >> 8) / (double)(1u << 24) * (double)(1u << (g % 21)) / 1024.0;
+    return (h & 1) ? -mag : mag;
+}
+
+static void fill(void *buf, acx_dtype_t dt, size_t n, int r, int salt) {
+    for (size_t i = 0; i < n; i++) {
+        uint32_t h = acx_test_hash3(r, i, salt), g = acx_test_hash3(r, i, ~salt);
+        double real = gen_real(r, i, salt);
+        switch (dt) {
+        case ACX_DTYPE_FLOAT32: ((float *)buf)[i] = (float)real; break;
+        case ACX_DTYPE_FLOAT64: ((double *)buf)[i] = real * (1.0 + (double)g / 4294967296.0); break;
+        case ACX_DTYPE_INT32: ((uint32_t *)buf)[i] = h ^ g << 7; break;
+        default: ((uint64_t *)buf)[i] = (uint64_t)h << 32 | g; break;
+        }
+    }
+}
+
+/* want [n] = the rank-order sum of all [size_][n] rows (a plain MPI_Allgather of mine). */
+static int reference(const void *mine, void *want, acx_dtype_t dt, size_t n) {
+    size_t es = acx_dtype_size(dt);
+    char *rows = malloc((size_t)size_ * n * es + 1);
+    if (rows == NULL) return 1;
+    MPI_Allgather(mine, (int)(n * es), MPI_BYTE, rows, (int)(n * es), MPI_BYTE, MPI_COMM_WORLD);
+    memcpy(want, rows, n * es);
+    for (int r = 1; r < size_; r++) {
+        const char *row = rows + (size_t)r * n * es;
+        for (size_t i = 0; i < n; i++) {
+            switch (dt) {
+            case ACX_DTYPE_FLOAT32: ((float *)want)[i] += ((const float *)(const void *)row)[i]; break;
+            case ACX_DTYPE_FLOAT64: ((double *)want)[i] += ((const double *)(const void *)row)[i]; break;
+            case ACX_DTYPE_INT32: ((uint32_t *)want)[i] += ((const uint32_t *)(const void *)row)[i]; break;
+            default: ((uint64_t *)want)[i] += ((const uint64_t *)(const void *)row)[i]; break;
+            }
+        }
+    }
+    free(rows);
+    return 0;
+}
+
+/* The first element where got and want differ, or -1. */
+static long first_diff(const void *got, const void *want, size_t n, size_t es) {
+    for (size_t i = 0; i < n; i++)
+        if (memcmp((const char *)got + i * es, (const char *)want + i * es, es) != 0) return (long)i;
+    return -1;
+}
+
+static int set_env(const char *name, const char *value) {
+    return value ? setenv(name, value, 1) : unsetenv(name);
+}
+
+/* ---- the segment ---- */
+
+static int test_create(void) {
+    acx_shm_t *shm = NULL;
+    CHECK_OK(acx_shm_create(MPI_COMM_WORLD, &shm));
+    CHECK((shm != NULL) == (size_ > 1)); /* one node here: a segment from 2 ranks up */
+    acx_shm_free(shm);
+    shm = NULL;
+
+    CHECK(set_env("ACX_SHM_DISABLE", "1") == 0);
+    CHECK_OK(acx_shm_create(MPI_COMM_WORLD, &shm));
+    CHECK(shm == NULL);
+    CHECK(set_env("ACX_SHM_DISABLE", "0") == 0); /* "0" means enabled */
+    CHECK_OK(acx_shm_create(MPI_COMM_WORLD, &shm));
+    CHECK((shm != NULL) == (size_ > 1));
+    acx_shm_free(shm);
+    shm = NULL;
+    CHECK(set_env("ACX_SHM_DISABLE", NULL) == 0);
+
+    if (size_ > 1) { /* read on rank 0 and reported on every rank; only rank 0's value counts */
+        const char *bad[] = {"100", "0", "abc", "-64", "64k"};
+        for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+            CHECK(set_env("ACX_SHM_SLOT_BYTES", rank_ == 0 ? bad[k] : "4096") == 0);
+            char needle[64];
+            snprintf(needle, sizeof needle, "ACX_SHM_SLOT_BYTES=%s", bad[k]);
+            CHECK_STATUS(acx_shm_create(MPI_COMM_WORLD, &shm), ACX_ERR_INVALID_ARG, needle);
+            CHECK(shm == NULL);
+        }
+        CHECK(set_env("ACX_SHM_SLOT_BYTES", NULL) == 0);
+        CHECK(set_env("ACX_SHM_MIN_BYTES", "1x") == 0);
+        CHECK_STATUS(acx_shm_create(MPI_COMM_WORLD, &shm), ACX_ERR_INVALID_ARG,
+                     "ACX_SHM_MIN_BYTES=1x");
+        CHECK(set_env("ACX_SHM_MIN_BYTES", NULL) == 0);
+    }
+    return 0;
+error:
+    acx_shm_free(shm);
+    set_env("ACX_SHM_DISABLE", NULL);
+    set_env("ACX_SHM_SLOT_BYTES", NULL);
+    set_env("ACX_SHM_MIN_BYTES", NULL);
+    return 1;
+}
+
+/* ---- the all-reduce itself, bitwise against the reference ---- */
+
+/* Counts around: the 64-byte block alignment, the direct-round limit
+ * (ACX_SHM_DIRECT_BYTES = 1024 float32 / 512 float64 elements), the rank
+ * count, and for the small slots many rounds with a short last one. */
+static const size_t counts[] = {1, 2, 3, 15, 16, 17, 511, 512, 513, 1023, 1024, 1025, 4099, 65539, 300007};
+#define NUM_COUNTS (sizeof counts / sizeof counts[0])
+
+static int check_slot(const char *slot_bytes) {
+    acx_shm_t *shm = NULL;
+    char *in = NULL, *out = NULL, *want = NULL;
+    CHECK(set_env("ACX_SHM_SLOT_BYTES", slot_bytes) == 0);
+    CHECK_OK(acx_shm_create(MPI_COMM_WORLD, &shm));
+    CHECK(set_env("ACX_SHM_SLOT_BYTES", NULL) == 0);
+    CHECK(shm != NULL);
+    size_t nmax = counts[NUM_COUNTS - 1];
+    in = malloc(nmax * 8);
+    out = malloc(nmax * 8);
+    want = malloc(nmax * 8);
+    CHECK(in && out && want);
+    for (size_t d = 0; d < NUM_DTYPES; d++) {
+        acx_dtype_t dt = dtypes[d];
+        size_t es = acx_dtype_size(dt);
+        for (size_t c = 0; c < NUM_COUNTS; c++) {
+            size_t n = counts[c];
+            int salt = (int)(d * 100 + c);
+            CHECK(acx_shm_all_reduce_ok(shm, n, dt, ACX_OP_SUM));
+            fill(in, dt, n, rank_, salt);
+            CHECK(reference(in, want, dt, n) == 0);
+            for (int in_place = 0; in_place < 2; in_place++) {
+                memset(out, 0x5a, nmax * 8);
+                if (in_place) {
+                    memcpy(out, in, n * es);
+                    acx_shm_all_reduce(shm, out, out, n, dt);
+                } else {
+                    acx_shm_all_reduce(shm, in, out, n, dt);
+                }
+                long bad = first_diff(out, want, n, es);
+                if (bad >= 0 || (n < nmax && (unsigned char)out[n * es] != 0x5a)) {
+                    fprintf(stderr, "\n[r%d] slot %s, %s x %zu, %s: element %ld differs from the "
+                                    "rank-order sum (or the element after the buffer was written)\n",
+                            rank_, slot_bytes ? slot_bytes : "default", acx_dtype_name(dt), n,
+                            in_place ? "in place" : "out of place", bad);
+                    goto error;
+                }
+            }
+        }
+    }
+    acx_shm_free(shm);
+    free(in);
+    free(out);
+    free(want);
+    return 0;
+error:
+    set_env("ACX_SHM_SLOT_BYTES", NULL);
+    acx_shm_free(shm);
+    free(in);
+    free(out);
+    free(want);
+    return 1;
+}
+
+static int test_sum_default_slot(void) { return size_ > 1 ? check_slot(NULL) : 0; }
+static int test_sum_slot_64(void) { return size_ > 1 ? check_slot("64") : 0; }
+static int test_sum_slot_4160(void) { return size_ > 1 ? check_slot("4160") : 0; }
+
+static int test_not_taken(void) {
+    acx_shm_t *shm = NULL;
+    CHECK(set_env("ACX_SHM_MIN_BYTES", "4096") == 0);
+    CHECK_OK(acx_shm_create(MPI_COMM_WORLD, &shm));
+    CHECK(set_env("ACX_SHM_MIN_BYTES", NULL) == 0);
+    if (size_ == 1) return 0;
+    CHECK(shm != NULL);
+    CHECK(!acx_shm_all_reduce_ok(shm, 1023, ACX_DTYPE_FLOAT32, ACX_OP_SUM));
+    CHECK(acx_shm_all_reduce_ok(shm, 1024, ACX_DTYPE_FLOAT32, ACX_OP_SUM));
+    CHECK(!acx_shm_all_reduce_ok(shm, 0, ACX_DTYPE_FLOAT32, ACX_OP_SUM));
+    CHECK(!acx_shm_all_reduce_ok(shm, 1 << 20, ACX_DTYPE_FLOAT32, ACX_OP_MAX));
+    CHECK(!acx_shm_all_reduce_ok(shm, 1 << 20, ACX_DTYPE_FLOAT32, ACX_OP_AVG));
+    CHECK(!acx_shm_all_reduce_ok(shm, 1 << 20, ACX_DTYPE_BFLOAT16, ACX_OP_SUM));
+    CHECK(!acx_shm_all_reduce_ok(shm, 1 << 20, ACX_DTYPE_UINT8, ACX_OP_SUM));
+    CHECK(!acx_shm_all_reduce_ok(NULL, 1 << 20, ACX_DTYPE_FLOAT32, ACX_OP_SUM));
+    acx_shm_free(shm);
+    return 0;
+error:
+    set_env("ACX_SHM_MIN_BYTES", NULL);
+    acx_shm_free(shm);
+    return 1;
+}
+
+/* ---- through the MPI backend ---- */
+
+/* SUM blocking and non-blocking, AVG (the sum, then / size in the type),
+ * on comm; every result bitwise the rank-order one. The reference gathers
+ * over MPI_COMM_WORLD, so comm must be world-sized. */
+static int check_backend(acx_comm_t *comm) {
+    const size_t n = 70001;
+    float *in = malloc(n * sizeof *in), *out = malloc(n * sizeof *out), *want = malloc(n * sizeof *want);
+    acx_coll_req_t *req = NULL;
+    CHECK(in && out && want);
+    fill(in, ACX_DTYPE_FLOAT32, n, rank_, 7);
+    CHECK(reference(in, want, ACX_DTYPE_FLOAT32, n) == 0);
+
+    CHECK_OK(comm->ops->all_reduce(comm, in, out, n, ACX_DTYPE_FLOAT32, ACX_OP_SUM));
+    CHECK(first_diff(out, want, n, 4) < 0);
+
+    memcpy(out, in, n * sizeof *in);
+    CHECK_OK(comm->ops->all_reduce_start(comm, out, out, n, ACX_DTYPE_FLOAT32, ACX_OP_SUM, &req));
+    int done = 0;
+    CHECK_OK(comm->ops->test(req, &done));
+    CHECK(done == 1 || size_ == 1 || getenv("ACX_SHM_DISABLE") != NULL); /* shm completes at start */
+    CHECK_OK(comm->ops->wait(req));
+    req = NULL;
+    CHECK(first_diff(out, want, n, 4) < 0);
+
+    CHECK_OK(comm->ops->all_reduce(comm, in, out, n, ACX_DTYPE_FLOAT32, ACX_OP_AVG));
+    for (size_t i = 0; i < n; i++)
+        want[i] /= (float)size_;
+    CHECK(first_diff(out, want, n, 4) < 0);
+    free(in);
+    free(out);
+    free(want);
+    return 0;
+error:
+    if (req != NULL) comm->ops->wait(req);
+    free(in);
+    free(out);
+    free(want);
+    return 1;
+}
+
+static int test_backend(void) {
+    acx_comm_t *comm = NULL;
+    CHECK_OK(acx_comm_create(MPI_COMM_WORLD, &acx_coll_mpi_ops, &comm));
+    CHECK(check_backend(comm) == 0);
+    acx_comm_destroy(comm);
+    return 0;
+error:
+    acx_comm_destroy(comm);
+    return 1;
+}
+
+/* A non-blocking MPI all-gather is started everywhere, then even ranks
+ * wait for it before a shared-memory all-reduce and odd ranks after. An
+ * odd rank sits in the all-reduce while an even rank waits for the
+ * all-gather, which needs the odd rank's MPI progress: the shared-memory
+ * wait must provide it, or this hangs (and the test watchdog fails it). */
+static int test_progress_while_waiting(void) {
+    const size_t n = (size_t)1 << 20, m = 4099;
+    acx_comm_t *comm = NULL;
+    acx_coll_req_t *req = NULL;
+    float *ag = malloc(n * (size_t)size_ * sizeof *ag), *x = malloc(m * sizeof *x),
+          *want = malloc(m * sizeof *want);
+    CHECK(ag && x && want);
+    CHECK_OK(acx_comm_create(MPI_COMM_WORLD, &acx_coll_mpi_ops, &comm));
+    for (int round = 0; round < 3; round++) {
+        for (size_t i = 0; i < n; i++)
+            ag[(size_t)rank_ * n + i] = (float)(rank_ * 1000 + round) + (float)(i % 977);
+        fill(x, ACX_DTYPE_FLOAT32, m, rank_, 40 + round);
+        CHECK(reference(x, want, ACX_DTYPE_FLOAT32, m) == 0);
+        CHECK_OK(comm->ops->all_gather_start(comm, ag + (size_t)rank_ * n, ag, n, ACX_DTYPE_FLOAT32,
+                                             &req));
+        if (rank_ % 2 == 0) {
+            CHECK_OK(comm->ops->wait(req));
+            req = NULL;
+        }
+        CHECK_OK(comm->ops->all_reduce(comm, x, x, m, ACX_DTYPE_FLOAT32, ACX_OP_SUM));
+        if (req != NULL) {
+            CHECK_OK(comm->ops->wait(req));
+            req = NULL;
+        }
+        CHECK(first_diff(x, want, m, 4) < 0);
+        for (int r = 0; r < size_; r++)
+            CHECK(ag[(size_t)r * n + n - 1] == (float)(r * 1000 + round) + (float)((n - 1) % 977));
+    }
+    acx_comm_destroy(comm);
+    free(ag);
+    free(x);
+    free(want);
+    return 0;
+error:
+    if (req != NULL) comm->ops->wait(req);
+    acx_comm_destroy(comm);
+    free(ag);
+    free(x);
+    free(want);
+    return 1;
+}
+
+/* Two parity groups, each with its own segment, reducing at the same
+ * time; each group's result is its members' rank-order sum. */
+static int test_split(void) {
+    const size_t n = 10007;
+    acx_comm_t *world = NULL, *sub = NULL;
+    float *in = malloc(n * sizeof *in), *out = malloc(n * sizeof *out), *want = malloc(n * sizeof *want);
+    CHECK(in && out && want);
+    CHECK_OK(acx_comm_create(MPI_COMM_WORLD, &acx_coll_mpi_ops, &world));
+    CHECK_OK(acx_comm_split(world, rank_ % 2, rank_, &sub));
+    fill(in, ACX_DTYPE_FLOAT32, n, rank_, 77);
+    for (size_t i = 0; i < n; i++) { /* members rank%2, rank%2 + 2, ...: in rank order */
+        float s = 0.0f;
+        int first = 1;
+        for (int r = rank_ % 2; r < size_; r += 2) {
+            float v = (float)gen_real(r, i, 77);
+            s = first ? v : s + v;
+            first = 0;
+        }
+        want[i] = s;
+    }
+    CHECK_OK(sub->ops->all_reduce(sub, in, out, n, ACX_DTYPE_FLOAT32, ACX_OP_SUM));
+    CHECK(first_diff(out, want, n, 4) < 0);
+    acx_comm_destroy(sub);
+    acx_comm_destroy(world);
+    free(in);
+    free(out);
+    free(want);
+    return 0;
+error:
+    acx_comm_destroy(sub);
+    acx_comm_destroy(world);
+    free(in);
+    free(out);
+    free(want);
+    return 1;
+}
+
+int main(int argc, char **argv) {
+    acx_test_mpi_begin(&argc, &argv, 120, &rank_, &size_);
+    int failed = 0;
+    failed |= acx_test_run_case("segment: created on one node, switches, bad values", test_create);
+    failed |= acx_test_run_case("sum = rank-order sum, default slot", test_sum_default_slot);
+    failed |= acx_test_run_case("sum = rank-order sum, 64-byte slots", test_sum_slot_64);
+    failed |= acx_test_run_case("sum = rank-order sum, 4160-byte slots", test_sum_slot_4160);
+    failed |= acx_test_run_case("what the shared-memory path takes", test_not_taken);
+    failed |= acx_test_run_case("MPI backend: sum, start, avg", test_backend);
+    failed |= acx_test_run_case("MPI progress while waiting in shared memory", test_progress_while_waiting);
+    failed |= acx_test_run_case("split communicators reduce at once", test_split);
+    MPI_Finalize();
+    return failed ? 1 : 0;
+}
