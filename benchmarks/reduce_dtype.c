@@ -33,6 +33,11 @@
  *   reduce_dtype the gradient elements reduced per step x the size of
  *                reduce_dtype (2 for bf16/fp16, 4 for fp32): the payload.
  *
+ * Both byte counts are about the network between nodes, so this program
+ * turns off the shared-memory all-reduce of one node (ACX_SHM_DISABLE=1,
+ * collectives/mpi/coll_mpi_shm.h): on one machine, that path would carry
+ * the gradients past MPI and the wire count would read 0.
+ *
  * Leaves the arithmetic of acx to libacx (public API only). Launch with
  * mpirun; benchmarks/run-reduce-dtype.sh runs 2 and 4 ranks.
  */
@@ -388,6 +393,7 @@ static double median(const double *x, int n) {
 }
 
 int main(int argc, char **argv) {
+    setenv("ACX_SHM_DISABLE", "1", 1); /* the header comment says why */
     MPI_Init(&argc, &argv);
     int rank, world;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);

@@ -672,6 +672,8 @@ struct acx_coll_req {
                               * recorded then); test and wait return it */
     mpi_comm_state_t *queue; /* a 16-bit all-reduce in its first half: the queue it is in */
     acx_coll_req_t *next;    /* in that queue */
+    acx_shm_t *shm;          /* a shared-memory op: its segment (else NULL) ... */
+    acx_shm_op_t shm_op;     /* ... and the op */
     int nreq;                /* requests of the current half */
     MPI_Request mpi[];       /* [nreq] */
 };
@@ -743,6 +745,22 @@ static void queues_advance(void) {
         queue_advance(cs);
 }
 
+/* Ops started on any communicator's shared-memory segment and not done. */
+static int shm_pending(void) {
+    for (const mpi_comm_state_t *cs = all_states; cs != NULL; cs = cs->next)
+        if (acx_shm_pending(cs->shm) != NULL) return 1;
+    return 0;
+}
+
+/* Move everything this backend progresses itself on, without blocking:
+ * the 16-bit queues and every communicator's shared-memory ops. Also the
+ * progress hook of a shared-memory wait (coll_mpi_shm.h). */
+static void progress_all(void) {
+    if (queued_total > 0) queues_advance();
+    for (mpi_comm_state_t *cs = all_states; cs != NULL; cs = cs->next)
+        if (cs->shm != NULL) acx_shm_progress(cs->shm);
+}
+
 /* Before a blocking collective on comm (see above). */
 static void queue_drain(const acx_comm_t *comm) {
     if (queued_total == 0 || comm == NULL || comm->state == NULL) return;
@@ -755,10 +773,12 @@ static acx_status_t mpi_test(acx_coll_req_t *req, int *done_p) {
     if (req == NULL || done_p == NULL)
         return ACX_ERROR(ACX_ERR_INVALID_ARG, "test: %s is NULL", req == NULL ? "req" : "done_p");
     if (!req->complete) {
-        if (queued_total > 0) queues_advance();
+        progress_all();
         if (req->status != ACX_OK) return req->status;
         int flag = 0;
-        if (req->queue == NULL)
+        if (req->shm != NULL)
+            flag = acx_shm_test(req->shm, &req->shm_op);
+        else if (req->queue == NULL)
             ACX_MPI_CHECK(MPI_Testall(req->nreq, req->mpi, &flag, MPI_STATUSES_IGNORE));
         if (!flag) {
             *done_p = 0;
@@ -771,11 +791,20 @@ static acx_status_t mpi_test(acx_coll_req_t *req, int *done_p) {
     return ACX_OK;
 }
 
-/* Complete req, blocking: by polling while any queue holds an all-reduce
- * (this rank may owe another rank an all-gather), else in MPI_Waitall. */
+/* Complete req, blocking: a shared-memory op in acx_shm_wait (which moves
+ * everything else on meanwhile); an MPI one by polling while any queue holds
+ * an all-reduce (this rank may owe another rank an all-gather) or any
+ * shared-memory op is unfinished (another rank may be waiting for this
+ * one's part), else in MPI_Waitall. */
 static acx_status_t req_complete(acx_coll_req_t *req) {
-    while (queued_total > 0 && req->status == ACX_OK) {
-        queues_advance();
+    if (req->status == ACX_OK && req->shm != NULL) {
+        acx_shm_wait(req->shm, &req->shm_op, progress_all);
+        post_run(&req->post);
+        req->complete = 1;
+        return ACX_OK;
+    }
+    while ((queued_total > 0 || shm_pending()) && req->status == ACX_OK) {
+        progress_all();
         if (req->queue != NULL || req->status != ACX_OK) continue;
         int flag = 0;
         ACX_MPI_CHECK(MPI_Testall(req->nreq, req->mpi, &flag, MPI_STATUSES_IGNORE));
@@ -839,6 +868,12 @@ static void mpi_comm_fini(acx_comm_t *comm) {
         queue_pop(cs)->status =
             ACX_ERROR(ACX_ERR_STATE, "16-bit all-reduce: its communicator was destroyed before "
                                      "the request was waited for");
+    for (acx_shm_op_t *op = acx_shm_pending(cs->shm); op != NULL; op = op->next) {
+        acx_coll_req_t *r = op->owner; /* blocking calls never leave an op behind */
+        r->shm = NULL;
+        r->status = ACX_ERROR(ACX_ERR_STATE, "shared-memory all-reduce: its communicator was "
+                                             "destroyed before the request was waited for");
+    }
     for (mpi_comm_state_t **pp = &all_states; *pp != NULL; pp = &(*pp)->next)
         if (*pp == cs) {
             *pp = cs->next;
@@ -906,8 +941,10 @@ static acx_status_t mpi_all_reduce(acx_comm_t *comm, const void *sendbuf, void *
     acx_status_t status = ACX_OK;
     ACX_CHECK(all_reduce_setup(comm, sendbuf, recvbuf, count, dtype, op, &plan, &post, &src, &dst));
     acx_shm_t *shm = shm_for(comm, &plan, count, dtype, op);
-    if (shm != NULL) {
-        acx_shm_all_reduce(shm, sendbuf, recvbuf, count, dtype);
+    if (shm != NULL) { /* behind the ops started before it on comm */
+        acx_shm_op_t sop;
+        acx_shm_all_reduce_start(shm, &sop, sendbuf, recvbuf, count, dtype, NULL);
+        acx_shm_wait(shm, &sop, progress_all);
         post_run(&post);
         goto out;
     }
@@ -953,17 +990,9 @@ static acx_status_t mpi_all_reduce_start(acx_comm_t *comm, const void *sendbuf, 
         return status;
     }
     req->post = post;
-    if (shm != NULL) {
-        /* Completes here: a shared-memory reduction is done by the ranks'
-         * own CPUs, and acx runs no progress thread (DESIGN.md, Threads).
-         * It waits for the other ranks, so it is timed like a blocking
-         * collective and first moves this communicator's 16-bit queue on. */
-        acx_watch_enter("all_reduce");
-        queue_drain(comm);
-        acx_shm_all_reduce(shm, sendbuf, recvbuf, count, dtype);
-        acx_watch_exit();
-        post_run(&req->post);
-        req->complete = 1;
+    if (shm != NULL) { /* advanced by test and wait, and by every other op's */
+        req->shm = shm;
+        acx_shm_all_reduce_start(shm, &req->shm_op, sendbuf, recvbuf, count, dtype, req);
         *req_p = req;
         return ACX_OK;
     }

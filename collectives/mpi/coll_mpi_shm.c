@@ -60,7 +60,10 @@ struct acx_shm {
     char *data;    /* [size][2][slot_bytes] */
     uint64_t phase; /* phases this rank has finished (= its flag) */
     int set;        /* slot set of the next round */
+    int round_set;  /* slot set of the round in progress */
+    int scan;       /* flags below this index have reached phase (arrived()) */
     const char **src; /* [size] scratch: the round's slots */
+    acx_shm_op_t *head, *tail; /* ops started and not done, oldest first */
 };
 
 /* ---- creation ---- */
@@ -102,8 +105,13 @@ static int env_bytes(const char *key, unsigned long long lo, unsigned long long 
 static void plan_segment(int size, shm_plan_t *plan, char **base_p) {
     memset(plan, 0, sizeof *plan);
     const char *off = getenv("ACX_SHM_DISABLE");
-    if (off != NULL && off[0] != '\0' && strcmp(off, "0") != 0) {
+    if (off != NULL && strcmp(off, "1") == 0) {
         plan->verdict = SHM_OFF;
+        return;
+    }
+    if (off != NULL && off[0] != '\0' && strcmp(off, "0") != 0) {
+        plan->verdict = SHM_BAD_ENV;
+        snprintf(plan->message, sizeof plan->message, "ACX_SHM_DISABLE=%s: expected 1 or 0", off);
         return;
     }
     plan->slot_bytes = ACX_SHM_SLOT_BYTES_DEFAULT;
@@ -116,9 +124,8 @@ static void plan_segment(int size, shm_plan_t *plan, char **base_p) {
     size_t header = ((size_t)size * FLAG_BYTES + SEGMENT_ALIGN - 1) / SEGMENT_ALIGN * SEGMENT_ALIGN;
     plan->segment_bytes = header + (size_t)size * 2 * plan->slot_bytes;
 
-    /* The space check Open MPI's shared-memory transport also makes: pages
-     * of the object are allocated when first touched (by their owner: see
-     * acx_shm_create), and a full tmpfs would then be a SIGBUS. */
+    /* A clear message for the common case; the reservation proper is each
+     * rank's posix_fallocate of its own slots (reserve()). */
     struct statvfs fs;
     if (statvfs("/dev/shm", &fs) == 0 &&
         (unsigned long long)fs.f_bavail * fs.f_frsize < plan->segment_bytes) {
@@ -155,17 +162,32 @@ static void plan_segment(int size, shm_plan_t *plan, char **base_p) {
     close(fd);
 }
 
-static acx_status_t attach(const shm_plan_t *plan, char **base_p) {
+/* Map the object (ranks other than 0) and reserve this rank's own slots,
+ * rank 0 also the flags, with posix_fallocate: a full /dev/shm is an error
+ * here, not a SIGBUS at the first write, and the pages are allocated by
+ * their owner (on a multi-socket node: in its own memory). They read 0. */
+static acx_status_t attach(const shm_plan_t *plan, int rank, int size, char **base_p) {
     int fd = shm_open(plan->name, O_RDWR, 0);
     if (fd < 0)
         return ACX_ERROR(ACX_ERR_SYSTEM, "shm_open(%s): %s", plan->name, strerror(errno));
+    size_t mine = 2 * (size_t)plan->slot_bytes;
+    size_t data = (size_t)plan->segment_bytes - (size_t)size * mine;
+    size_t first = data + (size_t)rank * mine;
+    int err = posix_fallocate(fd, rank == 0 ? 0 : (off_t)first,
+                              (off_t)(rank == 0 ? first + mine : mine));
+    if (err != 0) {
+        close(fd);
+        return ACX_ERROR(ACX_ERR_SYSTEM, "reserving %zu bytes of %s: %s", mine, plan->name,
+                         strerror(err));
+    }
+    void *base = *base_p;
     struct stat st;
-    void *base = MAP_FAILED;
-    if (fstat(fd, &st) == 0 && (unsigned long long)st.st_size == plan->segment_bytes)
+    if (base == NULL && fstat(fd, &st) == 0 &&
+        (unsigned long long)st.st_size == plan->segment_bytes)
         base = mmap(NULL, plan->segment_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    int err = errno;
+    err = errno;
     close(fd);
-    if (base == MAP_FAILED)
+    if (base == NULL || base == MAP_FAILED)
         return ACX_ERROR(ACX_ERR_SYSTEM, "mapping %s (%llu bytes): %s", plan->name,
                          plan->segment_bytes, strerror(err));
     *base_p = base;
@@ -218,14 +240,19 @@ acx_status_t acx_shm_create(MPI_Comm comm, acx_shm_t **shm_p) {
         return ACX_OK;
     }
 
-    /* Everyone maps the object; then rank 0 unlinks it, so nothing is left
-     * in /dev/shm however the job ends. */
-    acx_status_t mapped = rank == 0 ? ACX_OK : attach(&plan, &base);
-    int ok = mapped == ACX_OK, all_ok = 0;
+    /* Everyone maps the object and reserves its part; then rank 0 unlinks
+     * it, so nothing is left in /dev/shm however the job ends. */
+    acx_status_t mine = attach(&plan, rank, size, &base);
+    acx_shm_t *s = acx_calloc(1, sizeof *s, "shared-memory collectives");
+    const char **src = acx_calloc((size_t)size, sizeof *src, "shared-memory slot list");
+    if (mine == ACX_OK && (s == NULL || src == NULL)) mine = ACX_ERR_NO_MEMORY;
+    int ok = mine == ACX_OK, all_ok = 0;
     ret = MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, comm);
     if (rank == 0) shm_unlink(plan.name);
     if (ret != MPI_SUCCESS || !all_ok) {
         if (base != NULL) munmap(base, plan.segment_bytes);
+        free(s);
+        free(src);
         if (ret != MPI_SUCCESS)
             return acx_error_mpi(ret, "MPI_Allreduce (shared-memory segment)", __FILE__, __LINE__);
         if (!ok)
@@ -234,15 +261,6 @@ acx_status_t acx_shm_create(MPI_Comm comm, acx_shm_t **shm_p) {
                      "only",
                      acx_last_error());
         return ACX_OK;
-    }
-
-    acx_shm_t *s = acx_calloc(1, sizeof *s, "shared-memory all-reduce");
-    const char **src = acx_calloc((size_t)size, sizeof *src, "shared-memory slot list");
-    if (s == NULL || src == NULL) {
-        free(s);
-        free(src);
-        munmap(base, plan.segment_bytes);
-        return ACX_ERR_NO_MEMORY; /* this rank only: the communicator is unusable anyway */
     }
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     *s = (acx_shm_t){.comm = comm,
@@ -255,17 +273,7 @@ acx_status_t acx_shm_create(MPI_Comm comm, acx_shm_t **shm_p) {
                      .segment_bytes = (size_t)plan.segment_bytes,
                      .flags = (flag_t *)(void *)base,
                      .src = src};
-    size_t header = (plan.segment_bytes - (size_t)size * 2 * s->slot_bytes);
-    s->data = base + header;
-    /* First touch of this rank's slots by this rank: on a multi-socket
-     * node their pages land on its own memory. Flags are zero (fresh
-     * object); the barrier orders everyone's touch before any use. */
-    memset(slot(s, rank, 0), 0, 2 * s->slot_bytes);
-    ret = MPI_Barrier(comm);
-    if (ret != MPI_SUCCESS) {
-        acx_shm_free(s);
-        return acx_error_mpi(ret, "MPI_Barrier (shared-memory segment)", __FILE__, __LINE__);
-    }
+    s->data = base + (s->segment_bytes - (size_t)size * 2 * s->slot_bytes);
     if (rank == 0)
         ACX_LOG(ACX_LOG_DEBUG, ACX_SUBSYS_COLL,
                 "shared-memory all-reduce: %d ranks on this node, %zu-byte slots, %zu-byte "
@@ -294,7 +302,7 @@ int acx_shm_all_reduce_ok(const acx_shm_t *s, size_t count, acx_dtype_t dtype, a
     case ACX_DTYPE_INT64: break;
     default: return 0;
     }
-    return count > 0 && count >= s->min_bytes / acx_dtype_size(dtype);
+    return count > 0 && count * acx_dtype_size(dtype) >= s->min_bytes;
 }
 
 static inline void cpu_relax(void) {
@@ -307,24 +315,16 @@ static inline void cpu_relax(void) {
 
 static void publish(acx_shm_t *s) {
     atomic_store_explicit(&s->flags[s->rank].phase, ++s->phase, memory_order_release);
+    s->scan = 0;
 }
 
-/* Until every rank has finished phase s->phase. */
-static void wait_all(acx_shm_t *s) {
-    for (int j = 0; j < s->size; j++) {
-        unsigned spins = s->yield_at_once ? SPINS_BEFORE_YIELD : 0;
-        while (atomic_load_explicit(&s->flags[j].phase, memory_order_acquire) < s->phase) {
-            if (++spins < SPINS_BEFORE_YIELD) {
-                cpu_relax();
-                continue;
-            }
-            sched_yield();
-            if ((spins - SPINS_BEFORE_YIELD) % YIELDS_PER_PROGRESS == 0) {
-                int flag = 0;
-                (void)MPI_Iprobe(MPI_ANY_SOURCE, PROGRESS_TAG, s->comm, &flag, MPI_STATUS_IGNORE);
-            }
-        }
-    }
+/* Whether every rank has finished phase s->phase (acquire: their slot
+ * writes before it are visible). Resumes where the last call stopped. */
+static int arrived(acx_shm_t *s) {
+    for (; s->scan < s->size; s->scan++)
+        if (atomic_load_explicit(&s->flags[s->scan].phase, memory_order_acquire) < s->phase)
+            return 0;
+    return 1;
 }
 
 /* out[0..n) = src[0][first..] + src[1][first..] + ... (nsrc >= 2 slots), in
@@ -371,38 +371,118 @@ static void block_of(const acx_shm_t *s, size_t m, size_t esize, int q, size_t *
     *hi_p = lo + block < m ? lo + block : m;
 }
 
-void acx_shm_all_reduce(acx_shm_t *s, const void *sendbuf, void *recvbuf, size_t count,
-                        acx_dtype_t dtype) {
-    size_t esize = acx_dtype_size(dtype);
-    size_t per_round = s->slot_bytes / esize;
-    sum_fn sum = sum_for(dtype);
-    for (size_t off = 0, m = 0; off < count; off += m) {
-        m = count - off < per_round ? count - off : per_round;
-        char *mine = slot(s, s->rank, s->set);
-        char *out = (char *)recvbuf + off * esize;
-        for (int j = 0; j < s->size; j++)
-            s->src[j] = slot(s, j, s->set);
-        s->set ^= 1;
+/* Where the head op's current round is. */
+enum {
+    STAGE_COPY_IN = 0, /* the round has not begun */
+    STAGE_WAIT_IN,     /* copied in and published; waiting for every rank's copy */
+    STAGE_WAIT_REDUCED, /* block reduced and published; waiting for every rank's block */
+    STAGE_DONE
+};
 
-        memcpy(mine, (const char *)sendbuf + off * esize, m * esize);
+/* Advance the head op by one stage if it can go without waiting; 1 if it
+ * moved. */
+static int step_head(acx_shm_t *s) {
+    acx_shm_op_t *op = s->head;
+    size_t esize = acx_dtype_size(op->dtype);
+    char *mine = slot(s, s->rank, s->round_set);
+    char *out = (char *)op->recvbuf + op->off * esize;
+    size_t lo, hi;
+    switch (op->stage) {
+    case STAGE_COPY_IN: {
+        size_t per_round = s->slot_bytes / esize;
+        op->m = op->count - op->off < per_round ? op->count - op->off : per_round;
+        s->round_set = s->set;
+        s->set ^= 1;
+        for (int j = 0; j < s->size; j++)
+            s->src[j] = slot(s, j, s->round_set);
+        mine = slot(s, s->rank, s->round_set);
+        memcpy(mine, (const char *)op->sendbuf + op->off * esize, op->m * esize);
         publish(s);
-        wait_all(s);
-        if (m * esize <= ACX_SHM_DIRECT_BYTES) { /* every rank sums the whole round */
-            sum(out, s->src, s->size, 0, m);
-            continue;
+        op->stage = STAGE_WAIT_IN;
+        return 1;
+    }
+    case STAGE_WAIT_IN:
+        if (!arrived(s)) return 0;
+        if (op->m * esize <= ACX_SHM_DIRECT_BYTES) { /* every rank sums the whole round */
+            sum_for(op->dtype)(out, s->src, s->size, 0, op->m);
+            break;
         }
-        size_t lo, hi;
-        block_of(s, m, esize, s->rank, &lo, &hi);
+        block_of(s, op->m, esize, s->rank, &lo, &hi);
         if (hi > lo) {
-            sum(out + lo * esize, s->src, s->size, lo, hi - lo);
+            sum_for(op->dtype)(out + lo * esize, s->src, s->size, lo, hi - lo);
             memcpy(mine + lo * esize, out + lo * esize, (hi - lo) * esize);
         }
         publish(s);
-        wait_all(s);
+        op->stage = STAGE_WAIT_REDUCED;
+        return 1;
+    case STAGE_WAIT_REDUCED:
+        if (!arrived(s)) return 0;
         for (int q = 0; q < s->size; q++) {
             if (q == s->rank) continue;
-            block_of(s, m, esize, q, &lo, &hi);
+            block_of(s, op->m, esize, q, &lo, &hi);
             if (hi > lo) memcpy(out + lo * esize, s->src[q] + lo * esize, (hi - lo) * esize);
+        }
+        break;
+    default: return 0;
+    }
+    /* the round is done */
+    op->off += op->m;
+    op->stage = STAGE_COPY_IN;
+    if (op->off >= op->count) {
+        op->stage = STAGE_DONE;
+        s->head = op->next;
+        if (s->head == NULL) s->tail = NULL;
+        op->next = NULL;
+    }
+    return 1;
+}
+
+void acx_shm_progress(acx_shm_t *s) {
+    while (s->head != NULL && step_head(s)) {
+    }
+}
+
+void acx_shm_all_reduce_start(acx_shm_t *s, acx_shm_op_t *op, const void *sendbuf, void *recvbuf,
+                              size_t count, acx_dtype_t dtype, void *owner) {
+    *op = (acx_shm_op_t){.sendbuf = sendbuf,
+                         .recvbuf = recvbuf,
+                         .count = count,
+                         .dtype = dtype,
+                         .stage = count > 0 ? STAGE_COPY_IN : STAGE_DONE,
+                         .owner = owner};
+    if (count == 0) return;
+    if (s->tail != NULL)
+        s->tail->next = op;
+    else
+        s->head = op;
+    s->tail = op;
+    acx_shm_progress(s);
+}
+
+int acx_shm_test(acx_shm_t *s, acx_shm_op_t *op) {
+    acx_shm_progress(s);
+    return op->stage == STAGE_DONE;
+}
+
+void acx_shm_wait(acx_shm_t *s, acx_shm_op_t *op, void (*progress)(void)) {
+    unsigned spins = s->yield_at_once ? SPINS_BEFORE_YIELD : 0;
+    while (op->stage != STAGE_DONE) {
+        int moved = 0;
+        while (s->head != NULL && step_head(s))
+            moved = 1;
+        if (op->stage == STAGE_DONE) return;
+        if (moved && !s->yield_at_once) spins = 0; /* busy with data: spin again before yielding */
+        if (++spins < SPINS_BEFORE_YIELD) {
+            cpu_relax();
+            continue;
+        }
+        sched_yield();
+        if ((spins - SPINS_BEFORE_YIELD) % YIELDS_PER_PROGRESS == 0) {
+            int flag = 0;
+            (void)MPI_Iprobe(MPI_ANY_SOURCE, PROGRESS_TAG, s->comm, &flag, MPI_STATUS_IGNORE);
+            if (progress != NULL) progress();
         }
     }
 }
+
+acx_shm_op_t *acx_shm_pending(const acx_shm_t *s) { return s ? s->head : NULL; }

@@ -34,22 +34,36 @@
  * result is bitwise the same on every rank, for every round size and rank
  * count — and equal to a left-to-right sum in rank order computed anywhere.
  *
- * A rank waiting for flags spins briefly, then yields the CPU
- * (sched_yield) and now and then calls into MPI (MPI_Iprobe) so that
- * non-blocking MPI collectives other ranks are waiting on keep moving (Open
- * MPI's libnbc progresses only inside MPI calls). When the node has more
- * ranks than online CPUs it yields at once. A rank that dies leaves the
- * others waiting: the stall detector (../watchdog.c), which brackets every
- * call that can wait, ends them.
+ * Collectives through a segment are *ops* that run in the order they were
+ * started (a FIFO per communicator, the same order on every rank: MPI's
+ * rule for collectives on one communicator). An op advances only when
+ * this rank calls acx_shm_progress (which acx_shm_test and acx_shm_wait
+ * do): it copies in, finds the flags it needs, reduces, copies out, and
+ * returns as soon as it would have to wait — so a started op never blocks,
+ * as MPI requires of a non-blocking collective, and one started before a
+ * rank's other work is advanced by every later test, like Open MPI's libnbc
+ * schedules inside MPI calls.
+ *
+ * A rank waiting for an op (acx_shm_wait) spins briefly, then yields the
+ * CPU (sched_yield) and now and then calls the caller's progress hook
+ * (coll_mpi.c's: MPI progress through MPI_Iprobe, its 16-bit queues and
+ * every communicator's ops), so the collectives other ranks are waiting on
+ * keep moving. When the node has more ranks than online CPUs it yields at
+ * once. A rank that dies leaves the others waiting: the stall detector
+ * (../watchdog.c), which brackets every call that can wait, ends them.
  *
  * The segment is a POSIX shared-memory object that node rank 0 creates,
  * reserves with posix_fallocate (a full /dev/shm is an error at creation,
  * not a SIGBUS later) and unlinks as soon as every rank has mapped it;
  * freeing is a local munmap, never a collective.
  *
+ * Threads: like the rest of the MPI backend, only the thread that makes
+ * acx's MPI calls may call these.
+ *
  * Environment (NCCL_SHM_DISABLE's counterpart and two tuning knobs; read
  * by rank 0 at creation and broadcast, so every rank agrees):
- *   ACX_SHM_DISABLE=1      never use shared memory (MPI_Allreduce instead)
+ *   ACX_SHM_DISABLE=1      never use shared memory (MPI_Allreduce instead);
+ *                          unset, empty or 0: use it
  *   ACX_SHM_SLOT_BYTES=N   bytes of each rank's slot (round size), default
  *                          ACX_SHM_SLOT_BYTES_DEFAULT, multiple of 64, >= 64
  *   ACX_SHM_MIN_BYTES=N    smallest all-reduce (bytes) routed through shared
@@ -66,7 +80,9 @@
 
 #define ACX_SHM_SLOT_BYTES_DEFAULT ((size_t)256 << 10)
 #define ACX_SHM_MIN_BYTES_DEFAULT ((size_t)0)
+#ifndef ACX_SHM_DIRECT_BYTES
 #define ACX_SHM_DIRECT_BYTES ((size_t)4096)
+#endif
 
 typedef struct acx_shm acx_shm_t;
 
@@ -87,13 +103,42 @@ void acx_shm_free(acx_shm_t *shm);
  * communication; the same answer on every rank for the same arguments. */
 int acx_shm_all_reduce_ok(const acx_shm_t *shm, size_t count, acx_dtype_t dtype, acx_red_op_t op);
 
-/* recvbuf[count] = sum over ranks of sendbuf[count], in rank order (header
- * comment), for a (count, dtype, op) that acx_shm_all_reduce_ok accepted.
- * sendbuf may equal recvbuf (in place) and must not otherwise overlap it.
- * Collective over the communicator shm was created for, blocking; every
- * rank passes the same count and dtype. No errors: arguments are the
- * caller's to check. */
-void acx_shm_all_reduce(acx_shm_t *shm, const void *sendbuf, void *recvbuf, size_t count,
-                        acx_dtype_t dtype);
+/* One collective through the segment. The caller owns the memory (a
+ * request, or the stack of a blocking call) and keeps it, and the buffers,
+ * until the op is done; the fields are this file's. */
+typedef struct acx_shm_op {
+    const void *sendbuf;
+    void *recvbuf;
+    size_t count;
+    acx_dtype_t dtype;
+    size_t off, m; /* the current round: elements [off, off + m) */
+    int stage;     /* where the round is (coll_mpi_shm.c) */
+    void *owner;   /* the caller's, untouched (coll_mpi.c: the request) */
+    struct acx_shm_op *next; /* in shm's FIFO */
+} acx_shm_op_t;
+
+/* Start recvbuf[count] = sum over ranks of sendbuf[count], in rank order
+ * (header comment), for a (count, dtype, op) that acx_shm_all_reduce_ok
+ * accepted: op is queued behind the ops started before it and advanced as
+ * far as it goes without waiting. sendbuf may equal recvbuf (in place) and
+ * must not otherwise overlap it. Collective over the communicator shm was
+ * created for, non-blocking; every rank passes the same count and dtype.
+ * No errors: arguments are the caller's to check. */
+void acx_shm_all_reduce_start(acx_shm_t *shm, acx_shm_op_t *op, const void *sendbuf, void *recvbuf,
+                              size_t count, acx_dtype_t dtype, void *owner);
+
+/* Advance shm's ops (oldest first) as far as they go without waiting. Local. */
+void acx_shm_progress(acx_shm_t *shm);
+
+/* Whether op is done (after advancing shm's ops). Local, non-blocking. */
+int acx_shm_test(acx_shm_t *shm, acx_shm_op_t *op);
+
+/* Until op is done: advance, spin, yield, and call progress (may be NULL)
+ * every few yields. Blocking; op must have been started on shm. */
+void acx_shm_wait(acx_shm_t *shm, acx_shm_op_t *op, void (*progress)(void));
+
+/* The oldest op of shm not yet done, or NULL (for a caller that must give
+ * up its ops: freeing shm abandons them). */
+acx_shm_op_t *acx_shm_pending(const acx_shm_t *shm);
 
 #endif /* ACX_COLL_MPI_SHM_H */

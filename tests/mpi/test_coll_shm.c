@@ -10,10 +10,12 @@
  * order changes float sums. Covers float32, float64, int32, int64; counts
  * around the direct-round limit, the block alignment and the round size
  * (slots of 64 bytes force hundreds of rounds); in and out of place; AVG
- * and the non-blocking start through the backend; a non-blocking MPI
- * collective completed in opposite orders around a shared-memory one (no
- * deadlock); split communicators; the environment switches and a bad
- * value. Run with mpirun -np 1..4 (1 rank: no segment, MPI path checked).
+ * and the non-blocking start through the backend; several ops in flight
+ * waited out of order; a non-blocking MPI collective completed in opposite
+ * orders around a shared-memory one, starts in different orders across two
+ * communicators and a 16-bit all-reduce waited on either side of one (no
+ * deadlock: each would hang if a start blocked or a wait moved nothing
+ * else); split communicators; the environment switches and bad values. Run with mpirun -np 1..4 (1 rank: no segment, MPI path checked).
  */
 #include <mpi.h>
 #include <stdint.h>
@@ -82,6 +84,12 @@ static long first_diff(const void *got, const void *want, size_t n, size_t es) {
     return -1;
 }
 
+static uint32_t f32_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
 static int set_env(const char *name, const char *value) {
     return value ? setenv(name, value, 1) : unsetenv(name);
 }
@@ -115,6 +123,10 @@ static int test_create(void) {
             CHECK(shm == NULL);
         }
         CHECK(set_env("ACX_SHM_SLOT_BYTES", NULL) == 0);
+        CHECK(set_env("ACX_SHM_DISABLE", "yes") == 0);
+        CHECK_STATUS(acx_shm_create(MPI_COMM_WORLD, &shm), ACX_ERR_INVALID_ARG,
+                     "ACX_SHM_DISABLE=yes: expected 1 or 0");
+        CHECK(set_env("ACX_SHM_DISABLE", NULL) == 0);
         CHECK(set_env("ACX_SHM_MIN_BYTES", "1x") == 0);
         CHECK_STATUS(acx_shm_create(MPI_COMM_WORLD, &shm), ACX_ERR_INVALID_ARG,
                      "ACX_SHM_MIN_BYTES=1x");
@@ -160,12 +172,15 @@ static int check_slot(const char *slot_bytes) {
             CHECK(reference(in, want, dt, n) == 0);
             for (int in_place = 0; in_place < 2; in_place++) {
                 memset(out, 0x5a, nmax * 8);
+                acx_shm_op_t op;
                 if (in_place) {
                     memcpy(out, in, n * es);
-                    acx_shm_all_reduce(shm, out, out, n, dt);
+                    acx_shm_all_reduce_start(shm, &op, out, out, n, dt, NULL);
                 } else {
-                    acx_shm_all_reduce(shm, in, out, n, dt);
+                    acx_shm_all_reduce_start(shm, &op, in, out, n, dt, NULL);
                 }
+                acx_shm_wait(shm, &op, NULL);
+                CHECK(acx_shm_test(shm, &op) && acx_shm_pending(shm) == NULL);
                 long bad = first_diff(out, want, n, es);
                 if (bad >= 0 || (n < nmax && (unsigned char)out[n * es] != 0x5a)) {
                     fprintf(stderr, "\n[r%d] slot %s, %s x %zu, %s: element %ld differs from the "
@@ -238,7 +253,7 @@ static int check_backend(acx_comm_t *comm) {
     CHECK_OK(comm->ops->all_reduce_start(comm, out, out, n, ACX_DTYPE_FLOAT32, ACX_OP_SUM, &req));
     int done = 0;
     CHECK_OK(comm->ops->test(req, &done));
-    CHECK(done == 1 || size_ == 1 || getenv("ACX_SHM_DISABLE") != NULL); /* shm completes at start */
+    CHECK(done == 0 || done == 1);
     CHECK_OK(comm->ops->wait(req));
     req = NULL;
     CHECK(first_diff(out, want, n, 4) < 0);
@@ -317,6 +332,110 @@ error:
     return 1;
 }
 
+/* Three all-reduces started back to back and waited newest first: ops run
+ * in start order whatever the wait order, each with its own result. */
+static int test_in_flight(void) {
+    const size_t n[3] = {70001, 333, 1 << 16};
+    float *x[3] = {NULL, NULL, NULL}, *want[3] = {NULL, NULL, NULL};
+    acx_coll_req_t *req[3] = {NULL, NULL, NULL};
+    acx_comm_t *comm = NULL;
+    CHECK_OK(acx_comm_create(MPI_COMM_WORLD, &acx_coll_mpi_ops, &comm));
+    for (int k = 0; k < 3; k++) {
+        x[k] = malloc(n[k] * sizeof(float));
+        want[k] = malloc(n[k] * sizeof(float));
+        CHECK(x[k] && want[k]);
+        fill(x[k], ACX_DTYPE_FLOAT32, n[k], rank_, 90 + k);
+        CHECK(reference(x[k], want[k], ACX_DTYPE_FLOAT32, n[k]) == 0);
+    }
+    for (int k = 0; k < 3; k++)
+        CHECK_OK(comm->ops->all_reduce_start(comm, x[k], x[k], n[k], ACX_DTYPE_FLOAT32, ACX_OP_SUM,
+                                             &req[k]));
+    for (int k = 2; k >= 0; k--) {
+        CHECK_OK(comm->ops->wait(req[k]));
+        req[k] = NULL;
+        CHECK(first_diff(x[k], want[k], n[k], 4) < 0);
+    }
+    acx_comm_destroy(comm);
+    for (int k = 0; k < 3; k++) {
+        free(x[k]);
+        free(want[k]);
+    }
+    return 0;
+error:
+    for (int k = 0; k < 3; k++) {
+        if (req[k] != NULL) comm->ops->wait(req[k]);
+        free(x[k]);
+        free(want[k]);
+    }
+    acx_comm_destroy(comm);
+    return 1;
+}
+
+/* Legal MPI that a blocking start would deadlock: on two communicators,
+ * even ranks start an all-reduce on B and then call a blocking barrier on
+ * A; odd ranks call the barrier first and start the all-reduce after. Then
+ * a bfloat16 all-reduce on A (the backend's 16-bit queue) is started
+ * everywhere, and even ranks wait for it after starting the shared-memory
+ * one on B, odd ranks before: a waiting rank must move the other's work. */
+static int test_cross_comm_order(void) {
+    const size_t n = 20011;
+    acx_comm_t *a = NULL, *b = NULL;
+    acx_coll_req_t *rb = NULL, *rh = NULL;
+    float *x = malloc(n * sizeof *x), *want = malloc(n * sizeof *want);
+    uint16_t *h = malloc(n * sizeof *h);
+    CHECK(x && want && h);
+    CHECK_OK(acx_comm_create(MPI_COMM_WORLD, &acx_coll_mpi_ops, &a));
+    CHECK_OK(acx_comm_create(MPI_COMM_WORLD, &acx_coll_mpi_ops, &b));
+    for (int round = 0; round < 2; round++) {
+        fill(x, ACX_DTYPE_FLOAT32, n, rank_, 60 + round);
+        CHECK(reference(x, want, ACX_DTYPE_FLOAT32, n) == 0);
+        if (round == 0) {
+            if (rank_ % 2 == 0)
+                CHECK_OK(b->ops->all_reduce_start(b, x, x, n, ACX_DTYPE_FLOAT32, ACX_OP_SUM, &rb));
+            CHECK_OK(a->ops->barrier(a));
+            if (rank_ % 2 == 1)
+                CHECK_OK(b->ops->all_reduce_start(b, x, x, n, ACX_DTYPE_FLOAT32, ACX_OP_SUM, &rb));
+        } else {
+            for (size_t i = 0; i < n; i++) /* bfloat16 of small integers: exact sums */
+                h[i] = (uint16_t)(f32_bits((float)((i + (size_t)rank_) % 7)) >> 16);
+            CHECK_OK(a->ops->all_reduce_start(a, h, h, n, ACX_DTYPE_BFLOAT16, ACX_OP_SUM, &rh));
+            if (rank_ % 2 == 1) {
+                CHECK_OK(a->ops->wait(rh));
+                rh = NULL;
+            }
+            CHECK_OK(b->ops->all_reduce_start(b, x, x, n, ACX_DTYPE_FLOAT32, ACX_OP_SUM, &rb));
+            if (rh != NULL) {
+                CHECK_OK(a->ops->wait(rh));
+                rh = NULL;
+            }
+            for (size_t i = 0; i < n; i++) {
+                float sum = 0.0f;
+                for (int r = 0; r < size_; r++)
+                    sum += (float)((i + (size_t)r) % 7);
+                CHECK(f32_bits(sum) >> 16 == h[i]);
+            }
+        }
+        CHECK_OK(b->ops->wait(rb));
+        rb = NULL;
+        CHECK(first_diff(x, want, n, 4) < 0);
+    }
+    acx_comm_destroy(b);
+    acx_comm_destroy(a);
+    free(x);
+    free(want);
+    free(h);
+    return 0;
+error:
+    if (rb != NULL) b->ops->wait(rb);
+    if (rh != NULL) a->ops->wait(rh);
+    acx_comm_destroy(b);
+    acx_comm_destroy(a);
+    free(x);
+    free(want);
+    free(h);
+    return 1;
+}
+
 /* Two parity groups, each with its own segment, reducing at the same
  * time; each group's result is its members' rank-order sum. */
 static int test_split(void) {
@@ -365,6 +484,8 @@ int main(int argc, char **argv) {
     failed |= acx_test_run_case("MPI backend: sum, start, avg", test_backend);
     failed |= acx_test_run_case("MPI progress while waiting in shared memory", test_progress_while_waiting);
     failed |= acx_test_run_case("split communicators reduce at once", test_split);
+    failed |= acx_test_run_case("ops in flight complete in start order", test_in_flight);
+    failed |= acx_test_run_case("start never blocks: orders across communicators", test_cross_comm_order);
     MPI_Finalize();
     return failed ? 1 : 0;
 }
