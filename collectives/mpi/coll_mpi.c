@@ -64,6 +64,12 @@
  *     most ACX_COLL_MPI_CHUNK_MAX elements, one MPI call (or one request)
  *     per chunk. Reduce-scatter refuses such counts (ACX_ERR_NOT_SUPPORTED).
  *
+ * On one node, SUM and AVG all-reduces of float32, float64, int32 and
+ * int64 skip MPI: they go through a shared-memory segment the
+ * communicator's ranks map (coll_mpi_shm.c; ACX_SHM_DISABLE=1 turns it
+ * off). Their requests are shared-memory ops, advanced by test and wait
+ * like the 16-bit queue below.
+ *
  * Device buffers are staged through pinned host memory by the table the
  * rest of acx uses (coll_mpi_stage.c), which calls this file's table
  * (acx_coll_mpi_host_ops) with host buffers only.
@@ -643,11 +649,19 @@ static void post_free(post_t *p) {
  *     started before it by every rank — MPI's same-order rule — so they
  *     finish.)
  *
+ * Shared-memory all-reduces (coll_mpi_shm.h) follow the same rules: a
+ * start only queues the op (on the segment's own FIFO, in start order) and
+ * does what it can without waiting; test, wait and every shared-memory
+ * wait move every communicator's ops and queues on (progress_all); and a
+ * wait on an MPI request polls while any such op is unfinished, since
+ * another rank may be waiting for this one's part of it.
+ *
  * What remains outside this file's reach: a rank blocked in MPI directly
  * (not through this backend), or in a blocking collective of another
  * communicator, while a 16-bit all-reduce it started is still queued, and
  * another rank waiting for that all-reduce — where a single MPI_Iallreduce
- * would have completed. (Draining every communicator's queue before any
+ * would have completed. The same holds for a started shared-memory
+ * all-reduce. (Draining every communicator's queue before any
  * blocking collective would trade that for a deadlock when a rank blocks
  * on communicator B before it starts the all-reduce on A.) acx's own
  * callers wait for their gradient all-reduces before any such call.
