@@ -114,7 +114,10 @@ static void plan_segment(int size, shm_plan_t *plan, char **base_p) {
         snprintf(plan->message, sizeof plan->message, "ACX_SHM_DISABLE=%s: expected 1 or 0", off);
         return;
     }
-    plan->slot_bytes = ACX_SHM_SLOT_BYTES_DEFAULT;
+    size_t slot = ACX_SHM_SLOT_BYTES_MAX;
+    while (slot > ACX_SHM_SLOT_BYTES_MIN_DEFAULT && slot * (size_t)size > ACX_SHM_SEGMENT_BUDGET)
+        slot /= 2;
+    plan->slot_bytes = slot;
     plan->min_bytes = ACX_SHM_MIN_BYTES_DEFAULT;
     if (env_bytes("SLOT_BYTES", 64, &plan->slot_bytes, plan) < 0 ||
         env_bytes("MIN_BYTES", 0, &plan->min_bytes, plan) < 0) {

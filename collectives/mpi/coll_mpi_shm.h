@@ -64,8 +64,8 @@
  * by rank 0 at creation and broadcast, so every rank agrees):
  *   ACX_SHM_DISABLE=1      never use shared memory (MPI_Allreduce instead);
  *                          unset, empty or 0: use it
- *   ACX_SHM_SLOT_BYTES=N   bytes of each rank's slot (round size), default
- *                          ACX_SHM_SLOT_BYTES_DEFAULT, multiple of 64, >= 64
+ *   ACX_SHM_SLOT_BYTES=N   bytes of each rank's slot (round size), multiple
+ *                          of 64, >= 64; default below
  *   ACX_SHM_MIN_BYTES=N    smallest all-reduce (bytes) routed through shared
  *                          memory, default ACX_SHM_MIN_BYTES_DEFAULT
  */
@@ -78,7 +78,14 @@
 #include "acx/status.h"
 #include "acx/types.h"
 
-#define ACX_SHM_SLOT_BYTES_DEFAULT ((size_t)256 << 10)
+/* The default slot: 1 MiB up to 8 ranks on the node, then 8 MiB / ranks
+ * (at least 128 KiB), so a segment stays within 16–32 MiB of /dev/shm. Fewer
+ * rounds cost fewer synchronizations: on the development VM a 1 MiB
+ * all-reduce of 2 ranks took 73–92 us in one 1 MiB round and 122 us in four
+ * of 256 KiB. */
+#define ACX_SHM_SLOT_BYTES_MAX ((size_t)1 << 20)
+#define ACX_SHM_SLOT_BYTES_MIN_DEFAULT ((size_t)128 << 10)
+#define ACX_SHM_SEGMENT_BUDGET ((size_t)8 << 20)
 #define ACX_SHM_MIN_BYTES_DEFAULT ((size_t)0)
 #ifndef ACX_SHM_DIRECT_BYTES
 #define ACX_SHM_DIRECT_BYTES ((size_t)4096)
