@@ -399,7 +399,14 @@ static int step_head(acx_shm_t *s) {
         for (int j = 0; j < s->size; j++)
             s->src[j] = slot(s, j, s->round_set);
         mine = slot(s, s->rank, s->round_set);
-        memcpy(mine, (const char *)op->sendbuf + op->off * esize, op->m * esize);
+        const char *in = (const char *)op->sendbuf + op->off * esize;
+        if (op->m * esize <= ACX_SHM_DIRECT_BYTES) {
+            memcpy(mine, in, op->m * esize);
+        } else { /* the others read every block but this rank's, which it reads from sendbuf */
+            block_of(s, op->m, esize, s->rank, &lo, &hi);
+            memcpy(mine, in, lo * esize);
+            memcpy(mine + hi * esize, in + hi * esize, (op->m - hi) * esize);
+        }
         publish(s);
         op->stage = STAGE_WAIT_IN;
         return 1;
@@ -410,10 +417,14 @@ static int step_head(acx_shm_t *s) {
             sum_for(op->dtype)(out, s->src, s->size, 0, op->m);
             break;
         }
+        /* This rank's block: summed into its slot (where the others read it
+         * next) with its own part read from sendbuf, then copied out. */
         block_of(s, op->m, esize, s->rank, &lo, &hi);
         if (hi > lo) {
-            sum_for(op->dtype)(out + lo * esize, s->src, s->size, lo, hi - lo);
-            memcpy(mine + lo * esize, out + lo * esize, (hi - lo) * esize);
+            s->src[s->rank] = (const char *)op->sendbuf + op->off * esize;
+            sum_for(op->dtype)(mine + lo * esize, s->src, s->size, lo, hi - lo);
+            s->src[s->rank] = mine;
+            memcpy(out + lo * esize, mine + lo * esize, (hi - lo) * esize);
         }
         publish(s);
         op->stage = STAGE_WAIT_REDUCED;
