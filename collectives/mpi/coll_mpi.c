@@ -854,15 +854,32 @@ static void mpi_comm_fini(acx_comm_t *comm) {
 
 /* ---- all-reduce ---- */
 
+/* The shared-memory segment (coll_mpi_shm.c) when comm's ranks share a
+ * node and it takes this reduction of count elements (all_reduce: of the
+ * buffer; else a reduce-scatter's per rank), else NULL: MPI. 32- and
+ * 64-bit AVG goes as SUM (post_run divides); 16-bit SUM and AVG go as
+ * they are (the segment rounds once, as half_combine_rows). The same
+ * answer on every rank. */
+static acx_shm_t *shm_for(const acx_comm_t *comm, const red_plan_t *plan, size_t count,
+                          acx_dtype_t dtype, acx_red_op_t op, int all_reduce) {
+    const mpi_comm_state_t *cs = comm->state;
+    if (cs == NULL || cs->shm == NULL) return NULL;
+    acx_red_op_t shm_op = plan->avg && !plan->half ? ACX_OP_SUM : op;
+    int ok = all_reduce ? acx_shm_all_reduce_ok(cs->shm, count, dtype, shm_op)
+                        : acx_shm_reduce_scatter_ok(cs->shm, count, dtype, shm_op);
+    return ok ? cs->shm : NULL;
+}
+
 /*
- * Set up an all-reduce: check and plan; a 16-bit SUM/AVG/PROD gets its
- * half_red_t in post->half. Otherwise fills the MPI buffers to use (src may
+ * Set up an all-reduce: check and plan. Through shared memory (*shm_p set)
+ * nothing else is needed; a 16-bit SUM/AVG/PROD through MPI gets its
+ * half_red_t in post->half; otherwise fills the MPI buffers to use (src may
  * be MPI_IN_PLACE).
  */
 static acx_status_t all_reduce_setup(acx_comm_t *comm, const void *sendbuf, void *recvbuf,
                                      size_t count, acx_dtype_t dtype, acx_red_op_t op,
-                                     red_plan_t *plan, post_t *post, const void **src_p,
-                                     void **dst_p) {
+                                     red_plan_t *plan, post_t *post, acx_shm_t **shm_p,
+                                     const void **src_p, void **dst_p) {
     ACX_CHECK(check_comm(comm, "all-reduce"));
     if (count > 0 && (sendbuf == NULL || recvbuf == NULL))
         return ACX_ERROR(ACX_ERR_INVALID_ARG, "all-reduce of %zu elements: %s is NULL", count,
@@ -873,6 +890,11 @@ static acx_status_t all_reduce_setup(acx_comm_t *comm, const void *sendbuf, void
                      .count = count,
                      .dtype = dtype,
                      .avg_size = plan->avg ? comm->size : 1};
+    *shm_p = shm_for(comm, plan, count, dtype, op, 1);
+    if (*shm_p != NULL) {
+        if (plan->half) post->avg_size = 1; /* the segment divided before rounding */
+        return ACX_OK;
+    }
     if (plan->half) {
         if (comm->state == NULL)
             return ACX_ERROR(ACX_ERR_STATE, "all-reduce: communicator has no MPI backend state");
@@ -886,17 +908,6 @@ static acx_status_t all_reduce_setup(acx_comm_t *comm, const void *sendbuf, void
     return ACX_OK;
 }
 
-/* The shared-memory all-reduce (coll_mpi_shm.c) when comm's ranks share a
- * node and it takes this reduction (AVG: its SUM, post_run divides), else
- * NULL: MPI. The same answer on every rank. */
-static acx_shm_t *shm_for(const acx_comm_t *comm, const red_plan_t *plan, size_t count,
-                          acx_dtype_t dtype, acx_red_op_t op) {
-    const mpi_comm_state_t *cs = comm->state;
-    if (cs == NULL || cs->shm == NULL || plan->half) return NULL;
-    return acx_shm_all_reduce_ok(cs->shm, count, dtype, plan->avg ? ACX_OP_SUM : op) ? cs->shm
-                                                                                      : NULL;
-}
-
 static acx_status_t mpi_all_reduce(acx_comm_t *comm, const void *sendbuf, void *recvbuf,
                                    size_t count, acx_dtype_t dtype, acx_red_op_t op) {
     red_plan_t plan;
@@ -904,10 +915,11 @@ static acx_status_t mpi_all_reduce(acx_comm_t *comm, const void *sendbuf, void *
     const void *src = NULL;
     void *dst = NULL;
     acx_status_t status = ACX_OK;
-    ACX_CHECK(all_reduce_setup(comm, sendbuf, recvbuf, count, dtype, op, &plan, &post, &src, &dst));
-    acx_shm_t *shm = shm_for(comm, &plan, count, dtype, op);
+    acx_shm_t *shm = NULL;
+    ACX_CHECK(all_reduce_setup(comm, sendbuf, recvbuf, count, dtype, op, &plan, &post, &shm, &src,
+                               &dst));
     if (shm != NULL) {
-        acx_shm_all_reduce(shm, sendbuf, recvbuf, count, dtype);
+        acx_shm_all_reduce(shm, sendbuf, recvbuf, count, dtype, plan.half ? op : ACX_OP_SUM);
         post_run(&post);
         goto out;
     }
@@ -942,8 +954,9 @@ static acx_status_t mpi_all_reduce_start(acx_comm_t *comm, const void *sendbuf, 
     acx_status_t status = ACX_OK;
     acx_coll_req_t *req = NULL;
     if (req_p == NULL) return ACX_ERROR(ACX_ERR_INVALID_ARG, "all-reduce start: req_p is NULL");
-    ACX_CHECK(all_reduce_setup(comm, sendbuf, recvbuf, count, dtype, op, &plan, &post, &src, &dst));
-    acx_shm_t *shm = shm_for(comm, &plan, count, dtype, op);
+    acx_shm_t *shm = NULL;
+    ACX_CHECK(all_reduce_setup(comm, sendbuf, recvbuf, count, dtype, op, &plan, &post, &shm, &src,
+                               &dst));
     status = req_create(shm != NULL  ? 0
                         : plan.half ? post.half->npieces
                                     : num_chunks(count),
@@ -960,7 +973,7 @@ static acx_status_t mpi_all_reduce_start(acx_comm_t *comm, const void *sendbuf, 
          * collective and first moves this communicator's 16-bit queue on. */
         acx_watch_enter("all_reduce");
         queue_drain(comm);
-        acx_shm_all_reduce(shm, sendbuf, recvbuf, count, dtype);
+        acx_shm_all_reduce(shm, sendbuf, recvbuf, count, dtype, plan.half ? op : ACX_OP_SUM);
         acx_watch_exit();
         post_run(&req->post);
         req->complete = 1;
@@ -1010,8 +1023,8 @@ err_started:
  */
 static acx_status_t reduce_scatter_setup(acx_comm_t *comm, const void *sendbuf, void *recvbuf,
                                          size_t count, acx_dtype_t dtype, acx_red_op_t op,
-                                         red_plan_t *plan, post_t *post, const void **src_p,
-                                         void **dst_p) {
+                                         red_plan_t *plan, post_t *post, acx_shm_t **shm_p,
+                                         const void **src_p, void **dst_p) {
     ACX_CHECK(check_comm(comm, "reduce-scatter"));
     if (count > 0 && (sendbuf == NULL || recvbuf == NULL))
         return ACX_ERROR(ACX_ERR_INVALID_ARG, "reduce-scatter of %zu elements per rank: %s is NULL",
@@ -1036,6 +1049,11 @@ static acx_status_t reduce_scatter_setup(acx_comm_t *comm, const void *sendbuf, 
                      .avg_size = plan->avg ? comm->size : 1};
     *src_p = sendbuf;
     *dst_p = recvbuf;
+    *shm_p = shm_for(comm, plan, count, dtype, op, 0);
+    if (*shm_p != NULL) { /* in place or not, the segment writes recvbuf directly */
+        if (plan->half) post->avg_size = 1; /* the segment divided before rounding */
+        return ACX_OK;
+    }
     if (plan->half) return half_red_create(comm, recvbuf, count, dtype, op, 0, &post->half);
     if (in_place) {
         void *tmp = acx_malloc(count * esize, "in-place reduce-scatter result");
@@ -1053,9 +1071,12 @@ static acx_status_t mpi_reduce_scatter(acx_comm_t *comm, const void *sendbuf, vo
     const void *src;
     void *dst;
     acx_status_t status = ACX_OK;
-    ACX_CHECK(
-        reduce_scatter_setup(comm, sendbuf, recvbuf, count, dtype, op, &plan, &post, &src, &dst));
-    if (plan.half)
+    acx_shm_t *shm = NULL;
+    ACX_CHECK(reduce_scatter_setup(comm, sendbuf, recvbuf, count, dtype, op, &plan, &post, &shm,
+                                   &src, &dst));
+    if (shm != NULL)
+        acx_shm_reduce_scatter(shm, src, dst, count, dtype, plan.half ? op : ACX_OP_SUM);
+    else if (plan.half)
         ACX_CHECK_GOTO(half_exchange(post.half, src, comm->mpi, NULL, NULL), status, out);
     else
         ACX_MPI_CHECK_GOTO(
@@ -1076,15 +1097,26 @@ static acx_status_t mpi_reduce_scatter_start(acx_comm_t *comm, const void *sendb
     void *dst;
     acx_status_t status = ACX_OK;
     acx_coll_req_t *req = NULL;
+    acx_shm_t *shm = NULL;
     if (req_p == NULL) return ACX_ERROR(ACX_ERR_INVALID_ARG, "reduce-scatter start: req_p is NULL");
-    ACX_CHECK(
-        reduce_scatter_setup(comm, sendbuf, recvbuf, count, dtype, op, &plan, &post, &src, &dst));
-    status = req_create(1, "reduce-scatter request", &req);
+    ACX_CHECK(reduce_scatter_setup(comm, sendbuf, recvbuf, count, dtype, op, &plan, &post, &shm,
+                                   &src, &dst));
+    status = req_create(shm != NULL ? 0 : 1, "reduce-scatter request", &req);
     if (status != ACX_OK) {
         post_free(&post);
         return status;
     }
     req->post = post;
+    if (shm != NULL) { /* completes here, as the shared-memory all-reduce start */
+        acx_watch_enter("reduce_scatter");
+        queue_drain(comm);
+        acx_shm_reduce_scatter(shm, src, dst, count, dtype, plan.half ? op : ACX_OP_SUM);
+        acx_watch_exit();
+        post_run(&req->post);
+        req->complete = 1;
+        *req_p = req;
+        return ACX_OK;
+    }
     if (plan.half)
         ACX_CHECK_GOTO(half_exchange(post.half, src, comm->mpi, req->mpi, &req->nreq), status,
                        err_started);
@@ -1180,8 +1212,9 @@ typedef struct gather_args {
     int root; /* -1: all-gather */
 } gather_args_t;
 
-static acx_status_t gather_setup(acx_comm_t *comm, const void *sendbuf, void *recvbuf, size_t count,
-                                 acx_dtype_t dtype, int root, post_t *post, gather_args_t *args) {
+/* The argument checks of gather_setup. */
+static acx_status_t gather_check(const acx_comm_t *comm, const void *sendbuf, const void *recvbuf,
+                                 size_t count, acx_dtype_t dtype, int root) {
     const char *what = root < 0 ? "all-gather" : "gather";
     ACX_CHECK(check_comm(comm, what));
     ACX_CHECK(check_dtype(dtype, what));
@@ -1196,6 +1229,14 @@ static acx_status_t gather_setup(acx_comm_t *comm, const void *sendbuf, void *re
     if (count > SIZE_MAX / esize / size)
         return ACX_ERROR(ACX_ERR_INVALID_ARG, "%s of %zu elements per rank overflows size_t", what,
                          count);
+    return ACX_OK;
+}
+
+static acx_status_t gather_setup(acx_comm_t *comm, const void *sendbuf, void *recvbuf, size_t count,
+                                 acx_dtype_t dtype, int root, post_t *post, gather_args_t *args) {
+    ACX_CHECK(gather_check(comm, sendbuf, recvbuf, count, dtype, root));
+    int receives = root < 0 || comm->rank == root;
+    size_t esize = acx_dtype_size(dtype);
     *post = (post_t){0};
     *args = (gather_args_t){.send = sendbuf,
                             .recv = receives ? recvbuf : NULL,
@@ -1295,15 +1336,41 @@ err_started:
     return status;
 }
 
+/* The shared-memory all-gather (coll_mpi_shm.c) when comm's ranks share a
+ * node and the buffer is large enough, else NULL: MPI. Arguments checked. */
+static acx_shm_t *shm_for_gather(const acx_comm_t *comm, size_t count, acx_dtype_t dtype) {
+    const mpi_comm_state_t *cs = comm->state;
+    if (cs == NULL || cs->shm == NULL) return NULL;
+    return acx_shm_all_gather_ok(cs->shm, count, acx_dtype_size(dtype)) ? cs->shm : NULL;
+}
+
 static acx_status_t mpi_all_gather(acx_comm_t *comm, const void *sendbuf, void *recvbuf,
                                    size_t count, acx_dtype_t dtype) {
+    ACX_CHECK(gather_check(comm, sendbuf, recvbuf, count, dtype, -1));
+    acx_shm_t *shm = shm_for_gather(comm, count, dtype);
+    if (shm != NULL) { /* in place: the segment leaves this rank's block as it is */
+        acx_shm_all_gather(shm, sendbuf, recvbuf, count, acx_dtype_size(dtype));
+        return ACX_OK;
+    }
     return gather_blocking(comm, sendbuf, recvbuf, count, dtype, -1);
 }
 
 static acx_status_t mpi_all_gather_start(acx_comm_t *comm, const void *sendbuf, void *recvbuf,
                                          size_t count, acx_dtype_t dtype, acx_coll_req_t **req_p) {
     if (req_p == NULL) return ACX_ERROR(ACX_ERR_INVALID_ARG, "all-gather start: req_p is NULL");
-    return gather_start(comm, sendbuf, recvbuf, count, dtype, -1, req_p);
+    ACX_CHECK(gather_check(comm, sendbuf, recvbuf, count, dtype, -1));
+    acx_shm_t *shm = shm_for_gather(comm, count, dtype);
+    if (shm == NULL) return gather_start(comm, sendbuf, recvbuf, count, dtype, -1, req_p);
+    acx_coll_req_t *req = NULL;
+    ACX_CHECK(req_create(0, "all-gather request", &req));
+    /* Completes here, as the shared-memory all-reduce start does. */
+    acx_watch_enter("all_gather");
+    queue_drain(comm);
+    acx_shm_all_gather(shm, sendbuf, recvbuf, count, acx_dtype_size(dtype));
+    acx_watch_exit();
+    req->complete = 1;
+    *req_p = req;
+    return ACX_OK;
 }
 
 static acx_status_t check_root(const acx_comm_t *comm, int root) {

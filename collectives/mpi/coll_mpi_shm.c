@@ -27,6 +27,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include "collectives/half.h"
 #include "collectives/mpi/coll_mpi_shm.h"
 #include "runtime/base/error.h"
 #include "runtime/base/log.h"
@@ -283,19 +284,48 @@ void acx_shm_free(acx_shm_t *s) {
     free(s);
 }
 
-/* ---- the all-reduce ---- */
+/* ---- what goes through shared memory ---- */
 
-int acx_shm_all_reduce_ok(const acx_shm_t *s, size_t count, acx_dtype_t dtype, acx_red_op_t op) {
-    if (s == NULL || op != ACX_OP_SUM) return 0;
+/* The reductions the segment runs: SUM of float32, float64, int32, int64;
+ * SUM and AVG of float16 and bfloat16. */
+static int reduction_ok(acx_dtype_t dtype, acx_red_op_t op) {
     switch (dtype) {
     case ACX_DTYPE_FLOAT32:
     case ACX_DTYPE_FLOAT64:
     case ACX_DTYPE_INT32:
-    case ACX_DTYPE_INT64: break;
+    case ACX_DTYPE_INT64: return op == ACX_OP_SUM;
+    case ACX_DTYPE_FLOAT16:
+    case ACX_DTYPE_BFLOAT16: return op == ACX_OP_SUM || op == ACX_OP_AVG;
     default: return 0;
     }
-    return count > 0 && count >= s->min_bytes / acx_dtype_size(dtype);
 }
+
+/* A buffer of `elems` elements of esize bytes reaches ACX_SHM_MIN_BYTES. */
+static int big_enough(const acx_shm_t *s, size_t elems, size_t esize) {
+    return elems > 0 && elems >= s->min_bytes / esize;
+}
+
+int acx_shm_all_reduce_ok(const acx_shm_t *s, size_t count, acx_dtype_t dtype, acx_red_op_t op) {
+    if (s == NULL || !reduction_ok(dtype, op)) return 0;
+    return big_enough(s, count, acx_dtype_size(dtype));
+}
+
+int acx_shm_reduce_scatter_ok(const acx_shm_t *s, size_t count, acx_dtype_t dtype,
+                              acx_red_op_t op) {
+    if (s == NULL || count == 0 || !reduction_ok(dtype, op)) return 0;
+    size_t esize = acx_dtype_size(dtype);
+    /* a round holds at least one element of each of the size blocks */
+    if (s->slot_bytes / esize < (size_t)s->size) return 0;
+    return count <= SIZE_MAX / (size_t)s->size && big_enough(s, count * (size_t)s->size, esize);
+}
+
+int acx_shm_all_gather_ok(const acx_shm_t *s, size_t count, size_t esize) {
+    if (s == NULL || count == 0 || esize == 0 || count > SIZE_MAX / esize / (size_t)s->size)
+        return 0;
+    return big_enough(s, count * (size_t)s->size, esize);
+}
+
+/* ---- waiting ---- */
 
 static inline void cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -327,6 +357,17 @@ static void wait_all(acx_shm_t *s) {
     }
 }
 
+/* The slots of the next round, in s->src, and this rank's own; flips the set. */
+static char *next_round(acx_shm_t *s) {
+    for (int j = 0; j < s->size; j++)
+        s->src[j] = slot(s, j, s->set);
+    char *mine = slot(s, s->rank, s->set);
+    s->set ^= 1;
+    return mine;
+}
+
+/* ---- the arithmetic ---- */
+
 /* out[0..n) = src[0][first..] + src[1][first..] + ... (nsrc >= 2 slots), in
  * rank order. Integers add as unsigned: two's-complement wrap-around, like
  * MPI_SUM, without signed overflow. */
@@ -348,16 +389,53 @@ DEFINE_SUM(sum_f64, double)
 DEFINE_SUM(sum_u32, uint32_t)
 DEFINE_SUM(sum_u64, uint64_t)
 
-typedef void (*sum_fn)(void *out, const char *const *src, int nsrc, size_t first, size_t n);
-
-static sum_fn sum_for(acx_dtype_t dtype) {
-    switch (dtype) {
-    case ACX_DTYPE_FLOAT32: return sum_f32;
-    case ACX_DTYPE_FLOAT64: return sum_f64;
-    case ACX_DTYPE_INT32: return sum_u32;
-    default: return sum_u64; /* ACX_DTYPE_INT64: acx_shm_all_reduce_ok admits nothing else */
+/* The 16-bit formula of coll_mpi.c (half_combine_rows, half_avg_round),
+ * so that both paths give the same bits: widen to float32, sum in rank
+ * order starting from rank 0's value, round once to the 16-bit format;
+ * AVG divides the float32 sum by nsrc in float64 and rounds that once
+ * (acx_f16_from_f64 / acx_bf16_from_f64). Tiles keep the accumulator in
+ * L1 and let half.c's widening loops vectorize. */
+static void sum_half(uint16_t *out, const char *const *src, int nsrc, size_t first, size_t n,
+                     acx_dtype_t dtype, int avg) {
+    enum { TILE = 512 };
+    float acc[TILE], x[TILE];
+    for (size_t i0 = 0; i0 < n; i0 += TILE) {
+        size_t m = n - i0 < TILE ? n - i0 : TILE;
+        acx_half_to_f32_n(dtype, (const uint16_t *)(const void *)src[0] + first + i0, acc, m);
+        for (int j = 1; j < nsrc; j++) {
+            acx_half_to_f32_n(dtype, (const uint16_t *)(const void *)src[j] + first + i0, x, m);
+            for (size_t i = 0; i < m; i++)
+                acc[i] += x[i];
+        }
+        if (!avg) {
+            acx_half_from_f32_n(dtype, acc, out + i0, m);
+        } else {
+            double d = (double)nsrc;
+            if (dtype == ACX_DTYPE_FLOAT16)
+                for (size_t i = 0; i < m; i++)
+                    out[i0 + i] = acx_f16_from_f64((double)acc[i] / d);
+            else
+                for (size_t i = 0; i < m; i++)
+                    out[i0 + i] = acx_bf16_from_f64((double)acc[i] / d);
+        }
     }
 }
+
+/* out[0..n) = the reduction (reduction_ok) of elements [first, first + n)
+ * of every slot in s->src, in rank order. */
+static void reduce(const acx_shm_t *s, acx_dtype_t dtype, acx_red_op_t op, void *out,
+                   size_t first, size_t n) {
+    const char *const *src = s->src;
+    switch (dtype) {
+    case ACX_DTYPE_FLOAT32: sum_f32(out, src, s->size, first, n); break;
+    case ACX_DTYPE_FLOAT64: sum_f64(out, src, s->size, first, n); break;
+    case ACX_DTYPE_INT32: sum_u32(out, src, s->size, first, n); break;
+    case ACX_DTYPE_INT64: sum_u64(out, src, s->size, first, n); break;
+    default: sum_half(out, src, s->size, first, n, dtype, op == ACX_OP_AVG); break;
+    }
+}
+
+/* ---- the all-reduce ---- */
 
 /* Block q of a round of m elements: ceil(m / size) rounded up to whole
  * 64-byte lines, the last blocks short or empty. */
@@ -372,29 +450,25 @@ static void block_of(const acx_shm_t *s, size_t m, size_t esize, int q, size_t *
 }
 
 void acx_shm_all_reduce(acx_shm_t *s, const void *sendbuf, void *recvbuf, size_t count,
-                        acx_dtype_t dtype) {
+                        acx_dtype_t dtype, acx_red_op_t op) {
     size_t esize = acx_dtype_size(dtype);
     size_t per_round = s->slot_bytes / esize;
-    sum_fn sum = sum_for(dtype);
     for (size_t off = 0, m = 0; off < count; off += m) {
         m = count - off < per_round ? count - off : per_round;
-        char *mine = slot(s, s->rank, s->set);
         char *out = (char *)recvbuf + off * esize;
-        for (int j = 0; j < s->size; j++)
-            s->src[j] = slot(s, j, s->set);
-        s->set ^= 1;
+        char *mine = next_round(s);
 
         memcpy(mine, (const char *)sendbuf + off * esize, m * esize);
         publish(s);
         wait_all(s);
-        if (m * esize <= ACX_SHM_DIRECT_BYTES) { /* every rank sums the whole round */
-            sum(out, s->src, s->size, 0, m);
+        if (m * esize <= ACX_SHM_DIRECT_BYTES) { /* every rank reduces the whole round */
+            reduce(s, dtype, op, out, 0, m);
             continue;
         }
         size_t lo, hi;
         block_of(s, m, esize, s->rank, &lo, &hi);
         if (hi > lo) {
-            sum(out + lo * esize, s->src, s->size, lo, hi - lo);
+            reduce(s, dtype, op, out + lo * esize, lo, hi - lo);
             memcpy(mine + lo * esize, out + lo * esize, (hi - lo) * esize);
         }
         publish(s);
@@ -403,6 +477,63 @@ void acx_shm_all_reduce(acx_shm_t *s, const void *sendbuf, void *recvbuf, size_t
             if (q == s->rank) continue;
             block_of(s, m, esize, q, &lo, &hi);
             if (hi > lo) memcpy(out + lo * esize, s->src[q] + lo * esize, (hi - lo) * esize);
+        }
+    }
+}
+
+/* ---- reduce-scatter and all-gather ---- */
+
+/*
+ * One synchronization per round for both: a rank publishes round k + 1
+ * only after it has read everything of round k, so the two-set argument of
+ * the header comment holds as for the all-reduce.
+ *
+ * Reduce-scatter, round of m elements of each of the P blocks (P x m
+ * elements, a slot's worth), rank r's slot after the copy in:
+ *
+ *   slot r   [ block 0 [off, off+m) | block 1 [off, off+m) | ... | block P-1 ]
+ *
+ * and rank q reduces piece q of every slot, in rank order, into its
+ * recvbuf[off, off+m). m is a whole number of 64-byte lines when the slot
+ * allows, so the pieces start on line boundaries.
+ */
+void acx_shm_reduce_scatter(acx_shm_t *s, const void *sendbuf, void *recvbuf, size_t count,
+                            acx_dtype_t dtype, acx_red_op_t op) {
+    size_t esize = acx_dtype_size(dtype), p = (size_t)s->size, line = 64 / esize;
+    size_t per_round = s->slot_bytes / esize / p;
+    if (per_round >= line) per_round = per_round / line * line;
+    const char *in = sendbuf;
+    for (size_t off = 0, m = 0; off < count; off += m) {
+        m = count - off < per_round ? count - off : per_round;
+        char *mine = next_round(s);
+        for (size_t q = 0; q < p; q++)
+            memcpy(mine + q * m * esize, in + (q * count + off) * esize, m * esize);
+        publish(s);
+        wait_all(s);
+        /* In place, recvbuf[off, off+m) is this rank's block of sendbuf for
+         * this round, already copied in: writing it is safe. */
+        reduce(s, dtype, op, (char *)recvbuf + off * esize, (size_t)s->rank * m, m);
+    }
+}
+
+void acx_shm_all_gather(acx_shm_t *s, const void *sendbuf, void *recvbuf, size_t count,
+                        size_t esize) {
+    size_t bytes = count * esize, per_round = s->slot_bytes;
+    char *out = recvbuf;
+    const char *in = sendbuf;
+    int in_place = in == out + (size_t)s->rank * bytes;
+    for (size_t off = 0, m = 0; off < bytes; off += m) {
+        m = bytes - off < per_round ? bytes - off : per_round;
+        char *mine = next_round(s);
+        memcpy(mine, in + off, m);
+        publish(s);
+        wait_all(s);
+        for (int q = 0; q < s->size; q++) {
+            char *dst = out + (size_t)q * bytes + off;
+            if (q != s->rank)
+                memcpy(dst, s->src[q], m);
+            else if (!in_place)
+                memcpy(dst, in + off, m);
         }
     }
 }

@@ -82,18 +82,49 @@ acx_status_t acx_shm_create(MPI_Comm comm, acx_shm_t **shm_p);
 void acx_shm_free(acx_shm_t *shm);
 
 /* Whether an all-reduce of count elements of dtype with op goes through
- * shm: SUM of float32, float64, int32 or int64 (callers turn AVG into SUM
- * and a division), count * size >= ACX_SHM_MIN_BYTES. Local, no
- * communication; the same answer on every rank for the same arguments. */
+ * shm: SUM of float32, float64, int32 or int64 (callers turn their AVG into
+ * SUM and a division), SUM or AVG of float16 or bfloat16; count > 0 and
+ * count elements >= ACX_SHM_MIN_BYTES. Local, no communication; the same
+ * answer on every rank for the same arguments. NULL shm: 0. */
 int acx_shm_all_reduce_ok(const acx_shm_t *shm, size_t count, acx_dtype_t dtype, acx_red_op_t op);
 
-/* recvbuf[count] = sum over ranks of sendbuf[count], in rank order (header
+/* The same for a reduce-scatter of count elements per rank (sendbuf of size
+ * x count elements >= ACX_SHM_MIN_BYTES), and a slot that holds one
+ * element of every rank's block. */
+int acx_shm_reduce_scatter_ok(const acx_shm_t *shm, size_t count, acx_dtype_t dtype,
+                              acx_red_op_t op);
+
+/* Whether an all-gather of count elements of esize bytes per rank goes
+ * through shm: count > 0 and the size x count element recvbuf >=
+ * ACX_SHM_MIN_BYTES. Any element type (it moves bytes). */
+int acx_shm_all_gather_ok(const acx_shm_t *shm, size_t count, size_t esize);
+
+/* recvbuf[count] = op over ranks of sendbuf[count], in rank order (header
  * comment), for a (count, dtype, op) that acx_shm_all_reduce_ok accepted.
- * sendbuf may equal recvbuf (in place) and must not otherwise overlap it.
- * Collective over the communicator shm was created for, blocking; every
- * rank passes the same count and dtype. No errors: arguments are the
- * caller's to check. */
+ * op is ACX_OP_SUM, or ACX_OP_AVG for float16/bfloat16 (the float32 sum
+ * divided by the rank count, rounded once). sendbuf may equal recvbuf (in
+ * place) and must not otherwise overlap it. Collective over the
+ * communicator shm was created for, blocking; every rank passes the same
+ * count, dtype and op. No errors: arguments are the caller's to check. */
 void acx_shm_all_reduce(acx_shm_t *shm, const void *sendbuf, void *recvbuf, size_t count,
-                        acx_dtype_t dtype);
+                        acx_dtype_t dtype, acx_red_op_t op);
+
+/* recvbuf[count] = op over ranks q of block `rank` of q's sendbuf[size x
+ * count], in rank order, by the all-reduce's formula (so an all-reduce and
+ * a reduce-scatter followed by an all-gather give the same bits), for a
+ * (count, dtype, op) that acx_shm_reduce_scatter_ok accepted; op as for
+ * acx_shm_all_reduce. In place: recvbuf == sendbuf + rank x count
+ * elements; no other overlap. Collective, blocking, same arguments on
+ * every rank but the buffers; no errors. */
+void acx_shm_reduce_scatter(acx_shm_t *shm, const void *sendbuf, void *recvbuf, size_t count,
+                            acx_dtype_t dtype, acx_red_op_t op);
+
+/* recvbuf[size x count] = every rank's sendbuf[count], rank q's at element
+ * q x count; elements of esize bytes, copied as bytes. In place: sendbuf
+ * == recvbuf + rank x count elements (that block is then left as it is);
+ * no other overlap. Collective, blocking, every rank passes the same count
+ * and esize; no errors. */
+void acx_shm_all_gather(acx_shm_t *shm, const void *sendbuf, void *recvbuf, size_t count,
+                        size_t esize);
 
 #endif /* ACX_COLL_MPI_SHM_H */
