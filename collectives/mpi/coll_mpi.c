@@ -64,6 +64,21 @@
  *     most ACX_COLL_MPI_CHUNK_MAX elements, one MPI call (or one request)
  *     per chunk. Reduce-scatter refuses such counts (ACX_ERR_NOT_SUPPORTED).
  *
+ * When every rank of the communicator shares one node, all-reduce,
+ * reduce-scatter and all-gather go through a shared-memory segment instead
+ * of MPI (coll_mpi_shm.h; ACX_SHM_DISABLE=1 turns it off): all-gather of
+ * any dtype; all-reduce and reduce-scatter for SUM of float32, float64,
+ * int32, int64 (AVG of float32/float64: that SUM, then the division
+ * above) and SUM and AVG of float16/bfloat16, with the float32 rank-order
+ * sum and single rounding described above — so a 16-bit result has the
+ * same bits on either path, and a 32/64-bit sum is the left-to-right sum
+ * in rank order. Blocking and non-blocking, in and out of place; the
+ * non-blocking forms finish before start returns (the ranks' own CPUs do
+ * the work and acx runs no progress thread), under the stall detector and
+ * after moving this communicator's 16-bit queue on, as a blocking
+ * collective. 16-bit PROD, MAX and MIN, int8/uint8 reductions, broadcast,
+ * gather, barrier and multi-node communicators take the MPI paths.
+ *
  * Device buffers are staged through pinned host memory by the table the
  * rest of acx uses (coll_mpi_stage.c), which calls this file's table
  * (acx_coll_mpi_host_ops) with host buffers only.
@@ -916,8 +931,8 @@ static acx_status_t mpi_all_reduce(acx_comm_t *comm, const void *sendbuf, void *
     void *dst = NULL;
     acx_status_t status = ACX_OK;
     acx_shm_t *shm = NULL;
-    ACX_CHECK(all_reduce_setup(comm, sendbuf, recvbuf, count, dtype, op, &plan, &post, &shm, &src,
-                               &dst));
+    ACX_CHECK(
+        all_reduce_setup(comm, sendbuf, recvbuf, count, dtype, op, &plan, &post, &shm, &src, &dst));
     if (shm != NULL) {
         acx_shm_all_reduce(shm, sendbuf, recvbuf, count, dtype, plan.half ? op : ACX_OP_SUM);
         post_run(&post);
@@ -955,8 +970,8 @@ static acx_status_t mpi_all_reduce_start(acx_comm_t *comm, const void *sendbuf, 
     acx_coll_req_t *req = NULL;
     if (req_p == NULL) return ACX_ERROR(ACX_ERR_INVALID_ARG, "all-reduce start: req_p is NULL");
     acx_shm_t *shm = NULL;
-    ACX_CHECK(all_reduce_setup(comm, sendbuf, recvbuf, count, dtype, op, &plan, &post, &shm, &src,
-                               &dst));
+    ACX_CHECK(
+        all_reduce_setup(comm, sendbuf, recvbuf, count, dtype, op, &plan, &post, &shm, &src, &dst));
     status = req_create(shm != NULL  ? 0
                         : plan.half ? post.half->npieces
                                     : num_chunks(count),
@@ -1008,9 +1023,10 @@ err_started:
 /* ---- reduce-scatter ---- */
 
 /*
- * One MPI_Reduce_scatter_block, or for 16-bit SUM/AVG/PROD one
- * MPI_Alltoall (the first half of the all-reduce above), in one of three
- * shapes:
+ * Through the shared-memory segment when shm_for says so (it reads and
+ * writes the caller's buffers directly, in place or not); otherwise one
+ * MPI_Reduce_scatter_block, or for 16-bit SUM/AVG/PROD one MPI_Alltoall
+ * (the first half of the all-reduce above), in one of three shapes:
  *   plain     sendbuf [size x count] -> recvbuf [count]
  *   in place  recvbuf is block r of sendbuf: MPI may not see aliased
  *             arguments, so the result goes to a scratch [count] and is
@@ -1191,6 +1207,8 @@ err_started:
 /*
  * All-gather (root < 0) and gather to root share one shape: every rank's
  * sendbuf [count] lands at element r * count of recvbuf [size x count].
+ * An all-gather on one node goes through the shared-memory segment
+ * (shm_for_gather; in place or not, no copy); what follows is the MPI path.
  *
  * In place (sendbuf is this rank's own block of recvbuf) the block is first
  * copied to a scratch [count] and sent from there: MPI forbids aliased

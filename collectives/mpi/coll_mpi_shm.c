@@ -1,6 +1,7 @@
 /*
- * collectives/mpi/coll_mpi_shm.c — the shared-memory all-reduce of one node
- * (coll_mpi_shm.h says what and why; coll_mpi.c decides when).
+ * collectives/mpi/coll_mpi_shm.c — the shared-memory all-reduce,
+ * reduce-scatter and all-gather of one node (coll_mpi_shm.h says what and
+ * why; coll_mpi.c decides when).
  *
  * Segment layout, one per communicator (P ranks, S = slot bytes):
  *
@@ -208,13 +209,12 @@ acx_status_t acx_shm_create(MPI_Comm comm, acx_shm_t **shm_p) {
         return ACX_ERROR(ACX_ERR_INVALID_ARG, "%s (read on rank 0)", plan.message);
     if (plan.verdict == SHM_OFF) {
         if (rank == 0)
-            ACX_INFO(ACX_SUBSYS_COLL, "ACX_SHM_DISABLE is set: all-reduce goes through MPI only");
+            ACX_INFO(ACX_SUBSYS_COLL, "ACX_SHM_DISABLE is set: collectives go through MPI only");
         return ACX_OK;
     }
     if (plan.verdict == SHM_FAILED) {
         if (rank == 0)
-            ACX_INFO(ACX_SUBSYS_COLL,
-                     "no shared-memory all-reduce (%s): all-reduce goes through MPI only",
+            ACX_INFO(ACX_SUBSYS_COLL, "no shared-memory collectives (%s): they go through MPI only",
                      plan.message);
         return ACX_OK;
     }
@@ -231,13 +231,12 @@ acx_status_t acx_shm_create(MPI_Comm comm, acx_shm_t **shm_p) {
             return acx_error_mpi(ret, "MPI_Allreduce (shared-memory segment)", __FILE__, __LINE__);
         if (!ok)
             ACX_INFO(ACX_SUBSYS_COLL,
-                     "no shared-memory all-reduce (this rank: %s): all-reduce goes through MPI "
-                     "only",
+                     "no shared-memory collectives (this rank: %s): they go through MPI only",
                      acx_last_error());
         return ACX_OK;
     }
 
-    acx_shm_t *s = acx_calloc(1, sizeof *s, "shared-memory all-reduce");
+    acx_shm_t *s = acx_calloc(1, sizeof *s, "shared-memory collectives");
     const char **src = acx_calloc((size_t)size, sizeof *src, "shared-memory slot list");
     if (s == NULL || src == NULL) {
         free(s);
@@ -269,7 +268,7 @@ acx_status_t acx_shm_create(MPI_Comm comm, acx_shm_t **shm_p) {
     }
     if (rank == 0)
         ACX_LOG(ACX_LOG_DEBUG, ACX_SUBSYS_COLL,
-                "shared-memory all-reduce: %d ranks on this node, %zu-byte slots, %zu-byte "
+                "shared-memory collectives: %d ranks on this node, %zu-byte slots, %zu-byte "
                 "segment, from %zu bytes%s",
                 size, s->slot_bytes, s->segment_bytes, s->min_bytes,
                 s->yield_at_once ? "; more ranks than CPUs: waits yield at once" : "");
@@ -423,8 +422,8 @@ static void sum_half(uint16_t *out, const char *const *src, int nsrc, size_t fir
 
 /* out[0..n) = the reduction (reduction_ok) of elements [first, first + n)
  * of every slot in s->src, in rank order. */
-static void reduce(const acx_shm_t *s, acx_dtype_t dtype, acx_red_op_t op, void *out,
-                   size_t first, size_t n) {
+static void reduce(const acx_shm_t *s, acx_dtype_t dtype, acx_red_op_t op, void *out, size_t first,
+                   size_t n) {
     const char *const *src = s->src;
     switch (dtype) {
     case ACX_DTYPE_FLOAT32: sum_f32(out, src, s->size, first, n); break;

@@ -1,7 +1,8 @@
 /*
- * collectives/mpi/coll_mpi_shm.h — all-reduce through a shared-memory
- * segment, for communicators whose ranks all share one node
- * (package-private to collectives/mpi/; coll_mpi.c decides when to use it).
+ * collectives/mpi/coll_mpi_shm.h — all-reduce, reduce-scatter and
+ * all-gather through a shared-memory segment, for communicators whose ranks
+ * all share one node (package-private to collectives/mpi/; coll_mpi.c
+ * decides when to use it).
  *
  * Why acx has its own: on one node an MPI library moves a large all-reduce
  * through its shared-memory transport in fragments (Open MPI's vader: a
@@ -34,6 +35,29 @@
  * result is bitwise the same on every rank, for every round size and rank
  * count — and equal to a left-to-right sum in rank order computed anywhere.
  *
+ * What is reduced: SUM of float32, float64, int32 and int64 in the element
+ * type (AVG is the caller's: SUM, then a division); SUM and AVG of float16
+ * and bfloat16 as coll_mpi.c's MPI path defines them — widened to float32,
+ * summed in rank order, rounded once (AVG: the float32 sum divided by the
+ * rank count in float64, rounded once) — so either path gives the same
+ * bits. 16-bit PROD, MAX and MIN stay on MPI.
+ *
+ * Reduce-scatter and all-gather use the same slots with one
+ * synchronization per round:
+ *
+ *   reduce-scatter  rank r copies the round's slice of each of its P
+ *                   blocks into its slot (P pieces), publishes, waits for
+ *                   all, and reduces piece r of every slot, in rank order
+ *                   by the all-reduce's formula, into its output — so an
+ *                   all-reduce equals a reduce-scatter and an all-gather,
+ *                   bit for bit;
+ *   all-gather      rank r copies the round's bytes of its input into its
+ *                   slot, publishes, waits for all, and copies every
+ *                   rank's slot into that rank's row of its output.
+ *
+ * The two-set argument needs only that a rank publishes round k + 1 after
+ * it has read round k, which a single synchronization per round gives.
+ *
  * A rank waiting for flags spins briefly, then yields the CPU
  * (sched_yield) and now and then calls into MPI (MPI_Iprobe) so that
  * non-blocking MPI collectives other ranks are waiting on keep moving (Open
@@ -49,11 +73,13 @@
  *
  * Environment (NCCL_SHM_DISABLE's counterpart and two tuning knobs; read
  * by rank 0 at creation and broadcast, so every rank agrees):
- *   ACX_SHM_DISABLE=1      never use shared memory (MPI_Allreduce instead)
+ *   ACX_SHM_DISABLE=1      never use shared memory (MPI collectives instead)
  *   ACX_SHM_SLOT_BYTES=N   bytes of each rank's slot (round size), default
  *                          ACX_SHM_SLOT_BYTES_DEFAULT, multiple of 64, >= 64
- *   ACX_SHM_MIN_BYTES=N    smallest all-reduce (bytes) routed through shared
- *                          memory, default ACX_SHM_MIN_BYTES_DEFAULT
+ *   ACX_SHM_MIN_BYTES=N    smallest collective routed through shared memory,
+ *                          in bytes of its largest buffer (the all-reduce's,
+ *                          the reduce-scatter's input, the all-gather's
+ *                          output), default ACX_SHM_MIN_BYTES_DEFAULT
  */
 #ifndef ACX_COLL_MPI_SHM_H
 #define ACX_COLL_MPI_SHM_H

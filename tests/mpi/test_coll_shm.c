@@ -1,19 +1,27 @@
 /*
- * tests/mpi/test_coll_shm.c — the shared-memory all-reduce of one node
- * (collectives/mpi/coll_mpi_shm.c), directly and through the MPI backend.
+ * tests/mpi/test_coll_shm.c — the shared-memory all-reduce, reduce-scatter
+ * and all-gather of one node (collectives/mpi/coll_mpi_shm.c), directly and
+ * through the MPI backend.
  *
- * The reference is computed independently on every rank: all inputs are
+ * The references are computed independently on every rank: all inputs are
  * gathered with a plain MPI_Allgather and summed left to right in rank
- * order, in the element type ((x_0 + x_1) + x_2) + ..., integers wrapping.
- * coll_mpi_shm.h promises exactly that sum, so results are compared
- * bitwise — with inputs spread over 2^20 in magnitude, where a different
- * order changes float sums. Covers float32, float64, int32, int64; counts
- * around the direct-round limit, the block alignment and the round size
- * (slots of 64 bytes force hundreds of rounds); in and out of place; AVG
- * and the non-blocking start through the backend; a non-blocking MPI
- * collective completed in opposite orders around a shared-memory one (no
- * deadlock); split communicators; the environment switches and a bad
- * value. Run with mpirun -np 1..4 (1 rank: no segment, MPI path checked).
+ * order, in the element type ((x_0 + x_1) + x_2) + ..., integers wrapping;
+ * a reduce-scatter's is block `rank` of that sum over the [size x count]
+ * rows, an all-gather's the MPI_Allgather itself. For float16/bfloat16 the
+ * reference is coll_mpi.c's definition computed element by element with
+ * half.h's scalar conversions: the float32 rank-order sum rounded once
+ * (AVG: / size in float64, rounded once). coll_mpi_shm.h promises exactly
+ * these, so results are compared bitwise — with inputs spread over 2^20 in
+ * magnitude, where a different order changes float sums. Covers float32,
+ * float64, int32, int64, float16, bfloat16; counts around the direct-round
+ * limit, the block alignment and the round sizes (slots of 64 bytes force
+ * thousands of rounds); in and out of place; AVG and the non-blocking
+ * starts through the backend, also with ACX_SHM_DISABLE=1 (the MPI paths,
+ * held to the same references); reduce-scatter + all-gather = all-reduce
+ * bitwise; a non-blocking MPI collective completed in opposite orders
+ * around a shared-memory one (no deadlock); split communicators; the
+ * environment switches and a bad value. Run with mpirun -np 1..4 (1 rank:
+ * no segment, MPI path checked).
  */
 #include <mpi.h>
 #include <stdint.h>
