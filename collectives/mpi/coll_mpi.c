@@ -64,11 +64,19 @@
  *     most ACX_COLL_MPI_CHUNK_MAX elements, one MPI call (or one request)
  *     per chunk. Reduce-scatter refuses such counts (ACX_ERR_NOT_SUPPORTED).
  *
- * On one node, SUM and AVG all-reduces of float32, float64, int32 and
- * int64 skip MPI: they go through a shared-memory segment the
- * communicator's ranks map (coll_mpi_shm.c; ACX_SHM_DISABLE=1 turns it
- * off). Their requests are shared-memory ops, advanced by test and wait
- * like the 16-bit queue below.
+ * When every rank of the communicator shares one node, all-reduce,
+ * reduce-scatter and all-gather go through a shared-memory segment instead
+ * of MPI (coll_mpi_shm.h; ACX_SHM_DISABLE=1 turns it off): all-gather of
+ * any dtype; all-reduce and reduce-scatter for SUM of float32, float64,
+ * int32, int64 (AVG of float32/float64: that SUM, then the division
+ * above) and SUM and AVG of float16/bfloat16, with the float32 rank-order
+ * sum and single rounding described above — so a 16-bit result has the
+ * same bits on either path, and a 32/64-bit sum is the left-to-right sum
+ * in rank order. Blocking and non-blocking, in and out of place. Their
+ * requests are shared-memory ops, advanced by test and wait like the
+ * 16-bit queue below. 16-bit PROD, MAX and MIN, int8/uint8 reductions,
+ * broadcast, gather, barrier and multi-node communicators take the MPI
+ * paths.
  *
  * Device buffers are staged through pinned host memory by the table the
  * rest of acx uses (coll_mpi_stage.c), which calls this file's table
@@ -668,7 +676,7 @@ static void post_free(post_t *p) {
  */
 typedef struct mpi_comm_state {
     MPI_Comm late;               /* dup of comm->mpi for the posted-late all-gathers */
-    acx_shm_t *shm;              /* the node's shared-memory all-reduce, or NULL */
+    acx_shm_t *shm;              /* the node's shared-memory collectives, or NULL */
     acx_coll_req_t *head, *tail; /* the queue, oldest first */
     struct mpi_comm_state *next; /* every MPI-backend communicator (all_states) */
 } mpi_comm_state_t;
@@ -885,7 +893,7 @@ static void mpi_comm_fini(acx_comm_t *comm) {
     for (acx_shm_op_t *op = acx_shm_pending(cs->shm); op != NULL; op = op->next) {
         acx_coll_req_t *r = op->owner; /* blocking calls never leave an op behind */
         r->shm = NULL;
-        r->status = ACX_ERROR(ACX_ERR_STATE, "shared-memory all-reduce: its communicator was "
+        r->status = ACX_ERROR(ACX_ERR_STATE, "shared-memory collective: its communicator was "
                                              "destroyed before the request was waited for");
     }
     for (mpi_comm_state_t **pp = &all_states; *pp != NULL; pp = &(*pp)->next)
@@ -903,15 +911,32 @@ static void mpi_comm_fini(acx_comm_t *comm) {
 
 /* ---- all-reduce ---- */
 
+/* The shared-memory segment (coll_mpi_shm.c) when comm's ranks share a
+ * node and it takes this reduction of count elements (all_reduce: of the
+ * buffer; else a reduce-scatter's per rank), else NULL: MPI. 32- and
+ * 64-bit AVG goes as SUM (post_run divides); 16-bit SUM and AVG go as
+ * they are (the segment rounds once, as half_combine_rows). The same
+ * answer on every rank. */
+static acx_shm_t *shm_for(const acx_comm_t *comm, const red_plan_t *plan, size_t count,
+                          acx_dtype_t dtype, acx_red_op_t op, int all_reduce) {
+    const mpi_comm_state_t *cs = comm->state;
+    if (cs == NULL || cs->shm == NULL) return NULL;
+    acx_red_op_t shm_op = plan->avg && !plan->half ? ACX_OP_SUM : op;
+    int ok = all_reduce ? acx_shm_all_reduce_ok(cs->shm, count, dtype, shm_op)
+                        : acx_shm_reduce_scatter_ok(cs->shm, count, dtype, shm_op);
+    return ok ? cs->shm : NULL;
+}
+
 /*
- * Set up an all-reduce: check and plan; a 16-bit SUM/AVG/PROD gets its
- * half_red_t in post->half. Otherwise fills the MPI buffers to use (src may
+ * Set up an all-reduce: check and plan. Through shared memory (*shm_p set)
+ * nothing else is needed; a 16-bit SUM/AVG/PROD through MPI gets its
+ * half_red_t in post->half; otherwise fills the MPI buffers to use (src may
  * be MPI_IN_PLACE).
  */
 static acx_status_t all_reduce_setup(acx_comm_t *comm, const void *sendbuf, void *recvbuf,
                                      size_t count, acx_dtype_t dtype, acx_red_op_t op,
-                                     red_plan_t *plan, post_t *post, const void **src_p,
-                                     void **dst_p) {
+                                     red_plan_t *plan, post_t *post, acx_shm_t **shm_p,
+                                     const void **src_p, void **dst_p) {
     ACX_CHECK(check_comm(comm, "all-reduce"));
     if (count > 0 && (sendbuf == NULL || recvbuf == NULL))
         return ACX_ERROR(ACX_ERR_INVALID_ARG, "all-reduce of %zu elements: %s is NULL", count,
@@ -922,6 +947,11 @@ static acx_status_t all_reduce_setup(acx_comm_t *comm, const void *sendbuf, void
                      .count = count,
                      .dtype = dtype,
                      .avg_size = plan->avg ? comm->size : 1};
+    *shm_p = shm_for(comm, plan, count, dtype, op, 1);
+    if (*shm_p != NULL) {
+        if (plan->half) post->avg_size = 1; /* the segment divided before rounding */
+        return ACX_OK;
+    }
     if (plan->half) {
         if (comm->state == NULL)
             return ACX_ERROR(ACX_ERR_STATE, "all-reduce: communicator has no MPI backend state");
@@ -935,17 +965,6 @@ static acx_status_t all_reduce_setup(acx_comm_t *comm, const void *sendbuf, void
     return ACX_OK;
 }
 
-/* The shared-memory all-reduce (coll_mpi_shm.c) when comm's ranks share a
- * node and it takes this reduction (AVG: its SUM, post_run divides), else
- * NULL: MPI. The same answer on every rank. */
-static acx_shm_t *shm_for(const acx_comm_t *comm, const red_plan_t *plan, size_t count,
-                          acx_dtype_t dtype, acx_red_op_t op) {
-    const mpi_comm_state_t *cs = comm->state;
-    if (cs == NULL || cs->shm == NULL || plan->half) return NULL;
-    return acx_shm_all_reduce_ok(cs->shm, count, dtype, plan->avg ? ACX_OP_SUM : op) ? cs->shm
-                                                                                      : NULL;
-}
-
 static acx_status_t mpi_all_reduce(acx_comm_t *comm, const void *sendbuf, void *recvbuf,
                                    size_t count, acx_dtype_t dtype, acx_red_op_t op) {
     red_plan_t plan;
@@ -953,11 +972,13 @@ static acx_status_t mpi_all_reduce(acx_comm_t *comm, const void *sendbuf, void *
     const void *src = NULL;
     void *dst = NULL;
     acx_status_t status = ACX_OK;
-    ACX_CHECK(all_reduce_setup(comm, sendbuf, recvbuf, count, dtype, op, &plan, &post, &src, &dst));
-    acx_shm_t *shm = shm_for(comm, &plan, count, dtype, op);
+    acx_shm_t *shm = NULL;
+    ACX_CHECK(
+        all_reduce_setup(comm, sendbuf, recvbuf, count, dtype, op, &plan, &post, &shm, &src, &dst));
     if (shm != NULL) { /* behind the ops started before it on comm */
         acx_shm_op_t sop;
-        acx_shm_all_reduce_start(shm, &sop, sendbuf, recvbuf, count, dtype, NULL);
+        acx_shm_all_reduce_start(shm, &sop, sendbuf, recvbuf, count, dtype,
+                                 plan.half ? op : ACX_OP_SUM, NULL);
         acx_shm_wait(shm, &sop, progress_all);
         post_run(&post);
         goto out;
@@ -993,8 +1014,9 @@ static acx_status_t mpi_all_reduce_start(acx_comm_t *comm, const void *sendbuf, 
     acx_status_t status = ACX_OK;
     acx_coll_req_t *req = NULL;
     if (req_p == NULL) return ACX_ERROR(ACX_ERR_INVALID_ARG, "all-reduce start: req_p is NULL");
-    ACX_CHECK(all_reduce_setup(comm, sendbuf, recvbuf, count, dtype, op, &plan, &post, &src, &dst));
-    acx_shm_t *shm = shm_for(comm, &plan, count, dtype, op);
+    acx_shm_t *shm = NULL;
+    ACX_CHECK(
+        all_reduce_setup(comm, sendbuf, recvbuf, count, dtype, op, &plan, &post, &shm, &src, &dst));
     status = req_create(shm != NULL  ? 0
                         : plan.half ? post.half->npieces
                                     : num_chunks(count),
@@ -1006,7 +1028,8 @@ static acx_status_t mpi_all_reduce_start(acx_comm_t *comm, const void *sendbuf, 
     req->post = post;
     if (shm != NULL) { /* advanced by test and wait, and by every other op's */
         req->shm = shm;
-        acx_shm_all_reduce_start(shm, &req->shm_op, sendbuf, recvbuf, count, dtype, req);
+        acx_shm_all_reduce_start(shm, &req->shm_op, sendbuf, recvbuf, count, dtype,
+                                 plan.half ? op : ACX_OP_SUM, req);
         *req_p = req;
         return ACX_OK;
     }
@@ -1038,9 +1061,10 @@ err_started:
 /* ---- reduce-scatter ---- */
 
 /*
- * One MPI_Reduce_scatter_block, or for 16-bit SUM/AVG/PROD one
- * MPI_Alltoall (the first half of the all-reduce above), in one of three
- * shapes:
+ * Through the shared-memory segment when shm_for says so (it reads and
+ * writes the caller's buffers directly, in place or not); otherwise one
+ * MPI_Reduce_scatter_block, or for 16-bit SUM/AVG/PROD one MPI_Alltoall
+ * (the first half of the all-reduce above), in one of three shapes:
  *   plain     sendbuf [size x count] -> recvbuf [count]
  *   in place  recvbuf is block r of sendbuf: MPI may not see aliased
  *             arguments, so the result goes to a scratch [count] and is
@@ -1053,8 +1077,8 @@ err_started:
  */
 static acx_status_t reduce_scatter_setup(acx_comm_t *comm, const void *sendbuf, void *recvbuf,
                                          size_t count, acx_dtype_t dtype, acx_red_op_t op,
-                                         red_plan_t *plan, post_t *post, const void **src_p,
-                                         void **dst_p) {
+                                         red_plan_t *plan, post_t *post, acx_shm_t **shm_p,
+                                         const void **src_p, void **dst_p) {
     ACX_CHECK(check_comm(comm, "reduce-scatter"));
     if (count > 0 && (sendbuf == NULL || recvbuf == NULL))
         return ACX_ERROR(ACX_ERR_INVALID_ARG, "reduce-scatter of %zu elements per rank: %s is NULL",
@@ -1079,6 +1103,11 @@ static acx_status_t reduce_scatter_setup(acx_comm_t *comm, const void *sendbuf, 
                      .avg_size = plan->avg ? comm->size : 1};
     *src_p = sendbuf;
     *dst_p = recvbuf;
+    *shm_p = shm_for(comm, plan, count, dtype, op, 0);
+    if (*shm_p != NULL) { /* in place or not, the segment writes recvbuf directly */
+        if (plan->half) post->avg_size = 1; /* the segment divided before rounding */
+        return ACX_OK;
+    }
     if (plan->half) return half_red_create(comm, recvbuf, count, dtype, op, 0, &post->half);
     if (in_place) {
         void *tmp = acx_malloc(count * esize, "in-place reduce-scatter result");
@@ -1096,9 +1125,15 @@ static acx_status_t mpi_reduce_scatter(acx_comm_t *comm, const void *sendbuf, vo
     const void *src;
     void *dst;
     acx_status_t status = ACX_OK;
-    ACX_CHECK(
-        reduce_scatter_setup(comm, sendbuf, recvbuf, count, dtype, op, &plan, &post, &src, &dst));
-    if (plan.half)
+    acx_shm_t *shm = NULL;
+    ACX_CHECK(reduce_scatter_setup(comm, sendbuf, recvbuf, count, dtype, op, &plan, &post, &shm,
+                                   &src, &dst));
+    if (shm != NULL) { /* behind the ops started before it on comm */
+        acx_shm_op_t sop;
+        acx_shm_reduce_scatter_start(shm, &sop, src, dst, count, dtype,
+                                     plan.half ? op : ACX_OP_SUM, NULL);
+        acx_shm_wait(shm, &sop, progress_all);
+    } else if (plan.half)
         ACX_CHECK_GOTO(half_exchange(post.half, src, comm->mpi, NULL, NULL), status, out);
     else
         ACX_MPI_CHECK_GOTO(
@@ -1119,15 +1154,23 @@ static acx_status_t mpi_reduce_scatter_start(acx_comm_t *comm, const void *sendb
     void *dst;
     acx_status_t status = ACX_OK;
     acx_coll_req_t *req = NULL;
+    acx_shm_t *shm = NULL;
     if (req_p == NULL) return ACX_ERROR(ACX_ERR_INVALID_ARG, "reduce-scatter start: req_p is NULL");
-    ACX_CHECK(
-        reduce_scatter_setup(comm, sendbuf, recvbuf, count, dtype, op, &plan, &post, &src, &dst));
-    status = req_create(1, "reduce-scatter request", &req);
+    ACX_CHECK(reduce_scatter_setup(comm, sendbuf, recvbuf, count, dtype, op, &plan, &post, &shm,
+                                   &src, &dst));
+    status = req_create(shm != NULL ? 0 : 1, "reduce-scatter request", &req);
     if (status != ACX_OK) {
         post_free(&post);
         return status;
     }
     req->post = post;
+    if (shm != NULL) { /* advanced by test and wait, and by every other op's */
+        req->shm = shm;
+        acx_shm_reduce_scatter_start(shm, &req->shm_op, src, dst, count, dtype,
+                                     plan.half ? op : ACX_OP_SUM, req);
+        *req_p = req;
+        return ACX_OK;
+    }
     if (plan.half)
         ACX_CHECK_GOTO(half_exchange(post.half, src, comm->mpi, req->mpi, &req->nreq), status,
                        err_started);
@@ -1202,6 +1245,8 @@ err_started:
 /*
  * All-gather (root < 0) and gather to root share one shape: every rank's
  * sendbuf [count] lands at element r * count of recvbuf [size x count].
+ * An all-gather on one node goes through the shared-memory segment
+ * (shm_for_gather; in place or not, no copy); what follows is the MPI path.
  *
  * In place (sendbuf is this rank's own block of recvbuf) the block is first
  * copied to a scratch [count] and sent from there: MPI forbids aliased
@@ -1223,8 +1268,9 @@ typedef struct gather_args {
     int root; /* -1: all-gather */
 } gather_args_t;
 
-static acx_status_t gather_setup(acx_comm_t *comm, const void *sendbuf, void *recvbuf, size_t count,
-                                 acx_dtype_t dtype, int root, post_t *post, gather_args_t *args) {
+/* The argument checks of gather_setup. */
+static acx_status_t gather_check(const acx_comm_t *comm, const void *sendbuf, const void *recvbuf,
+                                 size_t count, acx_dtype_t dtype, int root) {
     const char *what = root < 0 ? "all-gather" : "gather";
     ACX_CHECK(check_comm(comm, what));
     ACX_CHECK(check_dtype(dtype, what));
@@ -1239,6 +1285,14 @@ static acx_status_t gather_setup(acx_comm_t *comm, const void *sendbuf, void *re
     if (count > SIZE_MAX / esize / size)
         return ACX_ERROR(ACX_ERR_INVALID_ARG, "%s of %zu elements per rank overflows size_t", what,
                          count);
+    return ACX_OK;
+}
+
+static acx_status_t gather_setup(acx_comm_t *comm, const void *sendbuf, void *recvbuf, size_t count,
+                                 acx_dtype_t dtype, int root, post_t *post, gather_args_t *args) {
+    ACX_CHECK(gather_check(comm, sendbuf, recvbuf, count, dtype, root));
+    int receives = root < 0 || comm->rank == root;
+    size_t esize = acx_dtype_size(dtype);
     *post = (post_t){0};
     *args = (gather_args_t){.send = sendbuf,
                             .recv = receives ? recvbuf : NULL,
@@ -1338,15 +1392,39 @@ err_started:
     return status;
 }
 
+/* The shared-memory all-gather (coll_mpi_shm.c) when comm's ranks share a
+ * node and the buffer is large enough, else NULL: MPI. Arguments checked. */
+static acx_shm_t *shm_for_gather(const acx_comm_t *comm, size_t count, acx_dtype_t dtype) {
+    const mpi_comm_state_t *cs = comm->state;
+    if (cs == NULL || cs->shm == NULL) return NULL;
+    return acx_shm_all_gather_ok(cs->shm, count, acx_dtype_size(dtype)) ? cs->shm : NULL;
+}
+
 static acx_status_t mpi_all_gather(acx_comm_t *comm, const void *sendbuf, void *recvbuf,
                                    size_t count, acx_dtype_t dtype) {
+    ACX_CHECK(gather_check(comm, sendbuf, recvbuf, count, dtype, -1));
+    acx_shm_t *shm = shm_for_gather(comm, count, dtype);
+    if (shm != NULL) { /* in place: the segment leaves this rank's block as it is */
+        acx_shm_op_t sop;
+        acx_shm_all_gather_start(shm, &sop, sendbuf, recvbuf, count, acx_dtype_size(dtype), NULL);
+        acx_shm_wait(shm, &sop, progress_all);
+        return ACX_OK;
+    }
     return gather_blocking(comm, sendbuf, recvbuf, count, dtype, -1);
 }
 
 static acx_status_t mpi_all_gather_start(acx_comm_t *comm, const void *sendbuf, void *recvbuf,
                                          size_t count, acx_dtype_t dtype, acx_coll_req_t **req_p) {
     if (req_p == NULL) return ACX_ERROR(ACX_ERR_INVALID_ARG, "all-gather start: req_p is NULL");
-    return gather_start(comm, sendbuf, recvbuf, count, dtype, -1, req_p);
+    ACX_CHECK(gather_check(comm, sendbuf, recvbuf, count, dtype, -1));
+    acx_shm_t *shm = shm_for_gather(comm, count, dtype);
+    if (shm == NULL) return gather_start(comm, sendbuf, recvbuf, count, dtype, -1, req_p);
+    acx_coll_req_t *req = NULL;
+    ACX_CHECK(req_create(0, "all-gather request", &req));
+    req->shm = shm; /* advanced by test and wait, and by every other op's */
+    acx_shm_all_gather_start(shm, &req->shm_op, sendbuf, recvbuf, count, acx_dtype_size(dtype), req);
+    *req_p = req;
+    return ACX_OK;
 }
 
 static acx_status_t check_root(const acx_comm_t *comm, int root) {

@@ -27,6 +27,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include "collectives/half.h"
 #include "collectives/mpi/coll_mpi_shm.h"
 #include "runtime/base/error.h"
 #include "runtime/base/log.h"
@@ -232,13 +233,13 @@ acx_status_t acx_shm_create(MPI_Comm comm, acx_shm_t **shm_p) {
         return ACX_ERROR(ACX_ERR_INVALID_ARG, "%s (read on rank 0)", plan.message);
     if (plan.verdict == SHM_OFF) {
         if (rank == 0)
-            ACX_INFO(ACX_SUBSYS_COLL, "ACX_SHM_DISABLE is set: all-reduce goes through MPI only");
+            ACX_INFO(ACX_SUBSYS_COLL, "ACX_SHM_DISABLE is set: collectives go through MPI only");
         return ACX_OK;
     }
     if (plan.verdict == SHM_FAILED) {
         if (rank == 0)
             ACX_INFO(ACX_SUBSYS_COLL,
-                     "no shared-memory all-reduce (%s): all-reduce goes through MPI only",
+                     "no shared-memory collectives (%s): they go through MPI only",
                      plan.message);
         return ACX_OK;
     }
@@ -279,7 +280,7 @@ acx_status_t acx_shm_create(MPI_Comm comm, acx_shm_t **shm_p) {
     s->data = base + (s->segment_bytes - (size_t)size * 2 * s->slot_bytes);
     if (rank == 0)
         ACX_LOG(ACX_LOG_DEBUG, ACX_SUBSYS_COLL,
-                "shared-memory all-reduce: %d ranks on this node, %zu-byte slots, %zu-byte "
+                "shared-memory collectives: %d ranks on this node, %zu-byte slots, %zu-byte "
                 "segment, from %zu bytes%s",
                 size, s->slot_bytes, s->segment_bytes, s->min_bytes,
                 s->yield_at_once ? "; more ranks than CPUs: waits yield at once" : "");
@@ -294,19 +295,48 @@ void acx_shm_free(acx_shm_t *s) {
     free(s);
 }
 
-/* ---- the all-reduce ---- */
+/* ---- what goes through shared memory ---- */
 
-int acx_shm_all_reduce_ok(const acx_shm_t *s, size_t count, acx_dtype_t dtype, acx_red_op_t op) {
-    if (s == NULL || op != ACX_OP_SUM) return 0;
+/* The reductions the segment runs: SUM of float32, float64, int32, int64;
+ * SUM and AVG of float16 and bfloat16. */
+static int reduction_ok(acx_dtype_t dtype, acx_red_op_t op) {
     switch (dtype) {
     case ACX_DTYPE_FLOAT32:
     case ACX_DTYPE_FLOAT64:
     case ACX_DTYPE_INT32:
-    case ACX_DTYPE_INT64: break;
+    case ACX_DTYPE_INT64: return op == ACX_OP_SUM;
+    case ACX_DTYPE_FLOAT16:
+    case ACX_DTYPE_BFLOAT16: return op == ACX_OP_SUM || op == ACX_OP_AVG;
     default: return 0;
     }
-    return count > 0 && count * acx_dtype_size(dtype) >= s->min_bytes;
 }
+
+/* A buffer of elems elements of esize bytes reaches ACX_SHM_MIN_BYTES. */
+static int big_enough(const acx_shm_t *s, size_t elems, size_t esize) {
+    return elems > 0 && elems <= SIZE_MAX / esize && elems * esize >= s->min_bytes;
+}
+
+int acx_shm_all_reduce_ok(const acx_shm_t *s, size_t count, acx_dtype_t dtype, acx_red_op_t op) {
+    if (s == NULL || !reduction_ok(dtype, op)) return 0;
+    return big_enough(s, count, acx_dtype_size(dtype));
+}
+
+int acx_shm_reduce_scatter_ok(const acx_shm_t *s, size_t count, acx_dtype_t dtype,
+                              acx_red_op_t op) {
+    if (s == NULL || count == 0 || !reduction_ok(dtype, op)) return 0;
+    size_t esize = acx_dtype_size(dtype);
+    /* a round holds at least one element of each of the size blocks */
+    if (s->slot_bytes / esize < (size_t)s->size) return 0;
+    return count <= SIZE_MAX / (size_t)s->size && big_enough(s, count * (size_t)s->size, esize);
+}
+
+int acx_shm_all_gather_ok(const acx_shm_t *s, size_t count, size_t esize) {
+    if (s == NULL || count == 0 || esize == 0 || count > SIZE_MAX / esize / (size_t)s->size)
+        return 0;
+    return big_enough(s, count * (size_t)s->size, esize);
+}
+
+/* ---- flags ---- */
 
 static inline void cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -330,7 +360,9 @@ static int arrived(acx_shm_t *s) {
     return 1;
 }
 
-/* out[0..n) = src[0][first..] + src[1][first..] + ... (nsrc >= 2 slots), in
+/* ---- the arithmetic ---- */
+
+/* out[0..n) = src[0][first..] + src[1][first..] + ... (nsrc >= 2 sources), in
  * rank order. Integers add as unsigned: two's-complement wrap-around, like
  * MPI_SUM, without signed overflow. */
 #define DEFINE_SUM(name, T)                                                                        \
@@ -351,14 +383,49 @@ DEFINE_SUM(sum_f64, double)
 DEFINE_SUM(sum_u32, uint32_t)
 DEFINE_SUM(sum_u64, uint64_t)
 
-typedef void (*sum_fn)(void *out, const char *const *src, int nsrc, size_t first, size_t n);
+/* The 16-bit formula of coll_mpi.c (half_combine_rows, half_avg_round),
+ * so that both paths give the same bits: widen to float32, sum in rank
+ * order starting from rank 0's value, round once to the 16-bit format;
+ * AVG divides the float32 sum by nsrc in float64 and rounds that once
+ * (acx_f16_from_f64 / acx_bf16_from_f64). Tiles keep the accumulator in
+ * L1 and let half.c's widening loops vectorize. */
+static void sum_half(uint16_t *out, const char *const *src, int nsrc, size_t first, size_t n,
+                     acx_dtype_t dtype, int avg) {
+    enum { TILE = 512 };
+    float acc[TILE], x[TILE];
+    for (size_t i0 = 0; i0 < n; i0 += TILE) {
+        size_t m = n - i0 < TILE ? n - i0 : TILE;
+        acx_half_to_f32_n(dtype, (const uint16_t *)(const void *)src[0] + first + i0, acc, m);
+        for (int j = 1; j < nsrc; j++) {
+            acx_half_to_f32_n(dtype, (const uint16_t *)(const void *)src[j] + first + i0, x, m);
+            for (size_t i = 0; i < m; i++)
+                acc[i] += x[i];
+        }
+        if (!avg) {
+            acx_half_from_f32_n(dtype, acc, out + i0, m);
+        } else {
+            double d = (double)nsrc;
+            if (dtype == ACX_DTYPE_FLOAT16)
+                for (size_t i = 0; i < m; i++)
+                    out[i0 + i] = acx_f16_from_f64((double)acc[i] / d);
+            else
+                for (size_t i = 0; i < m; i++)
+                    out[i0 + i] = acx_bf16_from_f64((double)acc[i] / d);
+        }
+    }
+}
 
-static sum_fn sum_for(acx_dtype_t dtype) {
+/* out[0..n) = the reduction (reduction_ok) of elements [first, first + n)
+ * of every source in s->src, in rank order. out aliases no source. */
+static void reduce(const acx_shm_t *s, acx_dtype_t dtype, acx_red_op_t op, void *out, size_t first,
+                   size_t n) {
+    const char *const *src = s->src;
     switch (dtype) {
-    case ACX_DTYPE_FLOAT32: return sum_f32;
-    case ACX_DTYPE_FLOAT64: return sum_f64;
-    case ACX_DTYPE_INT32: return sum_u32;
-    default: return sum_u64; /* ACX_DTYPE_INT64: acx_shm_all_reduce_ok admits nothing else */
+    case ACX_DTYPE_FLOAT32: sum_f32(out, src, s->size, first, n); break;
+    case ACX_DTYPE_FLOAT64: sum_f64(out, src, s->size, first, n); break;
+    case ACX_DTYPE_INT32: sum_u32(out, src, s->size, first, n); break;
+    case ACX_DTYPE_INT64: sum_u64(out, src, s->size, first, n); break;
+    default: sum_half(out, src, s->size, first, n, dtype, op == ACX_OP_AVG); break;
     }
 }
 
@@ -374,35 +441,63 @@ static void block_of(const acx_shm_t *s, size_t m, size_t esize, int q, size_t *
     *hi_p = lo + block < m ? lo + block : m;
 }
 
+/* ---- ops: rounds and stages ---- */
+
 /* Where the head op's current round is. */
 enum {
-    STAGE_COPY_IN = 0, /* the round has not begun */
-    STAGE_WAIT_IN,     /* copied in and published; waiting for every rank's copy */
-    STAGE_WAIT_REDUCED, /* block reduced and published; waiting for every rank's block */
+    STAGE_COPY_IN = 0,  /* the round has not begun */
+    STAGE_WAIT_IN,      /* copied in and published; waiting for every rank's copy */
+    STAGE_WAIT_REDUCED, /* all-reduce: block reduced and published; waiting for every block */
     STAGE_DONE
 };
 
-/* Advance the head op by one stage if it can go without waiting; 1 if it
- * moved. */
-static int step_head(acx_shm_t *s) {
-    acx_shm_op_t *op = s->head;
-    size_t esize = acx_dtype_size(op->dtype);
-    char *mine = slot(s, s->rank, s->round_set);
+enum { OP_ALL_REDUCE, OP_REDUCE_SCATTER, OP_ALL_GATHER };
+
+/* The round's size, in elements (all-gather: bytes) of each rank's part,
+ * and the slots it uses (s->src, this rank's returned); flips the set. */
+static char *begin_round(acx_shm_t *s, acx_shm_op_t *op) {
+    size_t p = (size_t)s->size, per_round;
+    if (op->kind == OP_ALL_REDUCE) {
+        per_round = s->slot_bytes / op->esize;
+    } else if (op->kind == OP_REDUCE_SCATTER) { /* P pieces per slot, on 64-byte lines */
+        size_t line = 64 / op->esize;
+        per_round = s->slot_bytes / op->esize / p;
+        if (per_round >= line) per_round = per_round / line * line;
+    } else {
+        per_round = s->slot_bytes;
+    }
+    op->m = op->count - op->off < per_round ? op->count - op->off : per_round;
+    s->round_set = s->set;
+    s->set ^= 1;
+    for (int j = 0; j < s->size; j++)
+        s->src[j] = slot(s, j, s->round_set);
+    return slot(s, s->rank, s->round_set);
+}
+
+/*
+ * All-reduce, one round of m elements [off, off + m):
+ *   COPY_IN       every block but this rank's into its slot (this rank
+ *                 reads its own from sendbuf); publish
+ *   WAIT_IN       this rank's block, summed over all ranks in rank order,
+ *                 into its slot (where the others will read it) and out;
+ *                 publish
+ *   WAIT_REDUCED  the other ranks' blocks out of their slots
+ * A round of at most ACX_SHM_DIRECT_BYTES copies all of it in and, at
+ * WAIT_IN, every rank reduces all of it.
+ */
+static int step_all_reduce(acx_shm_t *s, acx_shm_op_t *op) {
+    size_t esize = op->esize, lo, hi;
+    const char *in = (const char *)op->sendbuf + op->off * esize;
     char *out = (char *)op->recvbuf + op->off * esize;
-    size_t lo, hi;
+    char *mine = slot(s, s->rank, s->round_set);
+    int direct = op->m * esize <= ACX_SHM_DIRECT_BYTES;
     switch (op->stage) {
-    case STAGE_COPY_IN: {
-        size_t per_round = s->slot_bytes / esize;
-        op->m = op->count - op->off < per_round ? op->count - op->off : per_round;
-        s->round_set = s->set;
-        s->set ^= 1;
-        for (int j = 0; j < s->size; j++)
-            s->src[j] = slot(s, j, s->round_set);
-        mine = slot(s, s->rank, s->round_set);
-        const char *in = (const char *)op->sendbuf + op->off * esize;
-        if (op->m * esize <= ACX_SHM_DIRECT_BYTES) {
+    case STAGE_COPY_IN:
+        mine = begin_round(s, op);
+        direct = op->m * esize <= ACX_SHM_DIRECT_BYTES;
+        if (direct) {
             memcpy(mine, in, op->m * esize);
-        } else { /* the others read every block but this rank's, which it reads from sendbuf */
+        } else {
             block_of(s, op->m, esize, s->rank, &lo, &hi);
             memcpy(mine, in, lo * esize);
             memcpy(mine + hi * esize, in + hi * esize, (op->m - hi) * esize);
@@ -410,19 +505,16 @@ static int step_head(acx_shm_t *s) {
         publish(s);
         op->stage = STAGE_WAIT_IN;
         return 1;
-    }
     case STAGE_WAIT_IN:
         if (!arrived(s)) return 0;
-        if (op->m * esize <= ACX_SHM_DIRECT_BYTES) { /* every rank sums the whole round */
-            sum_for(op->dtype)(out, s->src, s->size, 0, op->m);
-            break;
+        if (direct) {
+            reduce(s, op->dtype, op->op, out, 0, op->m);
+            return 2;
         }
-        /* This rank's block: summed into its slot (where the others read it
-         * next) with its own part read from sendbuf, then copied out. */
         block_of(s, op->m, esize, s->rank, &lo, &hi);
         if (hi > lo) {
-            s->src[s->rank] = (const char *)op->sendbuf + op->off * esize;
-            sum_for(op->dtype)(mine + lo * esize, s->src, s->size, lo, hi - lo);
+            s->src[s->rank] = in;
+            reduce(s, op->dtype, op->op, mine + lo * esize, lo, hi - lo);
             s->src[s->rank] = mine;
             memcpy(out + lo * esize, mine + lo * esize, (hi - lo) * esize);
         }
@@ -436,9 +528,82 @@ static int step_head(acx_shm_t *s) {
             block_of(s, op->m, esize, q, &lo, &hi);
             if (hi > lo) memcpy(out + lo * esize, s->src[q] + lo * esize, (hi - lo) * esize);
         }
-        break;
+        return 2;
     default: return 0;
     }
+}
+
+/*
+ * Reduce-scatter, one round of m elements [off, off + m) of each of the P
+ * blocks: this rank's slot after COPY_IN is
+ *
+ *   [ block 0 [off, off+m) | block 1 [off, off+m) | ... | block P-1 [off, off+m) ]
+ *
+ * and at WAIT_IN rank r reduces piece r of every slot, in rank order, into
+ * recvbuf[off, off + m). One synchronization per round: a rank publishes
+ * round k + 1 only after it has read round k, which is all the two-set
+ * argument needs. In place, recvbuf[off, off + m) is this rank's block of
+ * sendbuf for this round, already copied in: writing it is safe.
+ */
+static int step_reduce_scatter(acx_shm_t *s, acx_shm_op_t *op) {
+    size_t esize = op->esize, m;
+    const char *in = op->sendbuf;
+    switch (op->stage) {
+    case STAGE_COPY_IN: {
+        char *mine = begin_round(s, op);
+        m = op->m;
+        for (size_t q = 0; q < (size_t)s->size; q++)
+            memcpy(mine + q * m * esize, in + (q * op->count + op->off) * esize, m * esize);
+        publish(s);
+        op->stage = STAGE_WAIT_IN;
+        return 1;
+    }
+    case STAGE_WAIT_IN:
+        if (!arrived(s)) return 0;
+        reduce(s, op->dtype, op->op, (char *)op->recvbuf + op->off * esize,
+               (size_t)s->rank * op->m, op->m);
+        return 2;
+    default: return 0;
+    }
+}
+
+/* All-gather, one round of m bytes [off, off + m) of each rank's part: copy
+ * in, publish, and at WAIT_IN copy every rank's slot into its row of
+ * recvbuf. In place (sendbuf is this rank's row) the own row stays. */
+static int step_all_gather(acx_shm_t *s, acx_shm_op_t *op) {
+    const char *in = op->sendbuf;
+    char *out = op->recvbuf;
+    size_t bytes = op->count; /* per rank */
+    switch (op->stage) {
+    case STAGE_COPY_IN: {
+        char *mine = begin_round(s, op); /* sets op->m */
+        memcpy(mine, in + op->off, op->m);
+        publish(s);
+        op->stage = STAGE_WAIT_IN;
+        return 1;
+    }
+    case STAGE_WAIT_IN:
+        if (!arrived(s)) return 0;
+        for (int q = 0; q < s->size; q++) {
+            char *dst = out + (size_t)q * bytes + op->off;
+            if (q != s->rank)
+                memcpy(dst, s->src[q], op->m);
+            else if (in != out + (size_t)s->rank * bytes)
+                memcpy(dst, in + op->off, op->m);
+        }
+        return 2;
+    default: return 0;
+    }
+}
+
+/* Advance the head op by one stage if it can go without waiting; 1 if it
+ * moved. */
+static int step_head(acx_shm_t *s) {
+    acx_shm_op_t *op = s->head;
+    int moved = op->kind == OP_ALL_REDUCE       ? step_all_reduce(s, op)
+                : op->kind == OP_REDUCE_SCATTER ? step_reduce_scatter(s, op)
+                                                : step_all_gather(s, op);
+    if (moved != 2) return moved;
     /* the round is done */
     op->off += op->m;
     op->stage = STAGE_COPY_IN;
@@ -456,21 +621,57 @@ void acx_shm_progress(acx_shm_t *s) {
     }
 }
 
-void acx_shm_all_reduce_start(acx_shm_t *s, acx_shm_op_t *op, const void *sendbuf, void *recvbuf,
-                              size_t count, acx_dtype_t dtype, void *owner) {
-    *op = (acx_shm_op_t){.sendbuf = sendbuf,
-                         .recvbuf = recvbuf,
-                         .count = count,
-                         .dtype = dtype,
-                         .stage = count > 0 ? STAGE_COPY_IN : STAGE_DONE,
-                         .owner = owner};
-    if (count == 0) return;
+/* Fill op and queue it behind the ops started before it; advance. */
+static void start(acx_shm_t *s, acx_shm_op_t *op, const acx_shm_op_t *args) {
+    *op = *args;
+    op->stage = op->count > 0 ? STAGE_COPY_IN : STAGE_DONE;
+    op->off = op->m = 0;
+    op->next = NULL;
+    if (op->count == 0) return;
     if (s->tail != NULL)
         s->tail->next = op;
     else
         s->head = op;
     s->tail = op;
     acx_shm_progress(s);
+}
+
+void acx_shm_all_reduce_start(acx_shm_t *s, acx_shm_op_t *op, const void *sendbuf, void *recvbuf,
+                              size_t count, acx_dtype_t dtype, acx_red_op_t rop, void *owner) {
+    start(s, op,
+          &(acx_shm_op_t){.kind = OP_ALL_REDUCE,
+                          .sendbuf = sendbuf,
+                          .recvbuf = recvbuf,
+                          .count = count,
+                          .dtype = dtype,
+                          .op = rop,
+                          .esize = acx_dtype_size(dtype),
+                          .owner = owner});
+}
+
+void acx_shm_reduce_scatter_start(acx_shm_t *s, acx_shm_op_t *op, const void *sendbuf,
+                                  void *recvbuf, size_t count, acx_dtype_t dtype, acx_red_op_t rop,
+                                  void *owner) {
+    start(s, op,
+          &(acx_shm_op_t){.kind = OP_REDUCE_SCATTER,
+                          .sendbuf = sendbuf,
+                          .recvbuf = recvbuf,
+                          .count = count,
+                          .dtype = dtype,
+                          .op = rop,
+                          .esize = acx_dtype_size(dtype),
+                          .owner = owner});
+}
+
+void acx_shm_all_gather_start(acx_shm_t *s, acx_shm_op_t *op, const void *sendbuf, void *recvbuf,
+                              size_t count, size_t esize, void *owner) {
+    start(s, op,
+          &(acx_shm_op_t){.kind = OP_ALL_GATHER,
+                          .sendbuf = sendbuf,
+                          .recvbuf = recvbuf,
+                          .count = count * esize, /* bytes per rank */
+                          .esize = 1,
+                          .owner = owner});
 }
 
 int acx_shm_test(acx_shm_t *s, acx_shm_op_t *op) {

@@ -1,7 +1,8 @@
 /*
- * collectives/mpi/coll_mpi_shm.h — all-reduce through a shared-memory
- * segment, for communicators whose ranks all share one node
- * (package-private to collectives/mpi/; coll_mpi.c decides when to use it).
+ * collectives/mpi/coll_mpi_shm.h — all-reduce, reduce-scatter and
+ * all-gather through a shared-memory segment, for communicators whose ranks
+ * all share one node (package-private to collectives/mpi/; coll_mpi.c
+ * decides when to use it).
  *
  * Why acx has its own: on one node an MPI library moves a large all-reduce
  * through its shared-memory transport in fragments (Open MPI's vader: a
@@ -16,12 +17,13 @@
  *
  * The algorithm, per round of at most slot_bytes of each rank's buffer:
  *
- *   1. copy in: rank r copies the round's elements into its slot, then
+ *   1. copy in: rank r copies the round's elements (all but its own block
+ *      r, which only it reads, from its sendbuf) into its slot, then
  *      publishes flag[r] (release);
  *   2. reduce-scatter: once every flag has arrived (acquire), rank r sums
- *      block r of the round over all slots, in rank order
- *      ((x_0 + x_1) + x_2) + ..., into its output and back into its own
- *      slot's block r, and publishes flag[r] again;
+ *      block r of the round over all ranks, in rank order
+ *      ((x_0 + x_1) + x_2) + ..., into its own slot's block r and its
+ *      output, and publishes flag[r] again;
  *   3. all-gather: once every flag has arrived, rank r copies every other
  *      block q from slot q into its output.
  *
@@ -33,6 +35,29 @@
  * Either way each element is summed by one formula in rank order, so the
  * result is bitwise the same on every rank, for every round size and rank
  * count — and equal to a left-to-right sum in rank order computed anywhere.
+ *
+ * What is reduced: SUM of float32, float64, int32 and int64 in the element
+ * type (AVG is the caller's: SUM, then a division); SUM and AVG of float16
+ * and bfloat16 as coll_mpi.c's MPI path defines them — widened to float32,
+ * summed in rank order, rounded once (AVG: the float32 sum divided by the
+ * rank count in float64, rounded once) — so either path gives the same
+ * bits. 16-bit PROD, MAX and MIN stay on MPI.
+ *
+ * Reduce-scatter and all-gather use the same slots with one
+ * synchronization per round:
+ *
+ *   reduce-scatter  rank r copies the round's slice of each of its P
+ *                   blocks into its slot (P pieces), publishes, waits for
+ *                   all, and reduces piece r of every slot, in rank order
+ *                   by the all-reduce's formula, into its output — so an
+ *                   all-reduce equals a reduce-scatter and an all-gather,
+ *                   bit for bit;
+ *   all-gather      rank r copies the round's bytes of its input into its
+ *                   slot, publishes, waits for all, and copies every
+ *                   rank's slot into that rank's row of its output.
+ *
+ * The two-set argument needs only that a rank publishes round k + 1 after
+ * it has read round k, which a single synchronization per round gives.
  *
  * Collectives through a segment are *ops* that run in the order they were
  * started (a FIFO per communicator, the same order on every rank: MPI's
@@ -62,12 +87,14 @@
  *
  * Environment (NCCL_SHM_DISABLE's counterpart and two tuning knobs; read
  * by rank 0 at creation and broadcast, so every rank agrees):
- *   ACX_SHM_DISABLE=1      never use shared memory (MPI_Allreduce instead);
+ *   ACX_SHM_DISABLE=1      never use shared memory (MPI collectives instead);
  *                          unset, empty or 0: use it
  *   ACX_SHM_SLOT_BYTES=N   bytes of each rank's slot (round size), multiple
  *                          of 64, >= 64; default below
- *   ACX_SHM_MIN_BYTES=N    smallest all-reduce (bytes) routed through shared
- *                          memory, default ACX_SHM_MIN_BYTES_DEFAULT
+ *   ACX_SHM_MIN_BYTES=N    smallest collective routed through shared memory,
+ *                          in bytes of its largest buffer (the all-reduce's,
+ *                          the reduce-scatter's input, the all-gather's
+ *                          output), default ACX_SHM_MIN_BYTES_DEFAULT
  */
 #ifndef ACX_COLL_MPI_SHM_H
 #define ACX_COLL_MPI_SHM_H
@@ -105,34 +132,68 @@ acx_status_t acx_shm_create(MPI_Comm comm, acx_shm_t **shm_p);
 void acx_shm_free(acx_shm_t *shm);
 
 /* Whether an all-reduce of count elements of dtype with op goes through
- * shm: SUM of float32, float64, int32 or int64 (callers turn AVG into SUM
- * and a division), count * size >= ACX_SHM_MIN_BYTES. Local, no
- * communication; the same answer on every rank for the same arguments. */
+ * shm: SUM of float32, float64, int32 or int64 (callers turn their AVG into
+ * SUM and a division), SUM or AVG of float16 or bfloat16; count > 0 and
+ * count elements >= ACX_SHM_MIN_BYTES. Local, no communication; the same
+ * answer on every rank for the same arguments. NULL shm: 0. */
 int acx_shm_all_reduce_ok(const acx_shm_t *shm, size_t count, acx_dtype_t dtype, acx_red_op_t op);
+
+/* The same for a reduce-scatter of count elements per rank (sendbuf of size
+ * x count elements >= ACX_SHM_MIN_BYTES), and a slot that holds one
+ * element of every rank's block. */
+int acx_shm_reduce_scatter_ok(const acx_shm_t *shm, size_t count, acx_dtype_t dtype,
+                              acx_red_op_t op);
+
+/* Whether an all-gather of count elements of esize bytes per rank goes
+ * through shm: count > 0 and the size x count element recvbuf >=
+ * ACX_SHM_MIN_BYTES. Any element type (it moves bytes). */
+int acx_shm_all_gather_ok(const acx_shm_t *shm, size_t count, size_t esize);
 
 /* One collective through the segment. The caller owns the memory (a
  * request, or the stack of a blocking call) and keeps it, and the buffers,
  * until the op is done; the fields are this file's. */
 typedef struct acx_shm_op {
+    int kind; /* all-reduce, reduce-scatter, all-gather (coll_mpi_shm.c) */
     const void *sendbuf;
     void *recvbuf;
-    size_t count;
+    size_t count; /* elements per rank (all-gather: bytes per rank) */
     acx_dtype_t dtype;
+    acx_red_op_t op;
+    size_t esize;  /* bytes per element (all-gather: 1) */
     size_t off, m; /* the current round: elements [off, off + m) */
-    int stage;     /* where the round is (coll_mpi_shm.c) */
+    int stage;     /* where the round is */
     void *owner;   /* the caller's, untouched (coll_mpi.c: the request) */
     struct acx_shm_op *next; /* in shm's FIFO */
 } acx_shm_op_t;
 
-/* Start recvbuf[count] = sum over ranks of sendbuf[count], in rank order
- * (header comment), for a (count, dtype, op) that acx_shm_all_reduce_ok
- * accepted: op is queued behind the ops started before it and advanced as
- * far as it goes without waiting. sendbuf may equal recvbuf (in place) and
- * must not otherwise overlap it. Collective over the communicator shm was
- * created for, non-blocking; every rank passes the same count and dtype.
- * No errors: arguments are the caller's to check. */
+/* The starts below queue op behind the ops started on shm before it and
+ * advance it as far as it goes without waiting. Each is collective over
+ * the communicator shm was created for and non-blocking; every rank passes
+ * the same count, dtype and op; owner is stored for the caller. No errors:
+ * the arguments are the caller's to check (the _ok functions above).
+ *
+ * All-reduce: recvbuf[count] = op over ranks of sendbuf[count], in rank
+ * order (header comment). op is ACX_OP_SUM, or ACX_OP_AVG for
+ * float16/bfloat16 (the float32 sum divided by the rank count, rounded
+ * once). sendbuf may equal recvbuf (in place), no other overlap. */
 void acx_shm_all_reduce_start(acx_shm_t *shm, acx_shm_op_t *op, const void *sendbuf, void *recvbuf,
-                              size_t count, acx_dtype_t dtype, void *owner);
+                              size_t count, acx_dtype_t dtype, acx_red_op_t rop, void *owner);
+
+/* Reduce-scatter: recvbuf[count] = op over ranks q of block `rank` of q's
+ * sendbuf[size x count], in rank order, by the all-reduce's formula (so an
+ * all-reduce and a reduce-scatter followed by an all-gather give the same
+ * bits); op as for the all-reduce. In place: recvbuf == sendbuf + rank x
+ * count elements; no other overlap. */
+void acx_shm_reduce_scatter_start(acx_shm_t *shm, acx_shm_op_t *op, const void *sendbuf,
+                                  void *recvbuf, size_t count, acx_dtype_t dtype, acx_red_op_t rop,
+                                  void *owner);
+
+/* All-gather: recvbuf[size x count] = every rank's sendbuf[count], rank q's
+ * at element q x count; elements of esize bytes, copied as bytes. In place:
+ * sendbuf == recvbuf + rank x count elements (that block is left as it
+ * is); no other overlap. */
+void acx_shm_all_gather_start(acx_shm_t *shm, acx_shm_op_t *op, const void *sendbuf, void *recvbuf,
+                              size_t count, size_t esize, void *owner);
 
 /* Advance shm's ops (oldest first) as far as they go without waiting. Local. */
 void acx_shm_progress(acx_shm_t *shm);

@@ -1,21 +1,30 @@
 /*
- * tests/mpi/test_coll_shm.c — the shared-memory all-reduce of one node
- * (collectives/mpi/coll_mpi_shm.c), directly and through the MPI backend.
+ * tests/mpi/test_coll_shm.c — the shared-memory all-reduce, reduce-scatter
+ * and all-gather of one node (collectives/mpi/coll_mpi_shm.c), directly and
+ * through the MPI backend.
  *
- * The reference is computed independently on every rank: all inputs are
+ * The references are computed independently on every rank: all inputs are
  * gathered with a plain MPI_Allgather and summed left to right in rank
- * order, in the element type ((x_0 + x_1) + x_2) + ..., integers wrapping.
- * coll_mpi_shm.h promises exactly that sum, so results are compared
- * bitwise — with inputs spread over 2^20 in magnitude, where a different
- * order changes float sums. Covers float32, float64, int32, int64; counts
- * around the direct-round limit, the block alignment and the round size
- * (slots of 64 bytes force hundreds of rounds); in and out of place; AVG
- * and the non-blocking start through the backend; several ops in flight
- * waited out of order; a non-blocking MPI collective completed in opposite
- * orders around a shared-memory one, starts in different orders across two
- * communicators and a 16-bit all-reduce waited on either side of one (no
- * deadlock: each would hang if a start blocked or a wait moved nothing
- * else); split communicators; the environment switches and bad values. Run with mpirun -np 1..4 (1 rank: no segment, MPI path checked).
+ * order, in the element type ((x_0 + x_1) + x_2) + ..., integers wrapping;
+ * a reduce-scatter's is block `rank` of that sum over the [size x count]
+ * rows, an all-gather's the MPI_Allgather itself. For float16/bfloat16 the
+ * reference is coll_mpi.c's definition computed element by element with
+ * half.h's scalar conversions: the float32 rank-order sum rounded once
+ * (AVG: / size in float64, rounded once). coll_mpi_shm.h promises exactly
+ * these, so results are compared bitwise — with inputs spread over 2^20 in
+ * magnitude, where a different order changes float sums. Covers float32,
+ * float64, int32, int64, float16, bfloat16; counts around the direct-round
+ * limit, the block alignment and the round sizes (slots of 64 bytes force
+ * thousands of rounds); in and out of place; AVG and the non-blocking
+ * starts through the backend, also with ACX_SHM_DISABLE=1 (the MPI paths,
+ * held to the same references); reduce-scatter + all-gather = all-reduce
+ * bitwise; several ops in flight waited out of order; a non-blocking MPI
+ * collective completed in opposite orders around a shared-memory one,
+ * starts in different orders across two communicators and a 16-bit
+ * all-reduce waited on either side of one (no deadlock: each would hang if
+ * a start blocked or a wait moved nothing else); split communicators; the
+ * environment switches and bad values. Run with mpirun -np 1..4 (1 rank:
+ * no segment, MPI path checked).
  */
 #include <mpi.h>
 #include <stdint.h>
@@ -24,6 +33,7 @@
 #include <string.h>
 
 #include "collectives/coll.h"
+#include "collectives/half.h"
 #include "collectives/mpi/coll_mpi_shm.h"
 #include "runtime/base/error.h"
 #include "tests/acx_test_mpi.h"
@@ -88,6 +98,27 @@ static uint32_t f32_bits(float f) {
     uint32_t u;
     memcpy(&u, &f, sizeof u);
     return u;
+}
+
+/* The blocking forms, for the direct tests: start, then wait. */
+static void shm_all_reduce(acx_shm_t *shm, const void *in, void *out, size_t n, acx_dtype_t dt,
+                           acx_red_op_t op) {
+    acx_shm_op_t o;
+    acx_shm_all_reduce_start(shm, &o, in, out, n, dt, op, NULL);
+    acx_shm_wait(shm, &o, NULL);
+}
+
+static void shm_reduce_scatter(acx_shm_t *shm, const void *in, void *out, size_t n, acx_dtype_t dt,
+                               acx_red_op_t op) {
+    acx_shm_op_t o;
+    acx_shm_reduce_scatter_start(shm, &o, in, out, n, dt, op, NULL);
+    acx_shm_wait(shm, &o, NULL);
+}
+
+static void shm_all_gather(acx_shm_t *shm, const void *in, void *out, size_t n, size_t es) {
+    acx_shm_op_t o;
+    acx_shm_all_gather_start(shm, &o, in, out, n, es, NULL);
+    acx_shm_wait(shm, &o, NULL);
 }
 
 static int set_env(const char *name, const char *value) {
@@ -175,9 +206,9 @@ static int check_slot(const char *slot_bytes) {
                 acx_shm_op_t op;
                 if (in_place) {
                     memcpy(out, in, n * es);
-                    acx_shm_all_reduce_start(shm, &op, out, out, n, dt, NULL);
+                    acx_shm_all_reduce_start(shm, &op, out, out, n, dt, ACX_OP_SUM, NULL);
                 } else {
-                    acx_shm_all_reduce_start(shm, &op, in, out, n, dt, NULL);
+                    acx_shm_all_reduce_start(shm, &op, in, out, n, dt, ACX_OP_SUM, NULL);
                 }
                 acx_shm_wait(shm, &op, NULL);
                 CHECK(acx_shm_test(shm, &op) && acx_shm_pending(shm) == NULL);
@@ -210,6 +241,234 @@ static int test_sum_default_slot(void) { return size_ > 1 ? check_slot(NULL) : 0
 static int test_sum_slot_64(void) { return size_ > 1 ? check_slot("64") : 0; }
 static int test_sum_slot_4160(void) { return size_ > 1 ? check_slot("4160") : 0; }
 
+/* ---- reduce-scatter and all-gather, bitwise against plain MPI ---- */
+
+/* Per-rank counts around: the block alignment (16 float32), a reduce-
+ * scatter round of 4160-byte slots (4160 / size / esize, rounded down to
+ * whole lines: 256 and 336 float32 at 4 and 3 ranks, 512 at 2), an
+ * all-gather round (1040 float32), and many rounds with a short last. */
+static const size_t rs_counts[] = {1, 2, 3, 15, 16, 17, 255, 256, 257, 335, 336, 337,
+                                   511, 512, 513, 1039, 1040, 1041, 4099, 75001};
+#define NUM_RS_COUNTS (sizeof rs_counts / sizeof rs_counts[0])
+
+/* want [size_ x n] = every rank's mine [n], through a plain MPI_Allgather of bytes. */
+static void reference_gather(const void *mine, void *want, size_t n, size_t es) {
+    MPI_Allgather(mine, (int)(n * es), MPI_BYTE, want, (int)(n * es), MPI_BYTE, MPI_COMM_WORLD);
+}
+
+static int report(const char *what, const char *slot_bytes, acx_dtype_t dt, size_t n, int in_place,
+                  long bad) {
+    fprintf(stderr, "\n[r%d] %s, slot %s, %s x %zu, %s: element %ld differs from plain MPI (or the "
+                    "element after the buffer was written)\n",
+            rank_, what, slot_bytes ? slot_bytes : "default", acx_dtype_name(dt), n,
+            in_place ? "in place" : "out of place", bad);
+    return 1;
+}
+
+static int check_rs_ag(const char *slot_bytes) {
+    acx_shm_t *shm = NULL;
+    char *in = NULL, *out = NULL, *want = NULL;
+    CHECK(set_env("ACX_SHM_SLOT_BYTES", slot_bytes) == 0);
+    CHECK_OK(acx_shm_create(MPI_COMM_WORLD, &shm));
+    CHECK(set_env("ACX_SHM_SLOT_BYTES", NULL) == 0);
+    CHECK(shm != NULL);
+    size_t nmax = rs_counts[NUM_RS_COUNTS - 1], p = (size_t)size_, cap = (p * nmax + 1) * 8;
+    in = malloc(cap);
+    out = malloc(cap);
+    want = malloc(cap);
+    CHECK(in && out && want);
+    for (size_t d = 0; d < NUM_DTYPES; d++) {
+        acx_dtype_t dt = dtypes[d];
+        size_t es = acx_dtype_size(dt);
+        for (size_t c = 0; c < NUM_RS_COUNTS; c++) {
+            size_t n = rs_counts[c];
+            int salt = (int)(1000 + d * 100 + c);
+            /* reduce-scatter: block rank_ of the rank-order sum of the [p x n] rows */
+            CHECK(acx_shm_reduce_scatter_ok(shm, n, dt, ACX_OP_SUM));
+            fill(in, dt, p * n, rank_, salt);
+            CHECK(reference(in, want, dt, p * n) == 0);
+            const char *want_rs = want + (size_t)rank_ * n * es;
+            for (int in_place = 0; in_place < 2; in_place++) {
+                memset(out, 0x5a, cap);
+                char *got;
+                if (in_place) {
+                    memcpy(out, in, p * n * es);
+                    got = out + (size_t)rank_ * n * es;
+                    shm_reduce_scatter(shm, out, got, n, dt, ACX_OP_SUM);
+                    /* the other blocks of sendbuf are left as they were */
+                    for (size_t q = 0; q < p; q++)
+                        if ((int)q != rank_)
+                            CHECK(memcmp(out + q * n * es, in + q * n * es, n * es) == 0);
+                } else {
+                    got = out;
+                    shm_reduce_scatter(shm, in, out, n, dt, ACX_OP_SUM);
+                    CHECK((unsigned char)out[n * es] == 0x5a);
+                }
+                long bad = first_diff(got, want_rs, n, es);
+                if (bad >= 0) {
+                    report("reduce-scatter", slot_bytes, dt, n, in_place, bad);
+                    goto error;
+                }
+            }
+            /* all-gather: every rank's [n] at row q, bytes as MPI_Allgather moves them */
+            fill(in, dt, n, rank_, salt + 7);
+            reference_gather(in, want, n, es);
+            CHECK(acx_shm_all_gather_ok(shm, n, es));
+            for (int in_place = 0; in_place < 2; in_place++) {
+                memset(out, 0x5a, cap);
+                if (in_place) {
+                    memcpy(out + (size_t)rank_ * n * es, in, n * es);
+                    shm_all_gather(shm, out + (size_t)rank_ * n * es, out, n, es);
+                } else {
+                    shm_all_gather(shm, in, out, n, es);
+                }
+                long bad = first_diff(out, want, p * n, es);
+                if (bad >= 0 || (unsigned char)out[p * n * es] != 0x5a) {
+                    report("all-gather", slot_bytes, dt, n, in_place, bad);
+                    goto error;
+                }
+            }
+        }
+    }
+    acx_shm_free(shm);
+    free(in);
+    free(out);
+    free(want);
+    return 0;
+error:
+    set_env("ACX_SHM_SLOT_BYTES", NULL);
+    acx_shm_free(shm);
+    free(in);
+    free(out);
+    free(want);
+    return 1;
+}
+
+static int test_rs_ag_default_slot(void) { return size_ > 1 ? check_rs_ag(NULL) : 0; }
+static int test_rs_ag_slot_64(void) { return size_ > 1 ? check_rs_ag("64") : 0; }
+static int test_rs_ag_slot_4160(void) { return size_ > 1 ? check_rs_ag("4160") : 0; }
+
+/* ---- 16-bit SUM and AVG ---- */
+
+static const acx_dtype_t half_dtypes[] = {ACX_DTYPE_FLOAT16, ACX_DTYPE_BFLOAT16};
+
+static uint16_t half_from_double(acx_dtype_t dt, double v) {
+    return dt == ACX_DTYPE_FLOAT16 ? acx_f16_from_f64(v) : acx_bf16_from_f64(v);
+}
+
+static float half_to_float(acx_dtype_t dt, uint16_t h) {
+    return dt == ACX_DTYPE_FLOAT16 ? acx_f16_to_f32(h) : acx_bf16_to_f32(h);
+}
+
+/* Element i of rank r as a 16-bit value (the float spread of gen_real). */
+static void fill_half(uint16_t *buf, acx_dtype_t dt, size_t n, int r, int salt) {
+    for (size_t i = 0; i < n; i++)
+        buf[i] = half_from_double(dt, gen_real(r, i, salt));
+}
+
+/* want [n] = the 16-bit result coll_mpi.c's header comment defines, one
+ * element at a time with the scalar conversions of half.h: the float32 sum
+ * of the ranks' values in rank order, rounded once (AVG: that sum / size,
+ * divided in float64, rounded once). The rows come from a plain MPI_Allgather. */
+static int reference_half(const uint16_t *mine, uint16_t *want, acx_dtype_t dt, size_t n, int avg) {
+    uint16_t *rows = malloc((size_t)size_ * n * 2 + 2);
+    if (rows == NULL) return 1;
+    reference_gather(mine, rows, n, 2);
+    for (size_t i = 0; i < n; i++) {
+        float acc = half_to_float(dt, rows[i]);
+        for (int r = 1; r < size_; r++)
+            acc += half_to_float(dt, rows[(size_t)r * n + i]);
+        want[i] = avg ? half_from_double(dt, (double)acc / (double)size_)
+                      : (dt == ACX_DTYPE_FLOAT16 ? acx_f16_from_f32(acc) : acx_bf16_from_f32(acc));
+    }
+    free(rows);
+    return 0;
+}
+
+static int check_half(const char *slot_bytes) {
+    acx_shm_t *shm = NULL;
+    uint16_t *in = NULL, *out = NULL, *want = NULL;
+    CHECK(set_env("ACX_SHM_SLOT_BYTES", slot_bytes) == 0);
+    CHECK_OK(acx_shm_create(MPI_COMM_WORLD, &shm));
+    CHECK(set_env("ACX_SHM_SLOT_BYTES", NULL) == 0);
+    CHECK(shm != NULL);
+    size_t p = (size_t)size_, nmax = 300007, cap = p * nmax + 1;
+    in = malloc(cap * 2);
+    out = malloc(cap * 2);
+    want = malloc(cap * 2);
+    CHECK(in && out && want);
+    /* all-reduce counts around the direct limit (2048 elements), the
+     * 32-element blocks, and rounds; reduce-scatter per-rank counts */
+    static const size_t ar_counts[] = {1, 31, 32, 33, 2047, 2048, 2049, 2080, 4099, 300007};
+    for (size_t d = 0; d < 2; d++) {
+        acx_dtype_t dt = half_dtypes[d];
+        for (int avg = 0; avg < 2; avg++) {
+            acx_red_op_t op = avg ? ACX_OP_AVG : ACX_OP_SUM;
+            for (size_t c = 0; c < sizeof ar_counts / sizeof ar_counts[0]; c++) {
+                size_t n = ar_counts[c];
+                fill_half(in, dt, n, rank_, (int)(2000 + d * 100 + c));
+                CHECK(reference_half(in, want, dt, n, avg) == 0);
+                CHECK(acx_shm_all_reduce_ok(shm, n, dt, op));
+                for (int in_place = 0; in_place < 2; in_place++) {
+                    memset(out, 0x5a, cap * 2);
+                    if (in_place) {
+                        memcpy(out, in, n * 2);
+                        shm_all_reduce(shm, out, out, n, dt, op);
+                    } else {
+                        shm_all_reduce(shm, in, out, n, dt, op);
+                    }
+                    long bad = first_diff(out, want, n, 2);
+                    if (bad >= 0 || out[n] != 0x5a5a) {
+                        report(avg ? "16-bit all-reduce avg" : "16-bit all-reduce sum", slot_bytes,
+                               dt, n, in_place, bad);
+                        goto error;
+                    }
+                }
+            }
+            for (size_t c = 0; c < NUM_RS_COUNTS; c++) {
+                size_t n = rs_counts[c];
+                fill_half(in, dt, p * n, rank_, (int)(3000 + d * 100 + c));
+                CHECK(reference_half(in, want, dt, p * n, avg) == 0);
+                CHECK(acx_shm_reduce_scatter_ok(shm, n, dt, op));
+                const uint16_t *want_rs = want + (size_t)rank_ * n;
+                for (int in_place = 0; in_place < 2; in_place++) {
+                    memset(out, 0x5a, cap * 2);
+                    uint16_t *got = out;
+                    if (in_place) {
+                        memcpy(out, in, p * n * 2);
+                        got = out + (size_t)rank_ * n;
+                        shm_reduce_scatter(shm, out, got, n, dt, op);
+                    } else {
+                        shm_reduce_scatter(shm, in, out, n, dt, op);
+                    }
+                    long bad = first_diff(got, want_rs, n, 2);
+                    if (bad >= 0) {
+                        report(avg ? "16-bit reduce-scatter avg" : "16-bit reduce-scatter sum",
+                               slot_bytes, dt, n, in_place, bad);
+                        goto error;
+                    }
+                }
+            }
+        }
+    }
+    acx_shm_free(shm);
+    free(in);
+    free(out);
+    free(want);
+    return 0;
+error:
+    set_env("ACX_SHM_SLOT_BYTES", NULL);
+    acx_shm_free(shm);
+    free(in);
+    free(out);
+    free(want);
+    return 1;
+}
+
+static int test_half_default_slot(void) { return size_ > 1 ? check_half(NULL) : 0; }
+static int test_half_slot_64(void) { return size_ > 1 ? check_half("64") : 0; }
+static int test_half_slot_4160(void) { return size_ > 1 ? check_half("4160") : 0; }
+
 static int test_not_taken(void) {
     acx_shm_t *shm = NULL;
     CHECK(set_env("ACX_SHM_MIN_BYTES", "4096") == 0);
@@ -222,7 +481,24 @@ static int test_not_taken(void) {
     CHECK(!acx_shm_all_reduce_ok(shm, 0, ACX_DTYPE_FLOAT32, ACX_OP_SUM));
     CHECK(!acx_shm_all_reduce_ok(shm, 1 << 20, ACX_DTYPE_FLOAT32, ACX_OP_MAX));
     CHECK(!acx_shm_all_reduce_ok(shm, 1 << 20, ACX_DTYPE_FLOAT32, ACX_OP_AVG));
-    CHECK(!acx_shm_all_reduce_ok(shm, 1 << 20, ACX_DTYPE_BFLOAT16, ACX_OP_SUM));
+    CHECK(acx_shm_all_reduce_ok(shm, 1 << 20, ACX_DTYPE_BFLOAT16, ACX_OP_SUM));
+    CHECK(acx_shm_all_reduce_ok(shm, 1 << 20, ACX_DTYPE_FLOAT16, ACX_OP_AVG));
+    CHECK(!acx_shm_all_reduce_ok(shm, 1 << 20, ACX_DTYPE_BFLOAT16, ACX_OP_PROD));
+    CHECK(!acx_shm_all_reduce_ok(shm, 2047, ACX_DTYPE_FLOAT16, ACX_OP_SUM));
+    CHECK(acx_shm_all_reduce_ok(shm, 2048, ACX_DTYPE_FLOAT16, ACX_OP_SUM));
+    /* reduce-scatter and all-gather: the [size x count] buffer counts */
+    size_t q = (1024 + (size_t)size_ - 1) / (size_t)size_;
+    CHECK(acx_shm_reduce_scatter_ok(shm, q, ACX_DTYPE_FLOAT32, ACX_OP_SUM));
+    CHECK(!acx_shm_reduce_scatter_ok(shm, 1023 / (size_t)size_, ACX_DTYPE_FLOAT32, ACX_OP_SUM));
+    CHECK(!acx_shm_reduce_scatter_ok(shm, 1 << 20, ACX_DTYPE_FLOAT32, ACX_OP_AVG));
+    CHECK(!acx_shm_reduce_scatter_ok(shm, 1 << 20, ACX_DTYPE_FLOAT32, ACX_OP_MIN));
+    CHECK(acx_shm_reduce_scatter_ok(shm, 1 << 20, ACX_DTYPE_BFLOAT16, ACX_OP_AVG));
+    CHECK(!acx_shm_reduce_scatter_ok(shm, 0, ACX_DTYPE_FLOAT32, ACX_OP_SUM));
+    CHECK(acx_shm_all_gather_ok(shm, q, 4));
+    CHECK(!acx_shm_all_gather_ok(shm, 1023 / (size_t)size_, 4));
+    CHECK(acx_shm_all_gather_ok(shm, 4096, 1));
+    CHECK(!acx_shm_all_gather_ok(shm, 0, 4));
+    CHECK(!acx_shm_all_gather_ok(NULL, 1 << 20, 4));
     CHECK(!acx_shm_all_reduce_ok(shm, 1 << 20, ACX_DTYPE_UINT8, ACX_OP_SUM));
     CHECK(!acx_shm_all_reduce_ok(NULL, 1 << 20, ACX_DTYPE_FLOAT32, ACX_OP_SUM));
     acx_shm_free(shm);
@@ -274,6 +550,129 @@ error:
     return 1;
 }
 
+/* Reduce-scatter and all-gather through comm (float32 SUM/AVG, blocking
+ * and start, in and out of place), each bitwise the plain-MPI reference;
+ * the all-gather of the reduce-scatter's blocks equals the all-reduce of
+ * the same rows, bit for bit. 16-bit SUM and AVG all-reduce and
+ * reduce-scatter against reference_half. shm: comm has a segment (its
+ * starts then complete at once); without one the float32 inputs are whole
+ * numbers, since MPI_Reduce_scatter_block and MPI_Allreduce add in an
+ * order of their own (the 16-bit path adds in rank order either way). */
+static int check_backend_rs_ag(acx_comm_t *comm, int shm) {
+    const size_t n = 30011, p = (size_t)size_;
+    float *in = malloc(p * n * sizeof *in), *out = malloc(p * n * sizeof *out),
+          *want = malloc(p * n * sizeof *want), *ag = malloc(p * n * sizeof *ag);
+    uint16_t *h_in = malloc(p * n * 2), *h_out = malloc(p * n * 2), *h_want = malloc(p * n * 2);
+    acx_coll_req_t *req = NULL;
+    int done = 0;
+    CHECK(in && out && want && ag && h_in && h_out && h_want);
+    fill(in, ACX_DTYPE_FLOAT32, p * n, rank_, 9);
+    if (!shm) /* MPI sums float32 in an order of its own: whole numbers make any order exact */
+        for (size_t i = 0; i < p * n; i++)
+            in[i] = (float)(int)in[i];
+    CHECK(reference(in, want, ACX_DTYPE_FLOAT32, p * n) == 0);
+    const float *mine = want + (size_t)rank_ * n;
+
+    CHECK_OK(comm->ops->reduce_scatter(comm, in, out, n, ACX_DTYPE_FLOAT32, ACX_OP_SUM));
+    CHECK(first_diff(out, mine, n, 4) < 0);
+    CHECK_OK(comm->ops->all_gather(comm, out, ag, n, ACX_DTYPE_FLOAT32));
+    CHECK(first_diff(ag, want, p * n, 4) < 0); /* = the all-reduce below */
+    CHECK_OK(comm->ops->all_reduce(comm, in, out, p * n, ACX_DTYPE_FLOAT32, ACX_OP_SUM));
+    CHECK(first_diff(out, ag, p * n, 4) < 0);
+
+    /* in place, non-blocking */
+    memcpy(out, in, p * n * sizeof *in);
+    float *block = out + (size_t)rank_ * n;
+    CHECK_OK(comm->ops->reduce_scatter_start(comm, out, block, n, ACX_DTYPE_FLOAT32, ACX_OP_SUM,
+                                             &req));
+    CHECK_OK(comm->ops->test(req, &done));
+    CHECK(done == 0 || done == 1); /* started, perhaps done: it never waited for the others */
+    CHECK_OK(comm->ops->wait(req));
+    req = NULL;
+    CHECK(first_diff(block, mine, n, 4) < 0);
+    memset(ag, 0, p * n * sizeof *ag);
+    memcpy(ag + (size_t)rank_ * n, block, n * sizeof *ag);
+    CHECK_OK(comm->ops->all_gather_start(comm, ag + (size_t)rank_ * n, ag, n, ACX_DTYPE_FLOAT32,
+                                         &req));
+    CHECK_OK(comm->ops->test(req, &done));
+    CHECK(done == 0 || done == 1); /* started, perhaps done: it never waited for the others */
+    CHECK_OK(comm->ops->wait(req));
+    req = NULL;
+    CHECK(first_diff(ag, want, p * n, 4) < 0);
+
+    /* AVG: the sum, then / size in float32 */
+    CHECK_OK(comm->ops->reduce_scatter(comm, in, out, n, ACX_DTYPE_FLOAT32, ACX_OP_AVG));
+    for (size_t i = 0; i < n; i++) {
+        float w = mine[i] / (float)size_;
+        CHECK(memcmp(&out[i], &w, 4) == 0);
+    }
+
+    for (size_t d = 0; d < 2; d++) {
+        acx_dtype_t dt = half_dtypes[d];
+        for (int avg = 0; avg < 2; avg++) {
+            acx_red_op_t op = avg ? ACX_OP_AVG : ACX_OP_SUM;
+            fill_half(h_in, dt, p * n, rank_, (int)(50 + d * 2 + (size_t)avg));
+            CHECK(reference_half(h_in, h_want, dt, p * n, avg) == 0);
+            memset(h_out, 0, p * n * 2);
+            CHECK_OK(comm->ops->all_reduce_start(comm, h_in, h_out, p * n, dt, op, &req));
+            CHECK_OK(comm->ops->test(req, &done));
+            CHECK(done == 0 || done == 1); /* started, perhaps done: it never waited for the others */
+            CHECK_OK(comm->ops->wait(req));
+            req = NULL;
+            CHECK(first_diff(h_out, h_want, p * n, 2) < 0);
+            memcpy(h_out, h_in, p * n * 2);
+            CHECK_OK(comm->ops->all_reduce(comm, h_out, h_out, p * n, dt, op));
+            CHECK(first_diff(h_out, h_want, p * n, 2) < 0);
+            CHECK_OK(comm->ops->reduce_scatter(comm, h_in, h_out, n, dt, op));
+            CHECK(first_diff(h_out, h_want + (size_t)rank_ * n, n, 2) < 0);
+            memcpy(h_out, h_in, p * n * 2);
+            uint16_t *hb = h_out + (size_t)rank_ * n;
+            CHECK_OK(comm->ops->reduce_scatter_start(comm, h_out, hb, n, dt, op, &req));
+            CHECK_OK(comm->ops->wait(req));
+            req = NULL;
+            CHECK(first_diff(hb, h_want + (size_t)rank_ * n, n, 2) < 0);
+        }
+    }
+    free(in);
+    free(out);
+    free(want);
+    free(ag);
+    free(h_in);
+    free(h_out);
+    free(h_want);
+    return 0;
+error:
+    if (req != NULL) comm->ops->wait(req);
+    free(in);
+    free(out);
+    free(want);
+    free(ag);
+    free(h_in);
+    free(h_out);
+    free(h_want);
+    return 1;
+}
+
+/* The same checks with and without the segment (ACX_SHM_DISABLE=1: the
+ * MPI paths), so both are held to the same references. */
+static int test_backend_rs_ag(void) {
+    acx_comm_t *comm = NULL;
+    CHECK_OK(acx_comm_create(MPI_COMM_WORLD, &acx_coll_mpi_ops, &comm));
+    CHECK(check_backend_rs_ag(comm, size_ > 1) == 0);
+    acx_comm_destroy(comm);
+    comm = NULL;
+    CHECK(set_env("ACX_SHM_DISABLE", "1") == 0);
+    CHECK_OK(acx_comm_create(MPI_COMM_WORLD, &acx_coll_mpi_ops, &comm));
+    CHECK(set_env("ACX_SHM_DISABLE", NULL) == 0);
+    CHECK(check_backend_rs_ag(comm, 0) == 0);
+    acx_comm_destroy(comm);
+    return 0;
+error:
+    set_env("ACX_SHM_DISABLE", NULL);
+    acx_comm_destroy(comm);
+    return 1;
+}
+
 static int test_backend(void) {
     acx_comm_t *comm = NULL;
     CHECK_OK(acx_comm_create(MPI_COMM_WORLD, &acx_coll_mpi_ops, &comm));
@@ -285,11 +684,13 @@ error:
     return 1;
 }
 
-/* A non-blocking MPI all-gather is started everywhere, then even ranks
- * wait for it before a shared-memory all-reduce and odd ranks after. An
- * odd rank sits in the all-reduce while an even rank waits for the
- * all-gather, which needs the odd rank's MPI progress: the shared-memory
- * wait must provide it, or this hangs (and the test watchdog fails it). */
+/* A non-blocking MPI gather to rank 0 (the all-gather goes through shared
+ * memory now, and its start completes at once) is started everywhere, then
+ * even ranks wait for it before a shared-memory all-reduce and odd ranks
+ * after. An odd rank sits in the all-reduce while rank 0 waits for the
+ * gather, which needs the odd rank's MPI progress (4 MiB: a rendezvous
+ * send): the shared-memory wait must provide it, or this hangs (and the
+ * test watchdog fails it). */
 static int test_progress_while_waiting(void) {
     const size_t n = (size_t)1 << 20, m = 4099;
     acx_comm_t *comm = NULL;
@@ -303,8 +704,8 @@ static int test_progress_while_waiting(void) {
             ag[(size_t)rank_ * n + i] = (float)(rank_ * 1000 + round) + (float)(i % 977);
         fill(x, ACX_DTYPE_FLOAT32, m, rank_, 40 + round);
         CHECK(reference(x, want, ACX_DTYPE_FLOAT32, m) == 0);
-        CHECK_OK(comm->ops->all_gather_start(comm, ag + (size_t)rank_ * n, ag, n, ACX_DTYPE_FLOAT32,
-                                             &req));
+        CHECK_OK(comm->ops->gather_start(comm, ag + (size_t)rank_ * n, ag, n, ACX_DTYPE_FLOAT32, 0,
+                                         &req));
         if (rank_ % 2 == 0) {
             CHECK_OK(comm->ops->wait(req));
             req = NULL;
@@ -315,7 +716,7 @@ static int test_progress_while_waiting(void) {
             req = NULL;
         }
         CHECK(first_diff(x, want, m, 4) < 0);
-        for (int r = 0; r < size_; r++)
+        for (int r = 0; r < size_ && rank_ == 0; r++)
             CHECK(ag[(size_t)r * n + n - 1] == (float)(r * 1000 + round) + (float)((n - 1) % 977));
     }
     acx_comm_destroy(comm);
@@ -480,8 +881,15 @@ int main(int argc, char **argv) {
     failed |= acx_test_run_case("sum = rank-order sum, default slot", test_sum_default_slot);
     failed |= acx_test_run_case("sum = rank-order sum, 64-byte slots", test_sum_slot_64);
     failed |= acx_test_run_case("sum = rank-order sum, 4160-byte slots", test_sum_slot_4160);
+    failed |= acx_test_run_case("reduce-scatter, all-gather = MPI, default slot", test_rs_ag_default_slot);
+    failed |= acx_test_run_case("reduce-scatter, all-gather = MPI, 64-byte slots", test_rs_ag_slot_64);
+    failed |= acx_test_run_case("reduce-scatter, all-gather = MPI, 4160-byte slots", test_rs_ag_slot_4160);
+    failed |= acx_test_run_case("16-bit sum/avg = one rounding, default slot", test_half_default_slot);
+    failed |= acx_test_run_case("16-bit sum/avg = one rounding, 64-byte slots", test_half_slot_64);
+    failed |= acx_test_run_case("16-bit sum/avg = one rounding, 4160-byte slots", test_half_slot_4160);
     failed |= acx_test_run_case("what the shared-memory path takes", test_not_taken);
     failed |= acx_test_run_case("MPI backend: sum, start, avg", test_backend);
+    failed |= acx_test_run_case("MPI backend: reduce-scatter, all-gather, 16-bit; shm and MPI", test_backend_rs_ag);
     failed |= acx_test_run_case("MPI progress while waiting in shared memory", test_progress_while_waiting);
     failed |= acx_test_run_case("split communicators reduce at once", test_split);
     failed |= acx_test_run_case("ops in flight complete in start order", test_in_flight);
