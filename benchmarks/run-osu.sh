@@ -266,6 +266,13 @@ md=$out/osu.md
         echo "sizes, alternating their order; sizes $sizes bytes, OSU's iteration counts (1000 up to"
         echo "8 KiB, 100 above)."
     fi
+    if [ "${ACX_SHM_DISABLE:-0}" = 1 ]; then
+        echo "acx's collectives went through MPI (\`ACX_SHM_DISABLE=1\`)."
+    else
+        echo "acx's all-reduce, all-gather and reduce-scatter went through its shared-memory segment"
+        echo "(all ranks on one node, [docs/collectives.md](../../../docs/collectives.md)), its"
+        echo "broadcast through MPI: for those three, acx/MPI compares that path with MPI's."
+    fi
     if [ "$reps" -gt 1 ]; then
         echo "All-reduce and the fused runs were repeated $reps times; each row is the repetition"
         echo "with the median acx/MPI ratio (median speedup) at that size."
@@ -299,7 +306,9 @@ md=$out/osu.md
     echo
     echo "acx-bench-allreduce \`--fused $fused_k -m $fused_size:$fused_size\`: one step of acx's gradient"
     echo "fusion buckets (25 MiB) over $fused_k tensors, against $fused_k separate \`MPI_Allreduce\` calls and"
-    echo "one \`MPI_Allreduce\` over all of them (fusion's best case), in the same loop."
+    echo "one \`MPI_Allreduce\` over all of them (the best fusion through MPI can do), in the same loop."
+    echo "On one node acx's buckets are reduced through its shared-memory segment, not MPI"
+    echo "([docs/collectives.md](../../../docs/collectives.md)), so they can beat that single call."
     echo
     echo "| ranks | acx buckets (µs) | $fused_k × MPI_Allreduce (µs) | speedup | mean speedup | 1 MPI_Allreduce of all (µs) | buckets |"
     echo "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
