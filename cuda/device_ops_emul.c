@@ -17,7 +17,7 @@
  * cuda/kernels.cu reproduces; this is the one include of a runtime/ header
  * below runtime/: the optimizer arithmetic is a leaf of pure functions and
  * the reference itself), collectives/half.h's casts, runtime/scaler.c's
- * check and runtime/clip.c's loops (same order: the norms are bitwise the
+ * check and runtime/clip.c's loops (norms, clamp) (same order: the norms are bitwise the
  * host's, where the CUDA kernels' tree differs by ~1e-12 relative).
  *
  * Streams are ignored: every op is complete when it returns. Not
@@ -285,6 +285,18 @@ static acx_status_t emul_scale(float *x, size_t n, float s, void *stream) {
     return ACX_OK;
 }
 
+/* runtime/clip.c's clip-by-value loop (NaN fails both comparisons: kept) */
+static acx_status_t emul_clamp(float *x, size_t n, float v, void *stream) {
+    (void)stream;
+    op_t op;
+    ACX_CHECK(op_begin(&op, "clamp", x, F4(n), NULL, 0, NULL, 0, NULL, 0));
+    const float lo = -v, hi = v;
+    for (size_t i = 0; i < n; i++)
+        x[i] = x[i] < lo ? lo : (x[i] > hi ? hi : x[i]);
+    op_close(&op);
+    return ACX_OK;
+}
+
 /* runtime/scaler.c's loop (x[i] or x[i] * inv not finite) */
 static acx_status_t emul_nonfinite(const float *x, size_t n, float inv, int *flag, void *stream) {
     (void)stream;
@@ -411,6 +423,7 @@ const acx_devops_t acx_devops_emulated = {
     .adam = emul_adam,
     .sgd = emul_sgd,
     .scale = emul_scale,
+    .clamp = emul_clamp,
     .nonfinite = emul_nonfinite,
     .sum_squares = emul_sum_squares,
     .max_abs = emul_max_abs,

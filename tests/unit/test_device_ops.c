@@ -5,8 +5,8 @@
  * refused, allocations are zeroed and accounted in acx_memory_stats'
  * device counters, copies round-trip, and every kernel equals its CPU
  * reference bit for bit (optimizer steps against acx_kernel_*_ieee run on
- * host copies; casts, scale, the inf check and the norms against
- * hand-derived values). Also: the CUDA table says why it is absent on a
+ * host copies; casts, scale, the inf check, the norms and the clamp
+ * against hand-derived values). Also: the CUDA table says why it is absent on a
  * machine without a device.
  */
 #include <math.h>
@@ -238,6 +238,60 @@ error:
     return rc;
 }
 
+/* clamp (clip by value) against hand-computed values: ordinary elements
+ * clipped, the exact boundaries kept, the neighbours just inside kept and
+ * just outside clipped, +-inf clipped, NaN (with its payload) and -0.0 kept;
+ * v = 0 (clipped values become -0.0 and +0.0, as the host loop's -v and v)
+ * and v = inf (nothing changes). Compared as bit patterns. */
+static int bits_equal(const float *a, const float *b, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (memcmp(&a[i], &b[i], sizeof(float)) != 0) {
+            fprintf(stderr, "\n[%zu]: got %a, want %a\n", i, (double)a[i], (double)b[i]);
+            return 0;
+        }
+    return 1;
+}
+
+static int test_clamp(void) {
+    enum { K = 14 };
+    float *x = NULL, got[K];
+    int rc = 1;
+    const float below = 0x1.fffffep-1f, above = 0x1.000002p+0f; /* 1 -+ one ulp */
+    float qnan, nnan;
+    uint32_t qb = 0x7fc01234u, nb = 0xffc00005u; /* NaNs with payloads, both signs */
+    memcpy(&qnan, &qb, sizeof qnan);
+    memcpy(&nnan, &nb, sizeof nnan);
+    const float in[K] = {-INFINITY, INFINITY, qnan, nnan,  1.5f,  -1.5f, 1.0f,
+                         -1.0f,     below,    -below, above, -above, -0.0f, 3e38f};
+    const float want1[K] = {-1.0f, 1.0f,   qnan, nnan,  1.0f, -1.0f, 1.0f,
+                            -1.0f, below, -below, 1.0f, -1.0f, -0.0f, 1.0f};
+    const float want0[K] = {-0.0f, 0.0f, qnan, nnan, 0.0f, -0.0f, 0.0f,
+                            -0.0f, 0.0f, -0.0f, 0.0f, -0.0f, -0.0f, 0.0f};
+    CHECK_OK(D->alloc(sizeof in, "x", (void **)&x));
+    CHECK_OK(D->to_device(x, in, sizeof in, NULL));
+    CHECK_OK(D->clamp(x, K, 1.0f, NULL));
+    CHECK_OK(D->to_host(got, x, sizeof got, NULL));
+    CHECK(bits_equal(got, want1, K));
+    CHECK_OK(D->to_device(x, in, sizeof in, NULL));
+    CHECK_OK(D->clamp(x, K, 0.0f, NULL));
+    CHECK_OK(D->to_host(got, x, sizeof got, NULL));
+    CHECK(bits_equal(got, want0, K));
+    CHECK_OK(D->to_device(x, in, sizeof in, NULL));
+    CHECK_OK(D->clamp(x, K, INFINITY, NULL));
+    CHECK_OK(D->to_host(got, x, sizeof got, NULL));
+    CHECK(bits_equal(got, in, K));
+    /* only the n elements asked for */
+    CHECK_OK(D->to_device(x, in, sizeof in, NULL));
+    CHECK_OK(D->clamp(x + 4, 2, 1.0f, NULL));
+    CHECK_OK(D->to_host(got, x, sizeof got, NULL));
+    CHECK(got[4] == 1.0f && got[5] == -1.0f && isinf(got[0]) && got[13] == 3e38f);
+    CHECK_STATUS(D->clamp(got, K, 1.0f, NULL), ACX_ERR_INVALID_ARG, "is not device memory");
+    rc = 0;
+error:
+    D->free(x);
+    return rc;
+}
+
 static int test_cuda_absent(void) {
     char why[256] = "";
     const acx_devops_t *c = acx_devops_cuda(why, sizeof why);
@@ -260,6 +314,7 @@ int main(void) {
         {"emulated device: host_alloc, host memory, host counters", test_host_alloc},
         {"emulated device: AdamW, SGD bitwise the CPU kernels", test_optimizers},
         {"emulated device: norms, inf check, scale, 16-bit casts", test_kernels},
+        {"emulated device: clamp (clip by value): bounds, inf, NaN, -0", test_clamp},
         {"cuda device table: absent with a reason, or present", test_cuda_absent},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
