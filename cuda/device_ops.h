@@ -149,6 +149,12 @@ void acx_devops_host_free(const acx_devops_t *dev, acx_mem_category_t cat, void 
  * memory with cudaMemcpy: MPI itself never sees an emulated address. */
 int acx_devops_emulated_owns(const void *p, size_t bytes);
 
+/* For tests of the device cache (cuda/device_cache.h): how many times the
+ * emulated table's alloc has mapped memory since the process started, and
+ * the bytes of its allocations alive now (as requested). Either pointer may
+ * be NULL. */
+void acx_devops_emulated_counters(size_t *alloc_calls_p, size_t *live_bytes_p);
+
 /* memcpy where either side (or both) may be emulated device memory. */
 acx_status_t acx_devops_emulated_memcpy(void *dst, const void *src, size_t bytes);
 

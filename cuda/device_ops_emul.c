@@ -48,6 +48,7 @@ typedef struct region {
 
 static region_t *regions;
 static int num_regions, cap_regions;
+static size_t alloc_calls, live_bytes; /* acx_devops_emulated_counters */
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* Index of the allocation holding [p, p + bytes), or -1. Caller holds lock. */
@@ -160,9 +161,18 @@ static acx_status_t emul_alloc(size_t bytes, const char *what, void **p_p) {
                          what != NULL ? what : "a device buffer");
     }
     regions[num_regions++] = (region_t){.base = p, .len = len, .bytes = bytes};
+    alloc_calls++;
+    live_bytes += bytes;
     pthread_mutex_unlock(&lock);
     *p_p = p;
     return ACX_OK;
+}
+
+void acx_devops_emulated_counters(size_t *alloc_calls_p, size_t *live_bytes_p) {
+    pthread_mutex_lock(&lock);
+    if (alloc_calls_p != NULL) *alloc_calls_p = alloc_calls;
+    if (live_bytes_p != NULL) *live_bytes_p = live_bytes;
+    pthread_mutex_unlock(&lock);
 }
 
 static void emul_free(void *p) {
@@ -171,6 +181,7 @@ static void emul_free(void *p) {
     for (int i = 0; i < num_regions; i++) {
         if (regions[i].base != p) continue;
         munmap(regions[i].base, regions[i].len);
+        live_bytes -= regions[i].bytes;
         regions[i] = regions[--num_regions];
         pthread_mutex_unlock(&lock);
         return;

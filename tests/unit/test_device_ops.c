@@ -6,8 +6,9 @@
  * device counters, copies round-trip, and every kernel equals its CPU
  * reference bit for bit (optimizer steps against acx_kernel_*_ieee run on
  * host copies; casts, scale, the inf check, the norms and the clamp
- * against hand-derived values). Also: the CUDA table says why it is absent on a
- * machine without a device.
+ * against hand-derived values). The device cache (cuda/device_cache.h) in
+ * front of the emulated table. Also: the CUDA table says why it is absent
+ * on a machine without a device.
  */
 #include <math.h>
 #include <stdint.h>
@@ -18,6 +19,7 @@
 #include <unistd.h>
 
 #include "acx_test.h"
+#include "cuda/device_cache.h"
 #include "cuda/device_ops.h"
 #include "runtime/optim_kernels.h"
 
@@ -292,6 +294,98 @@ error:
     return rc;
 }
 
+/* The device cache (cuda/device_cache.h) on the emulated device, with two
+ * made-up stream handles (the emulated device ignores streams; the cache
+ * only compares them): a freed block comes back for a request on its
+ * stream (no table alloc: the emulated alloc counter stays), zeroed when
+ * asked and NaN-filled (0xff) when not; never for another stream until
+ * its stream is idle; not for a request it exceeds by more than 1/8; the
+ * in-use and cached counters; acx_memory_empty_cache unmaps the cached
+ * blocks; ACX_DEVICE_CACHE_DISABLE=1 goes straight to the table. */
+static int test_cache(void) {
+    void *const S1 = (void *)0x1, *const S2 = (void *)0x2;
+    acx_memory_stats_t s0, s;
+    size_t calls0, live0, calls, live;
+    unsigned char *a = NULL, *b = NULL, *c = NULL, *e = NULL;
+    unsigned char buf[4000];
+    int rc = 1;
+    const acx_mem_category_t T = ACX_MEM_TRANSIENT;
+    acx_memory_empty_cache();
+    CHECK_OK(acx_memory_stats(&s0));
+    acx_devops_emulated_counters(&calls0, &live0);
+    CHECK_OK(acx_devcache_alloc(D, T, 4000, 1, S1, "a", (void **)&a));
+    acx_devops_emulated_counters(&calls, &live);
+    CHECK(calls == calls0 + 1 && live == live0 + 4000);
+    memset(buf, 0x11, sizeof buf);
+    CHECK_OK(D->to_device(a, buf, sizeof buf, NULL));
+    CHECK_OK(acx_memory_stats(&s));
+    CHECK(s.device_current[T] - s0.device_current[T] == 4000 && s.device_cached == 0);
+    acx_devcache_free(D, T, a, 4000, S1);
+    CHECK_OK(acx_memory_stats(&s));
+    CHECK(s.device_current[T] == s0.device_current[T] && s.device_cached == 4000);
+    CHECK(acx_devcache_bytes() == 4000);
+    acx_devops_emulated_counters(&calls, &live);
+    CHECK(live == live0 + 4000); /* kept mapped */
+    /* another stream: a may still be busy on S1 */
+    CHECK_OK(acx_devcache_alloc(D, T, 4000, 0, S2, "b", (void **)&b));
+    CHECK(b != a);
+    acx_devops_emulated_counters(&calls, NULL);
+    CHECK(calls == calls0 + 2);
+    /* the same stream, 1/8 smaller: a again, zeroed */
+    CHECK_OK(acx_devcache_alloc(D, T, 3600, 1, S1, "c", (void **)&c));
+    CHECK(c == a);
+    acx_devops_emulated_counters(&calls, NULL);
+    CHECK(calls == calls0 + 2);
+    CHECK_OK(acx_memory_stats(&s));
+    CHECK(s.device_current[T] - s0.device_current[T] == 4000 + 3600 && s.device_cached == 0);
+    CHECK_OK(D->to_host(buf, c, 3600, NULL));
+    for (int i = 0; i < 3600; i++)
+        CHECK(buf[i] == 0);
+    acx_devcache_free(D, T, c, 3600, S1);
+    /* not zeroed: NaN bytes on the emulated device */
+    CHECK_OK(acx_devcache_alloc(D, T, 4000, 0, S1, "c", (void **)&c));
+    CHECK(c == a);
+    CHECK_OK(D->to_host(buf, c, 4000, NULL));
+    for (int i = 0; i < 4000; i++)
+        CHECK(buf[i] == 0xff);
+    acx_devcache_free(D, T, c, 4000, S1);
+    /* a request a exceeds by more than 1/8: a fresh block */
+    CHECK_OK(acx_devcache_alloc(D, T, 3500, 0, S1, "e", (void **)&e));
+    CHECK(e != a);
+    acx_devops_emulated_counters(&calls, NULL);
+    CHECK(calls == calls0 + 3);
+    /* S1 drained: its block serves S2 */
+    acx_devcache_stream_idle(S1);
+    CHECK_OK(acx_devcache_alloc(D, T, 4000, 0, S2, "c", (void **)&c));
+    CHECK(c == a);
+    acx_devcache_free(D, T, c, 4000, S2);
+    acx_devcache_free(D, T, b, 4000, S2);
+    acx_devcache_free(D, T, e, 3500, S1);
+    CHECK_OK(acx_memory_stats(&s));
+    CHECK(s.device_current[T] == s0.device_current[T] && s.device_cached == 4000 + 4000 + 3500);
+    acx_memory_empty_cache();
+    CHECK_OK(acx_memory_stats(&s));
+    CHECK(s.device_cached == 0 && acx_devcache_bytes() == 0);
+    acx_devops_emulated_counters(&calls, &live);
+    CHECK(live == live0);
+    CHECK(!acx_devops_emulated_owns(a, 1));
+    /* caching off: a table alloc per request, freed at once */
+    setenv("ACX_DEVICE_CACHE_DISABLE", "1", 1);
+    for (int k = 0; k < 2; k++) {
+        CHECK_OK(acx_devcache_alloc(D, T, 4000, 1, S1, "off", (void **)&a));
+        acx_devcache_free(D, T, a, 4000, S1);
+    }
+    unsetenv("ACX_DEVICE_CACHE_DISABLE");
+    acx_devops_emulated_counters(&calls, &live);
+    CHECK(calls == calls0 + 5 && live == live0);
+    CHECK_OK(acx_memory_stats(&s));
+    CHECK(s.device_cached == 0 && s.device_current[T] == s0.device_current[T]);
+    rc = 0;
+error:
+    unsetenv("ACX_DEVICE_CACHE_DISABLE");
+    return rc;
+}
+
 static int test_cuda_absent(void) {
     char why[256] = "";
     const acx_devops_t *c = acx_devops_cuda(why, sizeof why);
@@ -315,6 +409,7 @@ int main(void) {
         {"emulated device: AdamW, SGD bitwise the CPU kernels", test_optimizers},
         {"emulated device: norms, inf check, scale, 16-bit casts", test_kernels},
         {"emulated device: clamp (clip by value): bounds, inf, NaN, -0", test_clamp},
+        {"device cache: reuse per stream, zero/NaN fill, fit, counters", test_cache},
         {"cuda device table: absent with a reason, or present", test_cuda_absent},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
