@@ -35,7 +35,8 @@
  * cuda/kernels.h): adam/sgd as runtime/optim_kernels.c's acx_kernel_*_ieee
  * (subnormals kept; the host strategies run acx_kernel_* with FTZ/DAZ, so
  * the two agree bitwise whenever no value falls below FLT_MIN), casts as
- * collectives/half.h, nonfinite/scale as runtime/scaler.c. The norms:
+ * collectives/half.h, nonfinite/scale as runtime/scaler.c, clamp as runtime/clip.c's
+ * clip-by-value loop (exact: comparisons only). The norms:
  * the emulated device sums in the host loop's order (bitwise the host's);
  * the CUDA kernels use a fixed tree, within ~1e-12 relative of it.
  */
@@ -88,6 +89,11 @@ typedef struct acx_devops {
                         double lr, int first_step, void *stream);
     /* x[i] *= s (one float multiplication). */
     acx_status_t (*scale)(float *x, size_t n, float s, void *stream);
+    /* x[i] = x[i] < -v ? -v : (x[i] > v ? v : x[i]), in place (v >= 0):
+     * runtime/clip.c's clip-by-value loop, torch.clamp(x, -v, v) — NaN
+     * stays NaN (both comparisons are false), -0.0 and +-v stay as they
+     * are, +-inf become +-v (v itself may be inf). */
+    acx_status_t (*clamp)(float *x, size_t n, float v, void *stream);
     /* *flag (a device int) = 1 when some x[i] or x[i] * inv is not finite;
      * left as it was otherwise (inv = 1: the plain inf/NaN check). */
     acx_status_t (*nonfinite)(const float *x, size_t n, float inv, int *flag, void *stream);
@@ -142,6 +148,12 @@ void acx_devops_host_free(const acx_devops_t *dev, acx_mem_category_t cat, void 
  * acx_devops_emulated_memcpy, as it stages CUDA buffers through pinned
  * memory with cudaMemcpy: MPI itself never sees an emulated address. */
 int acx_devops_emulated_owns(const void *p, size_t bytes);
+
+/* For tests of the device cache (cuda/device_cache.h): how many times the
+ * emulated table's alloc has mapped memory since the process started, and
+ * the bytes of its allocations alive now (as requested). Either pointer may
+ * be NULL. */
+void acx_devops_emulated_counters(size_t *alloc_calls_p, size_t *live_bytes_p);
 
 /* memcpy where either side (or both) may be emulated device memory. */
 acx_status_t acx_devops_emulated_memcpy(void *dst, const void *src, size_t bytes);

@@ -139,6 +139,10 @@ static acx_status_t cu_scale(float *x, size_t n, float s, void *stream) {
     return acx_cuda_scale(x, n, s, stream);
 }
 
+static acx_status_t cu_clamp(float *x, size_t n, float v, void *stream) {
+    return acx_cuda_clamp(x, n, v, stream);
+}
+
 static acx_status_t cu_nonfinite(const float *x, size_t n, float inv, int *flag, void *stream) {
     return acx_cuda_nonfinite_check_scaled(x, n, inv, flag, stream);
 }
@@ -198,6 +202,7 @@ static const acx_devops_t cuda_ops = {
     .adam = cu_adam,
     .sgd = cu_sgd,
     .scale = cu_scale,
+    .clamp = cu_clamp,
     .nonfinite = cu_nonfinite,
     .sum_squares = cu_sum_squares,
     .max_abs = cu_max_abs,

@@ -17,7 +17,7 @@
  * cuda/kernels.cu reproduces; this is the one include of a runtime/ header
  * below runtime/: the optimizer arithmetic is a leaf of pure functions and
  * the reference itself), collectives/half.h's casts, runtime/scaler.c's
- * check and runtime/clip.c's loops (same order: the norms are bitwise the
+ * check and runtime/clip.c's loops (norms, clamp) (same order: the norms are bitwise the
  * host's, where the CUDA kernels' tree differs by ~1e-12 relative).
  *
  * Streams are ignored: every op is complete when it returns. Not
@@ -48,6 +48,7 @@ typedef struct region {
 
 static region_t *regions;
 static int num_regions, cap_regions;
+static size_t alloc_calls, live_bytes; /* acx_devops_emulated_counters */
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* Index of the allocation holding [p, p + bytes), or -1. Caller holds lock. */
@@ -160,9 +161,18 @@ static acx_status_t emul_alloc(size_t bytes, const char *what, void **p_p) {
                          what != NULL ? what : "a device buffer");
     }
     regions[num_regions++] = (region_t){.base = p, .len = len, .bytes = bytes};
+    alloc_calls++;
+    live_bytes += bytes;
     pthread_mutex_unlock(&lock);
     *p_p = p;
     return ACX_OK;
+}
+
+void acx_devops_emulated_counters(size_t *alloc_calls_p, size_t *live_bytes_p) {
+    pthread_mutex_lock(&lock);
+    if (alloc_calls_p != NULL) *alloc_calls_p = alloc_calls;
+    if (live_bytes_p != NULL) *live_bytes_p = live_bytes;
+    pthread_mutex_unlock(&lock);
 }
 
 static void emul_free(void *p) {
@@ -171,6 +181,7 @@ static void emul_free(void *p) {
     for (int i = 0; i < num_regions; i++) {
         if (regions[i].base != p) continue;
         munmap(regions[i].base, regions[i].len);
+        live_bytes -= regions[i].bytes;
         regions[i] = regions[--num_regions];
         pthread_mutex_unlock(&lock);
         return;
@@ -281,6 +292,18 @@ static acx_status_t emul_scale(float *x, size_t n, float s, void *stream) {
     ACX_CHECK(op_begin(&op, "scale", x, F4(n), NULL, 0, NULL, 0, NULL, 0));
     for (size_t i = 0; i < n; i++)
         x[i] *= s;
+    op_close(&op);
+    return ACX_OK;
+}
+
+/* runtime/clip.c's clip-by-value loop (NaN fails both comparisons: kept) */
+static acx_status_t emul_clamp(float *x, size_t n, float v, void *stream) {
+    (void)stream;
+    op_t op;
+    ACX_CHECK(op_begin(&op, "clamp", x, F4(n), NULL, 0, NULL, 0, NULL, 0));
+    const float lo = -v, hi = v;
+    for (size_t i = 0; i < n; i++)
+        x[i] = x[i] < lo ? lo : (x[i] > hi ? hi : x[i]);
     op_close(&op);
     return ACX_OK;
 }
@@ -411,6 +434,7 @@ const acx_devops_t acx_devops_emulated = {
     .adam = emul_adam,
     .sgd = emul_sgd,
     .scale = emul_scale,
+    .clamp = emul_clamp,
     .nonfinite = emul_nonfinite,
     .sum_squares = emul_sum_squares,
     .max_abs = emul_max_abs,

@@ -1,7 +1,7 @@
 /*
  * cuda/kernels.cu — the device kernels of cuda/kernels.h and their host
  * launchers: optimizer steps, 16-bit casts, the inf/NaN check and scaling,
- * and the deterministic norms.
+ * the clip-by-value clamp and the deterministic norms.
  *
  * Leaves to others: where the arrays live and when to call (the sharding
  * layer), the CPU versions these must match (runtime/optim_kernels.c,
@@ -415,6 +415,24 @@ extern "C" acx_status_t acx_cuda_nonfinite_check_scaled(const float *x, size_t n
     if (n == 0) return ACX_OK;
     nonfinite_scaled_kernel<<<grid_for(n), THREADS, 0, (cudaStream_t)stream>>>(x, n, inv, flag);
     return launched("inf/NaN check (scaled)");
+}
+
+/* ---- clip by value ---- */
+
+/* runtime/clip.c's ternaries, not fminf/fmaxf: a NaN fails both
+ * comparisons and is kept, as on the host and in torch.clamp. */
+static __global__ void clamp_kernel(float *__restrict__ x, size_t n, float lo, float hi) {
+    GRID_STRIDE(i, n) {
+        float v = x[i];
+        x[i] = v < lo ? lo : (v > hi ? hi : v);
+    }
+}
+
+extern "C" acx_status_t acx_cuda_clamp(float *x, size_t n, float v, void *stream) {
+    ACX_CHECK(need(x, n, "clamp", "x"));
+    if (n == 0) return ACX_OK;
+    clamp_kernel<<<grid_for(n), THREADS, 0, (cudaStream_t)stream>>>(x, n, -v, v);
+    return launched("clamp");
 }
 
 /* ---- norms ---- */

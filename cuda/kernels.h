@@ -1,8 +1,8 @@
 /*
  * cuda/kernels.h — device kernels for the training step (library-private):
  * the AdamW/Adam/SGD update of a flat shard, float32 <-> float16/bfloat16
- * casts, the loss scaler's inf/NaN check and scaling, and the reductions
- * behind gradient clipping (sum of squares, max |x|).
+ * casts, the loss scaler's inf/NaN check and scaling, and gradient
+ * clipping's clamp and reductions (sum of squares, max |x|).
  *
  * Every function is a host-callable launcher with a C interface (the
  * implementation, cuda/kernels.cu, is compiled by nvcc): pointers are device
@@ -28,6 +28,7 @@
  *   - casts: collectives/half.h's rules bit for bit (round to nearest even,
  *     float16 overflow from 65520, subnormals, NaN quieted with its payload);
  *   - inf/NaN check and unscale: runtime/scaler.c;
+ *   - clamp: runtime/clip.c's clip-by-value loop (comparisons: exact);
  *   - norms: runtime/clip.c's sums in double; the order of the additions is
  *     a fixed tree (per block, then over blocks) that depends on n only, so
  *     the result is the same on every run and every device.
@@ -118,6 +119,14 @@ acx_status_t acx_cuda_accumulate(acx_dtype_t dtype, const void *src, float *dst,
 
 /* x[i] = x[i] * scale (one float multiplication, as runtime/scaler.c's unscale). */
 acx_status_t acx_cuda_scale(float *x, size_t n, float scale, void *stream);
+
+/* ---- gradient clipping ---- */
+
+/* x[i] = x[i] < -v ? -v : (x[i] > v ? v : x[i]) in place (v >= 0):
+ * runtime/clip.c's clip-by-value loop, torch.clamp(x, -v, v). Comparisons
+ * only, so exact: NaN stays NaN (not fminf/fmaxf, which would drop it),
+ * +-inf become +-v, -0.0 stays -0.0. */
+acx_status_t acx_cuda_clamp(float *x, size_t n, float v, void *stream);
 
 /* ---- norms (gradient clipping) ---- */
 

@@ -35,6 +35,7 @@
 #include "runtime/accelerator.h"
 #include "runtime/base/error.h"
 #include "runtime/base/log.h"
+#include "cuda/device_cache.h"
 #include "runtime/base/mem_cache.h"
 #include "runtime/preempt.h"
 #include "sharding/model.h"
@@ -519,6 +520,7 @@ static void accelerator_free(acx_accelerator_t *acc) {
     for (int i = acc->num_optimizers - 1; i >= 0; i--) acx_optimizer_free(acc->optimizers[i]);
     for (int i = acc->num_models - 1; i >= 0; i--) acx_model_free(acc->models[i]);
     acx_mem_cache_empty(); /* whatever was freed after the models, too */
+    acx_devcache_empty();
     free(acc->loaders);
     free(acc->optimizers);
     free(acc->models);
@@ -583,8 +585,13 @@ ACX_API acx_status_t acx_set_compute_stream(acx_accelerator_t *acc, void *stream
                          "host); a compute stream applies to device_state: cuda");
     /* the device work acx enqueues waits for what the program enqueued on
      * the old stream too: drain it before switching */
-    for (int i = 0; acc->dev != NULL && i < acc->num_models; i++)
+    for (int i = 0; acc->dev != NULL && i < acc->num_models; i++) {
         ACX_CHECK(acc->dev->sync(acc->models[i]->ctx.stream));
+        /* drained: the device cache's blocks freed on it may serve the new
+         * stream, and the old stream is never synchronized again (the
+         * program may destroy it) */
+        acx_devcache_stream_idle(acc->models[i]->ctx.stream);
+    }
     /* every communicator acx_init made (the sharding layer's own splits,
      * e.g. NO_SHARD's checkpoint load groups, move host data over MPI) */
     ACX_CHECK(acx_coll_set_compute_stream(acc->world, stream));

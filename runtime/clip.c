@@ -18,6 +18,8 @@
  * kernel of the device table into a device double, copied back (8 bytes),
  * and the scaling another kernel: the emulated device sums in this loop's
  * order (bitwise), the CUDA kernels in a fixed tree (~1e-12 relative).
+ * Clipping by value is the device table's clamp, exactly this file's loop
+ * (comparisons only: bitwise on every device, NaN kept as torch.clamp).
  * Under fp16 the gradients are unscaled first (runtime/scaler.c), as
  * torch's recipe scaler.unscale_(opt) before clip_grad_norm_ does.
  */
@@ -98,15 +100,16 @@ ACX_API acx_status_t acx_clip_grad_value(acx_accelerator_t *acc, double clip_val
     if (!(clip_value >= 0.0))
         return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_clip_grad_value: clip_value %g; expected >= 0",
                          clip_value);
-    if (acc->model->shard_dev != NULL)
-        return ACX_ERROR(ACX_ERR_NOT_SUPPORTED,
-                         "acx_clip_grad_value with device_state: %s is not implemented in this "
-                         "version (it needs a clamp kernel); use acx_clip_grad_norm",
-                         acc->model->shard_dev->name);
     ACX_CHECK(acx_scaler_unscale(acc));
+    acx_model_t *m = acc->model;
     float hi = (float)clip_value, lo = -hi;
-    float *w = acc->model->shard_grad;
-    for (size_t i = 0; i < acc->model->shard_numel; i++)
-        w[i] = w[i] < lo ? lo : (w[i] > hi ? hi : w[i]);
+    float *w = m->shard_grad;
+    /* no communication: every rank clamps its own rows (the replicas of a
+     * row hold the same values, so they stay the same) */
+    if (m->shard_dev != NULL) /* device state: the same loop as a kernel (exact) */
+        ACX_CHECK(m->shard_dev->clamp(w, m->shard_numel, hi, m->ctx.stream));
+    else
+        for (size_t i = 0; i < m->shard_numel; i++)
+            w[i] = w[i] < lo ? lo : (w[i] > hi ? hi : w[i]);
     return ACX_OK;
 }

@@ -14,6 +14,7 @@
 
 #include "runtime/base/error.h"
 #include "runtime/base/log.h"
+#include "cuda/device_cache.h"
 #include "runtime/base/mem_cache.h"
 #include "runtime/base/memstat.h"
 #include "runtime/base/param_init.h"
@@ -72,8 +73,10 @@ void acx_model_free(acx_model_t *m) {
     free(m->units);
     free(m->params);
     free(m);
-    /* the model's freed buffers go back to the system, not to the next model */
+    /* the model's freed buffers go back to the system (and its device
+     * blocks to the device), not to the next model */
     acx_mem_cache_empty();
+    acx_devcache_empty();
 }
 
 /* Grow *arr (of elements of `size` bytes) to hold n+1 entries. */

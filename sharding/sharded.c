@@ -69,17 +69,18 @@
  * backend (MPI, which stages device buffers through host memory with
  * copies on the legacy stream) the compute stream is synchronized before
  * each collective, as in collectives/bucket.c. Buffers are allocated and
- * freed exactly when the host path does (the table's alloc is zeroed, so
- * the padding is zero as with acx_mem_alloc); a device free first
- * synchronizes the compute stream, since enqueued work may still read the
- * buffer. No caching: on CUDA every unit's gather and reduce-scatter costs
- * a cudaMalloc/cudaFree pair and a stream synchronize (a caching device
- * allocator, like PyTorch's, would remove both; not written). Keeping the
+ * freed exactly when the host path does, through the device caching
+ * allocator (cuda/device_cache.h: zeroed in stream order where the host
+ * path zeroes, so the padding is zero as with acx_mem_alloc): a freed
+ * block is kept for the next request on the compute stream, which stream
+ * order makes safe while enqueued work may still use it, so after the
+ * first step a unit's gather and reduce-scatter cost no cudaMalloc, no
+ * cudaFree and no stream synchronize. Keeping the
  * buffers for the model's life instead would make FULL_SHARD hold every
  * unit's full parameters, which is what it exists to avoid.
  *
  * Memory accounting: every buffer goes through acx_mem_alloc (host) or
- * acx_devops_alloc (device) with its category, so acx_memory_stats
+ * acx_devcache_alloc (device; counted as acx_devops_alloc counts) with its category, so acx_memory_stats
  * measures what acx_memory_estimate predicts.
  * Left to others: the optimizer math (runtime/), checkpoint rows
  * (acx_param_save_rows), the shared bookkeeping (model.c).
@@ -88,6 +89,7 @@
 #include <string.h>
 
 #include "collectives/half.h"
+#include "cuda/device_cache.h"
 #include "runtime/base/error.h"
 #include "runtime/base/log.h"
 #include "runtime/base/memstat.h"
@@ -130,12 +132,14 @@ static sharded_state_t *state_of(const acx_model_t *m) { return m->strategy_stat
 
 /* ---- buffers: host memory, or device memory through the table ---- */
 
-/* *p_p = bytes of category cat: device memory (always zeroed) with device
- * state, else host memory, zeroed when zero is set (acx_mem_alloc) or not
+/* *p_p = bytes of category cat: device memory from the device cache with
+ * device state (zeroed in the compute stream's order when zero is set),
+ * else host memory, zeroed when zero is set (acx_mem_alloc) or not
  * (acx_mem_alloc_raw). ACX_ERR_NO_MEMORY (host) or the table's error. */
 static acx_status_t buf_alloc(const acx_model_t *m, acx_mem_category_t cat, size_t bytes, int zero,
                               const char *what, void **p_p) {
-    if (m->ctx.dev != NULL) return acx_devops_alloc(m->ctx.dev, cat, bytes, what, p_p);
+    if (m->ctx.dev != NULL)
+        return acx_devcache_alloc(m->ctx.dev, cat, bytes, zero, m->ctx.stream, what, p_p);
     void *p = zero ? acx_mem_alloc(cat, bytes, what) : acx_mem_alloc_raw(cat, bytes, what);
     if (p == NULL) return ACX_ERR_NO_MEMORY;
     *p_p = p;
@@ -143,7 +147,9 @@ static acx_status_t buf_alloc(const acx_model_t *m, acx_mem_category_t cat, size
 }
 
 /* Free what buf_alloc gave (NULL is fine). A device buffer may still be
- * read by work enqueued on the compute stream: that is waited for first. */
+ * used by work enqueued on the compute stream: the device cache keeps it
+ * for requests on that stream only (stream order makes reuse safe), so
+ * nothing is waited for. */
 static void buf_free(const acx_model_t *m, acx_mem_category_t cat, void *p, size_t bytes) {
     const acx_devops_t *d = m->ctx.dev;
     if (p == NULL) return;
@@ -151,10 +157,7 @@ static void buf_free(const acx_model_t *m, acx_mem_category_t cat, void *p, size
         acx_mem_free(cat, p, bytes);
         return;
     }
-    if (d->sync(m->ctx.stream) != ACX_OK)
-        ACX_WARN(ACX_SUBSYS_SHARD, "%s: synchronizing the compute stream before freeing device "
-                 "memory: %s", m->strategy->name, acx_last_error());
-    acx_devops_free(d, cat, p, bytes);
+    acx_devcache_free(d, cat, p, bytes, m->ctx.stream);
 }
 
 /* Before a collective on device buffers with a host-memory backend (MPI

@@ -51,6 +51,12 @@ typedef struct acx_memory_stats {
     int64_t device_current_total;
     int64_t device_peak_total;
     int64_t cached;
+    /* Device memory acx keeps for reuse (its device caching allocator,
+     * cuda/device_cache.h, like PyTorch's CUDACachingAllocator: freed
+     * blocks of the sharded strategies' per-step buffers), apart from the
+     * device_* counters above, which count buffers in use. Released by
+     * acx_memory_empty_cache, at a model's free and at acx_finalize. */
+    int64_t device_cached;
 } acx_memory_stats_t;
 
 /* This process's accounting (all accelerators of the process together).
@@ -62,7 +68,9 @@ ACX_API acx_status_t acx_memory_stats(acx_memory_stats_t *stats_p);
 ACX_API void acx_memory_reset_peak(void);
 
 /* Return the freed buffers acx keeps for reuse to the system (stats.cached
- * drops to 0), like torch.cuda.empty_cache; buffers in use are untouched.
+ * and stats.device_cached drop to 0; cached device blocks that work may
+ * still use are waited for first), like torch.cuda.empty_cache; buffers in
+ * use are untouched.
  * acx does it itself when a model is freed and at acx_finalize. Not
  * collective. */
 ACX_API void acx_memory_empty_cache(void);

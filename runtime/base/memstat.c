@@ -22,7 +22,10 @@
  * Smaller buffers (biases, small layers) come from posix_memalign.
  *
  * The accounting counts the bytes asked for, while in use; the cached free
- * bytes are reported on their own (acx_memory_stats_t.cached).
+ * bytes are reported on their own (acx_memory_stats_t.cached), and so are
+ * the device caching allocator's (cuda/device_cache.h: device_cached,
+ * through the hooks it registers here; acx_memory_empty_cache empties
+ * both).
  */
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -42,6 +45,15 @@ static _Atomic int64_t current_total, peak_total;
 static _Atomic int64_t dev_current[ACX_MEM_NUM_CATEGORIES];
 static _Atomic int64_t dev_peak[ACX_MEM_NUM_CATEGORIES];
 static _Atomic int64_t dev_current_total, dev_peak_total;
+
+/* the device caching allocator's hooks (acx_mem_set_device_cache) */
+static void (*_Atomic dev_cache_empty)(void);
+static size_t (*_Atomic dev_cache_bytes)(void);
+
+void acx_mem_set_device_cache(void (*empty)(void), size_t (*bytes)(void)) {
+    atomic_store(&dev_cache_empty, empty);
+    atomic_store(&dev_cache_bytes, bytes);
+}
 
 static void raise_peak(_Atomic int64_t *pk, int64_t value) {
     int64_t old = atomic_load(pk);
@@ -149,6 +161,8 @@ ACX_API acx_status_t acx_memory_stats(acx_memory_stats_t *stats_p) {
     s.device_current_total = atomic_load(&dev_current_total);
     s.device_peak_total = atomic_load(&dev_peak_total);
     s.cached = (int64_t)acx_mem_cache_bytes();
+    size_t (*dev_bytes)(void) = atomic_load(&dev_cache_bytes);
+    s.device_cached = dev_bytes != NULL ? (int64_t)dev_bytes() : 0;
     *stats_p = s;
     return ACX_OK;
 }
@@ -161,4 +175,8 @@ ACX_API void acx_memory_reset_peak(void) {
     atomic_store(&dev_peak_total, atomic_load(&dev_current_total));
 }
 
-ACX_API void acx_memory_empty_cache(void) { acx_mem_cache_empty(); }
+ACX_API void acx_memory_empty_cache(void) {
+    acx_mem_cache_empty();
+    void (*dev_empty)(void) = atomic_load(&dev_cache_empty);
+    if (dev_empty != NULL) dev_empty();
+}

@@ -48,4 +48,11 @@ void acx_mem_free(acx_mem_category_t cat, void *p, size_t bytes);
  * ones. The base layer cannot call CUDA; the device side notes here. */
 void acx_mem_note(acx_mem_category_t cat, int64_t delta, int on_device);
 
+/* The device caching allocator (cuda/device_cache.h) registers itself at
+ * its first request: `empty` releases its cached blocks (called by
+ * acx_memory_empty_cache), `bytes` reports them (acx_memory_stats_t's
+ * device_cached). The base layer cannot call upward; this is how it
+ * reaches the cache. Registering again replaces the pair. */
+void acx_mem_set_device_cache(void (*empty)(void), size_t (*bytes)(void));
+
 #endif /* ACX_BASE_MEMSTAT_H */

@@ -14,6 +14,8 @@
  *   - the inf/NaN check and the unscale multiply (runtime/scaler.c's);
  *   - accumulate (dst += widen(src), sharding/sharded.c's loop) from float32,
  *     bfloat16 and float16 sources (random 16-bit patterns), bitwise;
+ *   - clamp (runtime/clip.c's clip by value): bitwise the host loop, with
+ *     +-inf, NaN payloads, -0.0 and the bound's neighbours;
  *   - the sum of squares (relative error <= 1e-11 against runtime/clip.c's
  *     sequential double sum, and bitwise reproducible) and max |x| (exact,
  *     NaN propagating);
@@ -624,6 +626,55 @@ error:
     return rc;
 }
 
+/* ---- clamp (runtime/clip.c's clip by value) ---- */
+
+/* acx_cuda_clamp against the host loop, bit for bit: random values around
+ * the bound, the bound itself and its float neighbours, +-inf, NaNs with
+ * payloads, -0.0; v = 0.75, 0 and inf. */
+static int test_clamp(void) {
+    const size_t n = 100003;
+    float *x0 = malloc(n * 4), *out = malloc(n * 4), *want = malloc(n * 4);
+    float *d = NULL;
+    int rc = 1;
+    CHECK(x0 && out && want);
+    const float vs[3] = {0.75f, 0.0f, INFINITY};
+    for (size_t i = 0; i < n; i++) {
+        uint32_t r = rnd32();
+        switch (r % 8) {
+        case 0: x0[i] = (r & 8) ? 0.75f : -0.75f; break;
+        case 1: x0[i] = nextafterf((r & 8) ? 0.75f : -0.75f, (r & 16) ? 2.0f : 0.0f); break;
+        case 2: x0[i] = (r & 8) ? INFINITY : -INFINITY; break;
+        case 3: {
+            uint32_t b = 0x7fc00000u | (rnd32() & 0x803fffffu); /* NaN, random sign/payload */
+            memcpy(&x0[i], &b, 4);
+            break;
+        }
+        case 4: x0[i] = (r & 8) ? -0.0f : 0.0f; break;
+        default: x0[i] = rndf(-2, 2);
+        }
+    }
+    CU(cudaMalloc((void **)&d, n * 4));
+    for (int k = 0; k < 3; k++) {
+        const float hi = vs[k], lo = -hi;
+        for (size_t i = 0; i < n; i++)
+            want[i] = x0[i] < lo ? lo : (x0[i] > hi ? hi : x0[i]);
+        CU(cudaMemcpy(d, x0, n * 4, cudaMemcpyHostToDevice));
+        CHECK_OK(acx_cuda_clamp(d, n, vs[k], NULL));
+        CU(cudaMemcpy(out, d, n * 4, cudaMemcpyDeviceToHost));
+        for (size_t i = 0; i < n; i++)
+            CHECK(f32_bits(out[i]) == f32_bits(want[i]));
+    }
+    CHECK(acx_cuda_clamp(NULL, 1, 1.0f, NULL) == ACX_ERR_INVALID_ARG);
+    CHECK_OK(acx_cuda_clamp(NULL, 0, 1.0f, NULL));
+    rc = 0;
+error:
+    cudaFree(d);
+    free(x0);
+    free(out);
+    free(want);
+    return rc;
+}
+
 int main(int argc, char **argv) {
     acx_test_watchdog(600);
     char why[256];
@@ -651,6 +702,7 @@ int main(int argc, char **argv) {
         {"kernels: argument errors", test_errors},
         {"kernels: half_round_f32, scaled inf/NaN check", test_round_and_scaled_check},
         {"kernels: accumulate (float32, bf16, fp16 sources)", test_accumulate},
+        {"kernels: clamp (clip by value) vs the host loop, bitwise", test_clamp},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         TESTING(cases[i].name);

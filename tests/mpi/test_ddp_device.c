@@ -56,6 +56,11 @@
  *                3 SGD steps: the returned norms (bitwise: the emulated
  *                device reduces in the host loop's order; with cuda within
  *                1e-12 relative) and the parameters (cuda: 1e-6 relative).
+ *   clip value   acx_clip_grad_value(0.5) before each of 3 SGD steps: the
+ *                clipped reduced gradients (this rank's shard) bitwise the
+ *                host run's and equal to the reduced ones clamped by hand
+ *                (some clipped, some kept), and the parameters; bitwise
+ *                with cuda too (a clamp is exact).
  *   bf16         mixed_precision bf16, reduce_dtype bf16, AdamW 3 steps: the
  *                compute copies (acx_param_data), the fp32 master weights
  *                and the moments.
@@ -71,10 +76,8 @@
  *                run's, and one more step stays equal.
  *   refusals     backend nccl with full_shard fails acx_init ("NO_SHARD
  *                only"; device state itself works with every strategy); the
- *                emulated device with backend nccl fails acx_init;
- *                acx_clip_grad_value says it is not implemented for
- *                device state; a compute stream with host state is
- *                refused, NULL accepted.
+ *                emulated device with backend nccl fails acx_init; a
+ *                compute stream with host state is refused, NULL accepted.
  */
 #include <hdf5.h>
 #include <stdint.h>
@@ -107,6 +110,7 @@ typedef struct opts {
     int mp, reduce; /* ACX_MP_*, ACX_REDUCE_* (reduce -1: unset) */
     double ls_init;
     double clip_norm, clip_type; /* clip_norm > 0: acx_clip_grad_norm before each step */
+    double clip_value;           /* > 0: acx_clip_grad_value before each step */
     int poison_step;             /* step whose last-rank gradient gets an inf (-1: none) */
 } opts_t;
 
@@ -237,11 +241,15 @@ typedef struct result {
     float grads_first[MAXSTEP][NPV];        /* this rank's gradients after the first micro-step */
     float grads_mean[MAXSTEP][NPV];         /* the reduced gradients at each boundary (the shard's
                                                under a sharded strategy) */
+    float grads_unclipped[MAXSTEP][NPV];    /* the shard's reduced gradients (m->shard_grad,
+                                               in its layout) before acx_clip_grad_value */
+    float grads_clipped[MAXSTEP][NPV];      /* the same after it */
     int64_t mem[ACX_MEM_NUM_CATEGORIES];    /* acx_memory_stats: host bytes per category */
     int64_t devmem[ACX_MEM_NUM_CATEGORIES]; /* device bytes per category */
     double norms[MAXSTEP];
     int skipped[MAXSTEP];
     double scale;
+    size_t shard_numel; /* elements of this rank's shard */
 } result_t;
 
 static acx_status_t observe(net_t *net, result_t *r) {
@@ -257,6 +265,7 @@ static acx_status_t observe(net_t *net, result_t *r) {
     for (int s = 0; s < r->num_state; s++)
         TRY(read_buf(net, r->state[s], acx_optimizer_state(net->opt, s), net->m->shard_numel));
     r->scale = acx_loss_scale(net->acc);
+    r->shard_numel = net->m->shard_numel;
     acx_memory_stats_t ms;
     TRY(acx_memory_stats(&ms));
     for (int c = 0; c < ACX_MEM_NUM_CATEGORIES; c++) {
@@ -283,6 +292,13 @@ static acx_status_t train(net_t *net, const opts_t *o, int steps, int step0, res
                                  (size_t)(par_off[q + 1] - par_off[q])));
                 if (o->clip_norm > 0)
                     TRY(acx_clip_grad_norm(net->acc, o->clip_norm, o->clip_type, &r->norms[s]));
+                if (o->clip_value > 0) {
+                    TRY(read_buf(net, r->grads_unclipped[s], net->m->shard_grad,
+                                 net->m->shard_numel));
+                    TRY(acx_clip_grad_value(net->acc, o->clip_value));
+                    TRY(read_buf(net, r->grads_clipped[s], net->m->shard_grad,
+                                 net->m->shard_numel));
+                }
                 TRY(acx_optimizer_step(net->opt));
                 r->skipped[s] = acx_optimizer_step_was_skipped(net->opt);
                 TRY(acx_optimizer_zero_grad(net->opt));
@@ -462,6 +478,34 @@ error:
     return 1;
 }
 
+/* acx_clip_grad_value(0.5) before each of 3 SGD steps: the clipped
+ * reduced gradients and the parameters bitwise the host run's (clamping is
+ * exact on every device, cuda included), and the clipped gradients equal
+ * the reduced ones clamped here by hand; some were clipped, some not. */
+static int test_clip_value(void) {
+    const float v = 0.5f;
+    opts_t o = {.opt = OPT_SGD_MOM, .reduce = -1, .poison_step = -1, .clip_value = v};
+    CHECK(compare_runs(o, 3) == 0);
+    const size_t n = rd.shard_numel; /* this rank's shard (NPV under NO_SHARD) */
+    CHECK(n == rh.shard_numel && n <= NPV);
+    int clipped = 0, kept = 0;
+    for (int s = 0; s < 3; s++) {
+        CHECK(same_bits(rh.grads_unclipped[s], rd.grads_unclipped[s], n, "reduced grads"));
+        CHECK(same_bits(rh.grads_clipped[s], rd.grads_clipped[s], n, "clipped grads"));
+        for (size_t e = 0; e < n; e++) {
+            float g = rd.grads_unclipped[s][e], want = g < -v ? -v : (g > v ? v : g);
+            CHECK(memcmp(&rd.grads_clipped[s][e], &want, sizeof want) == 0);
+            clipped += fabsf(g) > v;
+            kept += g != 0.0f && fabsf(g) < v;
+        }
+    }
+    /* every rank's shard has both kinds unless it owns (almost) nothing */
+    CHECK(n < 4 || (clipped > 0 && kept > 0));
+    return 0;
+error:
+    return 1;
+}
+
 static int test_bf16(void) {
     opts_t o = {.opt = OPT_ADAMW, .mp = ACX_MP_BF16, .reduce = ACX_REDUCE_BF16, .poison_step = -1};
     CHECK(compare_runs(o, 3) == 0);
@@ -620,7 +664,6 @@ static int test_refusals(void) {
     CHECK_OK(acx_set_compute_stream(net.acc, NULL));
     CHECK_OK(acx_accumulate_begin(net.acc));
     CHECK_OK(backward(&net, 0, -1, NULL));
-    CHECK_STATUS(acx_clip_grad_value(net.acc, 1.0), ACX_ERR_NOT_SUPPORTED, "acx_clip_grad_norm");
     CHECK_OK(acx_optimizer_step(net.opt));
     CHECK_OK(acx_accumulate_end(net.acc));
     net_close(&net);
@@ -675,11 +718,12 @@ int main(int argc, char **argv) {
     failed |= acx_test_run_case("SGD momentum, Nesterov: params, momentum bitwise", test_sgd);
     failed |= acx_test_run_case("accumulation 2: local grads, mean, params", test_accumulate);
     failed |= acx_test_run_case("clip_grad_norm 2 and inf: norms, params", test_clip);
+    failed |= acx_test_run_case("clip_grad_value 0.5: clipped grads, params", test_clip_value);
     failed |= acx_test_run_case("bf16 + bf16 reduce: copies, master, moments", test_bf16);
     failed |= acx_test_run_case("fp16: an inf on one rank skips everywhere", test_fp16_skip);
     failed |= acx_test_run_case("checkpoint: same datasets, cross-loading", test_checkpoint);
     failed |=
-        acx_test_run_case("refusals: nccl + full_shard, clip by value, stream", test_refusals);
+        acx_test_run_case("refusals: nccl + full_shard, emulated + nccl, stream", test_refusals);
     MPI_Finalize();
     return failed;
 }

@@ -5,9 +5,10 @@
  * refused, allocations are zeroed and accounted in acx_memory_stats'
  * device counters, copies round-trip, and every kernel equals its CPU
  * reference bit for bit (optimizer steps against acx_kernel_*_ieee run on
- * host copies; casts, scale, the inf check and the norms against
- * hand-derived values). Also: the CUDA table says why it is absent on a
- * machine without a device.
+ * host copies; casts, scale, the inf check, the norms and the clamp
+ * against hand-derived values). The device cache (cuda/device_cache.h) in
+ * front of the emulated table. Also: the CUDA table says why it is absent
+ * on a machine without a device.
  */
 #include <math.h>
 #include <stdint.h>
@@ -18,6 +19,7 @@
 #include <unistd.h>
 
 #include "acx_test.h"
+#include "cuda/device_cache.h"
 #include "cuda/device_ops.h"
 #include "runtime/optim_kernels.h"
 
@@ -238,6 +240,152 @@ error:
     return rc;
 }
 
+/* clamp (clip by value) against hand-computed values: ordinary elements
+ * clipped, the exact boundaries kept, the neighbours just inside kept and
+ * just outside clipped, +-inf clipped, NaN (with its payload) and -0.0 kept;
+ * v = 0 (clipped values become -0.0 and +0.0, as the host loop's -v and v)
+ * and v = inf (nothing changes). Compared as bit patterns. */
+static int bits_equal(const float *a, const float *b, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (memcmp(&a[i], &b[i], sizeof(float)) != 0) {
+            fprintf(stderr, "\n[%zu]: got %a, want %a\n", i, (double)a[i], (double)b[i]);
+            return 0;
+        }
+    return 1;
+}
+
+static int test_clamp(void) {
+    enum { K = 14 };
+    float *x = NULL, got[K];
+    int rc = 1;
+    const float below = 0x1.fffffep-1f, above = 0x1.000002p+0f; /* 1 -+ one ulp */
+    float qnan, nnan;
+    uint32_t qb = 0x7fc01234u, nb = 0xffc00005u; /* NaNs with payloads, both signs */
+    memcpy(&qnan, &qb, sizeof qnan);
+    memcpy(&nnan, &nb, sizeof nnan);
+    const float in[K] = {-INFINITY, INFINITY, qnan, nnan,  1.5f,  -1.5f, 1.0f,
+                         -1.0f,     below,    -below, above, -above, -0.0f, 3e38f};
+    const float want1[K] = {-1.0f, 1.0f,   qnan, nnan,  1.0f, -1.0f, 1.0f,
+                            -1.0f, below, -below, 1.0f, -1.0f, -0.0f, 1.0f};
+    const float want0[K] = {-0.0f, 0.0f, qnan, nnan, 0.0f, -0.0f, 0.0f,
+                            -0.0f, 0.0f, -0.0f, 0.0f, -0.0f, -0.0f, 0.0f};
+    CHECK_OK(D->alloc(sizeof in, "x", (void **)&x));
+    CHECK_OK(D->to_device(x, in, sizeof in, NULL));
+    CHECK_OK(D->clamp(x, K, 1.0f, NULL));
+    CHECK_OK(D->to_host(got, x, sizeof got, NULL));
+    CHECK(bits_equal(got, want1, K));
+    CHECK_OK(D->to_device(x, in, sizeof in, NULL));
+    CHECK_OK(D->clamp(x, K, 0.0f, NULL));
+    CHECK_OK(D->to_host(got, x, sizeof got, NULL));
+    CHECK(bits_equal(got, want0, K));
+    CHECK_OK(D->to_device(x, in, sizeof in, NULL));
+    CHECK_OK(D->clamp(x, K, INFINITY, NULL));
+    CHECK_OK(D->to_host(got, x, sizeof got, NULL));
+    CHECK(bits_equal(got, in, K));
+    /* only the n elements asked for */
+    CHECK_OK(D->to_device(x, in, sizeof in, NULL));
+    CHECK_OK(D->clamp(x + 4, 2, 1.0f, NULL));
+    CHECK_OK(D->to_host(got, x, sizeof got, NULL));
+    CHECK(got[4] == 1.0f && got[5] == -1.0f && isinf(got[0]) && got[13] == 3e38f);
+    CHECK_STATUS(D->clamp(got, K, 1.0f, NULL), ACX_ERR_INVALID_ARG, "is not device memory");
+    rc = 0;
+error:
+    D->free(x);
+    return rc;
+}
+
+/* The device cache (cuda/device_cache.h) on the emulated device, with two
+ * made-up stream handles (the emulated device ignores streams; the cache
+ * only compares them): a freed block comes back for a request on its
+ * stream (no table alloc: the emulated alloc counter stays), zeroed when
+ * asked and NaN-filled (0xff) when not; never for another stream until
+ * its stream is idle; not for a request it exceeds by more than 1/8; the
+ * in-use and cached counters; acx_memory_empty_cache unmaps the cached
+ * blocks; ACX_DEVICE_CACHE_DISABLE=1 goes straight to the table. */
+static int test_cache(void) {
+    void *const S1 = (void *)0x1, *const S2 = (void *)0x2;
+    acx_memory_stats_t s0, s;
+    size_t calls0, live0, calls, live;
+    unsigned char *a = NULL, *b = NULL, *c = NULL, *e = NULL;
+    unsigned char buf[4000];
+    int rc = 1;
+    const acx_mem_category_t T = ACX_MEM_TRANSIENT;
+    acx_memory_empty_cache();
+    CHECK_OK(acx_memory_stats(&s0));
+    acx_devops_emulated_counters(&calls0, &live0);
+    CHECK_OK(acx_devcache_alloc(D, T, 4000, 1, S1, "a", (void **)&a));
+    acx_devops_emulated_counters(&calls, &live);
+    CHECK(calls == calls0 + 1 && live == live0 + 4000);
+    memset(buf, 0x11, sizeof buf);
+    CHECK_OK(D->to_device(a, buf, sizeof buf, NULL));
+    CHECK_OK(acx_memory_stats(&s));
+    CHECK(s.device_current[T] - s0.device_current[T] == 4000 && s.device_cached == 0);
+    acx_devcache_free(D, T, a, 4000, S1);
+    CHECK_OK(acx_memory_stats(&s));
+    CHECK(s.device_current[T] == s0.device_current[T] && s.device_cached == 4000);
+    CHECK(acx_devcache_bytes() == 4000);
+    acx_devops_emulated_counters(&calls, &live);
+    CHECK(live == live0 + 4000); /* kept mapped */
+    /* another stream: a may still be busy on S1 */
+    CHECK_OK(acx_devcache_alloc(D, T, 4000, 0, S2, "b", (void **)&b));
+    CHECK(b != a);
+    acx_devops_emulated_counters(&calls, NULL);
+    CHECK(calls == calls0 + 2);
+    /* the same stream, 1/8 smaller: a again, zeroed */
+    CHECK_OK(acx_devcache_alloc(D, T, 3600, 1, S1, "c", (void **)&c));
+    CHECK(c == a);
+    acx_devops_emulated_counters(&calls, NULL);
+    CHECK(calls == calls0 + 2);
+    CHECK_OK(acx_memory_stats(&s));
+    CHECK(s.device_current[T] - s0.device_current[T] == 4000 + 3600 && s.device_cached == 0);
+    CHECK_OK(D->to_host(buf, c, 3600, NULL));
+    for (int i = 0; i < 3600; i++)
+        CHECK(buf[i] == 0);
+    acx_devcache_free(D, T, c, 3600, S1);
+    /* not zeroed: NaN bytes on the emulated device */
+    CHECK_OK(acx_devcache_alloc(D, T, 4000, 0, S1, "c", (void **)&c));
+    CHECK(c == a);
+    CHECK_OK(D->to_host(buf, c, 4000, NULL));
+    for (int i = 0; i < 4000; i++)
+        CHECK(buf[i] == 0xff);
+    acx_devcache_free(D, T, c, 4000, S1);
+    /* a request a exceeds by more than 1/8: a fresh block */
+    CHECK_OK(acx_devcache_alloc(D, T, 3500, 0, S1, "e", (void **)&e));
+    CHECK(e != a);
+    acx_devops_emulated_counters(&calls, NULL);
+    CHECK(calls == calls0 + 3);
+    /* S1 drained: its block serves S2 */
+    acx_devcache_stream_idle(S1);
+    CHECK_OK(acx_devcache_alloc(D, T, 4000, 0, S2, "c", (void **)&c));
+    CHECK(c == a);
+    acx_devcache_free(D, T, c, 4000, S2);
+    acx_devcache_free(D, T, b, 4000, S2);
+    acx_devcache_free(D, T, e, 3500, S1);
+    CHECK_OK(acx_memory_stats(&s));
+    CHECK(s.device_current[T] == s0.device_current[T] && s.device_cached == 4000 + 4000 + 3500);
+    acx_memory_empty_cache();
+    CHECK_OK(acx_memory_stats(&s));
+    CHECK(s.device_cached == 0 && acx_devcache_bytes() == 0);
+    acx_devops_emulated_counters(&calls, &live);
+    CHECK(live == live0);
+    CHECK(!acx_devops_emulated_owns(a, 1));
+    /* caching off: a table alloc per request, freed at once */
+    setenv("ACX_DEVICE_CACHE_DISABLE", "1", 1);
+    for (int k = 0; k < 2; k++) {
+        CHECK_OK(acx_devcache_alloc(D, T, 4000, 1, S1, "off", (void **)&a));
+        acx_devcache_free(D, T, a, 4000, S1);
+    }
+    unsetenv("ACX_DEVICE_CACHE_DISABLE");
+    acx_devops_emulated_counters(&calls, &live);
+    CHECK(calls == calls0 + 5 && live == live0);
+    CHECK_OK(acx_memory_stats(&s));
+    CHECK(s.device_cached == 0 && s.device_current[T] == s0.device_current[T]);
+    rc = 0;
+error:
+    unsetenv("ACX_DEVICE_CACHE_DISABLE");
+    return rc;
+}
+
 static int test_cuda_absent(void) {
     char why[256] = "";
     const acx_devops_t *c = acx_devops_cuda(why, sizeof why);
@@ -260,6 +408,8 @@ int main(void) {
         {"emulated device: host_alloc, host memory, host counters", test_host_alloc},
         {"emulated device: AdamW, SGD bitwise the CPU kernels", test_optimizers},
         {"emulated device: norms, inf check, scale, 16-bit casts", test_kernels},
+        {"emulated device: clamp (clip by value): bounds, inf, NaN, -0", test_clamp},
+        {"device cache: reuse per stream, zero/NaN fill, fit, counters", test_cache},
         {"cuda device table: absent with a reason, or present", test_cuda_absent},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
