@@ -35,11 +35,11 @@
 _Static_assert(ATOMIC_LLONG_LOCK_FREE == 2,
                "the shared-memory flags need lock-free 64-bit atomics (other processes read them)");
 
-#define FLAG_BYTES 128
+#define FLAG_BYTES    128
 #define SEGMENT_ALIGN ((size_t)4096)
 /* Pause-loop iterations before a waiting rank starts yielding the CPU, and
  * yields between two MPI progress calls. */
-#define SPINS_BEFORE_YIELD 2048u
+#define SPINS_BEFORE_YIELD  2048u
 #define YIELDS_PER_PROGRESS 16u
 /* A tag no acx code sends with: MPI_Iprobe on it never matches, it only
  * runs the MPI library's progress engine. (MPI_TAG_UB is at least 32767.) */
@@ -57,13 +57,13 @@ struct acx_shm {
     int yield_at_once; /* more ranks on the node than online CPUs */
     char *base;        /* the mapping, segment_bytes long */
     size_t segment_bytes;
-    flag_t *flags; /* [size], at base */
-    char *data;    /* [size][2][slot_bytes] */
-    uint64_t phase; /* phases this rank has finished (= its flag) */
-    int set;        /* slot set of the next round */
-    int round_set;  /* slot set of the round in progress */
-    int scan;       /* flags below this index have reached phase (arrived()) */
-    const char **src; /* [size] scratch: the round's slots */
+    flag_t *flags;             /* [size], at base */
+    char *data;                /* [size][2][slot_bytes] */
+    uint64_t phase;            /* phases this rank has finished (= its flag) */
+    int set;                   /* slot set of the next round */
+    int round_set;             /* slot set of the round in progress */
+    int scan;                  /* flags below this index have reached phase (arrived()) */
+    const char **src;          /* [size] scratch: the round's slots */
     acx_shm_op_t *head, *tail; /* ops started and not done, oldest first */
 };
 
@@ -172,13 +172,12 @@ static void plan_segment(int size, shm_plan_t *plan, char **base_p) {
  * their owner (on a multi-socket node: in its own memory). They read 0. */
 static acx_status_t attach(const shm_plan_t *plan, int rank, int size, char **base_p) {
     int fd = shm_open(plan->name, O_RDWR, 0);
-    if (fd < 0)
-        return ACX_ERROR(ACX_ERR_SYSTEM, "shm_open(%s): %s", plan->name, strerror(errno));
+    if (fd < 0) return ACX_ERROR(ACX_ERR_SYSTEM, "shm_open(%s): %s", plan->name, strerror(errno));
     size_t mine = 2 * (size_t)plan->slot_bytes;
     size_t data = (size_t)plan->segment_bytes - (size_t)size * mine;
     size_t first = data + (size_t)rank * mine;
-    int err = posix_fallocate(fd, rank == 0 ? 0 : (off_t)first,
-                              (off_t)(rank == 0 ? first + mine : mine));
+    int err =
+        posix_fallocate(fd, rank == 0 ? 0 : (off_t)first, (off_t)(rank == 0 ? first + mine : mine));
     if (err != 0) {
         close(fd);
         return ACX_ERROR(ACX_ERR_SYSTEM, "reserving %zu bytes of %s: %s", mine, plan->name,
@@ -238,8 +237,7 @@ acx_status_t acx_shm_create(MPI_Comm comm, acx_shm_t **shm_p) {
     }
     if (plan.verdict == SHM_FAILED) {
         if (rank == 0)
-            ACX_INFO(ACX_SUBSYS_COLL,
-                     "no shared-memory collectives (%s): they go through MPI only",
+            ACX_INFO(ACX_SUBSYS_COLL, "no shared-memory collectives (%s): they go through MPI only",
                      plan.message);
         return ACX_OK;
     }
@@ -366,7 +364,7 @@ static int arrived(acx_shm_t *s) {
  * rank order. Integers add as unsigned: two's-complement wrap-around, like
  * MPI_SUM, without signed overflow. */
 #define DEFINE_SUM(name, T)                                                                        \
-    static void name(void *out_, const char *const *src, int nsrc, size_t first, size_t n) {      \
+    static void name(void *out_, const char *const *src, int nsrc, size_t first, size_t n) {       \
         T *restrict out = out_;                                                                    \
         const T *restrict a = (const T *)(const void *)src[0] + first;                             \
         const T *restrict b = (const T *)(const void *)src[1] + first;                             \
@@ -560,8 +558,8 @@ static int step_reduce_scatter(acx_shm_t *s, acx_shm_op_t *op) {
     }
     case STAGE_WAIT_IN:
         if (!arrived(s)) return 0;
-        reduce(s, op->dtype, op->op, (char *)op->recvbuf + op->off * esize,
-               (size_t)s->rank * op->m, op->m);
+        reduce(s, op->dtype, op->op, (char *)op->recvbuf + op->off * esize, (size_t)s->rank * op->m,
+               op->m);
         return 2;
     default: return 0;
     }
@@ -622,12 +620,18 @@ void acx_shm_progress(acx_shm_t *s) {
 }
 
 /* Fill op and queue it behind the ops started before it; advance. */
-static void start(acx_shm_t *s, acx_shm_op_t *op, const acx_shm_op_t *args) {
-    *op = *args;
-    op->stage = op->count > 0 ? STAGE_COPY_IN : STAGE_DONE;
-    op->off = op->m = 0;
-    op->next = NULL;
-    if (op->count == 0) return;
+static void start(acx_shm_t *s, acx_shm_op_t *op, int kind, const void *sendbuf, void *recvbuf,
+                  size_t count, acx_dtype_t dtype, acx_red_op_t rop, size_t esize, void *owner) {
+    *op = (acx_shm_op_t){.kind = kind,
+                         .sendbuf = sendbuf,
+                         .recvbuf = recvbuf,
+                         .count = count,
+                         .dtype = dtype,
+                         .op = rop,
+                         .esize = esize,
+                         .stage = count > 0 ? STAGE_COPY_IN : STAGE_DONE,
+                         .owner = owner};
+    if (count == 0) return;
     if (s->tail != NULL)
         s->tail->next = op;
     else
@@ -638,40 +642,21 @@ static void start(acx_shm_t *s, acx_shm_op_t *op, const acx_shm_op_t *args) {
 
 void acx_shm_all_reduce_start(acx_shm_t *s, acx_shm_op_t *op, const void *sendbuf, void *recvbuf,
                               size_t count, acx_dtype_t dtype, acx_red_op_t rop, void *owner) {
-    start(s, op,
-          &(acx_shm_op_t){.kind = OP_ALL_REDUCE,
-                          .sendbuf = sendbuf,
-                          .recvbuf = recvbuf,
-                          .count = count,
-                          .dtype = dtype,
-                          .op = rop,
-                          .esize = acx_dtype_size(dtype),
-                          .owner = owner});
+    start(s, op, OP_ALL_REDUCE, sendbuf, recvbuf, count, dtype, rop, acx_dtype_size(dtype), owner);
 }
 
 void acx_shm_reduce_scatter_start(acx_shm_t *s, acx_shm_op_t *op, const void *sendbuf,
                                   void *recvbuf, size_t count, acx_dtype_t dtype, acx_red_op_t rop,
                                   void *owner) {
-    start(s, op,
-          &(acx_shm_op_t){.kind = OP_REDUCE_SCATTER,
-                          .sendbuf = sendbuf,
-                          .recvbuf = recvbuf,
-                          .count = count,
-                          .dtype = dtype,
-                          .op = rop,
-                          .esize = acx_dtype_size(dtype),
-                          .owner = owner});
+    start(s, op, OP_REDUCE_SCATTER, sendbuf, recvbuf, count, dtype, rop, acx_dtype_size(dtype),
+          owner);
 }
 
 void acx_shm_all_gather_start(acx_shm_t *s, acx_shm_op_t *op, const void *sendbuf, void *recvbuf,
                               size_t count, size_t esize, void *owner) {
-    start(s, op,
-          &(acx_shm_op_t){.kind = OP_ALL_GATHER,
-                          .sendbuf = sendbuf,
-                          .recvbuf = recvbuf,
-                          .count = count * esize, /* bytes per rank */
-                          .esize = 1,
-                          .owner = owner});
+    /* bytes: count elements of esize per rank */
+    start(s, op, OP_ALL_GATHER, sendbuf, recvbuf, count * esize, ACX_DTYPE_UINT8, ACX_OP_SUM, 1,
+          owner);
 }
 
 int acx_shm_test(acx_shm_t *s, acx_shm_op_t *op) {

@@ -110,10 +110,10 @@
  * rounds cost fewer synchronizations: on the development VM a 1 MiB
  * all-reduce of 2 ranks took 73–92 us in one 1 MiB round and 122 us in four
  * of 256 KiB. */
-#define ACX_SHM_SLOT_BYTES_MAX ((size_t)1 << 20)
+#define ACX_SHM_SLOT_BYTES_MAX         ((size_t)1 << 20)
 #define ACX_SHM_SLOT_BYTES_MIN_DEFAULT ((size_t)128 << 10)
-#define ACX_SHM_SEGMENT_BUDGET ((size_t)8 << 20)
-#define ACX_SHM_MIN_BYTES_DEFAULT ((size_t)0)
+#define ACX_SHM_SEGMENT_BUDGET         ((size_t)8 << 20)
+#define ACX_SHM_MIN_BYTES_DEFAULT      ((size_t)0)
 #ifndef ACX_SHM_DIRECT_BYTES
 #define ACX_SHM_DIRECT_BYTES ((size_t)4096)
 #endif
@@ -159,10 +159,10 @@ typedef struct acx_shm_op {
     size_t count; /* elements per rank (all-gather: bytes per rank) */
     acx_dtype_t dtype;
     acx_red_op_t op;
-    size_t esize;  /* bytes per element (all-gather: 1) */
-    size_t off, m; /* the current round: elements [off, off + m) */
-    int stage;     /* where the round is */
-    void *owner;   /* the caller's, untouched (coll_mpi.c: the request) */
+    size_t esize;            /* bytes per element (all-gather: 1) */
+    size_t off, m;           /* the current round: elements [off, off + m) */
+    int stage;               /* where the round is */
+    void *owner;             /* the caller's, untouched (coll_mpi.c: the request) */
     struct acx_shm_op *next; /* in shm's FIFO */
 } acx_shm_op_t;
 

@@ -76,9 +76,15 @@ static int reference(const void *mine, void *want, acx_dtype_t dt, size_t n) {
         const char *row = rows + (size_t)r * n * es;
         for (size_t i = 0; i < n; i++) {
             switch (dt) {
-            case ACX_DTYPE_FLOAT32: ((float *)want)[i] += ((const float *)(const void *)row)[i]; break;
-            case ACX_DTYPE_FLOAT64: ((double *)want)[i] += ((const double *)(const void *)row)[i]; break;
-            case ACX_DTYPE_INT32: ((uint32_t *)want)[i] += ((const uint32_t *)(const void *)row)[i]; break;
+            case ACX_DTYPE_FLOAT32:
+                ((float *)want)[i] += ((const float *)(const void *)row)[i];
+                break;
+            case ACX_DTYPE_FLOAT64:
+                ((double *)want)[i] += ((const double *)(const void *)row)[i];
+                break;
+            case ACX_DTYPE_INT32:
+                ((uint32_t *)want)[i] += ((const uint32_t *)(const void *)row)[i];
+                break;
             default: ((uint64_t *)want)[i] += ((const uint64_t *)(const void *)row)[i]; break;
             }
         }
@@ -90,7 +96,8 @@ static int reference(const void *mine, void *want, acx_dtype_t dt, size_t n) {
 /* The first element where got and want differ, or -1. */
 static long first_diff(const void *got, const void *want, size_t n, size_t es) {
     for (size_t i = 0; i < n; i++)
-        if (memcmp((const char *)got + i * es, (const char *)want + i * es, es) != 0) return (long)i;
+        if (memcmp((const char *)got + i * es, (const char *)want + i * es, es) != 0)
+            return (long)i;
     return -1;
 }
 
@@ -174,24 +181,52 @@ error:
 
 /* ---- the all-reduce itself, bitwise against the reference ---- */
 
+/* What each check_* case works with: a segment made with
+ * ACX_SHM_SLOT_BYTES=slot_bytes (NULL: the default) and three buffers of
+ * cap bytes. slot_case_close frees them and returns failed. */
+typedef struct slot_case {
+    acx_shm_t *shm;
+    void *in, *out, *want;
+} slot_case_t;
+
+static int slot_case_close(slot_case_t *c, int failed) {
+    set_env("ACX_SHM_SLOT_BYTES", NULL);
+    acx_shm_free(c->shm);
+    free(c->in);
+    free(c->out);
+    free(c->want);
+    *c = (slot_case_t){0};
+    return failed;
+}
+
+static int slot_case_open(slot_case_t *c, const char *slot_bytes, size_t cap) {
+    *c = (slot_case_t){0};
+    CHECK(set_env("ACX_SHM_SLOT_BYTES", slot_bytes) == 0);
+    CHECK_OK(acx_shm_create(MPI_COMM_WORLD, &c->shm));
+    CHECK(set_env("ACX_SHM_SLOT_BYTES", NULL) == 0);
+    CHECK(c->shm != NULL);
+    c->in = malloc(cap);
+    c->out = malloc(cap);
+    c->want = malloc(cap);
+    CHECK(c->in && c->out && c->want);
+    return 0;
+error:
+    return slot_case_close(c, 1);
+}
+
 /* Counts around: the 64-byte block alignment, the direct-round limit
  * (ACX_SHM_DIRECT_BYTES = 1024 float32 / 512 float64 elements), the rank
  * count, and for the small slots many rounds with a short last one. */
-static const size_t counts[] = {1, 2, 3, 15, 16, 17, 511, 512, 513, 1023, 1024, 1025, 4099, 65539, 300007};
+static const size_t counts[] = {1,   2,    3,    15,   16,   17,    511,   512,
+                                513, 1023, 1024, 1025, 4099, 65539, 300007};
 #define NUM_COUNTS (sizeof counts / sizeof counts[0])
 
 static int check_slot(const char *slot_bytes) {
-    acx_shm_t *shm = NULL;
-    char *in = NULL, *out = NULL, *want = NULL;
-    CHECK(set_env("ACX_SHM_SLOT_BYTES", slot_bytes) == 0);
-    CHECK_OK(acx_shm_create(MPI_COMM_WORLD, &shm));
-    CHECK(set_env("ACX_SHM_SLOT_BYTES", NULL) == 0);
-    CHECK(shm != NULL);
     size_t nmax = counts[NUM_COUNTS - 1];
-    in = malloc(nmax * 8);
-    out = malloc(nmax * 8);
-    want = malloc(nmax * 8);
-    CHECK(in && out && want);
+    slot_case_t sc;
+    if (slot_case_open(&sc, slot_bytes, nmax * 8)) return 1;
+    acx_shm_t *shm = sc.shm;
+    char *in = sc.in, *out = sc.out, *want = sc.want;
     for (size_t d = 0; d < NUM_DTYPES; d++) {
         acx_dtype_t dt = dtypes[d];
         size_t es = acx_dtype_size(dt);
@@ -214,8 +249,9 @@ static int check_slot(const char *slot_bytes) {
                 CHECK(acx_shm_test(shm, &op) && acx_shm_pending(shm) == NULL);
                 long bad = first_diff(out, want, n, es);
                 if (bad >= 0 || (n < nmax && (unsigned char)out[n * es] != 0x5a)) {
-                    fprintf(stderr, "\n[r%d] slot %s, %s x %zu, %s: element %ld differs from the "
-                                    "rank-order sum (or the element after the buffer was written)\n",
+                    fprintf(stderr,
+                            "\n[r%d] slot %s, %s x %zu, %s: element %ld differs from the "
+                            "rank-order sum (or the element after the buffer was written)\n",
                             rank_, slot_bytes ? slot_bytes : "default", acx_dtype_name(dt), n,
                             in_place ? "in place" : "out of place", bad);
                     goto error;
@@ -223,18 +259,9 @@ static int check_slot(const char *slot_bytes) {
             }
         }
     }
-    acx_shm_free(shm);
-    free(in);
-    free(out);
-    free(want);
-    return 0;
+    return slot_case_close(&sc, 0);
 error:
-    set_env("ACX_SHM_SLOT_BYTES", NULL);
-    acx_shm_free(shm);
-    free(in);
-    free(out);
-    free(want);
-    return 1;
+    return slot_case_close(&sc, 1);
 }
 
 static int test_sum_default_slot(void) { return size_ > 1 ? check_slot(NULL) : 0; }
@@ -247,8 +274,8 @@ static int test_sum_slot_4160(void) { return size_ > 1 ? check_slot("4160") : 0;
  * scatter round of 4160-byte slots (4160 / size / esize, rounded down to
  * whole lines: 256 and 336 float32 at 4 and 3 ranks, 512 at 2), an
  * all-gather round (1040 float32), and many rounds with a short last. */
-static const size_t rs_counts[] = {1, 2, 3, 15, 16, 17, 255, 256, 257, 335, 336, 337,
-                                   511, 512, 513, 1039, 1040, 1041, 4099, 75001};
+static const size_t rs_counts[] = {1,   2,   3,   15,  16,  17,   255,  256,  257,  335,
+                                   336, 337, 511, 512, 513, 1039, 1040, 1041, 4099, 75001};
 #define NUM_RS_COUNTS (sizeof rs_counts / sizeof rs_counts[0])
 
 /* want [size_ x n] = every rank's mine [n], through a plain MPI_Allgather of bytes. */
@@ -258,25 +285,20 @@ static void reference_gather(const void *mine, void *want, size_t n, size_t es) 
 
 static int report(const char *what, const char *slot_bytes, acx_dtype_t dt, size_t n, int in_place,
                   long bad) {
-    fprintf(stderr, "\n[r%d] %s, slot %s, %s x %zu, %s: element %ld differs from plain MPI (or the "
-                    "element after the buffer was written)\n",
+    fprintf(stderr,
+            "\n[r%d] %s, slot %s, %s x %zu, %s: element %ld differs from plain MPI (or the "
+            "element after the buffer was written)\n",
             rank_, what, slot_bytes ? slot_bytes : "default", acx_dtype_name(dt), n,
             in_place ? "in place" : "out of place", bad);
     return 1;
 }
 
 static int check_rs_ag(const char *slot_bytes) {
-    acx_shm_t *shm = NULL;
-    char *in = NULL, *out = NULL, *want = NULL;
-    CHECK(set_env("ACX_SHM_SLOT_BYTES", slot_bytes) == 0);
-    CHECK_OK(acx_shm_create(MPI_COMM_WORLD, &shm));
-    CHECK(set_env("ACX_SHM_SLOT_BYTES", NULL) == 0);
-    CHECK(shm != NULL);
     size_t nmax = rs_counts[NUM_RS_COUNTS - 1], p = (size_t)size_, cap = (p * nmax + 1) * 8;
-    in = malloc(cap);
-    out = malloc(cap);
-    want = malloc(cap);
-    CHECK(in && out && want);
+    slot_case_t sc;
+    if (slot_case_open(&sc, slot_bytes, cap)) return 1;
+    acx_shm_t *shm = sc.shm;
+    char *in = sc.in, *out = sc.out, *want = sc.want;
     for (size_t d = 0; d < NUM_DTYPES; d++) {
         acx_dtype_t dt = dtypes[d];
         size_t es = acx_dtype_size(dt);
@@ -330,18 +352,9 @@ static int check_rs_ag(const char *slot_bytes) {
             }
         }
     }
-    acx_shm_free(shm);
-    free(in);
-    free(out);
-    free(want);
-    return 0;
+    return slot_case_close(&sc, 0);
 error:
-    set_env("ACX_SHM_SLOT_BYTES", NULL);
-    acx_shm_free(shm);
-    free(in);
-    free(out);
-    free(want);
-    return 1;
+    return slot_case_close(&sc, 1);
 }
 
 static int test_rs_ag_default_slot(void) { return size_ > 1 ? check_rs_ag(NULL) : 0; }
@@ -386,17 +399,11 @@ static int reference_half(const uint16_t *mine, uint16_t *want, acx_dtype_t dt, 
 }
 
 static int check_half(const char *slot_bytes) {
-    acx_shm_t *shm = NULL;
-    uint16_t *in = NULL, *out = NULL, *want = NULL;
-    CHECK(set_env("ACX_SHM_SLOT_BYTES", slot_bytes) == 0);
-    CHECK_OK(acx_shm_create(MPI_COMM_WORLD, &shm));
-    CHECK(set_env("ACX_SHM_SLOT_BYTES", NULL) == 0);
-    CHECK(shm != NULL);
     size_t p = (size_t)size_, nmax = 300007, cap = p * nmax + 1;
-    in = malloc(cap * 2);
-    out = malloc(cap * 2);
-    want = malloc(cap * 2);
-    CHECK(in && out && want);
+    slot_case_t sc;
+    if (slot_case_open(&sc, slot_bytes, cap * 2)) return 1;
+    acx_shm_t *shm = sc.shm;
+    uint16_t *in = sc.in, *out = sc.out, *want = sc.want;
     /* all-reduce counts around the direct limit (2048 elements), the
      * 32-element blocks, and rounds; reduce-scatter per-rank counts */
     static const size_t ar_counts[] = {1, 31, 32, 33, 2047, 2048, 2049, 2080, 4099, 300007};
@@ -451,18 +458,9 @@ static int check_half(const char *slot_bytes) {
             }
         }
     }
-    acx_shm_free(shm);
-    free(in);
-    free(out);
-    free(want);
-    return 0;
+    return slot_case_close(&sc, 0);
 error:
-    set_env("ACX_SHM_SLOT_BYTES", NULL);
-    acx_shm_free(shm);
-    free(in);
-    free(out);
-    free(want);
-    return 1;
+    return slot_case_close(&sc, 1);
 }
 
 static int test_half_default_slot(void) { return size_ > 1 ? check_half(NULL) : 0; }
@@ -516,7 +514,8 @@ error:
  * over MPI_COMM_WORLD, so comm must be world-sized. */
 static int check_backend(acx_comm_t *comm) {
     const size_t n = 70001;
-    float *in = malloc(n * sizeof *in), *out = malloc(n * sizeof *out), *want = malloc(n * sizeof *want);
+    float *in = malloc(n * sizeof *in), *out = malloc(n * sizeof *out),
+          *want = malloc(n * sizeof *want);
     acx_coll_req_t *req = NULL;
     CHECK(in && out && want);
     fill(in, ACX_DTYPE_FLOAT32, n, rank_, 7);
@@ -583,8 +582,8 @@ static int check_backend_rs_ag(acx_comm_t *comm, int shm) {
     /* in place, non-blocking */
     memcpy(out, in, p * n * sizeof *in);
     float *block = out + (size_t)rank_ * n;
-    CHECK_OK(comm->ops->reduce_scatter_start(comm, out, block, n, ACX_DTYPE_FLOAT32, ACX_OP_SUM,
-                                             &req));
+    CHECK_OK(
+        comm->ops->reduce_scatter_start(comm, out, block, n, ACX_DTYPE_FLOAT32, ACX_OP_SUM, &req));
     CHECK_OK(comm->ops->test(req, &done));
     CHECK(done == 0 || done == 1); /* started, perhaps done: it never waited for the others */
     CHECK_OK(comm->ops->wait(req));
@@ -592,8 +591,8 @@ static int check_backend_rs_ag(acx_comm_t *comm, int shm) {
     CHECK(first_diff(block, mine, n, 4) < 0);
     memset(ag, 0, p * n * sizeof *ag);
     memcpy(ag + (size_t)rank_ * n, block, n * sizeof *ag);
-    CHECK_OK(comm->ops->all_gather_start(comm, ag + (size_t)rank_ * n, ag, n, ACX_DTYPE_FLOAT32,
-                                         &req));
+    CHECK_OK(
+        comm->ops->all_gather_start(comm, ag + (size_t)rank_ * n, ag, n, ACX_DTYPE_FLOAT32, &req));
     CHECK_OK(comm->ops->test(req, &done));
     CHECK(done == 0 || done == 1); /* started, perhaps done: it never waited for the others */
     CHECK_OK(comm->ops->wait(req));
@@ -616,7 +615,8 @@ static int check_backend_rs_ag(acx_comm_t *comm, int shm) {
             memset(h_out, 0, p * n * 2);
             CHECK_OK(comm->ops->all_reduce_start(comm, h_in, h_out, p * n, dt, op, &req));
             CHECK_OK(comm->ops->test(req, &done));
-            CHECK(done == 0 || done == 1); /* started, perhaps done: it never waited for the others */
+            CHECK(done == 0 ||
+                  done == 1); /* started, perhaps done: it never waited for the others */
             CHECK_OK(comm->ops->wait(req));
             req = NULL;
             CHECK(first_diff(h_out, h_want, p * n, 2) < 0);
@@ -842,7 +842,8 @@ error:
 static int test_split(void) {
     const size_t n = 10007;
     acx_comm_t *world = NULL, *sub = NULL;
-    float *in = malloc(n * sizeof *in), *out = malloc(n * sizeof *out), *want = malloc(n * sizeof *want);
+    float *in = malloc(n * sizeof *in), *out = malloc(n * sizeof *out),
+          *want = malloc(n * sizeof *want);
     CHECK(in && out && want);
     CHECK_OK(acx_comm_create(MPI_COMM_WORLD, &acx_coll_mpi_ops, &world));
     CHECK_OK(acx_comm_split(world, rank_ % 2, rank_, &sub));
@@ -881,19 +882,27 @@ int main(int argc, char **argv) {
     failed |= acx_test_run_case("sum = rank-order sum, default slot", test_sum_default_slot);
     failed |= acx_test_run_case("sum = rank-order sum, 64-byte slots", test_sum_slot_64);
     failed |= acx_test_run_case("sum = rank-order sum, 4160-byte slots", test_sum_slot_4160);
-    failed |= acx_test_run_case("reduce-scatter, all-gather = MPI, default slot", test_rs_ag_default_slot);
-    failed |= acx_test_run_case("reduce-scatter, all-gather = MPI, 64-byte slots", test_rs_ag_slot_64);
-    failed |= acx_test_run_case("reduce-scatter, all-gather = MPI, 4160-byte slots", test_rs_ag_slot_4160);
-    failed |= acx_test_run_case("16-bit sum/avg = one rounding, default slot", test_half_default_slot);
+    failed |= acx_test_run_case("reduce-scatter, all-gather = MPI, default slot",
+                                test_rs_ag_default_slot);
+    failed |=
+        acx_test_run_case("reduce-scatter, all-gather = MPI, 64-byte slots", test_rs_ag_slot_64);
+    failed |= acx_test_run_case("reduce-scatter, all-gather = MPI, 4160-byte slots",
+                                test_rs_ag_slot_4160);
+    failed |=
+        acx_test_run_case("16-bit sum/avg = one rounding, default slot", test_half_default_slot);
     failed |= acx_test_run_case("16-bit sum/avg = one rounding, 64-byte slots", test_half_slot_64);
-    failed |= acx_test_run_case("16-bit sum/avg = one rounding, 4160-byte slots", test_half_slot_4160);
+    failed |=
+        acx_test_run_case("16-bit sum/avg = one rounding, 4160-byte slots", test_half_slot_4160);
     failed |= acx_test_run_case("what the shared-memory path takes", test_not_taken);
     failed |= acx_test_run_case("MPI backend: sum, start, avg", test_backend);
-    failed |= acx_test_run_case("MPI backend: reduce-scatter, all-gather, 16-bit; shm and MPI", test_backend_rs_ag);
-    failed |= acx_test_run_case("MPI progress while waiting in shared memory", test_progress_while_waiting);
+    failed |= acx_test_run_case("MPI backend: reduce-scatter, all-gather, 16-bit; shm and MPI",
+                                test_backend_rs_ag);
+    failed |= acx_test_run_case("MPI progress while waiting in shared memory",
+                                test_progress_while_waiting);
     failed |= acx_test_run_case("split communicators reduce at once", test_split);
     failed |= acx_test_run_case("ops in flight complete in start order", test_in_flight);
-    failed |= acx_test_run_case("start never blocks: orders across communicators", test_cross_comm_order);
+    failed |=
+        acx_test_run_case("start never blocks: orders across communicators", test_cross_comm_order);
     MPI_Finalize();
     return failed ? 1 : 0;
 }
