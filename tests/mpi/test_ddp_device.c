@@ -85,21 +85,12 @@
 #include "runtime/optim_state.h"
 #include "sharding/model.h"
 #include "tests/acx_test_mpi.h"
+#include "tests/mpi/device_net.h"
 
-#define NPAR 4
-#define NPV  (21 + 5 + 10 + 1)
-
-static int rank, world;
 static int dev_state = ACX_DEVICE_STATE_EMULATED; /* the device side of each comparison */
 static int dev_backend = ACX_BACKEND_MPI;         /* its backend (nccl: `test_ddp_device nccl`) */
 static int strategy = ACX_NO_SHARD;               /* both sides (argv: a sharded strategy's name) */
 static char dir[1024];
-
-static const char *const par_name[NPAR] = {"a.w", "a.e", "b.w", "b.s"};
-static const int par_off[NPAR + 1] = {0, 21, 26, 36, NPV};
-static const int par_unit[NPAR] = {0, 0, 1, 1};
-
-typedef enum { OPT_ADAMW, OPT_SGD_MOM, OPT_SGD_NESTEROV } opt_kind_t;
 
 typedef struct opts {
     int device;   /* 0: host state; 1: dev_state */
@@ -114,119 +105,17 @@ typedef struct opts {
     int poison_step;             /* step whose last-rank gradient gets an inf (-1: none) */
 } opts_t;
 
-typedef struct net {
-    acx_accelerator_t *acc;
-    acx_model_t *m;
-    acx_unit_t *u[2];
-    acx_param_t *p[NPAR];
-    acx_optimizer_t *opt;
-} net_t;
-
-#define TRY(call)                                                                                  \
-    do {                                                                                           \
-        acx_status_t st_ = (call);                                                                 \
-        if (st_ != ACX_OK) return st_;                                                             \
-    } while (0)
-
 static acx_status_t net_open(net_t *net, const opts_t *o) {
     acx_config_t cfg = ACX_CONFIG_DEFAULT;
-    cfg.seed = 4242;
     cfg.sharding_strategy = o->strategy ? o->strategy - 1 : strategy;
     if (cfg.sharding_strategy == ACX_HYBRID_SHARD) cfg.ranks_per_node = world == 4 ? 2 : 1;
     cfg.device_state = o->device ? dev_state : ACX_DEVICE_STATE_HOST;
     cfg.backend = o->backend ? o->backend - 1 : o->device ? dev_backend : ACX_BACKEND_MPI;
-    cfg.bucket_size_mb = 100.0 / (1024 * 1024); /* 100 bytes: several buckets */
     if (o->accum > 0) cfg.gradient_accumulation_steps = o->accum;
     cfg.mixed_precision = o->mp;
     if (o->reduce >= 0) cfg.reduce_dtype = o->reduce;
     if (o->ls_init > 0) cfg.loss_scale.init = o->ls_init;
-    memset(net, 0, sizeof *net);
-    TRY(acx_init(NULL, NULL, &cfg, &net->acc));
-    TRY(acx_model_create(net->acc, &net->m));
-    TRY(acx_model_add_unit(net->m, "a", &net->u[0]));
-    TRY(acx_model_add_unit(net->m, "b", &net->u[1]));
-    TRY(acx_unit_add_param(net->u[0], "a.w", 2, (int64_t[]){7, 3}, ACX_INIT_SPEC_LINEAR_WEIGHT,
-                           &net->p[0]));
-    TRY(acx_unit_add_param(net->u[0], "a.e", 1, (int64_t[]){5}, ACX_INIT_SPEC_CONSTANT(0.5),
-                           &net->p[1]));
-    TRY(acx_unit_add_param(net->u[1], "b.w", 2, (int64_t[]){2, 5}, ACX_INIT_SPEC_LINEAR_WEIGHT,
-                           &net->p[2]));
-    TRY(acx_unit_add_param(net->u[1], "b.s", 1, (int64_t[]){1}, ACX_INIT_SPEC_CONSTANT(0.75),
-                           &net->p[3]));
-    if (o->opt == OPT_ADAMW) {
-        acx_adam_hparams_t hp = ACX_ADAMW_DEFAULT;
-        hp.lr = 1e-2;
-        TRY(acx_adamw_create(net->m, &hp, &net->opt));
-    } else {
-        acx_sgd_hparams_t hp = {.lr = 0.05,
-                                .momentum = 0.9,
-                                .weight_decay = 1e-3,
-                                .nesterov = o->opt == OPT_SGD_NESTEROV};
-        TRY(acx_sgd_create(net->m, &hp, &net->opt));
-    }
-    return acx_prepare(net->acc, net->m, net->opt, NULL);
-}
-
-static void net_close(net_t *net) {
-    if (net->acc) acx_finalize(net->acc);
-    net->acc = NULL;
-}
-
-/* ---- reading and writing model buffers, host or device ---- */
-
-/* The device table of the open model, or NULL (host state). */
-static const acx_devops_t *dev_of(const net_t *net) { return net->m->ctx.dev; }
-
-/* out[n] = buf[n], a host or device float buffer of the model. */
-static acx_status_t read_buf(const net_t *net, float *out, const float *buf, size_t n) {
-    const acx_devops_t *d = dev_of(net);
-    if (d != NULL) return d->to_host(out, buf, n * sizeof(float), net->m->ctx.stream);
-    memcpy(out, buf, n * sizeof(float));
-    return ACX_OK;
-}
-
-static acx_status_t write_buf(const net_t *net, float *buf, const float *in, size_t n) {
-    const acx_devops_t *d = dev_of(net);
-    if (d != NULL) return d->to_device(buf, in, n * sizeof(float), net->m->ctx.stream);
-    memcpy(buf, in, n * sizeof(float));
-    return ACX_OK;
-}
-
-/* gradient element e of rank r at micro-step s: a multiple of 2^-10 in (-2, 2) */
-static float grad_val(int s, int r, int e) {
-    uint32_t h = acx_test_hash3(r, (size_t)e, 1000 + s);
-    return (float)((int)(h % 4001u) - 2000) / 1024.0f;
-}
-
-/* One micro-step's backward: every gradient += grad_val (element `poison`
- * of the last rank: +inf instead, when poison >= 0), each unit reported
- * ready; then acx_backward_end. grads_p (may be NULL): this rank's
- * gradient buffers right after they were written, before the reduction. */
-static acx_status_t backward(net_t *net, int s, int poison, float *grads_p) {
-    float tmp[NPV];
-    for (int u = 1; u >= 0; u--) {
-        TRY(acx_unit_acquire(net->u[u]));
-        for (int q = 0; q < NPAR; q++) {
-            if (par_unit[q] != u) continue;
-            size_t n = (size_t)(par_off[q + 1] - par_off[q]);
-            float *g = acx_param_grad(net->p[q]);
-            if (g == NULL) return ACX_ERR_INTERNAL;
-            TRY(read_buf(net, tmp, g, n));
-            for (size_t k = 0; k < n; k++) {
-                int e = par_off[q] + (int)k;
-                tmp[k] += (e == poison && rank == world - 1) ? INFINITY : grad_val(s, rank, e);
-            }
-            TRY(write_buf(net, g, tmp, n));
-        }
-        if (grads_p != NULL)
-            for (int q = 0; q < NPAR; q++)
-                if (par_unit[q] == u)
-                    TRY(read_buf(net, grads_p + par_off[q], acx_param_grad(net->p[q]),
-                                 (size_t)(par_off[q + 1] - par_off[q])));
-        TRY(acx_unit_grads_ready(net->u[u]));
-        TRY(acx_unit_release(net->u[u]));
-    }
-    return acx_backward_end(net->acc);
+    return net_build(net, cfg, o->opt);
 }
 
 /* ---- one run ---- */
