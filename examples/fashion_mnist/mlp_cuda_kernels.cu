@@ -8,7 +8,11 @@
  * cuda/kernels.cu: nvcc contracts a*b + c into an FMA by default, and the
  * intrinsics keep each operation rounded on its own, so the kernels compute
  * mlp.c's expression tree exactly (gcc on x86-64 does not contract: no FMA
- * in the baseline ISA). Division is IEEE (no --use_fast_math).
+ * in the baseline ISA). Division is IEEE (no --use_fast_math). The one
+ * exception is the softmax: CUDA's double exp and log are accurate to about
+ * 1 ulp, glibc's are (nearly) correctly rounded, so the softmax and the
+ * loss agree with mlp.c's to double rounding before their float rounding,
+ * not bitwise (tests/gpu/test_mlp_cuda.c compares with a tolerance).
  *
  * Sizes are small (B <= a few hundred, width <= 784): launch shapes favour
  * simplicity. The per-row and per-column kernels use one thread per row or

@@ -5,9 +5,13 @@
  *
  * The "backward" is a queue of cudaMemsetAsync calls on that stream: every
  * gradient buffer (4 parameters of 4 Mi floats, 4 buckets) is set to zero
- * 24 times and finally to the bytes 0x3f (the float 0x3f3f3f3f); right
- * after enqueueing them — without any host wait — the program reports the
- * units ready and calls acx_backward_end. If acx's prescale, casts or the
+ * 24 times, then the stream runs a host function that sleeps 20 ms
+ * (cudaLaunchHostFunc), and finally the buffer is set to the bytes 0x3f
+ * (the float 0x3f3f3f3f); right after enqueueing them — without any host
+ * wait — the program reports the units ready and calls acx_backward_end.
+ * The sleep makes the stream certainly late: without it the host could
+ * enqueue about as fast as the GPU runs the memsets, and a missing wait
+ * could go unnoticed. If acx's prescale, casts or the
  * collective read the buffers before the stream got there, the reduced
  * gradient holds zeros or a mix. Expected, per element: x = v * (1/world)
  * in float (the prescale), summed over identical ranks = (float)(world * x)
@@ -19,6 +23,7 @@
  */
 #include <cuda_runtime_api.h>
 #include <stdint.h>
+#include <unistd.h>
 
 #include "tests/acx_test_mpi.h"
 
@@ -28,6 +33,10 @@
 #define ZEROS 24
 
 static int rank, world;
+
+/* Runs on a CUDA host thread in stream order: holds the stream back. */
+static void CUDART_CB stall_stream(void *ms) { usleep((useconds_t)(*(const int *)ms) * 1000u); }
+static int stall_ms = 20;
 
 #define CU(call)                                                                                   \
     do {                                                                                           \
@@ -76,6 +85,7 @@ static int run(int nccl) {
         CHECK(g != NULL);
         for (int z = 0; z < ZEROS; z++)
             CU(cudaMemsetAsync(g, 0, n * sizeof(float), stream));
+        CU(cudaLaunchHostFunc(stream, stall_stream, &stall_ms));
         CU(cudaMemsetAsync(g, 0x3f, n * sizeof(float), stream));
         CHECK_OK(acx_unit_grads_ready(u[q])); /* no host wait before this */
         CHECK_OK(acx_unit_release(u[q]));

@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "collectives/coll.h"
 #include "collectives/half.h"
@@ -344,6 +345,10 @@ error:
 
 /* ---- barrier, stream ordering, split ---- */
 
+/* Runs on a CUDA host thread in stream order: holds the stream back. */
+static void CUDART_CB stall_stream(void *ms) { usleep((useconds_t)(*(const int *)ms) * 1000u); }
+static int stall_ms = 50;
+
 static int test_barrier(void) {
     acx_coll_req_t *req = NULL;
     int done = 0;
@@ -357,8 +362,9 @@ error:
     return 1;
 }
 
-/* A 64 MiB memset enqueued on a non-blocking compute stream, then at once
- * an all-reduce of that buffer: with the compute stream set, the
+/* A 64 MiB memset enqueued on a non-blocking compute stream behind a host
+ * function that sleeps 50 ms (so the stream is certainly late), then at
+ * once an all-reduce of that buffer: with the compute stream set, the
  * collective must see the memset (every int 0x01010101). */
 static int test_compute_stream(void) {
     const size_t n = (size_t)16 << 20;
@@ -370,6 +376,7 @@ static int test_compute_stream(void) {
     CU(cudaMemset(d, 0, n * 4));
     CU(cudaDeviceSynchronize());
     CHECK_OK(acx_coll_nccl_set_compute_stream(comm, s));
+    CU(cudaLaunchHostFunc(s, stall_stream, &stall_ms));
     CU(cudaMemsetAsync(d, 1, n * 4, s));
     CHECK_OK(comm->ops->all_reduce(comm, d, d, n, ACX_DTYPE_INT32, ACX_OP_SUM));
     CHECK_OK(acx_coll_nccl_set_compute_stream(comm, NULL));
