@@ -93,15 +93,15 @@
 #include "train_gpu_gemm.h"
 #include "train_gpu_kernels.h"
 
-#define PROG "acx-bench-train-gpu"
-#define MAX_LAYERS 8
-#define EXIT_USAGE 2
-#define EXIT_REFUSED 3
-#define EXIT_SKIP 77
+#define PROG            "acx-bench-train-gpu"
+#define MAX_LAYERS      8
+#define EXIT_USAGE      2
+#define EXIT_REFUSED    3
+#define EXIT_SKIP       77
 #define WORKSPACE_BYTES ((size_t)32 << 20) /* cuBLAS's recommended workspace on Hopper */
-#define GEMM_WARMUP 3
-#define CHECK_LOSS_TOL 1e-3
-#define CHECK_GRAD_TOL 1e-2
+#define GEMM_WARMUP     3
+#define CHECK_LOSS_TOL  1e-3
+#define CHECK_GRAD_TOL  1e-2
 
 static const char *const strategy_names[] = {"NO_SHARD", "SHARD_GRAD_OP", "FULL_SHARD",
                                              "HYBRID_SHARD"};
@@ -168,27 +168,28 @@ typedef struct options {
 } options_t;
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: mpirun -np N " PROG " [options]\n"
-            "Measure the GPU's bf16 GEMM rate and an MLP training step through acx on it\n"
-            "(device-resident state, mixed_precision bf16): step time, samples/s, MFU.\n\n"
-            "  --dims D0,D1,...,DL  layer widths, 2 to %d layers (default 4096,16384,16384,4096;\n"
-            "                       --check: 72,136,104,40)\n"
-            "  --batch-size B       samples per rank per step (default 8192; --check: 56)\n"
-            "  --steps S            timed steps (default 20; --check: steps in all, default 6)\n"
-            "  --warmup W           untimed steps first (default 3)\n"
-            "  --sharding-strategy S  NO_SHARD | SHARD_GRAD_OP | FULL_SHARD | HYBRID_SHARD\n"
-            "                       (any case; default NO_SHARD)\n"
-            "  --backend B          nccl | mpi (default nccl; device_state is cuda either way)\n"
-            "  --square N           the square bf16 GEMM N^3 MFU refers to (default 8192)\n"
-            "  --gemm-iters N       timed calls per GEMM shape (default 20; 0: no GEMM rates, no MFU)\n"
-            "  --lr X               learning rate (AdamW, default 1e-4; --check: SGD, default 0.05)\n"
-            "  --seed N             acx's initialization seed and the data's (default 42)\n"
-            "  --check              correctness check against a CPU reference (1 rank), no timing\n"
-            "  --json FILE          also write the result object (rank 0)\n"
-            "  --config FILE, --acx-KEY=VALUE   other acx configuration (docs/config.md)\n"
-            "Exit: 0 done, 1 failed, 2 usage, 3 acx refused the configuration, 77 no CUDA device.\n",
-            MAX_LAYERS);
+    fprintf(
+        f,
+        "usage: mpirun -np N " PROG " [options]\n"
+        "Measure the GPU's bf16 GEMM rate and an MLP training step through acx on it\n"
+        "(device-resident state, mixed_precision bf16): step time, samples/s, MFU.\n\n"
+        "  --dims D0,D1,...,DL  layer widths, 2 to %d layers (default 4096,16384,16384,4096;\n"
+        "                       --check: 72,136,104,40)\n"
+        "  --batch-size B       samples per rank per step (default 8192; --check: 56)\n"
+        "  --steps S            timed steps (default 20; --check: steps in all, default 6)\n"
+        "  --warmup W           untimed steps first (default 3)\n"
+        "  --sharding-strategy S  NO_SHARD | SHARD_GRAD_OP | FULL_SHARD | HYBRID_SHARD\n"
+        "                       (any case; default NO_SHARD)\n"
+        "  --backend B          nccl | mpi (default nccl; device_state is cuda either way)\n"
+        "  --square N           the square bf16 GEMM N^3 MFU refers to (default 8192)\n"
+        "  --gemm-iters N       timed calls per GEMM shape (default 20; 0: no GEMM rates, no MFU)\n"
+        "  --lr X               learning rate (AdamW, default 1e-4; --check: SGD, default 0.05)\n"
+        "  --seed N             acx's initialization seed and the data's (default 42)\n"
+        "  --check              correctness check against a CPU reference (1 rank), no timing\n"
+        "  --json FILE          also write the result object (rank 0)\n"
+        "  --config FILE, --acx-KEY=VALUE   other acx configuration (docs/config.md)\n"
+        "Exit: 0 done, 1 failed, 2 usage, 3 acx refused the configuration, 77 no CUDA device.\n",
+        MAX_LAYERS);
 }
 
 static int lookup(const char *s, const char *const *names, int n) {
@@ -304,13 +305,17 @@ static int parse_options(int argc, char **argv, options_t *o) {
     o->warmup = 3;
     o->gemm_iters = 20;
     o->square = 8192;
-    static const struct option longopts[] = {
-        {"dims", required_argument, 0, 'D'},       {"batch-size", required_argument, 0, 'b'},
-        {"steps", required_argument, 0, 'k'},      {"warmup", required_argument, 0, 'w'},
-        {"square", required_argument, 0, 'q'},     {"gemm-iters", required_argument, 0, 'g'},
-        {"lr", required_argument, 0, 'l'},         {"check", no_argument, 0, 'c'},
-        {"json", required_argument, 0, 'j'},       {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0}};
+    static const struct option longopts[] = {{"dims", required_argument, 0, 'D'},
+                                             {"batch-size", required_argument, 0, 'b'},
+                                             {"steps", required_argument, 0, 'k'},
+                                             {"warmup", required_argument, 0, 'w'},
+                                             {"square", required_argument, 0, 'q'},
+                                             {"gemm-iters", required_argument, 0, 'g'},
+                                             {"lr", required_argument, 0, 'l'},
+                                             {"check", no_argument, 0, 'c'},
+                                             {"json", required_argument, 0, 'j'},
+                                             {"help", no_argument, 0, 'h'},
+                                             {0, 0, 0, 0}};
     int c, idx = 0;
     opterr = world_rank == 0;
     while ((c = getopt_long(argc, argv, "h", longopts, &idx)) != -1) {
@@ -341,7 +346,8 @@ static int parse_options(int argc, char **argv, options_t *o) {
         }
         if (bad) {
             if (world_rank == 0)
-                fprintf(stderr, PROG ": invalid value '%s' for --%s%s\n", optarg, longopts[idx].name,
+                fprintf(stderr, PROG ": invalid value '%s' for --%s%s\n", optarg,
+                        longopts[idx].name,
                         c == 'D' ? " (expected D0,D1,...,DL: 3 to 9 widths in 1..65536)" : "");
             return EXIT_USAGE;
         }
@@ -352,8 +358,10 @@ static int parse_options(int argc, char **argv, options_t *o) {
     }
     if (o->check && world_size != 1) {
         if (world_rank == 0)
-            fprintf(stderr, PROG ": --check runs on 1 rank (its CPU reference is one rank's step); "
-                            "the job has %d\n", world_size);
+            fprintf(stderr,
+                    PROG ": --check runs on 1 rank (its CPU reference is one rank's step); "
+                         "the job has %d\n",
+                    world_size);
         return EXIT_USAGE;
     }
     if (!dims_set) {
@@ -419,8 +427,9 @@ static int gpu_init(gpu_t *g) {
     /* cublasSetStream resets the workspace to the default pool: set it after */
     CUBLAS(cublasSetStream(g->blas, g->stream), "binding the stream");
     CUBLAS(cublasSetWorkspace(g->blas, g->workspace, WORKSPACE_BYTES), "32 MiB workspace");
-    CUBLAS(cublasSetMathMode(g->blas, (cublasMath_t)(CUBLAS_DEFAULT_MATH |
-                                                     CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)),
+    CUBLAS(cublasSetMathMode(g->blas,
+                             (cublasMath_t)(CUBLAS_DEFAULT_MATH |
+                                            CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)),
            "math mode");
     CUBLAS(cublasSetPointerMode(g->blas, CUBLAS_POINTER_MODE_HOST), "pointer mode");
     return 0;
@@ -586,15 +595,15 @@ typedef struct model {
     acx_model_t *m;
     acx_optimizer_t *opt;
     acx_unit_t *unit[MAX_LAYERS];
-    acx_param_t *w[MAX_LAYERS]; /* fc(l+1).weight [D(l+1) x D(l)] */
-    uint16_t *wbf[MAX_LAYERS];  /* device bf16 [D(l+1) x D(l)]: the cast compute copy */
+    acx_param_t *w[MAX_LAYERS];    /* fc(l+1).weight [D(l+1) x D(l)] */
+    uint16_t *wbf[MAX_LAYERS];     /* device bf16 [D(l+1) x D(l)]: the cast compute copy */
     uint16_t *act[MAX_LAYERS + 1]; /* device bf16 [B x D(l)]: act[0] the input, act[l+1]
                                       layer l's output (post-ReLU but the last) */
-    uint16_t *dact, *dtmp;      /* device bf16 [B x max width]: output / input gradients */
-    float *target;              /* device [B x DL] */
-    double *row_loss, *loss;    /* device [B], [1] */
-    double *loss_host;          /* pinned [1] */
-    float *wgrad_scratch;       /* device [max D(l) D(l+1)]: the GEMMs-alone pass */
+    uint16_t *dact, *dtmp;         /* device bf16 [B x max width]: output / input gradients */
+    float *target;                 /* device [B x DL] */
+    double *row_loss, *loss;       /* device [B], [1] */
+    double *loss_host;             /* pinned [1] */
+    float *wgrad_scratch;          /* device [max D(l) D(l+1)]: the GEMMs-alone pass */
 } model_t;
 
 static size_t layer_numel(const model_t *md, int l) {
@@ -603,14 +612,16 @@ static size_t layer_numel(const model_t *md, int l) {
 
 static int max_width(const model_t *md) {
     int w = 0;
-    for (int l = 0; l <= md->L; l++) w = md->dims[l] > w ? md->dims[l] : w;
+    for (int l = 0; l <= md->L; l++)
+        w = md->dims[l] > w ? md->dims[l] : w;
     return w;
 }
 
 /* FLOPs of one step's GEMMs (the header's formula). */
 static double step_flops(const model_t *md) {
     double f = 0.0;
-    for (int l = 0; l < md->L; l++) f += 2.0 * md->B * (double)layer_numel(md, l) * (l ? 3 : 2);
+    for (int l = 0; l < md->L; l++)
+        f += 2.0 * md->B * (double)layer_numel(md, l) * (l ? 3 : 2);
     return f;
 }
 
@@ -628,7 +639,8 @@ static void make_data(const model_t *md, long long seed, int rank, uint16_t *x, 
     size_t nx = (size_t)md->B * (size_t)md->dims[0], nt = (size_t)md->B * (size_t)md->dims[md->L];
     for (size_t i = 0; i < nx; i++)
         x[i] = bf16_bits((float)((int)(splitmix64(&s) >> 56) - 128) / 128.0f);
-    for (size_t i = 0; i < nt; i++) t[i] = (float)((int)(splitmix64(&s) >> 56) - 128) / 128.0f;
+    for (size_t i = 0; i < nt; i++)
+        t[i] = (float)((int)(splitmix64(&s) >> 56) - 128) / 128.0f;
 }
 
 static int model_register(acx_accelerator_t *acc, model_t *md, const options_t *o) {
@@ -641,8 +653,7 @@ static int model_register(acx_accelerator_t *acc, model_t *md, const options_t *
         snprintf(unit, sizeof unit, "fc%d", l + 1);
         snprintf(param, sizeof param, "fc%d.weight", l + 1);
         ACX(acx_model_add_unit(md->m, unit, &md->unit[l]));
-        ACX(acx_unit_add_param(md->unit[l], param, 2,
-                               (int64_t[]){md->dims[l + 1], md->dims[l]},
+        ACX(acx_unit_add_param(md->unit[l], param, 2, (int64_t[]){md->dims[l + 1], md->dims[l]},
                                ACX_INIT_SPEC_LINEAR_WEIGHT, &md->w[l]));
     }
     if (o->check) {
@@ -700,8 +711,10 @@ static int model_buffers(model_t *md, long long seed) {
 }
 
 static void model_free(model_t *md) {
-    for (int l = 0; l < MAX_LAYERS; l++) cudaFree(md->wbf[l]);
-    for (int l = 0; l <= MAX_LAYERS; l++) cudaFree(md->act[l]);
+    for (int l = 0; l < MAX_LAYERS; l++)
+        cudaFree(md->wbf[l]);
+    for (int l = 0; l <= MAX_LAYERS; l++)
+        cudaFree(md->act[l]);
     cudaFree(md->dact);
     cudaFree(md->dtmp);
     cudaFree(md->target);
@@ -718,14 +731,15 @@ static int model_step(acx_accelerator_t *acc, model_t *md, gpu_t *g, double *los
     cudaStream_t s = g->stream;
     size_t B = (size_t)md->B;
     ACX(acx_accumulate_begin(acc));
-    for (int l = 0; l < md->L; l++) ACX(acx_unit_acquire(md->unit[l]));
+    for (int l = 0; l < md->L; l++)
+        ACX(acx_unit_acquire(md->unit[l]));
     for (int l = 0; l < md->L; l++) {
         int fi = md->dims[l], fo = md->dims[l + 1];
         const float *w = acx_param_data(md->w[l]);
         if (w == NULL) return fail("acx_param_data(fc%d.weight): %s", l + 1, acx_last_error());
         CU(tgk_f32_to_bf16(w, md->wbf[l], layer_numel(md, l), s), "casting the weights");
-        if (gemm(g, tg_gemm_args(TG_FORWARD, fi, fo, md->B), md->wbf[l], md->act[l],
-                 md->act[l + 1], CUDA_R_16BF, 0.0f, "forward"))
+        if (gemm(g, tg_gemm_args(TG_FORWARD, fi, fo, md->B), md->wbf[l], md->act[l], md->act[l + 1],
+                 CUDA_R_16BF, 0.0f, "forward"))
             return -1;
         if (l < md->L - 1) CU(tgk_relu_bf16(md->act[l + 1], B * (size_t)fo, s), "ReLU");
     }
@@ -776,11 +790,11 @@ static int gemms_alone(model_t *md, gpu_t *g, double *ms_p) {
             return -1;
     for (int l = md->L - 1; l >= 0; l--) {
         int fi = md->dims[l], fo = md->dims[l + 1];
-        if (gemm(g, tg_gemm_args(TG_WGRAD, fi, fo, md->B), md->act[l], md->dact,
-                 md->wgrad_scratch, CUDA_R_32F, 1.0f, "weight gradient (alone)"))
+        if (gemm(g, tg_gemm_args(TG_WGRAD, fi, fo, md->B), md->act[l], md->dact, md->wgrad_scratch,
+                 CUDA_R_32F, 1.0f, "weight gradient (alone)"))
             return -1;
-        if (l > 0 && gemm(g, tg_gemm_args(TG_DGRAD, fi, fo, md->B), md->wbf[l], md->dact,
-                          md->dtmp, CUDA_R_16BF, 0.0f, "input gradient (alone)"))
+        if (l > 0 && gemm(g, tg_gemm_args(TG_DGRAD, fi, fo, md->B), md->wbf[l], md->dact, md->dtmp,
+                          CUDA_R_16BF, 0.0f, "input gradient (alone)"))
             return -1;
     }
     CU(cudaEventRecord(g->e1, g->stream), "GEMMs alone");
@@ -841,13 +855,15 @@ static double reference_step(const model_t *md, float *const *wc, const float *x
                 double s = 0.0;
                 for (int o = 0; o < fo; o++)
                     s += (double)dy[(size_t)b * fo + o] * wc[l][(size_t)o * fi + i];
-                dx[(size_t)b * fi + i] = a[l][(size_t)b * fi + i] <= 0.0f ? 0.0f : bf16_round((float)s);
+                dx[(size_t)b * fi + i] =
+                    a[l][(size_t)b * fi + i] <= 0.0f ? 0.0f : bf16_round((float)s);
             }
         float *tmp = dy;
         dy = dx;
         dx = tmp;
     }
-    for (int l = 1; l <= L; l++) free(a[l]);
+    for (int l = 1; l <= L; l++)
+        free(a[l]);
     free(dy);
     free(dx);
     return loss;
@@ -886,19 +902,23 @@ static int run_check(acx_accelerator_t *acc, model_t *md, gpu_t *g, const option
     /* The reference from the same initial master weights, rounded as
      * mixed precision's compute copies are (docs/mixed-precision.md). */
     make_data(md, o->seed, world_rank, xb, t);
-    for (size_t i = 0; i < nx; i++) x[i] = bf16_value(xb[i]);
+    for (size_t i = 0; i < nx; i++)
+        x[i] = bf16_value(xb[i]);
     float *wc[MAX_LAYERS];
     for (int l = 0; l < L; l++) {
         size_t n = layer_numel(md, l);
         wc[l] = malloc(n * sizeof(float));
         if (wc[l] == NULL) {
-            for (int k = 0; k < l; k++) free(wc[k]);
+            for (int k = 0; k < l; k++)
+                free(wc[k]);
             goto oom;
         }
-        for (size_t i = 0; i < n; i++) wc[l][i] = bf16_round(p0[l][i]);
+        for (size_t i = 0; i < n; i++)
+            wc[l][i] = bf16_round(p0[l][i]);
     }
     double loss_ref = reference_step(md, wc, x, t, gref);
-    for (int l = 0; l < L; l++) free(wc[l]);
+    for (int l = 0; l < L; l++)
+        free(wc[l]);
     double loss_err = fabs(losses[0] - loss_ref) / fabs(loss_ref);
     int ok = loss_err <= CHECK_LOSS_TOL;
     failed |= !ok;
@@ -917,14 +937,16 @@ static int run_check(acx_accelerator_t *acc, model_t *md, gpu_t *g, const option
         failed |= !ok;
         say("check: fc%d.weight [%d x %d]: ||(p0 - p1)/lr - g_ref|| / ||g_ref|| = %.2e (bound "
             "%.0e; ||g_ref|| = %.3e) %s\n",
-            l + 1, md->dims[l + 1], md->dims[l], rel, CHECK_GRAD_TOL, sqrt(den), ok ? "ok" : "FAILED");
+            l + 1, md->dims[l + 1], md->dims[l], rel, CHECK_GRAD_TOL, sqrt(den),
+            ok ? "ok" : "FAILED");
     }
     for (int i = 1; i < o->steps; i++)
         if (model_step(acc, md, g, &losses[i])) goto done;
     ok = isfinite(losses[o->steps - 1]) && losses[o->steps - 1] < losses[0];
     failed |= !ok;
     say("check: loss over %d SGD steps (lr %g):", o->steps, o->lr);
-    for (int i = 0; i < o->steps; i++) say(" %.6g", losses[i]);
+    for (int i = 0; i < o->steps; i++)
+        say(" %.6g", losses[i]);
     say(" -> %s\n", ok ? "decreased ok" : "did NOT decrease: FAILED");
     say("check: %s\n", failed ? "FAILED" : "PASSED");
     rc = failed;
@@ -999,9 +1021,11 @@ static void write_json(FILE *f, const options_t *o, const gpu_t *g, const model_
                        const results_t *r, int64_t params) {
     fprintf(f, "{\"benchmark\": \"" PROG "\", \"device\": \"%s\", \"ranks\": %d, \"dims\": [",
             g->name, world_size);
-    for (int l = 0; l <= md->L; l++) fprintf(f, "%s%d", l ? ", " : "", md->dims[l]);
-    fprintf(f, "], \"batch_size\": %d, \"strategy\": \"%s\", \"backend\": \"%s\", "
-               "\"mixed_precision\": \"bf16\", \"steps\": %d, \"warmup\": %d, \"params\": %lld",
+    for (int l = 0; l <= md->L; l++)
+        fprintf(f, "%s%d", l ? ", " : "", md->dims[l]);
+    fprintf(f,
+            "], \"batch_size\": %d, \"strategy\": \"%s\", \"backend\": \"%s\", "
+            "\"mixed_precision\": \"bf16\", \"steps\": %d, \"warmup\": %d, \"params\": %lld",
             md->B, strategy_names[o->strategy & 3], backend_names[o->backend % 3], o->steps,
             o->warmup, (long long)params);
     json_number(f, "flops_per_step", r->flops);
@@ -1022,8 +1046,9 @@ static void write_json(FILE *f, const options_t *o, const gpu_t *g, const model_
     fprintf(f, ", \"gemm\": [");
     for (int i = 0; i < r->ncases; i++) {
         const gemm_case_t *c = &r->cases[i];
-        fprintf(f, "%s{\"name\": \"%s\", \"m\": %d, \"n\": %d, \"k\": %d, \"c\": \"%s\", "
-                   "\"ms\": %.6g, \"tflops\": %.6g}",
+        fprintf(f,
+                "%s{\"name\": \"%s\", \"m\": %d, \"n\": %d, \"k\": %d, \"c\": \"%s\", "
+                "\"ms\": %.6g, \"tflops\": %.6g}",
                 i ? ", " : "", c->name, c->args.m, c->args.n, c->args.k,
                 c->ctype == CUDA_R_32F ? "fp32" : "bf16", c->ms, c->tflops);
     }
@@ -1076,7 +1101,8 @@ static int no_device(char *why, size_t len) {
     cudaError_t r = cudaGetDeviceCount(&n);
     if (r != cudaSuccess) {
         (void)cudaGetLastError();
-        snprintf(why, len, "cudaGetDeviceCount: %s: %s", cudaGetErrorName(r), cudaGetErrorString(r));
+        snprintf(why, len, "cudaGetDeviceCount: %s: %s", cudaGetErrorName(r),
+                 cudaGetErrorString(r));
         return 1;
     }
     if (n < 1) {
@@ -1146,7 +1172,7 @@ static int run(int argc, char **argv) {
     rc = 1;
     if (gpu_init(&g)) goto fail;
     say(PROG ": %s (cuda:%d), %d rank(s); acx %s, sharding_strategy %s, backend %s, "
-        "device_state cuda, mixed_precision bf16\n",
+             "device_state cuda, mixed_precision bf16\n",
         g.name, g.device, world_size, acx_version(), strategy_names[o.strategy & 3],
         backend_names[o.backend % 3]);
 

@@ -26,7 +26,14 @@
 typedef enum tg_gemm_kind { TG_FORWARD = 0, TG_WGRAD = 1, TG_DGRAD = 2 } tg_gemm_kind_t;
 
 /* Which tensor of the layer an operand is. */
-typedef enum tg_operand { TG_W = 0, TG_X = 1, TG_DY = 2, TG_Y = 3, TG_DW = 4, TG_DX = 5 } tg_operand_t;
+typedef enum tg_operand {
+    TG_W = 0,
+    TG_X = 1,
+    TG_DY = 2,
+    TG_Y = 3,
+    TG_DW = 4,
+    TG_DX = 5
+} tg_operand_t;
 
 typedef struct tg_gemm {
     int trans_a, trans_b; /* 1: op(.) is the transpose */
@@ -36,13 +43,10 @@ typedef struct tg_gemm {
 
 static inline tg_gemm_t tg_gemm_args(tg_gemm_kind_t kind, int fi, int fo, int batch) {
     switch (kind) {
-    case TG_FORWARD:
-        return (tg_gemm_t){1, 0, fo, batch, fi, fi, fi, fo, TG_W, TG_X, TG_Y};
-    case TG_WGRAD:
-        return (tg_gemm_t){0, 1, fi, fo, batch, fi, fo, fi, TG_X, TG_DY, TG_DW};
+    case TG_FORWARD: return (tg_gemm_t){1, 0, fo, batch, fi, fi, fi, fo, TG_W, TG_X, TG_Y};
+    case TG_WGRAD: return (tg_gemm_t){0, 1, fi, fo, batch, fi, fo, fi, TG_X, TG_DY, TG_DW};
     case TG_DGRAD:
-    default:
-        return (tg_gemm_t){0, 0, fi, batch, fo, fi, fo, fi, TG_W, TG_DY, TG_DX};
+    default: return (tg_gemm_t){0, 0, fi, batch, fo, fi, fo, fi, TG_W, TG_DY, TG_DX};
     }
 }
 

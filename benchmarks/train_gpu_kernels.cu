@@ -107,7 +107,8 @@ __global__ void mse_row_kernel(const uint16_t *y, const float *t, int k, float i
 __global__ void mse_mean_kernel(const double *row_loss, int batch, double *loss) {
     __shared__ double sh[SUM_THREADS];
     double acc = 0.0;
-    for (int i = threadIdx.x; i < batch; i += blockDim.x) acc = __dadd_rn(acc, row_loss[i]);
+    for (int i = threadIdx.x; i < batch; i += blockDim.x)
+        acc = __dadd_rn(acc, row_loss[i]);
     double s = block_sum(acc, sh);
     if (threadIdx.x == 0) *loss = __ddiv_rn(s, 2.0 * (double)batch);
 }

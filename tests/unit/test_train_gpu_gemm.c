@@ -30,7 +30,8 @@ static float small_int(void) {
 }
 
 static void fill(float *x, int n) {
-    for (int i = 0; i < n; i++) x[i] = small_int();
+    for (int i = 0; i < n; i++)
+        x[i] = small_int();
 }
 
 /* The tensors of one layer, row-major (train_gpu_gemm.h's layout). */
@@ -69,7 +70,8 @@ static int test_forward(void) {
     for (int b = 0; b < NB; b++)
         for (int o = 0; o < FO; o++) {
             double s = 0.0;
-            for (int i = 0; i < FI; i++) s += (double)t.x[b * FI + i] * t.w[o * FI + i];
+            for (int i = 0; i < FI; i++)
+                s += (double)t.x[b * FI + i] * t.w[o * FI + i];
             CHECK(t.y[b * FO + o] == (float)s);
         }
     PASSED();
@@ -91,7 +93,8 @@ static int test_wgrad(void) {
     for (int o = 0; o < FO; o++)
         for (int i = 0; i < FI; i++) {
             double s = before[o * FI + i];
-            for (int b = 0; b < NB; b++) s += (double)t.dy[b * FO + o] * t.x[b * FI + i];
+            for (int b = 0; b < NB; b++)
+                s += (double)t.dy[b * FO + o] * t.x[b * FI + i];
             CHECK(t.dw[o * FI + i] == (float)s);
         }
     PASSED();
@@ -111,7 +114,8 @@ static int test_dgrad(void) {
     for (int b = 0; b < NB; b++)
         for (int i = 0; i < FI; i++) {
             double s = 0.0;
-            for (int o = 0; o < FO; o++) s += (double)t.dy[b * FO + o] * t.w[o * FI + i];
+            for (int o = 0; o < FO; o++)
+                s += (double)t.dy[b * FO + o] * t.w[o * FI + i];
             CHECK(t.dx[b * FI + i] == (float)s);
         }
     PASSED();
