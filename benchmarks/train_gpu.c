@@ -63,8 +63,9 @@
  * dimension, mask or scale.
  *
  * Exit status: 0 done (check passed), 1 failure, 2 usage error, 3 acx
- * refused the configuration (e.g. a sharding strategy the backend does not
- * support yet: the message says so), 77 no CUDA device (with the reason).
+ * refused the configuration as not supported (ACX_ERR_NOT_SUPPORTED, e.g.
+ * a sharding strategy the backend does not support yet: the message says
+ * so), 77 no CUDA device (with the reason).
  * Output: human lines; the lines meant for a results summary start with
  * "result: " (tests/gpu/run-on-device.sh collects them); the last line is
  * one JSON object. Rank 0 prints.
@@ -1152,7 +1153,7 @@ static int run(int argc, char **argv) {
     acx_accelerator_t *acc = NULL;
     acx_status_t st = acx_init(&argc, &argv, &cfg, &acc);
     if (st != ACX_OK) {
-        int refused = st == ACX_ERR_NOT_SUPPORTED || st == ACX_ERR_INVALID_CONFIG;
+        int refused = st == ACX_ERR_NOT_SUPPORTED;
         if (world_rank == 0)
             fprintf(stderr, PROG ": %s sharding_strategy %s with backend %s: %s\n",
                     refused ? "acx refused" : "acx_init failed for", strategy_names[o.strategy & 3],
@@ -1185,7 +1186,7 @@ static int run(int argc, char **argv) {
 
     if (model_register(acc, &md, &o)) goto fail;
     st = acx_prepare(acc, md.m, md.opt, NULL);
-    if (st == ACX_ERR_NOT_SUPPORTED || st == ACX_ERR_INVALID_CONFIG) {
+    if (st == ACX_ERR_NOT_SUPPORTED) {
         if (world_rank == 0)
             fprintf(stderr, PROG ": acx refused sharding_strategy %s with backend %s: %s\n",
                     strategy_names[o.strategy & 3], backend_names[o.backend % 3], acx_last_error());
