@@ -5,10 +5,12 @@
 # device buffers, the MPI backend staging device buffers, the cuBLAS MLP
 # against the CPU MLP), measure the kernels' throughput and the all-reduce
 # bus bandwidth at 256 MiB (the NCCL backend directly, and
-# acx-bench-allreduce -d cuda with -b nccl and -b mpi), train acx-fmnist
-# with --device cuda and on the CPU and compare their test accuracy (once
-# acx has device-resident state; reported SKIP before), then run the whole
-# suite in the CUDA build. Writes a log and a results summary.
+# acx-bench-allreduce -d cuda with -b nccl and -b mpi), measure the bf16
+# GEMM rate and the synthetic model's training step through acx with its
+# MFU (acx-bench-train-gpu, NO_SHARD and FULL_SHARD), train acx-fmnist
+# with --device cuda and on the CPU and compare their test accuracy (with
+# samples/s and ms/step), then run the whole suite in the CUDA build.
+# Writes a log and a results summary.
 #
 #   tests/gpu/run-on-device.sh [OUTDIR]
 #
@@ -21,7 +23,11 @@
 # ACX_GPU_JOBS (make -j, default 16), ACX_GPU_FULL_SUITE=0 skips the last
 # step, ACX_GPU_FMNIST_EPOCHS (default 3) and ACX_GPU_FMNIST_CONFIG (the acx
 # options of the --device cuda run, default --acx-backend=nccl) shape the
-# acx-fmnist comparison. Each step runs under a timeout so that one call fits a short device
+# acx-fmnist comparison; ACX_GPU_TRAIN_DIMS (default 4096,16384,16384,4096),
+# ACX_GPU_TRAIN_BATCH (8192), ACX_GPU_TRAIN_STEPS (20) and
+# ACX_GPU_TRAIN_STRATEGIES ("NO_SHARD FULL_SHARD") size acx-bench-train-gpu
+# (budgeted under 90 s with tests/gpu/train_gpu.test; not yet measured).
+# Each step runs under a timeout so that one call fits a short device
 # session (about 6 minutes in all on 16 cores before bench.test,
 # mpi_device.test and the acx-bench-allreduce runs were added — estimated
 # 2-4 minutes more, not yet measured; most of it is the full suite, so
@@ -95,7 +101,7 @@ result "build: PASS ($(($(date +%s) - t0)) s for configure + make -j$jobs)"
 
 # ---- GPU tests ----
 gpu_failed=0
-for t in device kernels nccl bench mpi_device ddp_device offload ddp_stream mlp_cuda; do
+for t in device kernels nccl bench mpi_device ddp_device offload ddp_stream mlp_cuda train_gpu; do
     step "tests/gpu/$t.test"
     t0=$(date +%s)
     timeout 600 make -j1 check TESTS="tests/gpu/$t.test" >/dev/null 2>&1
@@ -141,6 +147,48 @@ timeout 180 mpirun -np 2 benchmarks/acx-bench-allreduce -d cuda -b mpi -c --busb
     -m 256M:256M -i 5 -x 1 2>&1 | tee "$f"
 result "bench acx-bench-allreduce -d cuda -b mpi (staged) float32 268435456 B, 2 ranks on GPU 0: $(bench_row "$f")"
 
+# ---- training throughput on the GPU: bf16 GEMM rate, synthetic model, MFU ----
+# acx-bench-train-gpu (benchmarks/train_gpu.c; its correctness is
+# tests/gpu/train_gpu.test above): the bf16 GEMM rate (cuBLAS, float32
+# accumulate) on an N^3 product and on the model's own products, then the
+# synthetic MLP's step through acx (device_state cuda, mixed_precision
+# bf16, AdamW) under each strategy, its GEMMs alone, and MFU = achieved
+# GEMM FLOP/s / the measured N^3 rate. A strategy acx does not accept with
+# backend nccl yet (exit 3) is reported as refused, not failed. Sizes:
+# ACX_GPU_TRAIN_DIMS, ACX_GPU_TRAIN_BATCH, ACX_GPU_TRAIN_STEPS,
+# ACX_GPU_TRAIN_STRATEGIES (about 10-20 s per strategy on an H200 at the
+# defaults: estimated, not yet measured).
+step "acx-bench-train-gpu: bf16 GEMM rate; synthetic model through acx (MFU)"
+tg_dims=${ACX_GPU_TRAIN_DIMS:-4096,16384,16384,4096}
+tg_batch=${ACX_GPU_TRAIN_BATCH:-8192}
+tg_steps=${ACX_GPU_TRAIN_STEPS:-20}
+tg_first=1
+if [ ! -x benchmarks/acx-bench-train-gpu ]; then
+    result "acx-bench-train-gpu: SKIP (not built: this build has no cuBLAS)"
+else
+    for strategy in ${ACX_GPU_TRAIN_STRATEGIES:-NO_SHARD FULL_SHARD}; do
+        f=$out/logs/train-gpu-$strategy.txt
+        timeout 150 mpirun -np 1 benchmarks/acx-bench-train-gpu --sharding-strategy "$strategy" \
+            --dims "$tg_dims" --batch-size "$tg_batch" --steps "$tg_steps" \
+            --json "$out/logs/train-gpu-$strategy.json" >"$f" 2>&1
+        rc=$?
+        cat "$f"
+        if [ "$rc" -eq 0 ]; then
+            # the GEMM rates once (every run measures them, for its own MFU)
+            if [ "$tg_first" = 1 ]; then
+                sed -n 's/^result: \(bf16 GEMM .*\)/\1/p' "$f" | while read -r line; do result "$line"; done
+                tg_first=0
+            fi
+            sed -n 's/^result: \(synthetic .*\)/\1/p' "$f" | while read -r line; do result "$line"; done
+        elif [ "$rc" -eq 3 ]; then
+            result "synthetic $tg_dims $strategy: refused by acx ($(grep -m1 'acx refused' "$f"))"
+        else
+            result "acx-bench-train-gpu $strategy: FAIL (exit $rc; logs/train-gpu-$strategy.txt)"
+            gpu_failed=1
+        fi
+    done
+fi
+
 # ---- acx-fmnist --device cuda against the CPU run ----
 # The same job (seed, data order, epochs, one rank) with the MLP on the CPU
 # and on the GPU (cuBLAS, device-resident acx state): float rounding differs
@@ -154,6 +202,10 @@ fm_epochs=${ACX_GPU_FMNIST_EPOCHS:-3}
 fm_cfg=${ACX_GPU_FMNIST_CONFIG:---acx-backend=nccl}
 fm_accuracy() { sed -n 's/^final test_accuracy=\([0-9.]*\)$/\1/p' "$1"; }
 fm_rate() { sed -n 's/.* \([0-9]*\) samples\/s over .*/\1/p' "$1"; }
+# ms per optimizer step, derived: acx-fmnist's default batch (64) on 1 rank
+# over its samples/s (which times the training loop only, evaluation not
+# included)
+fm_step_ms() { awk -v r="$(fm_rate "$1")" 'BEGIN { if (r > 0) printf "%.3f", 1000 * 64 / r; else printf "?" }'; }
 ./acx-fmnist --device cuda --data /nonexistent.h5 >"$out/logs/fmnist-probe.txt" 2>&1
 if grep -q "not in this build" "$out/logs/fmnist-probe.txt"; then
     result "acx-fmnist --device cuda: SKIP ($(grep -m1 'not in this build' "$out/logs/fmnist-probe.txt"))"
@@ -174,8 +226,10 @@ else
     cat "$out/logs/fmnist-cpu.txt" "$out/logs/fmnist-cuda.txt"
     a_cpu=$(fm_accuracy "$out/logs/fmnist-cpu.txt")
     a_gpu=$(fm_accuracy "$out/logs/fmnist-cuda.txt")
-    what="$fm_epochs epochs, 1 rank: cpu $a_cpu ($(fm_rate "$out/logs/fmnist-cpu.txt") samples/s, $((t1 - t0)) s),"
-    what="$what cuda $a_gpu ($(fm_rate "$out/logs/fmnist-cuda.txt") samples/s, $((t2 - t1)) s; $fm_cfg)"
+    what="$fm_epochs epochs, 1 rank, batch 64: cpu $a_cpu ($(fm_rate "$out/logs/fmnist-cpu.txt") samples/s,"
+    what="$what $(fm_step_ms "$out/logs/fmnist-cpu.txt") ms/step, $((t1 - t0)) s), cuda $a_gpu"
+    what="$what ($(fm_rate "$out/logs/fmnist-cuda.txt") samples/s, $(fm_step_ms "$out/logs/fmnist-cuda.txt") ms/step,"
+    what="$what $((t2 - t1)) s; $fm_cfg)"
     if [ -z "$a_cpu" ] || [ -z "$a_gpu" ]; then
         result "acx-fmnist --device cuda: FAIL (a run gave no accuracy; $what)"
         gpu_failed=1
