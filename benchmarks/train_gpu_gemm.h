@@ -14,11 +14,14 @@
  *   forward  y[B x fo] = x . W^T        <=>  y^T = W . x^T
  *            gemm(T, N, m fo, n B, k fi; A W lda fi, B x ldb fi; C y ldc fo)
  *   wgrad    dW[fo x fi] += dy^T . x    <=>  dW^T += x^T . dy
- *            gemm(N, T, m fi, n fo, k B; A x lda fi, B dy ldb fo; C dW ldc fi)
+ *            gemm(N, T, m fi, n fo, k B; A x lda fi, B dy ldb fo; C dW ldc fi;
+ *                 beta 1: the gradient is ADDED into acx's buffer, as
+ *                 include/acx/model.h asks, so micro-steps accumulate)
  *   dgrad    dx[B x fi] = dy . W        <=>  dx^T = W^T . dy^T
  *            gemm(N, N, m fi, n B, k fo; A W lda fi, B dy ldb fo; C dx ldc fi)
  *
- * Each is 2 * B * fi * fo floating-point operations.
+ * forward and dgrad overwrite C (beta 0). Each is 2 * B * fi * fo
+ * floating-point operations.
  */
 #ifndef ACX_BENCH_TRAIN_GPU_GEMM_H
 #define ACX_BENCH_TRAIN_GPU_GEMM_H
@@ -39,14 +42,15 @@ typedef struct tg_gemm {
     int trans_a, trans_b; /* 1: op(.) is the transpose */
     int m, n, k, lda, ldb, ldc;
     tg_operand_t a, b, c;
+    float beta; /* C = op(A) op(B) + beta C */
 } tg_gemm_t;
 
 static inline tg_gemm_t tg_gemm_args(tg_gemm_kind_t kind, int fi, int fo, int batch) {
     switch (kind) {
-    case TG_FORWARD: return (tg_gemm_t){1, 0, fo, batch, fi, fi, fi, fo, TG_W, TG_X, TG_Y};
-    case TG_WGRAD: return (tg_gemm_t){0, 1, fi, fo, batch, fi, fo, fi, TG_X, TG_DY, TG_DW};
+    case TG_FORWARD: return (tg_gemm_t){1, 0, fo, batch, fi, fi, fi, fo, TG_W, TG_X, TG_Y, 0.0f};
+    case TG_WGRAD: return (tg_gemm_t){0, 1, fi, fo, batch, fi, fo, fi, TG_X, TG_DY, TG_DW, 1.0f};
     case TG_DGRAD:
-    default: return (tg_gemm_t){0, 0, fi, batch, fo, fi, fo, fi, TG_W, TG_DY, TG_DX};
+    default: return (tg_gemm_t){0, 0, fi, batch, fo, fi, fo, fi, TG_W, TG_DY, TG_DX, 0.0f};
     }
 }
 

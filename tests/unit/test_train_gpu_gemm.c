@@ -8,11 +8,18 @@
  * dW += dy^T x, dx = dy W). The shapes are all different (fi, fo, B
  * pairwise distinct), so a swapped dimension, a wrong leading dimension or
  * a missing transpose reads the wrong elements or the wrong count and
- * fails. The GPU run of the same arguments is tests/gpu/train_gpu.test.
+ * fails. The beta is the header's too: forward and input gradient must
+ * overwrite C (C is pre-filled with other values), the weight gradient must
+ * add into it (acx's gradient buffer), and two accumulated micro-steps on
+ * the same batch, divided by 2 as acx does, must give the one-batch
+ * gradient, which is what acx-bench-train-gpu --check relies on to tell
+ * beta 1 from beta 0 (beta 0 gives half of it). The GPU run of the same
+ * arguments is tests/gpu/train_gpu.test.
  */
 #include <cblas.h>
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "acx_test.h"
 #include "benchmarks/train_gpu_gemm.h"
@@ -52,12 +59,12 @@ static float *operand(layer_t *t, tg_operand_t which) {
     return NULL;
 }
 
-/* C = op(A) op(B) + beta C with the benchmark's arguments. */
-static void run(layer_t *t, tg_gemm_kind_t kind, float beta) {
+/* C = op(A) op(B) + beta C with the benchmark's arguments, beta included. */
+static void run(layer_t *t, tg_gemm_kind_t kind) {
     tg_gemm_t g = tg_gemm_args(kind, FI, FO, NB);
     cblas_sgemm(CblasColMajor, g.trans_a ? CblasTrans : CblasNoTrans,
                 g.trans_b ? CblasTrans : CblasNoTrans, g.m, g.n, g.k, 1.0f, operand(t, g.a), g.lda,
-                operand(t, g.b), g.ldb, beta, operand(t, g.c), g.ldc);
+                operand(t, g.b), g.ldb, g.beta, operand(t, g.c), g.ldc);
 }
 
 static int test_forward(void) {
@@ -66,7 +73,7 @@ static int test_forward(void) {
     fill(t.w, FO * FI);
     fill(t.x, NB * FI);
     fill(t.y, NB * FO); /* beta 0: overwritten */
-    run(&t, TG_FORWARD, 0.0f);
+    run(&t, TG_FORWARD);
     for (int b = 0; b < NB; b++)
         for (int o = 0; o < FO; o++) {
             double s = 0.0;
@@ -89,7 +96,7 @@ static int test_wgrad(void) {
     fill(t.dy, NB * FO);
     fill(t.dw, FO * FI);
     memcpy(before, t.dw, sizeof before);
-    run(&t, TG_WGRAD, 1.0f);
+    run(&t, TG_WGRAD);
     for (int o = 0; o < FO; o++)
         for (int i = 0; i < FI; i++) {
             double s = before[o * FI + i];
@@ -104,13 +111,38 @@ error:
     return 1;
 }
 
+static int test_wgrad_accumulation(void) {
+    TESTING("two micro-steps on one batch, halved, give the one-batch dW");
+    layer_t t;
+    int nonzero = 0;
+    fill(t.x, NB * FI);
+    fill(t.dy, NB * FO);
+    memset(t.dw, 0, sizeof t.dw); /* acx_optimizer_zero_grad */
+    run(&t, TG_WGRAD);
+    run(&t, TG_WGRAD);
+    for (int o = 0; o < FO; o++)
+        for (int i = 0; i < FI; i++) {
+            double s = 0.0;
+            for (int b = 0; b < NB; b++)
+                s += (double)t.dy[b * FO + o] * t.x[b * FI + i];
+            nonzero += s != 0.0;
+            CHECK(t.dw[o * FI + i] / 2.0f == (float)s); /* exact: small integers */
+        }
+    CHECK(nonzero > 0); /* else beta 0 (half of it) would pass too */
+    PASSED();
+    return 0;
+error:
+    FAILED();
+    return 1;
+}
+
 static int test_dgrad(void) {
     TESTING("input gradient dx = dy W");
     layer_t t;
     fill(t.w, FO * FI);
     fill(t.dy, NB * FO);
     fill(t.dx, NB * FI);
-    run(&t, TG_DGRAD, 0.0f);
+    run(&t, TG_DGRAD);
     for (int b = 0; b < NB; b++)
         for (int i = 0; i < FI; i++) {
             double s = 0.0;
@@ -143,6 +175,7 @@ int main(void) {
     int failed = 0;
     failed += test_forward();
     failed += test_wgrad();
+    failed += test_wgrad_accumulation();
     failed += test_dgrad();
     failed += test_shapes();
     return failed ? 1 : 0;
