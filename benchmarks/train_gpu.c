@@ -20,14 +20,21 @@
  *      (fp32 master weights; acx hands out compute copies whose values are
  *      bfloat16 in float32 arrays), AdamW through acx_optimizer_step, the
  *      sharding strategy and backend asked for (default NO_SHARD, nccl).
- *      Per step: acquire every unit; per layer cast the compute copy to a
- *      bfloat16 buffer (a kernel, counted in the step) and run the forward
- *      GEMM and ReLU; the loss; backward layer by layer (weight gradient
- *      straight into acx_param_grad, input gradient, ReLU mask), then
- *      acx_unit_grads_ready and release; acx_backward_end; the optimizer
- *      step and zero_grad; acx_accumulate_end; then cudaStreamSynchronize,
- *      so the host time of a step is the step. --warmup untimed steps,
- *      --steps timed ones; the slowest rank's time per step.
+ *      Per step, FSDP's pattern, one unit at a time: forward per layer
+ *      acquire, cast the compute copy to bfloat16 (a kernel, counted in
+ *      the step), forward GEMM, ReLU, release; the loss; backward per
+ *      layer acquire again, weight gradient straight into acx_param_grad,
+ *      cast again and input gradient, ReLU mask, acx_unit_grads_ready,
+ *      release; acx_backward_end; the optimizer step and zero_grad;
+ *      acx_accumulate_end; then cudaStreamSynchronize, so the host time of
+ *      a step is the step. Under FULL_SHARD (and HYBRID_SHARD) every
+ *      acquire all-gathers, so a unit is gathered twice per step and at
+ *      most one (plus acx's prefetch) is held; the backward cast goes into
+ *      one scratch bfloat16 buffer sized for the largest layer. Under
+ *      NO_SHARD acquire and release do nothing and the forward casts go
+ *      into one persistent bfloat16 copy per layer, which backward reuses
+ *      (one cast per layer per step). --warmup untimed steps, --steps
+ *      timed ones; the slowest rank's time per step.
  *   3. The same step's GEMMs alone: the forward, weight-gradient and
  *      input-gradient products of one step back to back on the same
  *      buffers (weight gradients into a scratch buffer), nothing else;
@@ -51,7 +58,12 @@
  * batch 56) on 1 rank with SGD, checked against a CPU reference of the
  * same math: the first step's loss and every layer's update (p0 - p1)/lr
  * against the reference gradient; then the loss must decrease over the
- * following steps. The reference rounds to bfloat16 where the GPU does
+ * following steps. Each step of the check is two micro-steps on the same
+ * batch (gradient_accumulation_steps 2): acx divides the sum by 2, so the
+ * update is still the reference gradient if the weight-gradient GEMM adds
+ * into acx's buffer (beta 1), and half of it (a relative error of 0.5) if
+ * it overwrote it (beta 0) or if acx failed to keep the first micro-step's
+ * gradient. The reference rounds to bfloat16 where the GPU does
  * (compute copies, activations, output gradients) and sums in double, so
  * the only difference left is the GPU's float32 summation order: it can
  * move a rounded activation by one bfloat16 unit in the last place (2^-8
@@ -62,10 +74,13 @@
  * what rounding gives and far below the O(1) of a wrong transpose, leading
  * dimension, mask or scale.
  *
- * Exit status: 0 done (check passed), 1 failure, 2 usage error, 3 acx
- * refused the configuration as not supported (ACX_ERR_NOT_SUPPORTED, e.g.
- * a sharding strategy the backend does not support yet: the message says
- * so), 77 no CUDA device (with the reason).
+ * Exit status: 0 done (check passed), 1 failure (also a --json file that
+ * cannot be written), 2 usage error (decided before the device is looked
+ * at), 3 acx refused the configuration as not supported
+ * (ACX_ERR_NOT_SUPPORTED, e.g. a sharding strategy the backend does not
+ * support yet, or backend nccl in a build without NCCL: the message says
+ * so), 77 no CUDA device, or one older than compute capability 8.0 (no
+ * bfloat16 tensor cores; with the reason).
  * Output: human lines; the lines meant for a results summary start with
  * "result: " (tests/gpu/run-on-device.sh collects them); the last line is
  * one JSON object. Rank 0 prints.
@@ -78,6 +93,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 #include <ctype.h>
+#include <errno.h>
 #include <getopt.h>
 #include <math.h>
 #include <stdarg.h>
@@ -94,15 +110,16 @@
 #include "train_gpu_gemm.h"
 #include "train_gpu_kernels.h"
 
-#define PROG            "acx-bench-train-gpu"
-#define MAX_LAYERS      8
-#define EXIT_USAGE      2
-#define EXIT_REFUSED    3
-#define EXIT_SKIP       77
-#define WORKSPACE_BYTES ((size_t)32 << 20) /* cuBLAS's recommended workspace on Hopper */
-#define GEMM_WARMUP     3
-#define CHECK_LOSS_TOL  1e-3
-#define CHECK_GRAD_TOL  1e-2
+#define PROG               "acx-bench-train-gpu"
+#define MAX_LAYERS         8
+#define EXIT_USAGE         2
+#define EXIT_REFUSED       3
+#define EXIT_SKIP          77
+#define WORKSPACE_BYTES    ((size_t)32 << 20) /* cuBLAS's recommended workspace on Hopper */
+#define GEMM_WARMUP        3
+#define CHECK_LOSS_TOL     1e-3
+#define CHECK_GRAD_TOL     1e-2
+#define CHECK_ACCUMULATION 2 /* micro-steps per step under --check (header) */
 
 static const char *const strategy_names[] = {"NO_SHARD", "SHARD_GRAD_OP", "FULL_SHARD",
                                              "HYBRID_SHARD"};
@@ -177,7 +194,8 @@ static void usage(FILE *f) {
         "  --dims D0,D1,...,DL  layer widths, 2 to %d layers (default 4096,16384,16384,4096;\n"
         "                       --check: 72,136,104,40)\n"
         "  --batch-size B       samples per rank per step (default 8192; --check: 56)\n"
-        "  --steps S            timed steps (default 20; --check: steps in all, default 6)\n"
+        "  --steps S            timed steps (default 20; --check: steps in all, of 2 micro-steps\n"
+        "                       each, default 6)\n"
         "  --warmup W           untimed steps first (default 3)\n"
         "  --sharding-strategy S  NO_SHARD | SHARD_GRAD_OP | FULL_SHARD | HYBRID_SHARD\n"
         "                       (any case; default NO_SHARD)\n"
@@ -271,6 +289,41 @@ static int take_config_options(int *argc, char **argv, options_t *o) {
         }
     }
     return 0;
+}
+
+/* argv without the options acx_init removes (include/acx/accelerator.h:
+ * --config FILE, --config=FILE, --debug, --acx-KEY=VALUE, --acx-KEY VALUE;
+ * all after "--" kept), in a new array of *argc_p + 1 pointers (NULL
+ * terminated; the strings are argv's), or NULL out of memory. The
+ * program's own options are parsed from it before the device is looked at
+ * and before acx_init, so that a usage error exits 2 on any machine. */
+static char **program_args(int argc, char **argv, int *argc_p) {
+    char **v = calloc((size_t)argc + 1, sizeof *v);
+    int n = 0;
+    if (v == NULL) return NULL;
+    v[n++] = argv[0];
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--") == 0) {
+            while (i < argc)
+                v[n++] = argv[i++];
+            break;
+        }
+        if (strcmp(a, "--config") == 0) {
+            i++; /* and its FILE (acx_init says when it is missing) */
+            continue;
+        }
+        if (strncmp(a, "--config=", 9) == 0 || strcmp(a, "--debug") == 0) continue;
+        if (strncmp(a, "--acx-", 6) == 0) {
+            if (strchr(a, '=') == NULL && i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0)
+                i++; /* --acx-KEY VALUE */
+            continue;
+        }
+        v[n++] = argv[i];
+    }
+    v[n] = NULL;
+    *argc_p = n;
+    return v;
 }
 
 static int parse_int(const char *s, long lo, long hi, int *out) {
@@ -447,11 +500,11 @@ static void gpu_free(gpu_t *g) {
     memset(g, 0, sizeof *g);
 }
 
-/* C = op(A) op(B) + beta C: A and B bfloat16, C bfloat16 or float32
- * (ctype), float32 accumulation. */
+/* C = op(A) op(B) + beta C (a.beta: train_gpu_gemm.h): A and B bfloat16,
+ * C bfloat16 or float32 (ctype), float32 accumulation. */
 static int gemm(gpu_t *g, tg_gemm_t a, const uint16_t *A, const uint16_t *B, void *C,
-                cudaDataType_t ctype, float beta, const char *what) {
-    const float one = 1.0f;
+                cudaDataType_t ctype, const char *what) {
+    const float one = 1.0f, beta = a.beta;
     char desc[128];
     snprintf(desc, sizeof desc, "%s, m %d n %d k %d", what, a.m, a.n, a.k);
     CUBLAS(cublasGemmEx(g->blas, a.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
@@ -493,7 +546,6 @@ typedef struct gemm_case {
     char name[64];
     tg_gemm_t args;
     cudaDataType_t ctype;
-    float beta;
     double ms, tflops;
 } gemm_case_t;
 
@@ -505,11 +557,11 @@ static int time_gemm(gpu_t *g, gemm_case_t *c, const uint16_t *A, const uint16_t
     size_t bytes_c = count_c(c->args) * (c->ctype == CUDA_R_32F ? 4 : 2);
     CU(cudaMemsetAsync(C, 0, bytes_c, g->stream), c->name);
     for (int i = 0; i < GEMM_WARMUP; i++)
-        if (gemm(g, c->args, A, B, C, c->ctype, c->beta, c->name)) return -1;
+        if (gemm(g, c->args, A, B, C, c->ctype, c->name)) return -1;
     for (int i = 0; i < iters; i++) {
         float ms;
         CU(cudaEventRecord(g->e0, g->stream), c->name);
-        if (gemm(g, c->args, A, B, C, c->ctype, c->beta, c->name)) return -1;
+        if (gemm(g, c->args, A, B, C, c->ctype, c->name)) return -1;
         CU(cudaEventRecord(g->e1, g->stream), c->name);
         CU(cudaEventSynchronize(g->e1), c->name);
         CU(cudaEventElapsedTime(&ms, g->e0, g->e1), c->name);
@@ -531,7 +583,6 @@ static int gemm_cases(const options_t *o, gemm_case_t *cases) {
         snprintf(c->name, sizeof c->name, "%d^3", s);
         c->args = tg_gemm_args(TG_FORWARD, s, s, s);
         c->ctype = CUDA_R_16BF;
-        c->beta = 0.0f;
     }
     for (int l = 0; l < o->nlayers; l++) {
         int fi = o->dims[l], fo = o->dims[l + 1];
@@ -543,13 +594,12 @@ static int gemm_cases(const options_t *o, gemm_case_t *cases) {
             snprintf(c->name, sizeof c->name, "fc%d %s %dx%dx%d", l + 1, kinds[k], c->args.m,
                      c->args.n, c->args.k);
             c->ctype = k == TG_WGRAD ? CUDA_R_32F : CUDA_R_16BF;
-            c->beta = k == TG_WGRAD ? 1.0f : 0.0f;
         }
     }
     return n;
 }
 
-/* Time every case on scratch operands (pseudo-random bfloat16 in [-1, 1)).
+/* Time every case on scratch operands (pseudo-random bfloat16 in [-1, 1]).
  * The buffers are freed before the model is built. */
 static int gemm_rates(const options_t *o, gpu_t *g, gemm_case_t *cases, int n) {
     size_t na = 0, nb = 0, bytes_c = 0;
@@ -595,11 +645,16 @@ done:
 
 typedef struct model {
     int L, B, dims[MAX_LAYERS + 1];
+    int sharded; /* not NO_SHARD: recast per acquire into wcast (header) */
+    int synced;  /* the last micro-step was a synchronization boundary */
     acx_model_t *m;
     acx_optimizer_t *opt;
     acx_unit_t *unit[MAX_LAYERS];
     acx_param_t *w[MAX_LAYERS];    /* fc(l+1).weight [D(l+1) x D(l)] */
-    uint16_t *wbf[MAX_LAYERS];     /* device bf16 [D(l+1) x D(l)]: the cast compute copy */
+    uint16_t *wbf[MAX_LAYERS];     /* NO_SHARD: device bf16 [D(l+1) x D(l)], the cast compute
+                                      copy, kept from forward to backward */
+    uint16_t *wcast;               /* sharded: device bf16 [max D(l) D(l+1)], the cast of the
+                                      unit acquired now */
     uint16_t *act[MAX_LAYERS + 1]; /* device bf16 [B x D(l)]: act[0] the input, act[l+1]
                                       layer l's output (post-ReLU but the last) */
     uint16_t *dact, *dtmp;         /* device bf16 [B x max width]: output / input gradients */
@@ -611,6 +666,11 @@ typedef struct model {
 
 static size_t layer_numel(const model_t *md, int l) {
     return (size_t)md->dims[l] * (size_t)md->dims[l + 1];
+}
+
+/* Where layer l's bfloat16 weights are cast to and read from. */
+static uint16_t *weights_bf16(const model_t *md, int l) {
+    return md->sharded ? md->wcast : md->wbf[l];
 }
 
 static int max_width(const model_t *md) {
@@ -649,6 +709,7 @@ static void make_data(const model_t *md, long long seed, int rank, uint16_t *x, 
 static int model_register(acx_accelerator_t *acc, model_t *md, const options_t *o) {
     md->L = o->nlayers;
     md->B = o->batch;
+    md->sharded = o->strategy != ACX_NO_SHARD;
     memcpy(md->dims, o->dims, sizeof md->dims);
     ACX(acx_model_create(acc, &md->m));
     for (int l = 0; l < md->L; l++) {
@@ -682,8 +743,10 @@ static int model_buffers(model_t *md, long long seed) {
     for (int l = 0; l < md->L; l++) {
         size_t n = layer_numel(md, l);
         largest = n > largest ? n : largest;
-        if (device_alloc((void **)&md->wbf[l], n * 2, "bf16 weights")) return -1;
+        if (!md->sharded && device_alloc((void **)&md->wbf[l], n * 2, "bf16 weights")) return -1;
     }
+    if (md->sharded && device_alloc((void **)&md->wcast, largest * 2, "bf16 weights (scratch)"))
+        return -1;
     for (int l = 0; l <= md->L; l++)
         if (device_alloc((void **)&md->act[l], B * (size_t)md->dims[l] * 2, "activations"))
             return -1;
@@ -694,6 +757,8 @@ static int model_buffers(model_t *md, long long seed) {
         device_alloc((void **)&md->loss, sizeof(double), "mean loss") ||
         device_alloc((void **)&md->wgrad_scratch, largest * 4, "weight-gradient scratch"))
         return -1;
+    /* added into with beta 1 by the GEMMs-alone pass: start from zeros */
+    CU(cudaMemset(md->wgrad_scratch, 0, largest * 4), "weight-gradient scratch");
     CU(cudaMallocHost((void **)&md->loss_host, sizeof(double)), "pinned loss");
     size_t nx = B * (size_t)md->dims[0], nt = B * (size_t)md->dims[md->L];
     uint16_t *x = malloc(nx * 2);
@@ -716,6 +781,7 @@ static int model_buffers(model_t *md, long long seed) {
 static void model_free(model_t *md) {
     for (int l = 0; l < MAX_LAYERS; l++)
         cudaFree(md->wbf[l]);
+    cudaFree(md->wcast);
     for (int l = 0; l <= MAX_LAYERS; l++)
         cudaFree(md->act[l]);
     cudaFree(md->dact);
@@ -728,23 +794,31 @@ static void model_free(model_t *md) {
     (void)cudaGetLastError();
 }
 
-/* One training step (the header's list); *loss_p = this rank's mean loss
- * of the step (before the update). Ends with the stream synchronized. */
+/* Cast the compute copy of layer l (acquired) to bfloat16 where
+ * weights_bf16 says. */
+static int cast_weights(model_t *md, int l, cudaStream_t s) {
+    const float *w = acx_param_data(md->w[l]);
+    if (w == NULL) return fail("acx_param_data(fc%d.weight): %s", l + 1, acx_last_error());
+    CU(tgk_f32_to_bf16(w, weights_bf16(md, l), layer_numel(md, l), s), "casting the weights");
+    return 0;
+}
+
+/* One micro-step (the header's list): with gradient_accumulation_steps 1
+ * a training step. *loss_p = this rank's mean loss of the micro-step
+ * (before the update). Ends with the stream synchronized. */
 static int model_step(acx_accelerator_t *acc, model_t *md, gpu_t *g, double *loss_p) {
     cudaStream_t s = g->stream;
     size_t B = (size_t)md->B;
     ACX(acx_accumulate_begin(acc));
-    for (int l = 0; l < md->L; l++)
-        ACX(acx_unit_acquire(md->unit[l]));
     for (int l = 0; l < md->L; l++) {
         int fi = md->dims[l], fo = md->dims[l + 1];
-        const float *w = acx_param_data(md->w[l]);
-        if (w == NULL) return fail("acx_param_data(fc%d.weight): %s", l + 1, acx_last_error());
-        CU(tgk_f32_to_bf16(w, md->wbf[l], layer_numel(md, l), s), "casting the weights");
-        if (gemm(g, tg_gemm_args(TG_FORWARD, fi, fo, md->B), md->wbf[l], md->act[l], md->act[l + 1],
-                 CUDA_R_16BF, 0.0f, "forward"))
+        ACX(acx_unit_acquire(md->unit[l]));
+        if (cast_weights(md, l, s)) return -1;
+        tg_gemm_t a = tg_gemm_args(TG_FORWARD, fi, fo, md->B);
+        if (gemm(g, a, weights_bf16(md, l), md->act[l], md->act[l + 1], CUDA_R_16BF, "forward"))
             return -1;
         if (l < md->L - 1) CU(tgk_relu_bf16(md->act[l + 1], B * (size_t)fo, s), "ReLU");
+        ACX(acx_unit_release(md->unit[l])); /* sharded: the gathered unit is freed */
     }
     int out = md->dims[md->L];
     CU(tgk_mse_bf16(md->act[md->L], md->target, md->B, out, 1.0f / (float)md->B, md->dact,
@@ -754,14 +828,17 @@ static int model_step(acx_accelerator_t *acc, model_t *md, gpu_t *g, double *los
        "the loss to the host");
     for (int l = md->L - 1; l >= 0; l--) {
         int fi = md->dims[l], fo = md->dims[l + 1];
+        ACX(acx_unit_acquire(md->unit[l])); /* sharded: gathered again */
         float *gw = acx_param_grad(md->w[l]);
         if (gw == NULL) return fail("acx_param_grad(fc%d.weight): %s", l + 1, acx_last_error());
+        /* beta 1 (train_gpu_gemm.h): added into acx's gradient buffer */
         if (gemm(g, tg_gemm_args(TG_WGRAD, fi, fo, md->B), md->act[l], md->dact, gw, CUDA_R_32F,
-                 1.0f, "weight gradient"))
+                 "weight gradient"))
             return -1;
         if (l > 0) {
-            if (gemm(g, tg_gemm_args(TG_DGRAD, fi, fo, md->B), md->wbf[l], md->dact, md->dtmp,
-                     CUDA_R_16BF, 0.0f, "input gradient"))
+            if (md->sharded && cast_weights(md, l, s)) return -1;
+            if (gemm(g, tg_gemm_args(TG_DGRAD, fi, fo, md->B), weights_bf16(md, l), md->dact,
+                     md->dtmp, CUDA_R_16BF, "input gradient"))
                 return -1;
             CU(tgk_relu_mask_bf16(md->act[l], md->dtmp, B * (size_t)fi, s), "ReLU backward");
             uint16_t *t = md->dact;
@@ -772,7 +849,8 @@ static int model_step(acx_accelerator_t *acc, model_t *md, gpu_t *g, double *los
         ACX(acx_unit_release(md->unit[l]));
     }
     ACX(acx_backward_end(acc));
-    if (acx_sync_gradients(acc)) {
+    md->synced = acx_sync_gradients(acc);
+    if (md->synced) {
         ACX(acx_optimizer_step(md->opt));
         ACX(acx_optimizer_zero_grad(md->opt));
     }
@@ -787,16 +865,16 @@ static int model_step(acx_accelerator_t *acc, model_t *md, gpu_t *g, double *los
 static int gemms_alone(model_t *md, gpu_t *g, double *ms_p) {
     CU(cudaEventRecord(g->e0, g->stream), "GEMMs alone");
     for (int l = 0; l < md->L; l++)
-        if (gemm(g, tg_gemm_args(TG_FORWARD, md->dims[l], md->dims[l + 1], md->B), md->wbf[l],
-                 md->act[l], md->act[l + 1], CUDA_R_16BF, 0.0f, "forward (alone)"))
+        if (gemm(g, tg_gemm_args(TG_FORWARD, md->dims[l], md->dims[l + 1], md->B),
+                 weights_bf16(md, l), md->act[l], md->act[l + 1], CUDA_R_16BF, "forward (alone)"))
             return -1;
     for (int l = md->L - 1; l >= 0; l--) {
         int fi = md->dims[l], fo = md->dims[l + 1];
         if (gemm(g, tg_gemm_args(TG_WGRAD, fi, fo, md->B), md->act[l], md->dact, md->wgrad_scratch,
-                 CUDA_R_32F, 1.0f, "weight gradient (alone)"))
+                 CUDA_R_32F, "weight gradient (alone)"))
             return -1;
-        if (l > 0 && gemm(g, tg_gemm_args(TG_DGRAD, fi, fo, md->B), md->wbf[l], md->dact, md->dtmp,
-                          CUDA_R_16BF, 0.0f, "input gradient (alone)"))
+        if (l > 0 && gemm(g, tg_gemm_args(TG_DGRAD, fi, fo, md->B), weights_bf16(md, l), md->dact,
+                          md->dtmp, CUDA_R_16BF, "input gradient (alone)"))
             return -1;
     }
     CU(cudaEventRecord(g->e1, g->stream), "GEMMs alone");
@@ -812,17 +890,18 @@ static int gemms_alone(model_t *md, gpu_t *g, double *ms_p) {
 /* One step of the model on the host: weights wc[l] (the bfloat16 compute
  * copies, as floats), inputs x, targets t; the GPU's rounding points
  * (activations and output gradients rounded to bfloat16 once from the
- * accumulated sum), sums in double. Returns the loss; g[l] = d loss / d W_l
- * [D(l+1) x D(l)]. */
-static double reference_step(const model_t *md, float *const *wc, const float *x, const float *t,
-                             float **g) {
-    int L = md->L, B = md->B;
-    float *a[MAX_LAYERS + 1] = {0};
+ * accumulated sum), sums in double. *loss_p = the loss; g[l] = d loss /
+ * d W_l [D(l+1) x D(l)]. Returns 0, or -1 out of memory (err_msg). */
+static int reference_step(const model_t *md, float *const *wc, const float *x, const float *t,
+                          float **g, double *loss_p) {
+    int L = md->L, B = md->B, rc = -1;
+    float *a[MAX_LAYERS + 1] = {0}, *dy = NULL, *dx = NULL;
     double loss = 0.0;
     a[0] = (float *)x;
     for (int l = 0; l < L; l++) {
         int fi = md->dims[l], fo = md->dims[l + 1];
         a[l + 1] = malloc((size_t)B * (size_t)fo * sizeof(float));
+        if (a[l + 1] == NULL) goto oom;
         for (int b = 0; b < B; b++)
             for (int o = 0; o < fo; o++) {
                 double s = 0.0;
@@ -834,8 +913,9 @@ static double reference_step(const model_t *md, float *const *wc, const float *x
     }
     int out = md->dims[L];
     float inv_b = 1.0f / (float)B;
-    float *dy = malloc((size_t)B * (size_t)max_width(md) * sizeof(float));
-    float *dx = malloc((size_t)B * (size_t)max_width(md) * sizeof(float));
+    dy = malloc((size_t)B * (size_t)max_width(md) * sizeof(float));
+    dx = malloc((size_t)B * (size_t)max_width(md) * sizeof(float));
+    if (dy == NULL || dx == NULL) goto oom;
     for (size_t i = 0; i < (size_t)B * (size_t)out; i++) {
         float e = a[L][i] - t[i];
         dy[i] = bf16_round(e * inv_b);
@@ -864,11 +944,33 @@ static double reference_step(const model_t *md, float *const *wc, const float *x
         dy = dx;
         dx = tmp;
     }
+    *loss_p = loss;
+    rc = 0;
+    goto done;
+oom:
+    fail("out of memory for the CPU reference");
+done:
     for (int l = 1; l <= L; l++)
         free(a[l]);
     free(dy);
     free(dx);
-    return loss;
+    return rc;
+}
+
+/* One step of the check: gradient_accumulation_steps (2) micro-steps on
+ * the same batch, the optimizer stepping after the last (header);
+ * *loss_p = the first micro-step's loss. */
+static int check_step(acx_accelerator_t *acc, model_t *md, gpu_t *g, double *loss_p) {
+    double loss;
+    for (int i = 0; i < CHECK_ACCUMULATION; i++) {
+        if (model_step(acc, md, g, i == 0 ? loss_p : &loss)) return -1;
+        if (md->synced != (i == CHECK_ACCUMULATION - 1))
+            return fail("micro-step %d of %d of a check step %s a synchronization boundary "
+                        "(acx_sync_gradients): gradient_accumulation_steps is not %d",
+                        i + 1, CHECK_ACCUMULATION, md->synced ? "was" : "was not",
+                        CHECK_ACCUMULATION);
+    }
+    return 0;
 }
 
 /* The check (header): returns 0 when it passed, 1 when it failed (said
@@ -895,7 +997,7 @@ static int run_check(acx_accelerator_t *acc, model_t *md, gpu_t *g, const option
             goto done;
         }
     }
-    if (model_step(acc, md, g, &losses[0])) goto done;
+    if (check_step(acc, md, g, &losses[0])) goto done;
     for (int l = 0; l < L; l++)
         if (acx_param_gather(md->w[l], p1[l]) != ACX_OK) {
             fail("acx_param_gather(fc%d.weight): %s", l + 1, acx_last_error());
@@ -918,9 +1020,11 @@ static int run_check(acx_accelerator_t *acc, model_t *md, gpu_t *g, const option
         for (size_t i = 0; i < n; i++)
             wc[l][i] = bf16_round(p0[l][i]);
     }
-    double loss_ref = reference_step(md, wc, x, t, gref);
+    double loss_ref = NAN;
+    int ref = reference_step(md, wc, x, t, gref, &loss_ref);
     for (int l = 0; l < L; l++)
         free(wc[l]);
+    if (ref) goto done;
     double loss_err = fabs(losses[0] - loss_ref) / fabs(loss_ref);
     int ok = loss_err <= CHECK_LOSS_TOL;
     failed |= !ok;
@@ -943,10 +1047,11 @@ static int run_check(acx_accelerator_t *acc, model_t *md, gpu_t *g, const option
             ok ? "ok" : "FAILED");
     }
     for (int i = 1; i < o->steps; i++)
-        if (model_step(acc, md, g, &losses[i])) goto done;
+        if (check_step(acc, md, g, &losses[i])) goto done;
     ok = isfinite(losses[o->steps - 1]) && losses[o->steps - 1] < losses[0];
     failed |= !ok;
-    say("check: loss over %d SGD steps (lr %g):", o->steps, o->lr);
+    say("check: loss over %d SGD steps (lr %g, %d micro-steps each):", o->steps, o->lr,
+        CHECK_ACCUMULATION);
     for (int i = 0; i < o->steps; i++)
         say(" %.6g", losses[i]);
     say(" -> %s\n", ok ? "decreased ok" : "did NOT decrease: FAILED");
@@ -1019,10 +1124,23 @@ static void json_number(FILE *f, const char *key, double v) {
         fprintf(f, ", \"%s\": null", key);
 }
 
+/* s as the characters of a JSON string (RFC 8259: quote, backslash and
+ * control characters escaped). */
+static void json_chars(FILE *f, const char *s) {
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++)
+        if (*p == '"' || *p == '\\')
+            fprintf(f, "\\%c", *p);
+        else if (*p < 0x20)
+            fprintf(f, "\\u%04x", *p);
+        else
+            fputc(*p, f);
+}
+
 static void write_json(FILE *f, const options_t *o, const gpu_t *g, const model_t *md,
                        const results_t *r, int64_t params) {
-    fprintf(f, "{\"benchmark\": \"" PROG "\", \"device\": \"%s\", \"ranks\": %d, \"dims\": [",
-            g->name, world_size);
+    fprintf(f, "{\"benchmark\": \"" PROG "\", \"device\": \"");
+    json_chars(f, g->name);
+    fprintf(f, "\", \"ranks\": %d, \"dims\": [", world_size);
     for (int l = 0; l <= md->L; l++)
         fprintf(f, "%s%d", l ? ", " : "", md->dims[l]);
     fprintf(f,
@@ -1057,8 +1175,10 @@ static void write_json(FILE *f, const options_t *o, const gpu_t *g, const model_
     fprintf(f, "]}\n");
 }
 
-static void report(const options_t *o, const gpu_t *g, const model_t *md, const results_t *r,
-                   int64_t params) {
+/* The results on rank 0. Returns 0, or -1 when the --json file cannot be
+ * written (err_msg). */
+static int report(const options_t *o, const gpu_t *g, const model_t *md, const results_t *r,
+                  int64_t params) {
     char shape[128];
     int n = 0;
     for (int l = 0; l <= md->L && n < (int)sizeof shape - 8; l++)
@@ -1082,19 +1202,18 @@ static void report(const options_t *o, const gpu_t *g, const model_t *md, const 
     say("synthetic model: %lld parameters, %d rank(s) x batch %d; FLOPs/step = 6 B P - 2 B D0 D1 "
         "= %.6g (GEMMs only); loss %.6g (first step) -> %.6g (last)\n",
         (long long)params, world_size, md->B, r->flops, r->first_loss, r->last_loss);
-    if (world_rank == 0) {
-        write_json(stdout, o, g, md, r, params);
-        if (o->json) {
-            FILE *f = fopen(o->json, "w");
-            if (f == NULL) {
-                fprintf(stderr, PROG ": cannot write '%s'\n", o->json);
-                return;
-            }
-            write_json(f, o, g, md, r, params);
-            fclose(f);
-        }
-        fflush(stdout);
+    if (world_rank != 0) return 0;
+    write_json(stdout, o, g, md, r, params);
+    fflush(stdout);
+    if (o->json) {
+        FILE *f = fopen(o->json, "w");
+        if (f == NULL) return fail("cannot write --json '%s': %s", o->json, strerror(errno));
+        write_json(f, o, g, md, r, params);
+        int bad = ferror(f), saved = errno;
+        if (fclose(f) != 0 || bad)
+            return fail("writing --json '%s' failed: %s", o->json, strerror(bad ? saved : errno));
     }
+    return 0;
 }
 
 /* 0 when this process sees a CUDA device, else the reason in why. */
@@ -1114,6 +1233,21 @@ static int no_device(char *why, size_t len) {
     return 0;
 }
 
+/* 1 when the device acx bound is older than compute capability 8.0 (the
+ * reason in why), 0 when it is recent enough, -1 on an error (err_msg). */
+static int old_device(char *why, size_t len) {
+    struct cudaDeviceProp prop;
+    int dev;
+    CU(cudaGetDevice(&dev), "the device acx bound");
+    CU(cudaGetDeviceProperties(&prop, dev), "the device's compute capability");
+    if (prop.major >= 8) return 0;
+    snprintf(why, len,
+             "cuda:%d (%s) has compute capability %d.%d; bfloat16 GEMMs and this program's "
+             "kernels (sm_80, sm_90) need 8.0 (Ampere) or later",
+             dev, prop.name, prop.major, prop.minor);
+    return 1;
+}
+
 static int run(int argc, char **argv) {
     int provided, rc = 1;
     MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
@@ -1131,8 +1265,21 @@ static int run(int argc, char **argv) {
         MPI_Finalize();
         return rc;
     }
+    int pargc = 0;
+    char **pargv = program_args(argc, argv, &pargc);
+    if (pargv == NULL) {
+        fprintf(stderr, PROG ": out of memory\n");
+        MPI_Finalize();
+        return 1;
+    }
+    rc = parse_options(pargc, pargv, &o);
+    free(pargv);
+    if (rc != 0) {
+        MPI_Finalize();
+        return rc;
+    }
     /* Without a device on every rank there is nothing to measure. */
-    char why[256] = "";
+    char why[512] = "";
     int none = no_device(why, sizeof why), any_none, rank0_none = none;
     MPI_Allreduce(&none, &any_none, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
     MPI_Bcast(&rank0_none, 1, MPI_INT, 0, MPI_COMM_WORLD);
@@ -1148,7 +1295,7 @@ static int run(int argc, char **argv) {
     cfg.device_state = ACX_DEVICE_STATE_CUDA;
     cfg.sharding_strategy = o.strategy;
     cfg.backend = o.backend;
-    cfg.gradient_accumulation_steps = 1;
+    cfg.gradient_accumulation_steps = o.check ? CHECK_ACCUMULATION : 1;
     cfg.seed = o.seed;
     acx_accelerator_t *acc = NULL;
     acx_status_t st = acx_init(&argc, &argv, &cfg, &acc);
@@ -1166,9 +1313,19 @@ static int run(int argc, char **argv) {
     results_t *r = calloc(1, sizeof *r);
     memset(&g, 0, sizeof g);
     memset(&md, 0, sizeof md);
-    if ((rc = parse_options(argc, argv, &o)) != 0 || r == NULL) {
-        if (r == NULL) fprintf(stderr, PROG ": out of memory\n");
-        rc = r == NULL ? 1 : rc;
+    if (r == NULL) {
+        fprintf(stderr, PROG ": out of memory\n");
+        rc = 1;
+        goto finalize;
+    }
+    /* bfloat16 GEMMs and the sm_80/sm_90 kernels need compute capability
+     * 8.0 (Ampere) or later on every rank's device (the one acx bound). */
+    int old = old_device(why, sizeof why), any_old = 0;
+    MPI_Allreduce(&old, &any_old, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    if (old < 0) goto fail;
+    if (any_old) {
+        if (old) fprintf(stderr, PROG ": no usable CUDA device: %s (rank %d)\n", why, world_rank);
+        rc = EXIT_SKIP;
         goto finalize;
     }
     rc = 1;
@@ -1214,8 +1371,9 @@ static int run(int argc, char **argv) {
         rc = c;
     } else {
         if (run_timed(acc, &md, &g, &o, r)) goto fail;
-        report(&o, &g, &md, r, params);
-        rc = 0;
+        /* only rank 0 writes: the others are at finalize already, no abort */
+        rc = report(&o, &g, &md, r, params) ? 1 : 0;
+        if (rc) fprintf(stderr, PROG ": %s\n", err_msg);
     }
     goto finalize;
 

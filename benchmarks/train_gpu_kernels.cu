@@ -132,6 +132,7 @@ __global__ void fill_kernel(uint16_t *x, size_t n, uint64_t seed) {
         z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
         z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
         z ^= z >> 31;
+        /* k/32768 is in [-1, 1); rounded to bfloat16 in [-1, 1] (from 1 - 2^-9 up it is 1.0) */
         int k = (int)(z >> 48) - 32768; /* -32768 .. 32767 */
         x[i] = bf16_bits(__fdiv_rn((float)k, 32768.0f));
     }

@@ -46,8 +46,10 @@ cudaError_t tgk_relu_mask_bf16(const uint16_t *act, uint16_t *d, size_t n, cudaS
 cudaError_t tgk_mse_bf16(const uint16_t *y, const float *t, int batch, int k, float inv_b,
                          uint16_t *dy, double *row_loss, double *loss, cudaStream_t stream);
 
-/* x[i] = a bfloat16 value in [-1, 1) from a hash of (seed, i), i < n (the
- * GEMM-rate benchmark's operands: realistic bit patterns, no zeros runs). */
+/* x[i] = a bfloat16 value in [-1, 1] from a hash of (seed, i), i < n: k/32768
+ * for k in -32768..32767 rounded to bfloat16, where every k/32768 >= 1 - 2^-9
+ * rounds up to 1.0, so 1 is included (the GEMM-rate benchmark's operands:
+ * realistic bit patterns, no zeros runs). */
 cudaError_t tgk_fill_bf16(uint16_t *x, size_t n, uint64_t seed, cudaStream_t stream);
 
 #ifdef __cplusplus
