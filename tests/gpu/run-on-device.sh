@@ -25,7 +25,8 @@
 # options of the --device cuda run, default --acx-backend=nccl) shape the
 # acx-fmnist comparison; ACX_GPU_TRAIN_DIMS (default 4096,16384,16384,4096),
 # ACX_GPU_TRAIN_BATCH (8192), ACX_GPU_TRAIN_STEPS (20) and
-# ACX_GPU_TRAIN_STRATEGIES ("NO_SHARD FULL_SHARD") size acx-bench-train-gpu
+# ACX_GPU_TRAIN_STRATEGIES (STRATEGY:BACKEND pairs, default
+# "NO_SHARD:nccl FULL_SHARD:nccl FULL_SHARD:mpi") size acx-bench-train-gpu
 # (budgeted under 90 s with tests/gpu/train_gpu.test; not yet measured).
 # Each step runs under a timeout so that one call fits a short device
 # session (about 6 minutes in all on 16 cores before bench.test,
@@ -153,11 +154,15 @@ result "bench acx-bench-allreduce -d cuda -b mpi (staged) float32 268435456 B, 2
 # accumulate) on an N^3 product and on the model's own products, then the
 # synthetic MLP's step through acx (device_state cuda, mixed_precision
 # bf16, AdamW) under each strategy, its GEMMs alone, and MFU = achieved
-# GEMM FLOP/s / the measured N^3 rate. A strategy acx does not accept with
-# backend nccl yet (exit 3) is reported as refused, not failed. Sizes:
-# ACX_GPU_TRAIN_DIMS, ACX_GPU_TRAIN_BATCH, ACX_GPU_TRAIN_STEPS,
-# ACX_GPU_TRAIN_STRATEGIES (about 10-20 s per strategy on an H200 at the
-# defaults: estimated, not yet measured).
+# GEMM FLOP/s / the measured N^3 rate. ACX_GPU_TRAIN_STRATEGIES lists
+# STRATEGY:BACKEND pairs (backend nccl where ":BACKEND" is left out); a pair
+# acx refuses (exit 3: a strategy not supported with nccl yet, or a build
+# without NCCL) is reported as refused, not failed; an exit 0 without a
+# "result: synthetic" line is a failure. Backend mpi stages the device
+# buffers through host memory: its lines say so, not to be compared with
+# nccl. Sizes: ACX_GPU_TRAIN_DIMS, ACX_GPU_TRAIN_BATCH, ACX_GPU_TRAIN_STEPS
+# (about 10-20 s per pair on an H200 at the defaults: estimated, not yet
+# measured).
 step "acx-bench-train-gpu: bf16 GEMM rate; synthetic model through acx (MFU)"
 tg_dims=${ACX_GPU_TRAIN_DIMS:-4096,16384,16384,4096}
 tg_batch=${ACX_GPU_TRAIN_BATCH:-8192}
@@ -166,24 +171,33 @@ tg_first=1
 if [ ! -x benchmarks/acx-bench-train-gpu ]; then
     result "acx-bench-train-gpu: SKIP (not built: this build has no cuBLAS)"
 else
-    for strategy in ${ACX_GPU_TRAIN_STRATEGIES:-NO_SHARD FULL_SHARD}; do
-        f=$out/logs/train-gpu-$strategy.txt
+    for tg_cfg in ${ACX_GPU_TRAIN_STRATEGIES:-NO_SHARD:nccl FULL_SHARD:nccl FULL_SHARD:mpi}; do
+        strategy=${tg_cfg%%:*}
+        backend=nccl
+        case $tg_cfg in *:*) backend=${tg_cfg#*:} ;; esac
+        tg_label=$strategy-$backend
+        tg_note=
+        [ "$backend" = mpi ] && tg_note=" (backend mpi: device buffers staged through host memory)"
+        f=$out/logs/train-gpu-$tg_label.txt
         timeout 150 mpirun -np 1 benchmarks/acx-bench-train-gpu --sharding-strategy "$strategy" \
-            --dims "$tg_dims" --batch-size "$tg_batch" --steps "$tg_steps" \
-            --json "$out/logs/train-gpu-$strategy.json" >"$f" 2>&1
+            --backend "$backend" --dims "$tg_dims" --batch-size "$tg_batch" --steps "$tg_steps" \
+            --json "$out/logs/train-gpu-$tg_label.json" >"$f" 2>&1
         rc=$?
         cat "$f"
-        if [ "$rc" -eq 0 ]; then
+        if [ "$rc" -eq 0 ] && ! grep -q '^result: synthetic' "$f"; then
+            result "acx-bench-train-gpu $strategy $backend: FAIL (exit 0 without a 'result: synthetic' line; logs/train-gpu-$tg_label.txt)"
+            gpu_failed=1
+        elif [ "$rc" -eq 0 ]; then
             # the GEMM rates once (every run measures them, for its own MFU)
             if [ "$tg_first" = 1 ]; then
                 sed -n 's/^result: \(bf16 GEMM .*\)/\1/p' "$f" | while read -r line; do result "$line"; done
                 tg_first=0
             fi
-            sed -n 's/^result: \(synthetic .*\)/\1/p' "$f" | while read -r line; do result "$line"; done
+            sed -n 's/^result: \(synthetic .*\)/\1/p' "$f" | while read -r line; do result "$line$tg_note"; done
         elif [ "$rc" -eq 3 ]; then
-            result "synthetic $tg_dims $strategy: refused by acx ($(grep -m1 'acx refused' "$f"))"
+            result "synthetic $tg_dims $strategy $backend: refused by acx ($(grep -m1 'acx refused' "$f"))"
         else
-            result "acx-bench-train-gpu $strategy: FAIL (exit $rc; logs/train-gpu-$strategy.txt)"
+            result "acx-bench-train-gpu $strategy $backend: FAIL (exit $rc; logs/train-gpu-$tg_label.txt)"
             gpu_failed=1
         fi
     done
