@@ -27,7 +27,7 @@
 # ACX_GPU_TRAIN_BATCH (8192), ACX_GPU_TRAIN_STEPS (20) and
 # ACX_GPU_TRAIN_STRATEGIES (STRATEGY:BACKEND pairs, default
 # "NO_SHARD:nccl FULL_SHARD:nccl FULL_SHARD:mpi") size acx-bench-train-gpu
-# (budgeted under 90 s with tests/gpu/train_gpu.test; not yet measured).
+# (budgeted under 120 s with tests/gpu/train_gpu.test; not yet measured).
 # Each step runs under a timeout so that one call fits a short device
 # session (about 6 minutes in all on 16 cores before bench.test,
 # mpi_device.test and the acx-bench-allreduce runs were added — estimated
