@@ -74,8 +74,11 @@ acx_status_t acx_cuda_memcpy(void *dst, const void *src, size_t bytes) {
 acx_status_t acx_cuda_memset(void *dst, int byte, size_t bytes) {
     if (bytes == 0) return ACX_OK;
     ACX_CUDA_CHECK(cudaMemset(dst, byte, bytes));
-    /* cudaMemset is asynchronous for device memory: the promise is "done" */
-    ACX_CUDA_CHECK(cudaDeviceSynchronize());
+    /* cudaMemset is asynchronous for device memory and runs on the legacy
+     * default stream: the promise is "done", so wait for that stream only —
+     * not for the other streams (an NCCL communicator's stream may hold a
+     * bucket's all-reduce in flight) as cudaDeviceSynchronize would. */
+    ACX_CUDA_CHECK(cudaStreamSynchronize(cudaStreamLegacy));
     return ACX_OK;
 }
 
