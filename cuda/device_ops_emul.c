@@ -233,7 +233,10 @@ static estream_t *stream_find(const void *id, int register_other) {
         return NULL;
     }
     s->id = id;
-    snprintf(s->what, sizeof s->what, "%p", id);
+    if (id == NULL)
+        snprintf(s->what, sizeof s->what, "NULL (the default stream)");
+    else
+        snprintf(s->what, sizeof s->what, "%p", id);
     streams[num_streams++] = s;
     return s;
 }
@@ -337,6 +340,14 @@ static acx_status_t op_writes(op_t *op, void *stream, unsigned mask) {
     pthread_mutex_unlock(&slock);
     if (status != ACX_OK) op_close(op);
     return status;
+}
+
+/* Drop the logged writes inside [lo, hi) (memory freed). */
+static void forget_writes(uintptr_t lo, uintptr_t hi) {
+    pthread_mutex_lock(&slock);
+    for (size_t i = 0; i < WRITE_LOG; i++)
+        if (wlog[i].lo >= lo && wlog[i].lo < hi) wlog[i].lo = wlog[i].hi = 0;
+    pthread_mutex_unlock(&slock);
 }
 
 /* 1 when write w is ordered before the next op on stream s. */
@@ -601,10 +612,12 @@ static void emul_free(void *p) {
     pthread_mutex_lock(&lock);
     for (int i = 0; i < num_regions; i++) {
         if (regions[i].base != p) continue;
+        uintptr_t lo = (uintptr_t)regions[i].base, hi = lo + regions[i].len;
         munmap(regions[i].base, regions[i].len);
         live_bytes -= regions[i].bytes;
         regions[i] = regions[--num_regions];
         pthread_mutex_unlock(&lock);
+        forget_writes(lo, hi); /* a later allocation at the same address starts clean */
         return;
     }
     pthread_mutex_unlock(&lock);
