@@ -194,7 +194,8 @@ static acx_status_t cu_to_host_async(void *host, const void *dev, size_t bytes, 
 }
 
 static acx_status_t cu_event_sync(void *event) {
-    if (event == NULL) return ACX_ERROR(ACX_ERR_INVALID_ARG, "event synchronize: the event is NULL");
+    if (event == NULL)
+        return ACX_ERROR(ACX_ERR_INVALID_ARG, "event synchronize: the event is NULL");
     ACX_CUDA_CHECK(cudaEventSynchronize((cudaEvent_t)event));
     return ACX_OK;
 }

@@ -157,8 +157,8 @@ static acx_status_t op_begin(op_t *op, const char *what, const void *p0, size_t 
 /* ---- streams, events and the write log (rules: cuda/device_ops.h) ---- */
 
 #define WRITE_LOG 1024 /* device writes remembered for the missing-wait check */
-#define MAX_SEEN 16    /* streams whose work a stream can know to be ordered before it */
-#define W(k) (1u << (k))
+#define MAX_SEEN  16   /* streams whose work a stream can know to be ordered before it */
+#define W(k)      (1u << (k))
 
 /* "stream's work up to sequence number seq" */
 typedef struct seen {
@@ -311,8 +311,8 @@ static acx_status_t op_writes(op_t *op, void *stream, unsigned mask) {
     pthread_mutex_lock(&slock);
     estream_t *s = stream_find(stream, 1);
     if (s == NULL)
-        status = ACX_ERROR(ACX_ERR_NO_MEMORY, "emulated device, %s: cannot track a stream",
-                           op->what);
+        status =
+            ACX_ERROR(ACX_ERR_NO_MEMORY, "emulated device, %s: cannot track a stream", op->what);
     else if (s->created)
         status = perform(s, s->enqueued);
     for (int k = 0; k < MAX_ARGS && status == ACX_OK; k++) {
@@ -433,8 +433,10 @@ static void emul_event_destroy(void *event) {
 static acx_status_t event_get(void *event, const char *what, eevent_t **e_p) {
     *e_p = event != NULL ? event_find(event) : NULL;
     if (*e_p == NULL)
-        return ACX_ERROR(ACX_ERR_INVALID_ARG, "emulated device, %s: %p is not an event of this "
-                         "device (NULL, destroyed or never created)", what, event);
+        return ACX_ERROR(ACX_ERR_INVALID_ARG,
+                         "emulated device, %s: %p is not an event of this "
+                         "device (NULL, destroyed or never created)",
+                         what, event);
     return ACX_OK;
 }
 
@@ -498,13 +500,17 @@ static acx_status_t emul_to_host_async(void *host, const void *dev, size_t bytes
     }
     if (bytes == 0) goto out;
     if (host == NULL) {
-        status = ACX_ERROR(ACX_ERR_INVALID_ARG, "emulated device, %s: a NULL host destination "
-                           "for %zu bytes", what, bytes);
+        status = ACX_ERROR(ACX_ERR_INVALID_ARG,
+                           "emulated device, %s: a NULL host destination "
+                           "for %zu bytes",
+                           what, bytes);
         goto out;
     }
     if (acx_devops_emulated_owns(host, 1)) {
-        status = ACX_ERROR(ACX_ERR_INVALID_ARG, "emulated device, %s: the destination %p is "
-                           "device memory, not host memory", what, host);
+        status = ACX_ERROR(ACX_ERR_INVALID_ARG,
+                           "emulated device, %s: the destination %p is "
+                           "device memory, not host memory",
+                           what, host);
         goto out;
     }
     /* the source must be device memory: checked now, read when performed */

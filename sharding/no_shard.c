@@ -184,8 +184,8 @@ static acx_status_t offload_bucket_done(void *arg, size_t offset, size_t count) 
     const acx_devops_t *d = s->dev;
     ACX_CHECK(d->event_record(s->ev_ready, s->model->ctx.stream));
     ACX_CHECK(d->stream_wait_event(s->copy_stream, s->ev_ready));
-    ACX_CHECK(d->to_host_async(s->host_grad + offset, s->flat_grad + offset,
-                               count * sizeof(float), s->copy_stream));
+    ACX_CHECK(d->to_host_async(s->host_grad + offset, s->flat_grad + offset, count * sizeof(float),
+                               s->copy_stream));
     s->copies_unrecorded = 1;
     s->copies_unwaited = 1;
     return ACX_OK;

@@ -425,9 +425,9 @@ static int test_copy_stream(void) {
     CHECK(memcmp(h, v, sizeof v) == 0);
 
     /* event order: e1 captures copy A only, e2 both */
-    CHECK_OK(D->to_host_async(h, d, 4 * sizeof(float), s));         /* A: h[0..4) */
+    CHECK_OK(D->to_host_async(h, d, 4 * sizeof(float), s)); /* A: h[0..4) */
     CHECK_OK(D->event_record(e1, s));
-    CHECK_OK(D->to_host_async(h2, d + 4, 4 * sizeof(float), s));    /* B: h2[0..4) */
+    CHECK_OK(D->to_host_async(h2, d + 4, 4 * sizeof(float), s)); /* B: h2[0..4) */
     CHECK_OK(D->event_record(e2, s));
     CHECK(all_ones(h, 4 * sizeof(float)) && all_ones(h2, 4 * sizeof(float)));
     CHECK_OK(D->event_query(e1, &done));
@@ -470,7 +470,8 @@ static int test_copy_stream(void) {
     for (int i = 0; i < 8; i++)
         h[i] = -1.0f;
     CHECK_STATUS(D->to_host_async(h, h2, sizeof h, s), ACX_ERR_INVALID_ARG, "is not device memory");
-    CHECK_STATUS(D->to_host_async(d, d, sizeof h, s), ACX_ERR_INVALID_ARG, "device memory, not host");
+    CHECK_STATUS(D->to_host_async(d, d, sizeof h, s), ACX_ERR_INVALID_ARG,
+                 "device memory, not host");
     CHECK_STATUS(D->to_host_async(NULL, d, sizeof h, s), ACX_ERR_INVALID_ARG, "NULL host");
     CHECK_STATUS(D->to_host_async(h, d, sizeof h, NULL), ACX_ERR_INVALID_ARG, "stream_create");
     CHECK_STATUS(D->to_host_async(h, d, sizeof h, h2), ACX_ERR_INVALID_ARG, "stream_create");
