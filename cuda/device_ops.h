@@ -16,8 +16,10 @@
  *     references do the work). Host code that dereferences a device
  *     pointer therefore segfaults in CI exactly where it would read an
  *     illegal address on a GPU, and a host pointer given to a device op is
- *     an error (ACX_ERR_INVALID_ARG naming the op). Streams are accepted and
- *     ignored: every op completes before it returns. It is selected only
+ *     an error (ACX_ERR_INVALID_ARG naming the op). Every op completes
+ *     before it returns, whatever its stream, except the asynchronous
+ *     device -> host copy, which is deferred until the program waits for it
+ *     (see "copy streams and events" below). It is selected only
  *     by an explicit `device_state: emulated` (ACX_DEVICE_STATE) and says
  *     so in the log; it is never a fallback.
  *
@@ -27,7 +29,8 @@
  * memset are enqueued on `stream` and return at once; copies to the host
  * (to_host) and from it (to_device) wait for the work enqueued on `stream`
  * before them and are complete when they return, so the host buffer may be
- * read or reused right away. Errors: ACX_ERR_CUDA (the runtime's message),
+ * read or reused right away (to_host_async, on a copy stream, is the
+ * exception). Errors: ACX_ERR_CUDA (the runtime's message),
  * ACX_ERR_INVALID_ARG (NULL with n > 0, a host pointer given to the
  * emulated device, a dtype that is not 16-bit), ACX_ERR_NO_MEMORY.
  *
@@ -116,6 +119,88 @@ typedef struct acx_devops {
      * host loop). src and dst must not overlap. */
     acx_status_t (*accumulate)(acx_dtype_t dtype, const void *src, float *dst, size_t n,
                                void *stream);
+
+    /* ---- copy streams and events ----
+     *
+     * A second stream beside the compute stream lets device -> host copies
+     * run while the compute stream goes on (the CPU-offloaded optimizer's
+     * gradient copies, sharding/no_shard.c). The ordering is CUDA's: work on
+     * one stream runs in the order it was enqueued; work on two streams is
+     * unordered unless one stream waits for an event recorded on the other
+     * (stream_wait_event: the waiting stream's later work starts after the
+     * work enqueued on the other stream before the record); the host sees
+     * an asynchronous copy's result only after event_sync (or event_query
+     * reporting done) of an event recorded after it, or sync of its stream.
+     *
+     * The emulated device (the test double) keeps these rules observable:
+     *   1. to_host_async fills the host destination with all-ones bytes (a
+     *      NaN in every float32, bfloat16 and float16 slot) at once and
+     *      queues the copy on its stream; the copy is performed, in stream
+     *      order, only when the program could rely on it: event_sync or
+     *      event_query of an event recorded after it on that stream, sync
+     *      or stream_destroy of that stream, another stream's
+     *      stream_wait_event on such an event (that stream's later work
+     *      may read the destination or overwrite the source), or another op
+     *      enqueued on that stream. A host read before the wait sees NaN
+     *      where a GPU would show stale or torn data.
+     *   2. Every other op runs when called, as before. Each records the
+     *      device ranges it writes (kernels, memset, copy; the last 1024
+     *      writes). to_host_async checks its source against them: a range
+     *      written by an op on another stream that is not ordered before
+     *      the copy — no event recorded after the write was waited for by
+     *      the copy's stream, and the host did not synchronize the writer's
+     *      stream since (sync, to_host, to_device, event_sync) — is a
+     *      missing stream wait, refused with ACX_ERR_STATE naming both
+     *      streams. So is an op that writes the source of a copy still
+     *      queued on another stream (the copy could read the new values).
+     *   3. Asynchronous copies run only on streams from stream_create;
+     *      streams and events are checked against the live ones (a NULL or
+     *      unknown handle is ACX_ERR_INVALID_ARG).
+     * One mutex keeps the emulation's lists consistent; the library drives
+     * streams and events from the main thread only. */
+
+    /* *stream_p = a new stream that does not synchronize with the legacy
+     * default stream (cuda: cudaStreamCreateWithFlags(cudaStreamNonBlocking));
+     * `what` names it in errors. Free with stream_destroy. */
+    acx_status_t (*stream_create)(const char *what, void **stream_p);
+    /* Destroy a stream from stream_create (NULL is fine). Work still
+     * enqueued on it completes (cuda: in the background; emulated: at once),
+     * so the caller keeps its buffers alive until it has waited for it. */
+    void (*stream_destroy)(void *stream);
+    /* *event_p = a new event without timing (cuda:
+     * cudaEventCreateWithFlags(cudaEventDisableTiming)), never recorded: a
+     * wait for it returns at once. Free with event_destroy. */
+    acx_status_t (*event_create)(void **event_p);
+    /* Destroy an event (NULL is fine); a stream already waiting for it
+     * still waits for what it captured. */
+    void (*event_destroy)(void *event);
+    /* Capture the work enqueued on stream so far into event (replacing what
+     * it captured before): a later wait for the event waits for exactly
+     * that work. Enqueued; returns at once. */
+    acx_status_t (*event_record)(void *event, void *stream);
+    /* Work enqueued on stream after this call starts only after the work
+     * event captured (at its latest event_record before this call). The
+     * host does not wait. */
+    acx_status_t (*stream_wait_event)(void *stream, void *event);
+    /* Copy bytes from device memory dev to host memory host (from
+     * host_alloc: page-locked with CUDA, so the copy is truly asynchronous),
+     * enqueued on stream (one from stream_create; cuda:
+     * cudaMemcpyAsync(DeviceToHost)). Returns at once: host must not be
+     * read or written, nor dev written, until the copy is known complete
+     * (event_sync / event_query of an event recorded after it on stream, or
+     * sync(stream)). ACX_ERR_INVALID_ARG: NULL with bytes > 0, dev not
+     * device memory or host device memory (emulated), a stream not from
+     * stream_create (emulated); ACX_ERR_STATE: a missing stream wait
+     * (emulated, rule 2 above). */
+    acx_status_t (*to_host_async)(void *host, const void *dev, size_t bytes, void *stream);
+    /* The host waits until the work event captured has run (cuda:
+     * cudaEventSynchronize); its results are then visible to the host. */
+    acx_status_t (*event_sync)(void *event);
+    /* *done_p = 1 when the work event captured has run (its results are
+     * then visible to the host, as after event_sync), 0 when some is still
+     * pending (cuda: cudaEventQuery's cudaErrorNotReady). Never waits
+     * (emulated: always 1, its queued copies performed). */
+    acx_status_t (*event_query)(void *event, int *done_p);
 } acx_devops_t;
 
 /* The emulated device (every build). */

@@ -7,7 +7,10 @@
  * zero before any stream uses it. Copies to and from the host are
  * cudaMemcpyAsync on the caller's stream followed by
  * cudaStreamSynchronize: they come after the work enqueued on that stream
- * and are complete on return, whatever kind of stream it is.
+ * and are complete on return, whatever kind of stream it is. The copy
+ * stream's entries (non-blocking streams, events without timing,
+ * cudaMemcpyAsync device -> host into pinned memory) are the runtime calls
+ * themselves; the ordering is the caller's (cuda/device_ops.h).
  *
  * The optimizer kernels use the host build's multiply-add choice
  * (ACX_CUDA_MADD_OF_HOST), so they are bitwise the CPU's. The norms need a
@@ -124,6 +127,95 @@ static acx_status_t cu_sync(void *stream) {
     return ACX_OK;
 }
 
+/* ---- copy streams and events ---- */
+
+static acx_status_t cu_stream_create(const char *what, void **stream_p) {
+    cudaStream_t st = NULL;
+    if (stream_p == NULL) return ACX_ERROR(ACX_ERR_INVALID_ARG, "stream create: stream_p is NULL");
+    cudaError_t ret = cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
+    if (ret != cudaSuccess) {
+        cudaGetLastError();
+        return ACX_ERROR(ACX_ERR_CUDA, "cudaStreamCreateWithFlags for %s failed: %s: %s",
+                         what != NULL ? what : "a stream", cudaGetErrorName(ret),
+                         cudaGetErrorString(ret));
+    }
+    *stream_p = st;
+    return ACX_OK;
+}
+
+static void cu_stream_destroy(void *stream) {
+    if (stream == NULL) return;
+    cudaError_t ret = cudaStreamDestroy((cudaStream_t)stream);
+    if (ret != cudaSuccess) {
+        cudaGetLastError();
+        ACX_WARN(ACX_SUBSYS_SHARD, "cudaStreamDestroy(%p) failed: %s: %s", stream,
+                 cudaGetErrorName(ret), cudaGetErrorString(ret));
+    }
+}
+
+static acx_status_t cu_event_create(void **event_p) {
+    cudaEvent_t ev = NULL;
+    if (event_p == NULL) return ACX_ERROR(ACX_ERR_INVALID_ARG, "event create: event_p is NULL");
+    ACX_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    *event_p = ev;
+    return ACX_OK;
+}
+
+static void cu_event_destroy(void *event) {
+    if (event == NULL) return;
+    cudaError_t ret = cudaEventDestroy((cudaEvent_t)event);
+    if (ret != cudaSuccess) {
+        cudaGetLastError();
+        ACX_WARN(ACX_SUBSYS_SHARD, "cudaEventDestroy(%p) failed: %s: %s", event,
+                 cudaGetErrorName(ret), cudaGetErrorString(ret));
+    }
+}
+
+static acx_status_t cu_event_record(void *event, void *stream) {
+    if (event == NULL) return ACX_ERROR(ACX_ERR_INVALID_ARG, "event record: the event is NULL");
+    ACX_CUDA_CHECK(cudaEventRecord((cudaEvent_t)event, (cudaStream_t)stream));
+    return ACX_OK;
+}
+
+static acx_status_t cu_stream_wait_event(void *stream, void *event) {
+    if (event == NULL)
+        return ACX_ERROR(ACX_ERR_INVALID_ARG, "stream wait for an event: the event is NULL");
+    ACX_CUDA_CHECK(cudaStreamWaitEvent((cudaStream_t)stream, (cudaEvent_t)event, 0));
+    return ACX_OK;
+}
+
+static acx_status_t cu_to_host_async(void *host, const void *dev, size_t bytes, void *stream) {
+    if (bytes == 0) return ACX_OK;
+    if (host == NULL || dev == NULL)
+        return ACX_ERROR(ACX_ERR_INVALID_ARG,
+                         "asynchronous copy device -> host: a NULL pointer for %zu bytes", bytes);
+    ACX_CUDA_CHECK(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, (cudaStream_t)stream));
+    return ACX_OK;
+}
+
+static acx_status_t cu_event_sync(void *event) {
+    if (event == NULL)
+        return ACX_ERROR(ACX_ERR_INVALID_ARG, "event synchronize: the event is NULL");
+    ACX_CUDA_CHECK(cudaEventSynchronize((cudaEvent_t)event));
+    return ACX_OK;
+}
+
+/* cudaErrorNotReady is an answer, not an error (and is not sticky). */
+static acx_status_t cu_event_query(void *event, int *done_p) {
+    if (event == NULL || done_p == NULL)
+        return ACX_ERROR(ACX_ERR_INVALID_ARG, "event query: the event or done_p is NULL");
+    cudaError_t ret = cudaEventQuery((cudaEvent_t)event);
+    if (ret == cudaErrorNotReady) {
+        *done_p = 0;
+        return ACX_OK;
+    }
+    if (ret != cudaSuccess) return ACX_CUDA_ERROR(ret, "cudaEventQuery");
+    *done_p = 1;
+    return ACX_OK;
+}
+
+/* ---- kernels ---- */
+
 static acx_status_t cu_adam(float *p, const float *g, float *m, float *v, size_t n,
                             const acx_adam_hparams_t *hp, double lr, int64_t t, int decoupled,
                             void *stream) {
@@ -210,6 +302,15 @@ static const acx_devops_t cuda_ops = {
     .half_to_f32 = cu_half_to_f32,
     .half_round_f32 = cu_half_round_f32,
     .accumulate = cu_accumulate,
+    .stream_create = cu_stream_create,
+    .stream_destroy = cu_stream_destroy,
+    .event_create = cu_event_create,
+    .event_destroy = cu_event_destroy,
+    .event_record = cu_event_record,
+    .stream_wait_event = cu_stream_wait_event,
+    .to_host_async = cu_to_host_async,
+    .event_sync = cu_event_sync,
+    .event_query = cu_event_query,
 };
 
 const acx_devops_t *acx_devops_cuda(char *why, size_t why_len) {

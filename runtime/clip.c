@@ -60,6 +60,7 @@ ACX_API acx_status_t acx_clip_grad_norm(acx_accelerator_t *acc, double max_norm,
     const float *g = m->shard_grad;
     double acc_v = 0.0;
     const acx_devops_t *d = m->shard_dev; /* NULL with host state or CPU offload */
+    if (d == NULL) ACX_CHECK(acx_model_grads_to_host(m)); /* offload: the copies into g */
     if (d != NULL) { /* device state: the same reduction as a kernel, 8 bytes read back */
         double *r = (double *)((char *)m->dev_scratch + 8);
         if (inf)
@@ -106,10 +107,12 @@ ACX_API acx_status_t acx_clip_grad_value(acx_accelerator_t *acc, double clip_val
     float *w = m->shard_grad;
     /* no communication: every rank clamps its own rows (the replicas of a
      * row hold the same values, so they stay the same) */
-    if (m->shard_dev != NULL) /* device state: the same loop as a kernel (exact) */
+    if (m->shard_dev != NULL) { /* device state: the same loop as a kernel (exact) */
         ACX_CHECK(m->shard_dev->clamp(w, m->shard_numel, hi, m->ctx.stream));
-    else
+    } else {
+        ACX_CHECK(acx_model_grads_to_host(m)); /* offload: the copies into w */
         for (size_t i = 0; i < m->shard_numel; i++)
             w[i] = w[i] < lo ? lo : (w[i] > hi ? hi : w[i]);
+    }
     return ACX_OK;
 }

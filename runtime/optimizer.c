@@ -277,6 +277,8 @@ ACX_API acx_status_t acx_optimizer_step(acx_optimizer_t *opt) {
         opt->step_skipped = 1;
         return ACX_OK;
     }
+    /* host code reads shard_grad: with CPU offload, wait for its copies */
+    if (m->shard_dev == NULL) ACX_CHECK(acx_model_grads_to_host(m));
     opt->num_steps++;
     /* One fused pass over the local shard: master[n], shard_grad[n], state[k][n]. */
     size_t n = m->shard_numel;

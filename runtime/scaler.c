@@ -69,6 +69,7 @@ acx_status_t acx_scaler_unscale(acx_accelerator_t *acc) {
             dev_status = d->to_host(&flags[0], flag, sizeof flags[0], m->ctx.stream);
         flags[2] = dev_status != ACX_OK;
     } else {
+        ACX_CHECK(acx_model_grads_to_host(m)); /* offload: the copies into g */
         for (size_t i = 0; i < m->shard_numel; i++)
             if (!isfinite(g[i]) || !isfinite(g[i] * inv)) {
                 flags[0] = 1;

@@ -372,3 +372,8 @@ acx_status_t acx_model_zero_grad(acx_model_t *m) {
     ACX_CHECK(require_prepared(m, "zero_grad"));
     return m->strategy->zero_grad(m);
 }
+
+acx_status_t acx_model_grads_to_host(acx_model_t *m) {
+    ACX_CHECK(require_prepared(m, "reading the reduced gradients"));
+    return m->strategy->grads_to_host != NULL ? m->strategy->grads_to_host(m) : ACX_OK;
+}

@@ -183,6 +183,11 @@ struct acx_strategy_ops {
      * (NO_SHARD: nothing; ZeRO-2: all-gather). Collective. */
     acx_status_t (*after_step)(acx_model_t *m);
     acx_status_t (*zero_grad)(acx_model_t *m);
+    /* The host is about to read or write shard_grad (host memory: shard_dev
+     * NULL): wait for the asynchronous copies still filling it (NO_SHARD
+     * with CPU offload). NULL when shard_grad is never filled
+     * asynchronously. */
+    acx_status_t (*grads_to_host)(acx_model_t *m);
     void (*destroy)(acx_model_t *m);
 };
 
@@ -216,5 +221,10 @@ acx_status_t acx_model_prepare(acx_model_t *m);
 acx_status_t acx_model_backward_end(acx_model_t *m);
 acx_status_t acx_model_after_step(acx_model_t *m);
 acx_status_t acx_model_zero_grad(acx_model_t *m);
+/* Call before host code reads or writes m->shard_grad when m->shard_dev is
+ * NULL (the loss scaler, clipping, the optimizer step): waits for the
+ * device -> host gradient copies still in flight, if the strategy has any
+ * (strategy->grads_to_host); ACX_OK at once otherwise. Not collective. */
+acx_status_t acx_model_grads_to_host(acx_model_t *m);
 
 #endif /* ACX_SHARDING_MODEL_H */

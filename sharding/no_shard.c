@@ -43,13 +43,23 @@
  * checkpoints run their host code on it, exactly as host NO_SHARD does.
  * Each bucket is copied device -> host as its reduction completes (the
  * buckets' done hook: offload_bucket_done), while later buckets are still
- * reducing; after the step the whole compute copy is written back with one
- * host -> device copy: from host_master in fp32 training, from host_grad
- * holding the master rounded to param_dtype under mixed precision (the
- * reduced gradients are used up by then; the next boundary's copies
- * overwrite it). The copies are synchronous (the device table's to_host
- * waits for the compute stream), so a done hook that runs while backward
- * is still enqueuing makes the host wait for the kernels queued so far.
+ * reducing, on a copy stream of its own, without a host wait:
+ *
+ *   compute stream: ... widen bucket k | record ready ...(backward goes on)
+ *   copy stream:          wait ready --> copy bucket k into host_grad
+ *
+ * (ready: one event, re-recorded per bucket; each wait captures the latest
+ * record). The host waits once, for an event recorded on the copy stream
+ * after the last copy (copied), right before host code touches host_grad:
+ * acx_model_grads_to_host (no_shard_grads_to_host), called by the loss
+ * scaler, clipping and the optimizer step, and by the write-back below.
+ * zero_grad makes the compute stream wait for `copied` before zeroing the
+ * device gradients the copies read (a stream wait, not a host wait).
+ * After the step the whole compute copy is written back with one
+ * host -> device copy (synchronous): from host_master in fp32 training,
+ * from host_grad holding the master rounded to param_dtype under mixed
+ * precision (the reduced gradients are used up by then; the next
+ * boundary's copies overwrite it).
  *
  * Checkpoints. Every rank holds every row: a save splits the writing over
  * the world (replica_rank/size). A load is split over the nodes only
@@ -85,6 +95,11 @@ typedef struct no_shard_state {
     float *host_master; /* [numel] fp32 master weights (m->master) */
     float *host_grad;   /* [numel] reduced gradients (m->shard_grad); after a step, the
                            rounded compute copy under mixed precision */
+    void *copy_stream;  /* offload: the stream of the gradient copies (dev->stream_create) */
+    void *ev_ready;     /* offload: recorded on the compute stream when a bucket is final */
+    void *ev_copied;    /* offload: recorded on the copy stream after the copies */
+    int copies_unrecorded; /* copies enqueued since ev_copied was last recorded */
+    int copies_unwaited;   /* copies enqueued that the host has not waited for */
     acx_model_t *model; /* for the done hook */
     acx_buckets_t *buckets;
     acx_comm_t *load_comm; /* m->load_comm (owned), or NULL */
@@ -126,6 +141,9 @@ static acx_status_t device_alloc(acx_model_t *m, no_shard_state_t *s) {
                                         "host copy of the reduced gradients",
                                         (void **)&s->host_grad));
         s->master = s->host_master;
+        ACX_CHECK(d->stream_create("the offloaded gradients' copy stream", &s->copy_stream));
+        ACX_CHECK(d->event_create(&s->ev_ready));
+        ACX_CHECK(d->event_create(&s->ev_copied));
         if (m->ctx.reduce_dtype != ACX_DTYPE_FLOAT32)
             ACX_CHECK(acx_devops_alloc(d, ACX_MEM_GRADS, n * sizeof(uint16_t),
                                        "gradient wire buffer", (void **)&s->wire));
@@ -158,11 +176,37 @@ static acx_status_t device_init_param(acx_model_t *m, no_shard_state_t *s, acx_p
 /* ---- CPU offload of the optimizer ---- */
 
 /* The buckets' done hook: bucket [offset, offset + count) of the device
- * gradients is reduced (and widened back): copy it into host_grad. */
+ * gradients is reduced (and widened back, enqueued on the compute stream):
+ * the copy stream waits for that point and copies the range into
+ * host_grad. The host does not wait here. */
 static acx_status_t offload_bucket_done(void *arg, size_t offset, size_t count) {
     no_shard_state_t *s = arg;
-    return s->dev->to_host(s->host_grad + offset, s->flat_grad + offset, count * sizeof(float),
-                           s->model->ctx.stream);
+    const acx_devops_t *d = s->dev;
+    ACX_CHECK(d->event_record(s->ev_ready, s->model->ctx.stream));
+    ACX_CHECK(d->stream_wait_event(s->copy_stream, s->ev_ready));
+    ACX_CHECK(d->to_host_async(s->host_grad + offset, s->flat_grad + offset, count * sizeof(float),
+                               s->copy_stream));
+    s->copies_unrecorded = 1;
+    s->copies_unwaited = 1;
+    return ACX_OK;
+}
+
+/* ev_copied captures every copy enqueued so far. */
+static acx_status_t offload_record_copied(no_shard_state_t *s) {
+    if (!s->copies_unrecorded) return ACX_OK;
+    ACX_CHECK(s->dev->event_record(s->ev_copied, s->copy_stream));
+    s->copies_unrecorded = 0;
+    return ACX_OK;
+}
+
+/* The host is about to touch host_grad: wait for the copies into it. */
+static acx_status_t no_shard_grads_to_host(acx_model_t *m) {
+    no_shard_state_t *s = m->strategy_state;
+    if (!m->ctx.offload || !s->copies_unwaited) return ACX_OK;
+    ACX_CHECK(offload_record_copied(s));
+    ACX_CHECK(s->dev->event_sync(s->ev_copied));
+    s->copies_unwaited = 0;
+    return ACX_OK;
 }
 
 /* The compute copy from the host master weights, in one host -> device
@@ -172,6 +216,7 @@ static acx_status_t offload_write_back(acx_model_t *m, no_shard_state_t *s) {
     size_t n = (size_t)m->numel;
     const float *src = s->host_master;
     if (mixed(m)) {
+        ACX_CHECK(no_shard_grads_to_host(m)); /* host_grad is overwritten */
         acx_half_round_f32_n(m->ctx.param_dtype, s->host_master, s->host_grad, n);
         src = s->host_grad;
     }
@@ -299,6 +344,10 @@ static acx_status_t no_shard_after_step(acx_model_t *m) {
 
 static acx_status_t no_shard_zero_grad(acx_model_t *m) {
     no_shard_state_t *s = m->strategy_state;
+    if (m->ctx.offload && s->copies_unwaited) { /* the copies still read flat_grad */
+        ACX_CHECK(offload_record_copied(s));
+        ACX_CHECK(s->dev->stream_wait_event(m->ctx.stream, s->ev_copied));
+    }
     if (s->dev != NULL)
         return s->dev->memset(s->flat_grad, 0, (size_t)m->numel * sizeof(float), m->ctx.stream);
     memset(s->flat_grad, 0, (size_t)m->numel * sizeof(float));
@@ -318,6 +367,15 @@ static void no_shard_destroy(acx_model_t *m) {
             ACX_WARN(ACX_SUBSYS_SHARD, "NO_SHARD: synchronizing before freeing device state: %s",
                      acx_last_error());
         if (m->ctx.offload) {
+            /* the copies still queued write host_grad: done before it goes */
+            if (s->copy_stream != NULL && s->dev->sync(s->copy_stream) != ACX_OK)
+                ACX_WARN(ACX_SUBSYS_SHARD,
+                         "NO_SHARD: synchronizing the gradient copy stream before freeing "
+                         "the host gradients: %s",
+                         acx_last_error());
+            s->dev->stream_destroy(s->copy_stream);
+            s->dev->event_destroy(s->ev_ready);
+            s->dev->event_destroy(s->ev_copied);
             acx_devops_host_free(s->dev, ACX_MEM_MASTER, s->host_master, n * sizeof(float));
             acx_devops_host_free(s->dev, ACX_MEM_GRADS, s->host_grad, n * sizeof(float));
         } else if (s->master != s->flat_param) {
@@ -347,5 +405,6 @@ const acx_strategy_ops_t acx_strategy_no_shard = {
     .backward_end = no_shard_backward_end,
     .after_step = no_shard_after_step,
     .zero_grad = no_shard_zero_grad,
+    .grads_to_host = no_shard_grads_to_host,
     .destroy = no_shard_destroy,
 };

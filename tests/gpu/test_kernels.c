@@ -19,7 +19,11 @@
  *   - the sum of squares (relative error <= 1e-11 against runtime/clip.c's
  *     sequential double sum, and bitwise reproducible) and max |x| (exact,
  *     NaN propagating);
- *   - argument errors.
+ *   - argument errors;
+ *   - the device table's copy stream (cuda/device_ops.h): an asynchronous
+ *     device -> host copy into pinned memory on a stream that waits for an
+ *     event behind 64 MiB of memsets and a scale on a non-blocking compute
+ *     stream sees their result, bitwise.
  *
  * `test_kernels --bench` also prints device throughput of the AdamW step and
  * the casts on 64 Mi elements (tests/gpu/run-on-device.sh records it).
@@ -33,6 +37,7 @@
 
 #include "collectives/half.h"
 #include "cuda/device.h"
+#include "cuda/device_ops.h"
 #include "cuda/kernels.h"
 #include "runtime/optim_kernels.h"
 #include "tests/acx_test.h"
@@ -675,6 +680,67 @@ error:
     return rc;
 }
 
+/* The device table's copy stream (cuda/device_ops.h): work queued on a
+ * non-blocking compute stream — 16 memsets to zero of 64 MiB, then the
+ * bytes 0x3f, then a scale by 2 — is followed, without a host wait, by an
+ * event on the compute stream, the copy stream waiting for it and an
+ * asynchronous device -> host copy into pinned memory; after event_sync of
+ * an event recorded behind the copy every float must be exactly
+ * 2 * 0x1.7e7e7ep-1 (0x3f3f3f3f doubled). A copy that did not wait would
+ * read zeros or a mix. Then event_query reports done, and the argument
+ * errors. */
+static int test_copy_stream(void) {
+    const size_t n = (size_t)16 << 20; /* 64 MiB of float */
+    char why[256] = "";
+    const acx_devops_t *d = acx_devops_cuda(why, sizeof why);
+    cudaStream_t compute = NULL;
+    void *copy = NULL, *ready = NULL, *copied = NULL;
+    float *x = NULL, *h = NULL;
+    int rc = 1, done = 0;
+    CHECK(d != NULL);
+    CU(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking));
+    CHECK_OK(d->stream_create("test copy stream", &copy));
+    CHECK_OK(d->event_create(&ready));
+    CHECK_OK(d->event_create(&copied));
+    CHECK_OK(d->alloc(n * sizeof(float), "x", (void **)&x));
+    CHECK_OK(d->host_alloc(n * sizeof(float), "h", (void **)&h));
+    for (int k = 0; k < 16; k++)
+        CHECK_OK(d->memset(x, 0, n * sizeof(float), compute));
+    CHECK_OK(d->memset(x, 0x3f, n * sizeof(float), compute));
+    CHECK_OK(d->scale(x, n, 2.0f, compute));
+    CHECK_OK(d->event_record(ready, compute));
+    CHECK_OK(d->stream_wait_event(copy, ready));
+    CHECK_OK(d->to_host_async(h, x, n * sizeof(float), copy));
+    CHECK_OK(d->event_record(copied, copy));
+    CHECK_OK(d->event_sync(copied));
+    const uint32_t b = 0x3f3f3f3fu;
+    float want;
+    memcpy(&want, &b, sizeof want);
+    want *= 2.0f;
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++)
+        bad += memcmp(&h[i], &want, sizeof want) != 0;
+    CHECK(bad == 0);
+    CHECK_OK(d->event_query(copied, &done));
+    CHECK(done == 1);
+    CHECK_STATUS(d->event_record(NULL, copy), ACX_ERR_INVALID_ARG, "event is NULL");
+    CHECK_STATUS(d->event_query(copied, NULL), ACX_ERR_INVALID_ARG, "done_p");
+    CHECK_STATUS(d->to_host_async(NULL, x, 4, copy), ACX_ERR_INVALID_ARG, "NULL pointer");
+    rc = 0;
+error:
+    if (compute != NULL) cudaStreamSynchronize(compute);
+    if (d != NULL) {
+        if (copy != NULL) (void)d->sync(copy);
+        d->stream_destroy(copy);
+        d->event_destroy(ready);
+        d->event_destroy(copied);
+        d->free(x);
+        d->host_free(h);
+    }
+    if (compute != NULL) cudaStreamDestroy(compute);
+    return rc;
+}
+
 int main(int argc, char **argv) {
     acx_test_watchdog(600);
     char why[256];
@@ -703,6 +769,7 @@ int main(int argc, char **argv) {
         {"kernels: half_round_f32, scaled inf/NaN check", test_round_and_scaled_check},
         {"kernels: accumulate (float32, bf16, fp16 sources)", test_accumulate},
         {"kernels: clamp (clip by value) vs the host loop, bitwise", test_clamp},
+        {"device table: copy stream waits for the compute stream", test_copy_stream},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         TESTING(cases[i].name);

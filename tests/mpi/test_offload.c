@@ -47,6 +47,10 @@
  *                parameters, compute copies and moments equal the saving
  *                run's, and one more step equals 3 uninterrupted steps.
  *                The acx_model_save_weights files are byte-identical too.
+ *   zero first   acx_optimizer_zero_grad between acx_backward_end and the
+ *                step: the host gradient copy the step reads is the reduced
+ *                gradients, bitwise (the compute stream waits for the
+ *                copy stream before zeroing what it reads).
  *   refusals     offload with device_state: host is accepted and changes
  *                nothing (the state is on the host already): 2 AdamW steps
  *                equal host NO_SHARD's bitwise, with the same host bytes per
@@ -464,6 +468,45 @@ error:
     return 1;
 }
 
+/* acx_optimizer_zero_grad between acx_backward_end and the step: the
+ * device gradients it zeroes are what the gradient copies (copy stream)
+ * read, so the compute stream must wait for them first (the emulated
+ * device refuses the memset otherwise). The host copy the step reads
+ * (after acx_model_grads_to_host, its first act) is then still the reduced
+ * gradients, bitwise the device values read before the zeroing; the step
+ * succeeds; the device gradients are zero. */
+static int test_zero_before_step(void) {
+    opts_t o = {.mode = OFFLOAD, .opt = OPT_SGD_MOM, .reduce = -1, .poison_step = -1};
+    net_t net;
+    float mean[NPV], after[NPV];
+    int open = 0;
+    CHECK_OK(net_open(&net, &o));
+    open = 1;
+    CHECK_OK(acx_accumulate_begin(net.acc));
+    CHECK_OK(backward(&net, 0, -1, NULL));
+    for (int q = 0; q < NPAR; q++)
+        CHECK_OK(read_buf(&net, mean + par_off[q], acx_param_grad(net.p[q]),
+                          (size_t)(par_off[q + 1] - par_off[q])));
+    CHECK_OK(acx_optimizer_zero_grad(net.opt));
+    CHECK_OK(acx_model_grads_to_host(net.m)); /* what the step does first */
+    for (int q = 0; q < NPAR; q++) /* the host copy is in the flat (ready) order */
+        CHECK(same_bits(mean + par_off[q], net.m->shard_grad + net.p[q]->shard_offset,
+                        (size_t)(par_off[q + 1] - par_off[q]), "host gradient copy"));
+    CHECK_OK(acx_optimizer_step(net.opt));
+    for (int q = 0; q < NPAR; q++)
+        CHECK_OK(read_buf(&net, after + par_off[q], acx_param_grad(net.p[q]),
+                          (size_t)(par_off[q + 1] - par_off[q])));
+    for (int e = 0; e < NPV; e++)
+        CHECK(after[e] == 0.0f);
+    CHECK(nonzero(mean, NPV));
+    CHECK_OK(acx_accumulate_end(net.acc));
+    net_close(&net);
+    return 0;
+error:
+    if (open) net_close(&net);
+    return 1;
+}
+
 static int test_refusals(void) {
     net_t net = {0};
     opts_t o = {.mode = OFFLOAD,
@@ -526,6 +569,8 @@ int main(int argc, char **argv) {
     failed |= acx_test_run_case("fp16: an inf on one rank skips everywhere", test_fp16_skip);
     failed |= acx_test_run_case("checkpoint: same datasets; host/device/offload cross-loads",
                                 test_checkpoint);
+    failed |= acx_test_run_case("zero_grad before the step: the copies finish first",
+                                test_zero_before_step);
     failed |= acx_test_run_case("host state (a no-op), sharded strategy refused", test_refusals);
     MPI_Finalize();
     return failed;

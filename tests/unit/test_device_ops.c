@@ -6,7 +6,9 @@
  * device counters, copies round-trip, and every kernel equals its CPU
  * reference bit for bit (optimizer steps against acx_kernel_*_ieee run on
  * host copies; casts, scale, the inf check, the norms and the clamp
- * against hand-derived values). The device cache (cuda/device_cache.h) in
+ * against hand-derived values). The copy stream: asynchronous copies
+ * deferred until waited for (NaN until then), event order, the missing
+ * stream waits refused, the argument errors. The device cache (cuda/device_cache.h) in
  * front of the emulated table. Also: the CUDA table says why it is absent
  * on a machine without a device.
  */
@@ -386,6 +388,111 @@ error:
     return rc;
 }
 
+/* ---- copy streams and events (rules: cuda/device_ops.h) ---- */
+
+static int all_ones(const void *p, size_t bytes) {
+    const unsigned char *c = p;
+    for (size_t i = 0; i < bytes; i++)
+        if (c[i] != 0xff) return 0;
+    return 1;
+}
+
+/* The asynchronous copy is deferred (its destination NaN until the program
+ * waits), performed in stream order up to the event waited for; another
+ * stream's wait for a later event performs it too; a write to its source
+ * while it is queued, and a copy of a range written on another stream with
+ * no wait, are refused; sync and stream_destroy perform what is queued. */
+static int test_copy_stream(void) {
+    float *d = NULL, h[8], h2[8];
+    void *s = NULL, *e1 = NULL, *e2 = NULL;
+    int rc = 1, done = 0;
+    const float v[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    CHECK_OK(D->alloc(sizeof v, "d", (void **)&d));
+    CHECK_OK(D->to_device(d, v, sizeof v, NULL));
+    CHECK_OK(D->stream_create("test copies", &s));
+    CHECK_OK(D->event_create(&e1));
+    CHECK_OK(D->event_create(&e2));
+    CHECK_OK(D->event_sync(e1)); /* never recorded: returns at once */
+
+    /* deferral and the NaN fill; performed at the event */
+    for (int i = 0; i < 8; i++)
+        h[i] = -1.0f;
+    CHECK_OK(D->to_host_async(h, d, sizeof h, s));
+    CHECK(all_ones(h, sizeof h) && isnan(h[0]) && isnan(h[7]));
+    CHECK_OK(D->event_record(e1, s));
+    CHECK(all_ones(h, sizeof h)); /* recording is no wait */
+    CHECK_OK(D->event_sync(e1));
+    CHECK(memcmp(h, v, sizeof v) == 0);
+
+    /* event order: e1 captures copy A only, e2 both */
+    CHECK_OK(D->to_host_async(h, d, 4 * sizeof(float), s)); /* A: h[0..4) */
+    CHECK_OK(D->event_record(e1, s));
+    CHECK_OK(D->to_host_async(h2, d + 4, 4 * sizeof(float), s)); /* B: h2[0..4) */
+    CHECK_OK(D->event_record(e2, s));
+    CHECK(all_ones(h, 4 * sizeof(float)) && all_ones(h2, 4 * sizeof(float)));
+    CHECK_OK(D->event_query(e1, &done));
+    CHECK(done == 1 && memcmp(h, v, 4 * sizeof(float)) == 0);
+    CHECK(all_ones(h2, 4 * sizeof(float))); /* B comes after e1: still queued */
+    CHECK_OK(D->event_sync(e2));
+    CHECK(memcmp(h2, v + 4, 4 * sizeof(float)) == 0);
+
+    /* a write to the source of a queued copy (no wait) is refused ... */
+    CHECK_OK(D->to_host_async(h, d, sizeof h, s));
+    CHECK_OK(D->event_record(e1, s));
+    CHECK_STATUS(D->scale(d + 6, 1, 2.0f, NULL), ACX_ERR_STATE, "still queued");
+    /* ... until the writer's stream waits for an event after it, which
+     * performs it (the stream's later work may depend on it) */
+    CHECK_OK(D->stream_wait_event(NULL, e1));
+    CHECK(memcmp(h, v, sizeof v) == 0);
+    CHECK_OK(D->scale(d + 6, 1, 2.0f, NULL)); /* d[6] = 14, on the default stream */
+
+    /* the missing stream wait: d[6] was written on the default stream,
+     * nothing orders it before a copy on s */
+    CHECK_STATUS(D->to_host_async(h, d, sizeof h, s), ACX_ERR_STATE, "missing stream wait");
+    CHECK_OK(D->to_host_async(h, d, 6 * sizeof(float), s)); /* d[0..6): not written */
+    CHECK_OK(D->event_record(e2, NULL));
+    CHECK_OK(D->stream_wait_event(s, e2));
+    CHECK_OK(D->to_host_async(h2, d, sizeof h2, s)); /* ordered now */
+    CHECK_OK(D->sync(s));                            /* performs both */
+    CHECK(memcmp(h, v, 6 * sizeof(float)) == 0 && h2[6] == 14.0f && h2[7] == 8.0f);
+    /* a host synchronization of the writer's stream orders it too */
+    CHECK_OK(D->scale(d + 7, 1, 2.0f, NULL));
+    CHECK_STATUS(D->to_host_async(h, d + 7, sizeof(float), s), ACX_ERR_STATE, "missing");
+    CHECK_OK(D->sync(NULL));
+    CHECK_OK(D->to_host_async(h, d + 7, sizeof(float), s));
+    /* stream_destroy performs what is queued */
+    D->stream_destroy(s);
+    s = NULL;
+    CHECK(h[0] == 16.0f);
+
+    /* errors */
+    CHECK_OK(D->stream_create("test copies", &s));
+    for (int i = 0; i < 8; i++)
+        h[i] = -1.0f;
+    CHECK_STATUS(D->to_host_async(h, h2, sizeof h, s), ACX_ERR_INVALID_ARG, "is not device memory");
+    CHECK_STATUS(D->to_host_async(d, d, sizeof h, s), ACX_ERR_INVALID_ARG,
+                 "device memory, not host");
+    CHECK_STATUS(D->to_host_async(NULL, d, sizeof h, s), ACX_ERR_INVALID_ARG, "NULL host");
+    CHECK_STATUS(D->to_host_async(h, d, sizeof h, NULL), ACX_ERR_INVALID_ARG, "stream_create");
+    CHECK_STATUS(D->to_host_async(h, d, sizeof h, h2), ACX_ERR_INVALID_ARG, "stream_create");
+    CHECK_STATUS(D->event_record(NULL, s), ACX_ERR_INVALID_ARG, "not an event");
+    CHECK_STATUS(D->event_sync(NULL), ACX_ERR_INVALID_ARG, "not an event");
+    CHECK_STATUS(D->stream_wait_event(s, h2), ACX_ERR_INVALID_ARG, "not an event");
+    CHECK_STATUS(D->event_query(e1, NULL), ACX_ERR_INVALID_ARG, "done_p");
+    CHECK_STATUS(D->stream_create("x", NULL), ACX_ERR_INVALID_ARG, "stream_p");
+    CHECK_STATUS(D->event_create(NULL), ACX_ERR_INVALID_ARG, "event_p");
+    CHECK(h[0] == -1.0f); /* the refused copies queued nothing, filled nothing */
+    CHECK_OK(D->sync(s));
+    CHECK(h[0] == -1.0f);
+    rc = 0;
+error:
+    D->stream_destroy(s);
+    D->event_destroy(e1);
+    D->event_destroy(e2);
+    D->free(d);
+    return rc;
+}
+
 static int test_cuda_absent(void) {
     char why[256] = "";
     const acx_devops_t *c = acx_devops_cuda(why, sizeof why);
@@ -409,6 +516,7 @@ int main(void) {
         {"emulated device: AdamW, SGD bitwise the CPU kernels", test_optimizers},
         {"emulated device: norms, inf check, scale, 16-bit casts", test_kernels},
         {"emulated device: clamp (clip by value): bounds, inf, NaN, -0", test_clamp},
+        {"emulated device: copy stream: deferral, NaN fill, event order, waits", test_copy_stream},
         {"device cache: reuse per stream, zero/NaN fill, fit, counters", test_cache},
         {"cuda device table: absent with a reason, or present", test_cuda_absent},
     };
