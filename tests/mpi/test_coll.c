@@ -376,19 +376,31 @@ error:
 
 static int test_select(void) {
     const acx_coll_ops_t *ops = NULL;
-    CHECK_OK(acx_coll_select(ACX_BACKEND_MPI, &ops));
+    CHECK_OK(acx_coll_select(ACX_BACKEND_MPI, ACX_DEVICE_STATE_AUTO, &ops));
     CHECK(ops == &acx_coll_mpi_ops && strcmp(ops->name, "mpi") == 0);
     ops = NULL;
-    CHECK_OK(acx_coll_select(ACX_BACKEND_AUTO, &ops));
+    CHECK_OK(acx_coll_select(ACX_BACKEND_AUTO, ACX_DEVICE_STATE_AUTO, &ops));
     CHECK(ops == &acx_coll_mpi_ops);
     ops = NULL;
     if (acx_device_count(NULL, 0) == 0) { /* with a GPU (and NCCL) the selection succeeds */
-        CHECK_STATUS(acx_coll_select(ACX_BACKEND_NCCL, &ops), ACX_ERR_NOT_SUPPORTED,
-                     "backend: mpi");
+        CHECK_STATUS(acx_coll_select(ACX_BACKEND_NCCL, ACX_DEVICE_STATE_CUDA, &ops),
+                     ACX_ERR_NOT_SUPPORTED, "backend: mpi");
         CHECK(strstr(acx_last_error(), "NCCL backend is not available") != NULL);
         CHECK(ops == NULL);
+        /* auto with device_state cuda: MPI when NCCL is not usable */
+        CHECK_OK(acx_coll_select(ACX_BACKEND_AUTO, ACX_DEVICE_STATE_CUDA, &ops));
+        CHECK(ops == &acx_coll_mpi_ops);
+        ops = NULL;
     }
-    CHECK_STATUS(acx_coll_select((acx_backend_kind_t)7, &ops), ACX_ERR_INVALID_ARG, "7");
+    /* the NCCL test double: backend nccl with the emulated device only, in
+     * every build */
+    CHECK_OK(acx_coll_select(ACX_BACKEND_NCCL, ACX_DEVICE_STATE_EMULATED, &ops));
+    CHECK(ops == &acx_coll_nccl_emul_ops && ops->device_memory && ops->emulated &&
+          strcmp(ops->name, "nccl-emulated") == 0);
+    CHECK_OK(acx_coll_select(ACX_BACKEND_AUTO, ACX_DEVICE_STATE_EMULATED, &ops));
+    CHECK(ops == &acx_coll_mpi_ops);
+    CHECK_STATUS(acx_coll_select((acx_backend_kind_t)7, ACX_DEVICE_STATE_AUTO, &ops),
+                 ACX_ERR_INVALID_ARG, "7");
     return 0;
 error:
     return 1;
