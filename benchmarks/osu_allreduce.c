@@ -64,7 +64,7 @@ static void fused_destroy(void *state) {
 static acx_status_t fused_create(void *flat, size_t count, int k, acx_dtype_t dtype,
                                  size_t bucket_bytes, void **state_p) {
     const acx_coll_ops_t *ops;
-    acx_status_t st = acx_coll_select(ACX_BACKEND_MPI, &ops);
+    acx_status_t st = acx_coll_select(ACX_BACKEND_MPI, ACX_DEVICE_STATE_AUTO, &ops);
     if (st != ACX_OK) return st;
     fused_t *f = calloc(1, sizeof *f);
     acx_bucket_segment_t *segs = calloc((size_t)k, sizeof *segs);

@@ -934,7 +934,7 @@ static int device_setup(run_t *r) {
     acx_status_t st;
     if (r->o->backend == ACX_BACKEND_NCCL) {
         const acx_coll_ops_t *ops = NULL;
-        st = acx_coll_select(ACX_BACKEND_NCCL, &ops);
+        st = acx_coll_select(ACX_BACKEND_NCCL, ACX_DEVICE_STATE_CUDA, &ops);
         if ((who = lowest_failing(st != ACX_OK, c->comm, c->rank)) >= 0) {
             if (c->rank == who)
                 fprintf(stderr, "%s: -b nccl: not available in this build/machine: %s\n", prog,

@@ -4,7 +4,9 @@
  *
  * This is the one file that knows which backends are compiled in (Open MPI's
  * component selection, reduced to a switch). The backends themselves live in
- * their folders (mpi/, nccl/) and know nothing about each other; the
+ * their folders (mpi/, nccl/) and know nothing about each other (except the
+ * NCCL test double, nccl/coll_nccl_emul.c, which moves its data with the MPI
+ * backend's table); the
  * layers above hold an acx_comm_t and call through comm->ops.
  */
 #include <limits.h>
@@ -14,6 +16,7 @@
 
 #include "collectives/coll.h"
 #include "cuda/device.h"
+#include "runtime/base/config_resolve.h"
 #include "runtime/base/error.h"
 #include "runtime/base/log.h"
 
@@ -22,18 +25,6 @@
 #endif
 
 /* ---- backend selection ---- */
-
-/*
- * Whether AUTO may choose NCCL when a device is visible. The rule of the
- * design (AUTO = NCCL when compiled in and a device is visible) needs every
- * buffer the layers above hand to the backend to be device memory (a host
- * pointer given to an NCCL kernel is an illegal address, a sticky CUDA
- * error that ends the process). Device-resident state exists for NO_SHARD
- * (device_state: cuda, docs/gpu.md) but has only run on the emulated test
- * device, never on a GPU, and the sharded strategies are host-only: AUTO
- * stays on MPI until both change.
- */
-#define ACX_COLL_AUTO_NCCL 0
 
 #if ACX_HAVE_NCCL
 /* NCCL compiled in: usable when this process sees a device. why: the
@@ -59,42 +50,77 @@ static const acx_coll_ops_t *nccl_ops(void) {
 #endif
 }
 
-acx_status_t acx_coll_select(acx_backend_kind_t kind, const acx_coll_ops_t **ops_p) {
-    char why[320];
-    if (ops_p == NULL) return ACX_ERROR(ACX_ERR_INVALID_ARG, "coll select: ops_p is NULL");
+acx_status_t acx_coll_decide(acx_backend_kind_t kind, acx_device_state_t device_state,
+                             int nccl_usable, const char *nccl_why, acx_coll_pick_t *pick_p,
+                             char *why, size_t why_len) {
+    if (pick_p == NULL || why == NULL || why_len == 0)
+        return ACX_ERROR(ACX_ERR_INVALID_ARG, "coll decide: pick_p and why must not be NULL");
+    if (nccl_why == NULL) nccl_why = "";
+    if (device_state < ACX_DEVICE_STATE_AUTO || device_state > ACX_DEVICE_STATE_EMULATED)
+        return ACX_ERROR(ACX_ERR_INVALID_ARG,
+                         "device_state %d is not one of auto (0), host (1), cuda (2), "
+                         "emulated (3)",
+                         (int)device_state);
     switch (kind) {
     case ACX_BACKEND_MPI:
-        ACX_DEBUG(ACX_SUBSYS_COLL, "backend: mpi (requested)");
-        *ops_p = &acx_coll_mpi_ops;
-        return ACX_OK;
-    case ACX_BACKEND_AUTO:
-        if (!nccl_usable(why, sizeof why)) {
-            ACX_INFO(ACX_SUBSYS_COLL, "backend: mpi (auto; NCCL backend not available: %s)", why);
-        } else if (!ACX_COLL_AUTO_NCCL) {
-            ACX_INFO(ACX_SUBSYS_COLL,
-                     "backend: mpi (auto; a CUDA device and NCCL are available, but acx %s keeps "
-                     "model state in host memory, which NCCL cannot reduce)",
-                     acx_version());
-        } else {
-            ACX_INFO(ACX_SUBSYS_COLL, "backend: nccl (auto; a CUDA device is visible)");
-            *ops_p = nccl_ops();
-            return ACX_OK;
-        }
-        *ops_p = &acx_coll_mpi_ops;
+        snprintf(why, why_len, "requested");
+        *pick_p = ACX_COLL_PICK_MPI;
         return ACX_OK;
     case ACX_BACKEND_NCCL:
-        if (!nccl_usable(why, sizeof why))
+        if (device_state == ACX_DEVICE_STATE_EMULATED) {
+            snprintf(why, why_len, "requested with device_state: emulated: the NCCL test double");
+            *pick_p = ACX_COLL_PICK_NCCL_EMULATED;
+            return ACX_OK;
+        }
+        if (!nccl_usable)
             return ACX_ERROR(ACX_ERR_NOT_SUPPORTED,
                              "backend: nccl requested, but the NCCL backend is not available to "
                              "this rank of acx %s (%s); use backend: mpi (ACX_BACKEND=mpi)",
-                             acx_version(), why);
-        ACX_DEBUG(ACX_SUBSYS_COLL, "backend: nccl (requested)");
-        *ops_p = nccl_ops();
+                             acx_version(), nccl_why);
+        snprintf(why, why_len, "requested");
+        *pick_p = ACX_COLL_PICK_NCCL;
+        return ACX_OK;
+    case ACX_BACKEND_AUTO:
+        if (!nccl_usable)
+            snprintf(why, why_len, "auto; NCCL backend not available: %s", nccl_why);
+        else if (device_state == ACX_DEVICE_STATE_CUDA)
+            snprintf(why, why_len, "auto; device_state: cuda, and NCCL and a device are usable");
+        else
+            snprintf(why, why_len,
+                     "auto; a CUDA device and NCCL are available, but device_state: %s keeps "
+                     "model state in host memory%s, which NCCL cannot reduce; set "
+                     "device_state: cuda (or backend: nccl) to use them",
+                     acx_device_state_name((int)device_state),
+                     device_state == ACX_DEVICE_STATE_AUTO ? " (auto: host unless backend: nccl)"
+                     : device_state == ACX_DEVICE_STATE_EMULATED
+                         ? " (the emulated test device; its NCCL double needs backend: nccl)"
+                         : "");
+        *pick_p = nccl_usable && device_state == ACX_DEVICE_STATE_CUDA ? ACX_COLL_PICK_NCCL
+                                                                       : ACX_COLL_PICK_MPI;
         return ACX_OK;
     default:
         return ACX_ERROR(ACX_ERR_INVALID_ARG,
                          "backend kind %d is not one of auto (0), mpi (1), nccl (2)", (int)kind);
     }
+}
+
+acx_status_t acx_coll_select(acx_backend_kind_t kind, acx_device_state_t device_state,
+                             const acx_coll_ops_t **ops_p) {
+    char nccl_why[320] = "", why[512];
+    acx_coll_pick_t pick;
+    if (ops_p == NULL) return ACX_ERROR(ACX_ERR_INVALID_ARG, "coll select: ops_p is NULL");
+    int usable = nccl_usable(nccl_why, sizeof nccl_why);
+    ACX_CHECK(acx_coll_decide(kind, device_state, usable, nccl_why, &pick, why, sizeof why));
+    switch (pick) {
+    case ACX_COLL_PICK_NCCL: *ops_p = nccl_ops(); break;
+    case ACX_COLL_PICK_NCCL_EMULATED: *ops_p = &acx_coll_nccl_emul_ops; break;
+    default: *ops_p = &acx_coll_mpi_ops; break;
+    }
+    if (kind == ACX_BACKEND_AUTO)
+        ACX_INFO(ACX_SUBSYS_COLL, "backend: %s (%s)", (*ops_p)->name, why);
+    else
+        ACX_DEBUG(ACX_SUBSYS_COLL, "backend: %s (%s)", (*ops_p)->name, why);
+    return ACX_OK;
 }
 
 void acx_coll_abort_all(void) {

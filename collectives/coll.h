@@ -10,7 +10,8 @@
  *
  * Backend functions are collective over comm, record their own errors and
  * never abort. Counts are in elements; buffers are host memory for the MPI
- * backend and device memory for NCCL.
+ * backend and device memory for NCCL (and for its test double,
+ * nccl-emulated: the emulated device's memory, cuda/device_ops.h).
  */
 #ifndef ACX_COLL_H
 #define ACX_COLL_H
@@ -26,8 +27,10 @@ typedef struct acx_comm acx_comm_t;
 typedef struct acx_coll_req acx_coll_req_t; /* backend-defined pending operation */
 
 typedef struct acx_coll_ops {
-    const char *name;                            /* "mpi", "nccl" */
-    int device_memory; /* buffers are CUDA device memory (NCCL); 0: host memory (MPI) */
+    const char *name;  /* "mpi", "nccl", "nccl-emulated" */
+    int device_memory; /* buffers are device memory (NCCL); 0: host memory (MPI) */
+    int emulated;      /* 1: a test double whose device memory is the emulated device's
+                          (nccl-emulated): no CUDA device is used */
     acx_status_t (*comm_init)(acx_comm_t *comm); /* set comm->state */
     void (*comm_fini)(acx_comm_t *comm);
 
@@ -85,11 +88,41 @@ struct acx_comm {
     void *state; /* backend-private */
 };
 
-/* Pick the backend for `kind` (AUTO: the highest-priority backend usable
- * here — NCCL when compiled in and a device is visible, else MPI). Writes
- * the chosen backend's ops. Errors: ACX_ERR_NOT_SUPPORTED (NCCL requested
- * but not compiled in / no device; the message says which). */
-acx_status_t acx_coll_select(acx_backend_kind_t kind, const acx_coll_ops_t **ops_p);
+/* The backend a (backend, device_state) pair gets (acx_coll_decide). */
+typedef enum acx_coll_pick {
+    ACX_COLL_PICK_MPI = 0,
+    ACX_COLL_PICK_NCCL = 1,
+    ACX_COLL_PICK_NCCL_EMULATED = 2 /* the NCCL test double (acx_coll_nccl_emul_ops) */
+} acx_coll_pick_t;
+
+/*
+ * The backend decision, pure (no probing, no logging: what acx_coll_select
+ * does around it, and what tests/unit/test_coll_select.c checks):
+ *   mpi                       -> MPI;
+ *   nccl + device_state emulated -> the NCCL test double (never chosen
+ *                                otherwise: backend nccl must be asked for);
+ *   nccl + any other state    -> NCCL when nccl_usable, else
+ *                                ACX_ERR_NOT_SUPPORTED naming nccl_why;
+ *   auto                      -> NCCL when nccl_usable AND device_state is
+ *                                cuda (the program said its model runs on
+ *                                the device: NCCL would force device state
+ *                                on a program that reads acx_param_data on
+ *                                the host), else MPI.
+ * why [why_len] gets the reason for the info line (auto) or the selection.
+ * Errors: ACX_ERR_NOT_SUPPORTED, ACX_ERR_INVALID_ARG (kind or device_state
+ * out of range). Writes *pick_p on success only.
+ */
+acx_status_t acx_coll_decide(acx_backend_kind_t kind, acx_device_state_t device_state,
+                             int nccl_usable, const char *nccl_why, acx_coll_pick_t *pick_p,
+                             char *why, size_t why_len);
+
+/* Pick the backend for `kind` and the configured `device_state`
+ * (acx_coll_decide, with NCCL usable when compiled in and a device is
+ * visible) and log the choice. Writes the chosen backend's ops. Errors:
+ * ACX_ERR_NOT_SUPPORTED (NCCL requested but not compiled in / no device;
+ * the message says which), ACX_ERR_INVALID_ARG. Not collective. */
+acx_status_t acx_coll_select(acx_backend_kind_t kind, acx_device_state_t device_state,
+                             const acx_coll_ops_t **ops_p);
 
 /* Duplicate `parent` and bind it to ops. Collective over parent. */
 acx_status_t acx_comm_create(MPI_Comm parent, const acx_coll_ops_t *ops, acx_comm_t **comm_p);
@@ -99,6 +132,13 @@ void acx_comm_destroy(acx_comm_t *comm);
 
 /* The MPI backend's table (collectives/mpi/). */
 extern const acx_coll_ops_t acx_coll_mpi_ops;
+
+/* The NCCL backend's test double (collectives/nccl/coll_nccl_emul.c, every
+ * build): NCCL's argument rules, every buffer checked to be emulated device
+ * memory (a host pointer is ACX_ERR_INVALID_ARG where NCCL would fault),
+ * the data moved by the MPI backend. Chosen only by backend: nccl together
+ * with device_state: emulated. */
+extern const acx_coll_ops_t acx_coll_nccl_emul_ops;
 
 /* Abort every live communicator of a device backend (ncclCommAbort), so
  * that kernels waiting for a dead peer end. Only for the fatal paths, just

@@ -111,6 +111,13 @@ acx_status_t acx_device_setup(const struct acx_coll_ops *ops, int local_rank, in
     char why[256];
     int count = acx_device_count(why, sizeof why);
     bound_device = -1;
+    if (ops->emulated) { /* its device memory is the emulated device's: no CUDA device */
+        ACX_INFO(ACX_SUBSYS_INIT,
+                 "device: none bound (%s backend, a test double on the emulated "
+                 "device); local rank %d of %d",
+                 ops->name, local_rank, local_size);
+        return ACX_OK;
+    }
     if (ops->device_memory) {
         if (count == 0)
             return ACX_ERROR(ACX_ERR_NOT_SUPPORTED,

@@ -28,7 +28,8 @@ struct acx_coll_ops;
 int acx_device_count(char *why, size_t why_len);
 
 /* Choose and bind this rank's device when `ops` works on device memory
- * (ops->device_memory), else stay on host memory; log one info line (device
+ * (ops->device_memory), else stay on host memory (also for a test double,
+ * ops->emulated, whose device memory is the emulated device's); log one info line (device
  * name and PCI bus id, or "host memory" and why). local_rank/local_size:
  * this rank on its node. Not collective (callers agree on the outcome).
  * Errors: ACX_ERR_NOT_SUPPORTED (device backend, no device visible),

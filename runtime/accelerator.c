@@ -283,35 +283,14 @@ static acx_status_t check_config_agrees(acx_accelerator_t *acc) {
     return ACX_OK;
 }
 
-/* Values the configuration accepts but this version cannot honour yet are
- * refused here, naming where they came from, rather than silently ignored. */
-static acx_status_t check_implemented(const acx_resolved_config_t *rc) {
-    const acx_config_t *c = &rc->values;
-    static const struct { const char *key; const char *todo; const char *instead; } later[] = {
-        {"backend", "the NCCL backend supports sharding_strategy: NO_SHARD only in this "
-                    "version (device-resident sharded strategies run on backend: mpi)",
-         "auto or mpi, or sharding_strategy: no_shard"}};
-    int bad[1] = {c->backend == ACX_BACKEND_NCCL && c->sharding_strategy != ACX_NO_SHARD};
-    for (int i = 0; i < 1; i++) {
-        if (!bad[i]) continue;
-        int k = 0;
-        while (k < acx_config_num_keys() && strcmp(acx_config_key_name(k), later[i].key) != 0) k++;
-        char value[64];
-        acx_config_format_value(rc, k, value, sizeof value);
-        return ACX_ERROR(ACX_ERR_NOT_SUPPORTED,
-                         "%s=%s (from %s) is not implemented in acx %s yet (%s: planned for a later "
-                         "version); use %s",
-                         later[i].key, value, rc->origin[k].source == ACX_SRC_DEFAULT ? "default" : rc->origin[k].where,
-                         acx_version(), later[i].todo, later[i].instead);
-    }
-    return ACX_OK;
-}
-
 /* Where model state lives (device_state): NULL (host memory), the CUDA
  * device table, or the emulated test device. auto is cuda with a backend
  * on device memory (NCCL), else host. With cuda and the MPI backend the
  * device is bound here (local rank modulo devices), as acx_device_setup
- * does for NCCL. Not collective (the caller agrees on the status). */
+ * does for NCCL. The emulated device goes with a host-memory backend (MPI
+ * stages it) or with the NCCL test double (acx_coll_select picks it for
+ * backend: nccl with device_state: emulated), never with the real NCCL.
+ * Not collective (the caller agrees on the status). */
 static acx_status_t select_device_state(acx_accelerator_t *acc) {
     int ds = acc->config.values.device_state;
     int on_device = acc->coll->device_memory;
@@ -327,6 +306,11 @@ static acx_status_t select_device_state(acx_accelerator_t *acc) {
                              acc->coll->name);
         return ACX_OK;
     case ACX_DEVICE_STATE_CUDA:
+        if (acc->coll->emulated)
+            return ACX_ERROR(ACX_ERR_NOT_SUPPORTED,
+                             "device_state: cuda with backend: %s: the NCCL test double moves "
+                             "the emulated device's memory only; use device_state: emulated",
+                             acc->coll->name);
         acc->dev = acx_devops_cuda(why, sizeof why);
         if (acc->dev == NULL)
             return ACX_ERROR(ACX_ERR_NOT_SUPPORTED, "device_state: cuda: %s", why);
@@ -335,11 +319,12 @@ static acx_status_t select_device_state(acx_accelerator_t *acc) {
                                   "in the memory of device %d", acx_device_bound());
         return ACX_OK;
     case ACX_DEVICE_STATE_EMULATED:
-        if (on_device)
+        if (on_device && !acc->coll->emulated)
             return ACX_ERROR(ACX_ERR_NOT_SUPPORTED,
                              "device_state: emulated with backend: %s: the emulated device is a "
-                             "CPU test double that only a host-memory backend can stage; use "
-                             "backend: mpi",
+                             "CPU test double that only a host-memory backend or the NCCL test "
+                             "double can move; use backend: mpi, or backend: nccl (which picks "
+                             "the double with device_state: emulated)",
                              acc->coll->name);
         acc->dev = &acx_devops_emulated;
         if (acc->rank == 0)
@@ -439,9 +424,10 @@ ACX_API acx_status_t acx_init(int *argc, char ***argv, const acx_config_t *confi
     acx_log_setup(acc->rank, acc->world_size, c->log_level, getenv("ACX_LOG_SUBSYS"));
     if (acc->rank == 0) acx_config_log_warnings(&acc->config, acc->world_size);
     ACX_CHECK_GOTO(check_config_agrees(acc), status, err_comm);
-    ACX_CHECK_GOTO(acx_coll_agree(acc->world, check_implemented(&acc->config)), status, err_comm);
     warn_unknown_env(acc);
-    ACX_CHECK_GOTO(acx_coll_select((acx_backend_kind_t)c->backend, &acc->coll), status, err_comm);
+    ACX_CHECK_GOTO(acx_coll_select((acx_backend_kind_t)c->backend,
+                                   (acx_device_state_t)c->device_state, &acc->coll),
+                   status, err_comm);
     status = acx_coll_agree(acc->world, status);
     if (status != ACX_OK) goto err_comm;
     /* the device (cuda/device.c) before a device backend's communicators use it */
@@ -450,12 +436,10 @@ ACX_API acx_status_t acx_init(int *argc, char ***argv, const acx_config_t *confi
                    status, err_comm);
     ACX_CHECK_GOTO(acx_coll_agree(acc->world, select_device_state(acc)), status, err_comm);
     ACX_CHECK_GOTO(acx_coll_agree(acc->world, check_offload(acc)), status, err_comm);
-    if (acc->coll != &acx_coll_mpi_ops) {
-        acx_comm_t *w = NULL;
-        ACX_CHECK_GOTO(acx_comm_create(MPI_COMM_WORLD, acc->coll, &w), status, err_comm);
-        acx_comm_destroy(acc->world);
-        acc->world = w;
-    }
+    /* a device backend gets its own world; the MPI one stays for host data */
+    acc->world_host = acc->world;
+    if (acc->coll != &acx_coll_mpi_ops)
+        ACX_CHECK_GOTO(acx_comm_create(MPI_COMM_WORLD, acc->coll, &acc->world), status, err_comm);
     /* the launcher's numbering is compared with MPI's real one, before
      * ranks_per_node may replace the local rank with a simulated one */
     char mismatch[512];
@@ -501,8 +485,9 @@ ACX_API acx_status_t acx_init(int *argc, char ***argv, const acx_config_t *confi
 err_comm:
     acx_watchdog_stop();
     acx_comm_destroy(acc->node);
+    if (acc->world_host != acc->world) acx_comm_destroy(acc->world_host);
     acx_comm_destroy(acc->world);
-    acc->node = acc->world = NULL;
+    acc->node = acc->world = acc->world_host = NULL;
 err_mpi:
     if (acc->mpi_owned) MPI_Finalize();
 err_free:
@@ -528,6 +513,7 @@ static void accelerator_free(acx_accelerator_t *acc) {
     acx_preempt_fini(acc);
     acx_watchdog_stop();
     acx_comm_destroy(acc->node);
+    if (acc->world_host != acc->world) acx_comm_destroy(acc->world_host);
     acx_comm_destroy(acc->world);
     free(acc);
 }

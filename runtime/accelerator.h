@@ -30,6 +30,9 @@ struct acx_accelerator {
     void *compute_stream;
     acx_comm_t *world;
     acx_comm_t *node;
+    /* the world on the MPI backend, for host data whatever the data backend
+     * (acx_reduce, acx_reduce_scalar); == world when the backend is MPI */
+    acx_comm_t *world_host;
 
     /* owned objects, freed in reverse order at finalize */
     acx_model_t **models;

@@ -73,8 +73,8 @@ ACX_API acx_status_t acx_reduce_at(const char *file, int line, acx_accelerator_t
     if (sendbuf == NULL) sendbuf = recvbuf;
     /* Host memory whatever the data backend: the MPI backend's all-reduce
      * (its float16/bfloat16 rule: float32 accumulation, one rounding) on
-     * the world's MPI communicator, which every backend keeps. */
-    return acx_coll_mpi_ops.all_reduce(acc->world, sendbuf, recvbuf, count, dtype, op);
+     * the MPI-backend world, which the accelerator keeps for host data. */
+    return acx_coll_mpi_ops.all_reduce(acc->world_host, sendbuf, recvbuf, count, dtype, op);
 }
 
 ACX_API acx_status_t acx_reduce(acx_accelerator_t *acc, const void *sendbuf, void *recvbuf,
@@ -93,7 +93,7 @@ ACX_API acx_status_t acx_reduce_scalar_at(const char *file, int line, acx_accele
         call_of(ACX_COLL_REDUCE_SCALAR, 1, ACX_DTYPE_FLOAT64, (int)op, -1, file, line);
     ACX_CHECK(acx_coll_debug_check(acc, &call, local));
     double v = value;
-    ACX_CHECK(acx_coll_mpi_ops.all_reduce(acc->world, &v, &v, 1, ACX_DTYPE_FLOAT64, op));
+    ACX_CHECK(acx_coll_mpi_ops.all_reduce(acc->world_host, &v, &v, 1, ACX_DTYPE_FLOAT64, op));
     *out_p = v;
     return ACX_OK;
 }

@@ -8,10 +8,12 @@
  * Initial values come from runtime/base/param_init.c, keyed by parameter name,
  * so they never depend on the strategy or the world size.
  */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "collectives/watchdog.h"
 #include "runtime/base/error.h"
 #include "runtime/base/log.h"
 #include "cuda/device_cache.h"
@@ -234,15 +236,26 @@ ACX_API acx_status_t acx_param_gather(acx_param_t *param, float *out) {
     float *all = acx_mem_alloc(ACX_MEM_TRANSIENT, bytes, "parameter gather");
     if (all == NULL) return ACX_ERR_NO_MEMORY;
     acx_status_t status = ACX_OK;
-    if (m->shard_dev != NULL) { /* device state: this rank's piece to the host first */
+    if (m->shard_dev != NULL && piece > (size_t)INT_MAX) {
+        status = ACX_ERROR(ACX_ERR_NOT_SUPPORTED,
+                           "acx_param_gather('%s'): a piece of %zu elements per rank is more "
+                           "than one MPI call moves",
+                           param->name, piece);
+    } else if (m->shard_dev != NULL) { /* device state: this rank's piece to the host first */
         float *host = acx_mem_alloc_raw(ACX_MEM_TRANSIENT, piece * sizeof(float), "parameter gather piece");
         if (host == NULL) status = ACX_ERR_NO_MEMORY;
         if (status == ACX_OK)
             status = m->shard_dev->to_host(host, mine, piece * sizeof(float), m->ctx.stream);
-        /* every rank joins the all-gather; a failed copy is reported after it */
-        acx_status_t s2 = c->ops->all_gather(c, host != NULL ? host : all, all, piece,
-                                             ACX_DTYPE_FLOAT32);
-        if (status == ACX_OK) status = s2;
+        /* every rank joins the all-gather; a failed copy is reported after
+         * it. host and all are host memory: MPI moves them directly (a
+         * device backend's all-gather would read them on the device; the
+         * piece, padded to the same rows on every rank, fits an int:
+         * checked above on every rank alike). */
+        int ret = ACX_WATCHED("acx_param_gather",
+                              MPI_Allgather(host != NULL ? host : all, (int)piece, MPI_FLOAT, all,
+                                            (int)piece, MPI_FLOAT, c->mpi));
+        if (status == ACX_OK && ret != MPI_SUCCESS)
+            status = acx_error_mpi(ret, "MPI_Allgather (acx_param_gather)", __FILE__, __LINE__);
         if (host != NULL) acx_mem_free(ACX_MEM_TRANSIENT, host, piece * sizeof(float));
     } else {
         status = c->ops->all_gather(c, mine, all, piece, ACX_DTYPE_FLOAT32);

@@ -424,7 +424,12 @@ static acx_status_t rs_complete(acx_model_t *m, pending_rs_t *pr) {
     acx_status_t status = st->shard->ops->wait(pr->req);
     void *mine = (char *)pr->staging + (size_t)st->shard->rank * seg * esz;
     /* (device state: nothing enqueued writes `mine`; the reduce-scatter
-     * filled it, so no synchronize is needed before the all-reduce) */
+     * filled it, so no synchronize is needed before the all-reduce. With
+     * NCCL the wait returned once the reduce-scatter finished on the shard
+     * communicator's stream, so the replica communicator — whose compute
+     * stream stays the legacy default, acx_set_compute_stream does not
+     * reach it — reads finished data; the accumulate below is enqueued
+     * after the blocking all-reduce returned.) */
     if (status == ACX_OK && st->replica != NULL && st->replica->size > 1)
         status = st->replica->ops->all_reduce(st->replica, mine, mine, seg, dt, ACX_OP_SUM);
     if (status == ACX_OK && m->ctx.dev != NULL) {

@@ -282,8 +282,16 @@ static acx_status_t half_op(acx_dtype_t dtype, acx_red_op_t op, MPI_Op *mop_p) {
 
 /* ---- argument checks and reduction plans ---- */
 
+/* comm must be an MPI-backend communicator: its state made by this
+ * backend's comm_init (a table that wraps this one keeps it; a device
+ * backend's communicator has its own state there). */
 static acx_status_t check_comm(const acx_comm_t *comm, const char *what) {
     if (comm == NULL) return ACX_ERROR(ACX_ERR_INVALID_ARG, "%s: comm is NULL", what);
+    if (comm->ops == NULL || comm->ops->comm_init != acx_coll_mpi_ops.comm_init)
+        return ACX_ERROR(ACX_ERR_INVALID_ARG,
+                         "%s on the MPI backend: comm is a communicator of the %s backend; "
+                         "host data on such a communicator goes through its MPI communicator",
+                         what, comm->ops != NULL ? comm->ops->name : "(none)");
     return ACX_OK;
 }
 

@@ -56,6 +56,7 @@
 
 #include "collectives/coll.h"
 #include "collectives/nccl/coll_nccl.h"
+#include "collectives/nccl/coll_nccl_args.h"
 #include "collectives/watchdog.h"
 #include "cuda/check.h"
 #include "cuda/memory.h"
@@ -261,11 +262,6 @@ static int nccl_datatype(acx_dtype_t dtype, ncclDataType_t *type_p) {
     }
 }
 
-static int dtype_is_float(acx_dtype_t dtype) {
-    return dtype == ACX_DTYPE_FLOAT32 || dtype == ACX_DTYPE_FLOAT64 || dtype == ACX_DTYPE_FLOAT16 ||
-           dtype == ACX_DTYPE_BFLOAT16;
-}
-
 /* The communicator's state, usable: not NULL, not aborted. */
 static acx_status_t usable(const acx_comm_t *comm, const char *what, nccl_state_t **st_p) {
     if (comm == NULL) return ACX_ERROR(ACX_ERR_INVALID_ARG, "%s: comm is NULL", what);
@@ -286,38 +282,23 @@ static acx_status_t check_dtype(acx_dtype_t dtype, const char *what, ncclDataTyp
     return ACX_OK;
 }
 
+/* NCCL's op rules (coll_nccl_args.c), then NCCL's op. */
 static acx_status_t check_op(acx_red_op_t op, acx_dtype_t dtype, const char *what,
                              ncclRedOp_t *op_p) {
+    ACX_CHECK(acx_nccl_check_op(op, dtype, what));
     switch (op) {
-    case ACX_OP_SUM: *op_p = ncclSum; return ACX_OK;
-    case ACX_OP_PROD: *op_p = ncclProd; return ACX_OK;
-    case ACX_OP_MAX: *op_p = ncclMax; return ACX_OK;
-    case ACX_OP_MIN: *op_p = ncclMin; return ACX_OK;
-    case ACX_OP_AVG:
-        if (!dtype_is_float(dtype))
-            return ACX_ERROR(ACX_ERR_NOT_SUPPORTED,
-                             "%s op avg needs a float dtype (float32, float64, float16, "
-                             "bfloat16), got %s; use sum and divide",
-                             what, acx_dtype_name(dtype));
-        *op_p = ncclAvg;
-        return ACX_OK;
-    default:
-        return ACX_ERROR(ACX_ERR_INVALID_ARG, "%s: op %d is not an acx_red_op_t", what, (int)op);
+    case ACX_OP_SUM: *op_p = ncclSum; break;
+    case ACX_OP_PROD: *op_p = ncclProd; break;
+    case ACX_OP_MAX: *op_p = ncclMax; break;
+    case ACX_OP_MIN: *op_p = ncclMin; break;
+    default: *op_p = ncclAvg; break; /* ACX_OP_AVG: checked above */
     }
-}
-
-static acx_status_t check_root(const acx_comm_t *comm, int root, const char *what) {
-    if (root < 0 || root >= comm->size)
-        return ACX_ERROR(ACX_ERR_INVALID_ARG, "%s: root %d is not a rank of 0..%d", what, root,
-                         comm->size - 1);
     return ACX_OK;
 }
 
 static acx_status_t check_bufs(const void *sendbuf, const void *recvbuf, size_t count,
                                const char *what) {
-    if (count > 0 && (sendbuf == NULL || recvbuf == NULL))
-        return ACX_ERROR(ACX_ERR_INVALID_ARG, "%s of %zu elements: %s is NULL", what, count,
-                         sendbuf == NULL ? "sendbuf" : "recvbuf");
+    ACX_CHECK(acx_nccl_check_not_null(sendbuf, recvbuf, count, what));
     /* A host address in an NCCL kernel is an illegal access that poisons
      * the context (a sticky error: the process cannot continue), so refuse
      * it here, with a message, at one runtime call per buffer. Pinned and
@@ -334,36 +315,6 @@ static acx_status_t check_bufs(const void *sendbuf, const void *recvbuf, size_t 
                              "host scalars through acx_reduce_scalar/acx_reduce",
                              what, count, i == 0 ? "sendbuf" : "recvbuf", bufs[i]);
     }
-    return ACX_OK;
-}
-
-/* base + bytes without forming NULL + 0 */
-static const void *byte_at(const void *base, size_t bytes) {
-    return bytes ? (const void *)((const char *)base + bytes) : base;
-}
-
-/* [a, a + abytes) and [b, b + bbytes) share a byte (device addresses are
- * unified virtual addresses: comparable like host ones). */
-static int overlap(const void *a, size_t abytes, const void *b, size_t bbytes) {
-    uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
-    return abytes > 0 && bbytes > 0 && x < y + bbytes && y < x + abytes;
-}
-
-/* A [size x count] buffer `whole` and this rank's block `block` [count]:
- * either the block is whole's block `rank` (in place) or they are disjoint
- * (NCCL's in-place rule for reduce-scatter and all-gather). */
-static acx_status_t check_in_place(const acx_comm_t *comm, const void *whole, const void *block,
-                                   size_t count, acx_dtype_t dtype, const char *what,
-                                   const char *rule) {
-    size_t esize = acx_dtype_size(dtype), size = (size_t)comm->size;
-    if (count > SIZE_MAX / esize / size)
-        return ACX_ERROR(ACX_ERR_INVALID_ARG, "%s of %zu elements per rank overflows size_t", what,
-                         count);
-    if (count == 0 || block == byte_at(whole, (size_t)comm->rank * count * esize)) return ACX_OK;
-    if (overlap(whole, size * count * esize, block, count * esize))
-        return ACX_ERROR(ACX_ERR_INVALID_ARG,
-                         "%s: the buffers overlap but not in place (in place means %s)", what,
-                         rule);
     return ACX_OK;
 }
 
@@ -502,8 +453,8 @@ static acx_status_t reduce_scatter(acx_comm_t *comm, const void *sendbuf, void *
     ACX_CHECK(check_dtype(dtype, what, &type));
     ACX_CHECK(check_op(op, dtype, what, &nop));
     ACX_CHECK(check_bufs(sendbuf, recvbuf, count, what));
-    ACX_CHECK(check_in_place(comm, sendbuf, recvbuf, count, dtype, what,
-                             "recvbuf == sendbuf + rank * count elements"));
+    ACX_CHECK(acx_nccl_check_in_place(comm, sendbuf, recvbuf, count, dtype, what,
+                                      "recvbuf == sendbuf + rank * count elements"));
     ACX_CHECK(order_after_compute(st));
     if (count > 0)
         ACX_NCCL_CHECK(ncclReduceScatter(sendbuf, recvbuf, count, type, nop, st->nccl, st->stream));
@@ -517,7 +468,7 @@ static acx_status_t broadcast(acx_comm_t *comm, void *buf, size_t count, acx_dty
     ncclDataType_t type;
     ACX_CHECK(usable(comm, what, &st));
     ACX_CHECK(check_dtype(dtype, what, &type));
-    ACX_CHECK(check_root(comm, root, what));
+    ACX_CHECK(acx_nccl_check_root(comm, root, what));
     ACX_CHECK(check_bufs(buf, buf, count, what));
     ACX_CHECK(order_after_compute(st));
     if (count > 0) ACX_NCCL_CHECK(ncclBroadcast(buf, buf, count, type, root, st->nccl, st->stream));
@@ -532,8 +483,8 @@ static acx_status_t all_gather(acx_comm_t *comm, const void *sendbuf, void *recv
     ACX_CHECK(usable(comm, what, &st));
     ACX_CHECK(check_dtype(dtype, what, &type));
     ACX_CHECK(check_bufs(sendbuf, recvbuf, count, what));
-    ACX_CHECK(check_in_place(comm, recvbuf, sendbuf, count, dtype, what,
-                             "sendbuf == recvbuf + rank * count elements"));
+    ACX_CHECK(acx_nccl_check_in_place(comm, recvbuf, sendbuf, count, dtype, what,
+                                      "sendbuf == recvbuf + rank * count elements"));
     ACX_CHECK(order_after_compute(st));
     if (count > 0)
         ACX_NCCL_CHECK(ncclAllGather(sendbuf, recvbuf, count, type, st->nccl, st->stream));
@@ -554,12 +505,12 @@ static acx_status_t gather(acx_comm_t *comm, const void *sendbuf, void *recvbuf,
     ncclDataType_t type;
     ACX_CHECK(usable(comm, what, &st));
     ACX_CHECK(check_dtype(dtype, what, &type));
-    ACX_CHECK(check_root(comm, root, what));
+    ACX_CHECK(acx_nccl_check_root(comm, root, what));
     int is_root = comm->rank == root;
     ACX_CHECK(check_bufs(sendbuf, is_root ? recvbuf : sendbuf, count, what));
     if (is_root)
-        ACX_CHECK(check_in_place(comm, recvbuf, sendbuf, count, dtype, what,
-                                 "root's sendbuf == recvbuf + root * count elements"));
+        ACX_CHECK(acx_nccl_check_in_place(comm, recvbuf, sendbuf, count, dtype, what,
+                                          "root's sendbuf == recvbuf + root * count elements"));
     ACX_CHECK(order_after_compute(st));
     if (count > 0) {
         size_t block = count * acx_dtype_size(dtype);
@@ -567,9 +518,10 @@ static acx_status_t gather(acx_comm_t *comm, const void *sendbuf, void *recvbuf,
         if (is_root) {
             for (int r = 0; r < comm->size; r++)
                 if (r != root)
-                    ACX_NCCL_CHECK_GOTO(ncclRecv((void *)byte_at(recvbuf, (size_t)r * block), count,
-                                                 type, r, st->nccl, st->stream),
-                                        status, end_group);
+                    ACX_NCCL_CHECK_GOTO(
+                        ncclRecv((void *)acx_nccl_byte_at(recvbuf, (size_t)r * block), count, type,
+                                 r, st->nccl, st->stream),
+                        status, end_group);
         } else {
             ACX_NCCL_CHECK_GOTO(ncclSend(sendbuf, count, type, root, st->nccl, st->stream), status,
                                 end_group);
@@ -579,7 +531,7 @@ static acx_status_t gather(acx_comm_t *comm, const void *sendbuf, void *recvbuf,
         ncclResult_t gret = ncclGroupEnd();
         if (status != ACX_OK) return status;
         if (gret != ncclSuccess) return nccl_error(gret, "ncclGroupEnd()", __FILE__, __LINE__);
-        void *mine = (void *)byte_at(recvbuf, (size_t)root * block);
+        void *mine = (void *)acx_nccl_byte_at(recvbuf, (size_t)root * block);
         if (is_root && mine != sendbuf)
             ACX_CUDA_CHECK(
                 cudaMemcpyAsync(mine, sendbuf, block, cudaMemcpyDeviceToDevice, st->stream));

@@ -50,7 +50,7 @@ typedef enum acx_sharding_strategy {
 } acx_sharding_strategy_t;
 
 typedef enum acx_backend_kind {
-    ACX_BACKEND_AUTO = 0, /* NCCL when built and a GPU is visible, else MPI */
+    ACX_BACKEND_AUTO = 0, /* NCCL when built, a GPU is visible and device_state is cuda; else MPI */
     ACX_BACKEND_MPI = 1,
     ACX_BACKEND_NCCL = 2
 } acx_backend_kind_t;
@@ -61,7 +61,8 @@ typedef enum acx_device_state {
     ACX_DEVICE_STATE_HOST = 1,    /* host memory */
     ACX_DEVICE_STATE_CUDA = 2,    /* CUDA device memory (every sharding strategy) */
     ACX_DEVICE_STATE_EMULATED = 3 /* for testing the device path without a GPU: a CPU test
-                                     double whose memory host code cannot touch */
+                                     double whose memory host code cannot touch (with
+                                     backend: nccl, the NCCL backend's test double) */
 } acx_device_state_t;
 
 /* Where the optimizer's fp32 master weights and state live and its step

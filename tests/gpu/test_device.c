@@ -10,8 +10,9 @@
  *   - devices visible (a GPU machine): backend nccl is selected (when built
  *     with NCCL), and binding gives local rank modulo the device count,
  *     which is CUDA's current device afterwards.
- * Auto stays on mpi in both cases in this version: the layers above keep
- * their state in host memory (collectives/coll.c, ACX_COLL_AUTO_NCCL).
+ * Auto picks nccl only where NCCL is usable AND device_state is cuda
+ * (collectives/coll.c, acx_coll_decide): mpi without a device, or with any
+ * other device_state. The NCCL test double (nccl-emulated) binds no device.
  * Run on 1 and 2 ranks (tests/gpu/device.test).
  */
 #include <mpi.h>
@@ -69,7 +70,8 @@ static int test_no_device(void) {
     CHECK(strstr(why, "no CUDA") != NULL);
 #endif
     /* nccl: refused, naming why and what to use instead */
-    CHECK_STATUS(acx_coll_select(ACX_BACKEND_NCCL, &ops), ACX_ERR_NOT_SUPPORTED, "backend: mpi");
+    CHECK_STATUS(acx_coll_select(ACX_BACKEND_NCCL, ACX_DEVICE_STATE_CUDA, &ops),
+                 ACX_ERR_NOT_SUPPORTED, "backend: mpi");
 #if ACX_HAVE_NCCL
     CHECK(strstr(acx_last_error(), "no CUDA device") != NULL);
     CHECK(strstr(acx_last_error(), why) != NULL);
@@ -77,10 +79,12 @@ static int test_no_device(void) {
     CHECK(strstr(acx_last_error(), "this build has no NCCL") != NULL);
 #endif
     CHECK(ops == NULL);
-    CHECK_OK(acx_coll_select(ACX_BACKEND_AUTO, &ops));
+    CHECK_OK(acx_coll_select(ACX_BACKEND_AUTO, ACX_DEVICE_STATE_CUDA, &ops));
     CHECK(ops == &acx_coll_mpi_ops);
-    /* host backend: nothing bound */
+    /* host backend, and the NCCL test double: nothing bound */
     CHECK_OK(acx_device_setup(&acx_coll_mpi_ops, local_rank, local_size));
+    CHECK(acx_device_bound() == -1);
+    CHECK_OK(acx_device_setup(&acx_coll_nccl_emul_ops, local_rank, local_size));
     CHECK(acx_device_bound() == -1);
 #if ACX_HAVE_NCCL
     /* a device backend without a device */
@@ -96,13 +100,17 @@ error:
 #if ACX_HAVE_CUDA
 static int test_devices(int count) {
     const acx_coll_ops_t *ops = NULL;
-    CHECK_OK(acx_coll_select(ACX_BACKEND_AUTO, &ops));
+    /* auto: MPI unless the model state is on the device (device_state: cuda) */
+    CHECK_OK(acx_coll_select(ACX_BACKEND_AUTO, ACX_DEVICE_STATE_AUTO, &ops));
     CHECK(ops == &acx_coll_mpi_ops);
     CHECK_OK(acx_device_setup(&acx_coll_mpi_ops, local_rank, local_size));
     CHECK(acx_device_bound() == -1);
 #if ACX_HAVE_NCCL
     ops = NULL;
-    CHECK_OK(acx_coll_select(ACX_BACKEND_NCCL, &ops));
+    CHECK_OK(acx_coll_select(ACX_BACKEND_AUTO, ACX_DEVICE_STATE_CUDA, &ops));
+    CHECK(ops == &acx_coll_nccl_ops);
+    ops = NULL;
+    CHECK_OK(acx_coll_select(ACX_BACKEND_NCCL, ACX_DEVICE_STATE_CUDA, &ops));
     CHECK(ops == &acx_coll_nccl_ops && ops->device_memory && strcmp(ops->name, "nccl") == 0);
     CHECK_OK(acx_device_setup(&acx_coll_nccl_ops, local_rank, local_size));
     CHECK(acx_device_bound() == local_rank % count);

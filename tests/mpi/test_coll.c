@@ -8,7 +8,9 @@
  * Covers all-reduce (sum/avg/max/min; float32, float64, int32; blocking and
  * non-blocking; in and out of place; 0 to 1<<20 elements), broadcast from
  * every root, all-gather, status agreement, unsupported cases, backend
- * selection and communicator split. Run with mpirun -np 1..4.
+ * selection and communicator split, and the NCCL test double
+ * (acx_coll_nccl_emul_ops) on emulated device buffers. Run with mpirun
+ * -np 1..4.
  */
 #include <limits.h>
 #include <mpi.h>
@@ -18,6 +20,7 @@
 #include <string.h>
 
 #include "cuda/device.h"
+#include "cuda/device_ops.h"
 #include "tests/acx_test_mpi.h"
 #include "collectives/coll.h"
 #include "runtime/base/error.h"
@@ -376,19 +379,31 @@ error:
 
 static int test_select(void) {
     const acx_coll_ops_t *ops = NULL;
-    CHECK_OK(acx_coll_select(ACX_BACKEND_MPI, &ops));
+    CHECK_OK(acx_coll_select(ACX_BACKEND_MPI, ACX_DEVICE_STATE_AUTO, &ops));
     CHECK(ops == &acx_coll_mpi_ops && strcmp(ops->name, "mpi") == 0);
     ops = NULL;
-    CHECK_OK(acx_coll_select(ACX_BACKEND_AUTO, &ops));
+    CHECK_OK(acx_coll_select(ACX_BACKEND_AUTO, ACX_DEVICE_STATE_AUTO, &ops));
     CHECK(ops == &acx_coll_mpi_ops);
     ops = NULL;
     if (acx_device_count(NULL, 0) == 0) { /* with a GPU (and NCCL) the selection succeeds */
-        CHECK_STATUS(acx_coll_select(ACX_BACKEND_NCCL, &ops), ACX_ERR_NOT_SUPPORTED,
-                     "backend: mpi");
+        CHECK_STATUS(acx_coll_select(ACX_BACKEND_NCCL, ACX_DEVICE_STATE_CUDA, &ops),
+                     ACX_ERR_NOT_SUPPORTED, "backend: mpi");
         CHECK(strstr(acx_last_error(), "NCCL backend is not available") != NULL);
         CHECK(ops == NULL);
+        /* auto with device_state cuda: MPI when NCCL is not usable */
+        CHECK_OK(acx_coll_select(ACX_BACKEND_AUTO, ACX_DEVICE_STATE_CUDA, &ops));
+        CHECK(ops == &acx_coll_mpi_ops);
+        ops = NULL;
     }
-    CHECK_STATUS(acx_coll_select((acx_backend_kind_t)7, &ops), ACX_ERR_INVALID_ARG, "7");
+    /* the NCCL test double: backend nccl with the emulated device only, in
+     * every build */
+    CHECK_OK(acx_coll_select(ACX_BACKEND_NCCL, ACX_DEVICE_STATE_EMULATED, &ops));
+    CHECK(ops == &acx_coll_nccl_emul_ops && ops->device_memory && ops->emulated &&
+          strcmp(ops->name, "nccl-emulated") == 0);
+    CHECK_OK(acx_coll_select(ACX_BACKEND_AUTO, ACX_DEVICE_STATE_EMULATED, &ops));
+    CHECK(ops == &acx_coll_mpi_ops);
+    CHECK_STATUS(acx_coll_select((acx_backend_kind_t)7, ACX_DEVICE_STATE_AUTO, &ops),
+                 ACX_ERR_INVALID_ARG, "7");
     return 0;
 error:
     return 1;
@@ -419,6 +434,138 @@ static int test_split(void) {
     return 0;
 error:
     acx_comm_destroy(sub);
+    return 1;
+}
+
+/* ---- the NCCL test double ---- */
+
+/* x [n] int32 on the emulated device from host values (to_host reads back). */
+static acx_status_t dev_put(const acx_devops_t *d, void *dev, const int32_t *host, size_t n) {
+    return d->to_device(dev, host, n * sizeof *host, NULL);
+}
+
+/*
+ * acx_coll_nccl_emul_ops on emulated device buffers (rank r's block element
+ * i is (r + 1) * (i + 1), sums by hand): blocking and non-blocking
+ * all-reduce, in-place reduce-scatter and all-gather, broadcast from the
+ * last rank, gather to rank 0 with recvbuf NULL elsewhere, a split
+ * communicator, barrier; then what it refuses before moving anything, on
+ * every rank alike: a host sendbuf or recvbuf (ACX_ERR_INVALID_ARG "is host
+ * memory"), avg of int32 (ACX_ERR_NOT_SUPPORTED, NCCL's rule), a
+ * reduce-scatter whose buffers overlap but not in place, the MPI table
+ * given a communicator of the double.
+ */
+static int test_nccl_double(void) {
+    enum { N = 6 };
+    const acx_devops_t *d = &acx_devops_emulated;
+    const size_t S = (size_t)size_;
+    acx_comm_t *c = NULL, *sub = NULL;
+    void *x = NULL, *big = NULL;
+    int32_t h[N], *hb = malloc(S * N * sizeof *hb);
+    acx_coll_req_t *req = NULL;
+    CHECK(hb != NULL);
+    CHECK_OK(acx_comm_create(MPI_COMM_WORLD, &acx_coll_nccl_emul_ops, &c));
+    CHECK_OK(d->alloc(N * sizeof(int32_t), "x", &x));
+    CHECK_OK(d->alloc(S * N * sizeof(int32_t), "big", &big));
+    const int32_t tri = (int32_t)(S * (S + 1) / 2); /* sum over ranks of (r + 1) */
+
+    for (int i = 0; i < N; i++)
+        h[i] = (rank_ + 1) * (i + 1);
+    CHECK_OK(dev_put(d, x, h, N));
+    CHECK_OK(c->ops->all_reduce(c, x, x, N, ACX_DTYPE_INT32, ACX_OP_SUM));
+    CHECK_OK(d->to_host(h, x, sizeof h, NULL));
+    for (int i = 0; i < N; i++)
+        CHECK(h[i] == tri * (i + 1));
+
+    for (int i = 0; i < N; i++)
+        h[i] = (rank_ + 1) * (i + 1);
+    CHECK_OK(dev_put(d, x, h, N));
+    CHECK_OK(c->ops->all_reduce_start(c, x, x, N, ACX_DTYPE_INT32, ACX_OP_MAX, &req));
+    CHECK_OK(c->ops->wait(req));
+    req = NULL;
+    CHECK_OK(d->to_host(h, x, sizeof h, NULL));
+    for (int i = 0; i < N; i++)
+        CHECK(h[i] == (int32_t)S * (i + 1));
+
+    /* reduce-scatter in place: block r of big sums (q + 1) * (r * N + i + 1) */
+    for (size_t k = 0; k < S * N; k++)
+        hb[k] = (rank_ + 1) * (int32_t)(k + 1);
+    CHECK_OK(dev_put(d, big, hb, S * N));
+    void *mine = (char *)big + (size_t)rank_ * N * sizeof(int32_t);
+    CHECK_OK(c->ops->reduce_scatter(c, big, mine, N, ACX_DTYPE_INT32, ACX_OP_SUM));
+    CHECK_OK(d->to_host(h, mine, sizeof h, NULL));
+    for (int i = 0; i < N; i++)
+        CHECK(h[i] == tri * (rank_ * N + i + 1));
+
+    /* all-gather in place: block q is rank q's (q + 1) * (i + 1) */
+    for (int i = 0; i < N; i++)
+        h[i] = (rank_ + 1) * (i + 1);
+    CHECK_OK(dev_put(d, mine, h, N));
+    CHECK_OK(c->ops->all_gather(c, mine, big, N, ACX_DTYPE_INT32));
+    CHECK_OK(d->to_host(hb, big, S * N * sizeof *hb, NULL));
+    for (size_t k = 0; k < S * N; k++)
+        CHECK(hb[k] == (int32_t)(k / N + 1) * (int32_t)(k % N + 1));
+
+    /* broadcast from the last rank */
+    for (int i = 0; i < N; i++)
+        h[i] = rank_ == size_ - 1 ? 7 * (i + 1) : -1;
+    CHECK_OK(dev_put(d, x, h, N));
+    CHECK_OK(c->ops->broadcast(c, x, N, ACX_DTYPE_INT32, size_ - 1));
+    CHECK_OK(d->to_host(h, x, sizeof h, NULL));
+    for (int i = 0; i < N; i++)
+        CHECK(h[i] == 7 * (i + 1));
+
+    /* gather to 0; recvbuf is not looked at elsewhere */
+    for (int i = 0; i < N; i++)
+        h[i] = (rank_ + 1) * (i + 1);
+    CHECK_OK(dev_put(d, x, h, N));
+    CHECK_OK(c->ops->gather(c, x, rank_ == 0 ? big : NULL, N, ACX_DTYPE_INT32, 0));
+    if (rank_ == 0) {
+        CHECK_OK(d->to_host(hb, big, S * N * sizeof *hb, NULL));
+        for (size_t k = 0; k < S * N; k++)
+            CHECK(hb[k] == (int32_t)(k / N + 1) * (int32_t)(k % N + 1));
+    }
+
+    /* a split communicator is the double's too */
+    CHECK_OK(acx_comm_split(c, rank_ % 2, rank_, &sub));
+    CHECK(sub->ops == &acx_coll_nccl_emul_ops);
+    for (int i = 0; i < N; i++)
+        h[i] = 1;
+    CHECK_OK(dev_put(d, x, h, N));
+    CHECK_OK(sub->ops->all_reduce(sub, x, x, N, ACX_DTYPE_INT32, ACX_OP_SUM));
+    CHECK_OK(d->to_host(h, x, sizeof h, NULL));
+    CHECK(h[0] == sub->size && h[N - 1] == sub->size);
+    CHECK_OK(c->ops->barrier(c));
+
+    /* refusals (local, the same on every rank: nobody enters a collective) */
+    CHECK_STATUS(c->ops->all_reduce(c, h, x, N, ACX_DTYPE_INT32, ACX_OP_SUM), ACX_ERR_INVALID_ARG,
+                 "all-reduce of 6 elements: sendbuf");
+    CHECK(strstr(acx_last_error(), "is host memory: the NCCL backend would fault on it") != NULL);
+    CHECK_STATUS(c->ops->all_gather_start(c, x, hb, N, ACX_DTYPE_INT32, &req), ACX_ERR_INVALID_ARG,
+                 "recvbuf");
+    CHECK_STATUS(c->ops->broadcast(c, h, N, ACX_DTYPE_INT32, 0), ACX_ERR_INVALID_ARG,
+                 "is host memory");
+    CHECK_STATUS(c->ops->all_reduce(c, x, x, N, ACX_DTYPE_INT32, ACX_OP_AVG), ACX_ERR_NOT_SUPPORTED,
+                 "avg needs a float dtype");
+    /* refused by the double's NCCL rules, not only later by the MPI backend */
+    CHECK(strstr(acx_last_error(), "coll_nccl_args.c") != NULL);
+    CHECK_STATUS(c->ops->reduce_scatter(c, big, (char *)big + sizeof(int32_t), N, ACX_DTYPE_INT32,
+                                        ACX_OP_SUM),
+                 ACX_ERR_INVALID_ARG, "overlap but not in place");
+    CHECK_STATUS(acx_coll_mpi_ops.all_reduce(c, x, x, N, ACX_DTYPE_INT32, ACX_OP_SUM),
+                 ACX_ERR_INVALID_ARG, "nccl-emulated backend");
+    acx_comm_destroy(sub);
+    acx_comm_destroy(c);
+    d->free(x);
+    d->free(big);
+    free(hb);
+    return 0;
+error:
+    acx_comm_destroy(sub);
+    acx_comm_destroy(c);
+    d->free(x);
+    d->free(big);
+    free(hb);
     return 1;
 }
 
@@ -455,6 +602,8 @@ int main(int argc, char **argv) {
     failed |= acx_test_run_case("agree: lowest failing rank wins", test_agree_lowest);
     failed |= acx_test_run_case("backend selection", test_select);
     failed |= acx_test_run_case("comm split by parity", test_split);
+    failed |=
+        acx_test_run_case("the NCCL test double: emulated buffers, refusals", test_nccl_double);
 
     acx_comm_destroy(world);
     int any = 0;

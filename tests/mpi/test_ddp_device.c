@@ -5,11 +5,15 @@
  * ranks, else 1, as test_shard_equiv; tests/mpi/shard_device.test), the
  * same strategy on both sides: the same model, data and steps run twice in one process, once
  * with model state in host memory and once in device memory
- * (device_state: emulated by default; `test_ddp_device cuda` runs the
- * device side with device_state: cuda on the MPI backend, which stages
- * device buffers, and `test_ddp_device nccl` with the NCCL backend; both
- * exit 77 without a GPU — tests/gpu/ddp_device.test), and every
- * observable must be BITWISE equal (cuda's norms: see clip below).
+ * (device_state: emulated on the MPI backend by default;
+ * `test_ddp_device nccl_emulated` runs the device side with backend: nccl
+ * on the emulated device, i.e. on the NCCL test double, which refuses every
+ * host buffer the NCCL backend would fault on — tests/mpi/ddp_device.test,
+ * shard_device.test; `test_ddp_device cuda` runs it with device_state: cuda
+ * on the MPI backend, which stages device buffers, and `test_ddp_device
+ * nccl` with the NCCL backend; both exit 77 without a GPU —
+ * tests/gpu/ddp_device.test), and every observable must be BITWISE equal
+ * (cuda's norms: see clip below).
  *
  * The host run is the reference: host NO_SHARD is itself checked against
  * independent double-precision references (test_ddp_equiv, test_accumulate,
@@ -29,8 +33,7 @@
  * sides) and are compared as such; parameters are compared whole
  * (acx_param_gather) and as the gathered compute copies (acx_param_data of
  * an acquired unit: device memory on the device side); the memory-stats
- * identity per category holds as for NO_SHARD; the refusals case checks
- * only what still is refused (the nccl backend with a sharded strategy).
+ * identity per category holds as for NO_SHARD.
  *
  * The model: unit a = {a.w [7,3] (nn.Linear init), a.e [5] (0.5)}, unit b =
  * {b.w [2,5] (nn.Linear init), b.s [1] (0.75)}. The program writes
@@ -74,10 +77,12 @@
  *                device run loads the host file and a host run the device
  *                file (strict): parameters and moments equal the saving
  *                run's, and one more step stays equal.
- *   refusals     backend nccl with full_shard fails acx_init ("NO_SHARD
- *                only"; device state itself works with every strategy); the
- *                emulated device with backend nccl fails acx_init; a
- *                compute stream with host state is refused, NULL accepted.
+ *   refusals     (emulated device) backend nccl gives the NCCL test double
+ *                under every strategy; a host buffer handed to acx_all_reduce
+ *                there is refused ("is host memory"), while
+ *                acx_reduce_scalar (host data, through MPI) sums 1..world;
+ *                a compute stream with host state is refused, NULL
+ *                accepted.
  */
 #include <hdf5.h>
 #include <stdint.h>
@@ -533,22 +538,36 @@ error:
     return 1;
 }
 
+/* The NCCL test double (backend nccl + device_state emulated): host
+ * buffers given to the backend are refused as the NCCL backend would fault
+ * on them, while the host-data helpers (acx_reduce_scalar) go through MPI
+ * and work. */
+static int check_double(net_t *net) {
+    CHECK(strcmp(net->m->ctx.world->ops->name, "nccl-emulated") == 0);
+    float host[4] = {1, 2, 3, 4};
+    CHECK_STATUS(acx_all_reduce(net->acc, host, host, 4, ACX_DTYPE_FLOAT32, ACX_OP_SUM),
+                 ACX_ERR_INVALID_ARG, "sendbuf");
+    CHECK(strstr(acx_last_error(), "is host memory: the NCCL backend would fault on it") != NULL);
+    double sum = 0;
+    CHECK_OK(acx_reduce_scalar(net->acc, rank + 1.0, ACX_OP_SUM, &sum));
+    CHECK(sum == world * (world + 1) / 2.0);
+    return 0;
+error:
+    return 1;
+}
+
 static int test_refusals(void) {
     net_t net = {0};
-    opts_t o = {.device = 1,
-                .strategy = ACX_FULL_SHARD + 1,
-                .opt = OPT_ADAMW,
-                .reduce = -1,
-                .poison_step = -1};
-    o.backend = ACX_BACKEND_NCCL + 1;
-    CHECK_STATUS(net_open(&net, &o), ACX_ERR_NOT_SUPPORTED, "NO_SHARD only");
-    net_close(&net);
-    if (dev_state == ACX_DEVICE_STATE_EMULATED) { /* no GPU needed to be refused */
-        o.strategy = ACX_NO_SHARD + 1;
-        CHECK_STATUS(net_open(&net, &o), ACX_ERR_NOT_SUPPORTED, "");
+    opts_t o = {.device = 1, .opt = OPT_SGD_MOM, .reduce = -1, .poison_step = -1};
+    if (dev_state == ACX_DEVICE_STATE_EMULATED) {
+        /* the emulated device with backend nccl is the NCCL test double,
+         * with every strategy; a program's host buffer is refused there */
+        o.backend = ACX_BACKEND_NCCL + 1;
+        CHECK_OK(net_open(&net, &o));
+        CHECK(check_double(&net) == 0);
         net_close(&net);
+        o.backend = 0;
     }
-    o = (opts_t){.device = 1, .opt = OPT_SGD_MOM, .reduce = -1, .poison_step = -1};
     CHECK_OK(net_open(&net, &o));
     CHECK_OK(acx_set_compute_stream(net.acc, NULL));
     CHECK_OK(acx_accumulate_begin(net.acc));
@@ -574,15 +593,12 @@ int main(int argc, char **argv) {
         dev_state = ACX_DEVICE_STATE_CUDA;
         dev_backend = ACX_BACKEND_NCCL;
     }
+    if (argc > 1 && strcmp(argv[1], "nccl_emulated") == 0) /* the NCCL test double */
+        dev_backend = ACX_BACKEND_NCCL;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "shard_grad_op") == 0) strategy = ACX_SHARD_GRAD_OP;
         if (strcmp(argv[i], "full_shard") == 0) strategy = ACX_FULL_SHARD;
         if (strcmp(argv[i], "hybrid_shard") == 0) strategy = ACX_HYBRID_SHARD;
-    }
-    if (strategy != ACX_NO_SHARD && dev_backend == ACX_BACKEND_NCCL) {
-        if (rank == 0) printf("SKIP: backend nccl supports no_shard only\n");
-        MPI_Finalize();
-        return 77;
     }
     acx_test_tmp_path(dir, sizeof dir, "");
     if (dev_state == ACX_DEVICE_STATE_CUDA) {
@@ -611,8 +627,7 @@ int main(int argc, char **argv) {
     failed |= acx_test_run_case("bf16 + bf16 reduce: copies, master, moments", test_bf16);
     failed |= acx_test_run_case("fp16: an inf on one rank skips everywhere", test_fp16_skip);
     failed |= acx_test_run_case("checkpoint: same datasets, cross-loading", test_checkpoint);
-    failed |=
-        acx_test_run_case("refusals: nccl + full_shard, emulated + nccl, stream", test_refusals);
+    failed |= acx_test_run_case("nccl double: host buffers refused; compute stream", test_refusals);
     MPI_Finalize();
     return failed;
 }

@@ -9,7 +9,10 @@
  * (device_state: cuda on the MPI backend, which stages device buffers;
  * exit 77 without a GPU: tests/gpu/offload.test). Default: the emulated
  * device (device_state: emulated), whose memory host code cannot touch: a
- * host read of a device buffer, or a device op on a host buffer, fails.
+ * host read of a device buffer, or a device op on a host buffer, fails;
+ * `test_offload nccl_emulated` runs the emulated device with backend: nccl,
+ * i.e. on the NCCL test double, which also refuses a host buffer handed to
+ * the backend (tests/mpi/offload.test, 2 ranks).
  *
  * The host run is the reference (host NO_SHARD is checked against
  * independent references in test_ddp_equiv, test_accumulate,
@@ -67,6 +70,9 @@
 #include "tests/mpi/device_net.h"
 
 static int dev_state = ACX_DEVICE_STATE_EMULATED; /* the device side (cuda: `test_offload cuda`) */
+/* the emulated device's backend (`test_offload nccl_emulated`: the NCCL
+ * test double, which refuses every host buffer NCCL would fault on) */
+static int emul_backend = ACX_BACKEND_MPI;
 static char dir[1024];
 
 /* where model state lives in a run */
@@ -92,7 +98,7 @@ static acx_status_t net_open(net_t *net, const opts_t *o) {
                        : o->mode == HOST   ? ACX_DEVICE_STATE_HOST
                                            : dev_state;
     cfg.offload_optimizer = o->mode == OFFLOAD ? ACX_OFFLOAD_CPU : ACX_OFFLOAD_NONE;
-    cfg.backend = ACX_BACKEND_MPI;
+    cfg.backend = cfg.device_state == ACX_DEVICE_STATE_EMULATED ? emul_backend : ACX_BACKEND_MPI;
     if (o->accum > 0) cfg.gradient_accumulation_steps = o->accum;
     cfg.mixed_precision = o->mp;
     if (o->reduce >= 0) cfg.reduce_dtype = o->reduce;
@@ -541,6 +547,7 @@ error:
 int main(int argc, char **argv) {
     acx_test_mpi_begin(&argc, &argv, 300, &rank, &world);
     if (argc > 1 && strcmp(argv[1], "cuda") == 0) dev_state = ACX_DEVICE_STATE_CUDA;
+    if (argc > 1 && strcmp(argv[1], "nccl_emulated") == 0) emul_backend = ACX_BACKEND_NCCL;
     acx_test_tmp_path(dir, sizeof dir, "");
     if (dev_state == ACX_DEVICE_STATE_CUDA) {
         /* no GPU (or no CUDA build): SKIP, agreed */
