@@ -324,8 +324,9 @@ bad=
 for p in acx acx-fmnist tests/gpu/test_nccl tests/gpu/test_mlp_cuda benchmarks/acx-bench-allreduce \
     benchmarks/acx-bench-train-gpu "$(command -v mpirun)"; do
     [ -e "$p" ] || continue
-    bad="$bad$(ldd -r "$p" 2>&1 | grep -E 'not found|undefined symbol' | sed "s|^|  $p: |")"
+    bad="$bad"$'\n'"$(ldd -r "$p" 2>&1 | grep -E 'not found|undefined symbol|error' | sed "s|^|  $p: |")"
 done
+bad=$(echo "$bad" | grep .)
 if [ -n "$bad$dev_missing" ]; then
     echo "$bad"
     failure "libraries: FAIL (not found on this machine:${dev_missing:- none}; $(echo "$bad" | grep -c .) ldd -r errors)"
@@ -539,7 +540,8 @@ fmnist_compare() {
     fm_accuracy() { sed -n 's/^final test_accuracy=\([0-9.]*\)$/\1/p' "$1"; }
     fm_rate() { sed -n 's/.* \([0-9]*\) samples\/s over .*/\1/p' "$1"; }
     fm_step_ms() { awk -v r="$(fm_rate "$1")" 'BEGIN { if (r > 0) printf "%.3f", 1000 * 64 / r; else printf "?" }'; }
-    run_limited 60 "$logs/fmnist-probe.txt" ./acx-fmnist --device cuda --data /nonexistent.h5
+    have_time 30 "acx-fmnist --device cuda" || return 0
+    run_limited "$(limit_for 30)" "$logs/fmnist-probe.txt" ./acx-fmnist --device cuda --data /nonexistent.h5
     if grep -q "not in this build\|has no CUDA" "$logs/fmnist-probe.txt"; then
         failure "acx-fmnist --device cuda: FAIL ($(grep -m1 'acx-fmnist' "$logs/fmnist-probe.txt"))"
         return 0
@@ -548,7 +550,6 @@ fmnist_compare() {
         result "acx-fmnist --device cuda: SKIP (no Fashion-MNIST: set ACX_GPU_FMNIST_DATA or carry .gpu/fashion-mnist)"
         return 0
     fi
-    have_time 30 "acx-fmnist --device cuda" || return 0
     if ! run_limited "$(limit_for 60)" "$logs/fmnist-import.txt" ./acx data import-idx "$fm_src" -o "$h5"; then
         cat "$logs/fmnist-import.txt"
         failure "acx-fmnist --device cuda: FAIL (acx data import-idx $fm_src failed)"

@@ -78,8 +78,22 @@ done
 for f in libnccl.so.2 libcublas.so.13 libcublasLt.so.13 libcudart.so.13; do
     hide_file "$cudalib/$f"
 done
+# and, whatever the bundle holds, every shared library of the packages the
+# device image lacks (Open MPI and its fabric libraries, PMIx, hwloc,
+# libevent, munge, HDF5 and what it links, libyaml, OpenBLAS, gfortran, isa-l)
+pkg_re='^(libopenmpi|openmpi-|libpmix|libhwloc|libevent|libmunge|libfabric|libucx|libibverbs|librdmacm'
+pkg_re="$pkg_re|libpsm|libhdf5|libsz|libaec|libcurl|libnghttp|libssh|librtmp|libldap|libgnutls|libnettle"
+pkg_re="$pkg_re|libhogweed|libp11|libtasn|libidn2|libunistring|libpsl|libbrotli|libkrb5|libk5crypto"
+pkg_re="$pkg_re|libgssapi|libsasl2|libkeyutils|libcom-err|libgmp|libyaml|libopenblas|libgfortran"
+pkg_re="$pkg_re|libquadmath|libisal)"
+n_pkg=0
+while read -r f; do
+    [ -f "$f" ] && [ ! -L "$f" ] && [ -s "$f" ] && hide_file "$f" && n_pkg=$((n_pkg + 1))
+done < <(dpkg-query -W -f '${Package}\n' 2>/dev/null | grep -E "$pkg_re" | xargs -r dpkg -L 2>/dev/null |
+    grep -E '\.so(\.[0-9]+)*$' | sort -u)
 echo "== hidden: Open MPI, PMIx, hwloc, OpenBLAS, HDF5 folders; mpirun/orterun/orted/ompi_info;"
-echo "   $n_hidden system library files that the bundle carries; CUDA's libcudart, libnccl, libcublas(Lt)"
+echo "   $n_hidden system library files that the bundle carries; CUDA's libcudart, libnccl, libcublas(Lt);"
+echo "   $n_pkg more shared-library files of the packages the device lacks (dpkg -L)"
 echo "   (the system's libmpi.so.40 now has $(wc -c </usr/lib/x86_64-linux-gnu/libmpi.so.40) bytes)"
 
 failed=0
@@ -107,7 +121,7 @@ ldd_ok() { # every library resolves, and none from a system folder that the bund
         echo "-- ldd $p"
         ldd "$p" | sed 's/ (0x[0-9a-f]*)$//'
     done
-    bad=$(for p in "$@"; do ldd "$p"; done | awk '/not found/ || ($3 ~ /^\// && $3 !~ "^('"$bundle|$work"')/" &&
+    bad=$(for p in "$@"; do ldd "$p" 2>&1 || echo "$p: ldd failed"; done | awk '/not found|error|failed/ || ($3 ~ /^\// && $3 !~ "^('"$bundle|$work"')/" &&
         $1 !~ /^(libc|libm|libdl|libpthread|librt|libresolv|libstdc\+\+|libgcc_s|ld-linux-x86-64)\.so/)')
     [ -z "$bad" ] || {
         echo "unexpected: $bad"
