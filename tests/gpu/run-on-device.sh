@@ -294,7 +294,11 @@ build_from_source() {
         }
         if run_limited "$(limit_for 300)" "$logs/build.log" make -j"$jobs" all &&
             run_limited "$(limit_for 300)" "$logs/build.log" make -j"$jobs" check TESTS=; then
-            result "build: PASS ($(($(date +%s) - t0)) s${werror:+ with $werror}${werror:- WITHOUT -Werror: see build.log})"
+            if [ -n "$werror" ]; then
+                result "build: PASS ($(($(date +%s) - t0)) s, with $werror)"
+            else
+                result "build: PASS ($(($(date +%s) - t0)) s, WITHOUT -Werror: the -Werror build failed, see build.log)"
+            fi
             builddir=$b
             return 0
         fi
