@@ -22,7 +22,9 @@
  * --device cuda runs the same MLP on the rank's GPU (mlp_cuda.c: cuBLAS
  * sgemm in float32 and small kernels), on the device pointers that
  * acx_param_data/acx_param_grad return when acx keeps the training state on
- * the device (backend: nccl, or device_state: cuda with the MPI backend).
+ * the device: --device cuda puts device_state: cuda into the program's
+ * config (so backend: auto picks NCCL when it is usable; --acx-backend=mpi
+ * stages the device buffers through host memory instead).
  * Each batch is copied to the device; the kernels run on one stream that
  * acx is told about (acx_set_compute_stream), so each unit's all-reduce
  * starts after the backward kernels that wrote its gradients.
@@ -101,8 +103,8 @@ static void usage(FILE *f) {
             "  --gradient-accumulation-steps K   micro-batches per optimizer step (default 1)\n"
             "  --max-grad-norm X     clip gradients to this global L2 norm (default: no clipping)\n"
             "  --device cpu|cuda     where the model computes (default cpu); cuda: cuBLAS on this\n"
-            "                        rank's GPU, with acx's device-resident state (backend: nccl,\n"
-            "                        or device_state: cuda)\n"
+            "                        rank's GPU, with acx's state in device memory (device_state:\n"
+            "                        cuda; backend auto then picks NCCL when it is usable)\n"
             "  --config FILE, --acx-KEY=VALUE   acx configuration (see docs/config.md)\n");
 }
 
@@ -565,10 +567,19 @@ static int run(int argc, char **argv) {
             else if (x >= 0) cfg.checkpoint.save_every_steps = x;
         }
     }
+    /* --device cuda: the model computes on the device, so acx keeps its
+     * state there (the program's choice, like --seed); a build without the
+     * device path refuses --device cuda after parsing, with its reason */
+    int on_device = 0;
+    for (int i = 1; FMNIST_DEVICE_PATH && i < argc; i++)
+        if (strcmp(argv[i], "--device=cuda") == 0 ||
+            (strcmp(argv[i], "--device") == 0 && i + 1 < argc && strcmp(argv[i + 1], "cuda") == 0))
+            on_device = 1;
+    if (on_device) cfg.device_state = ACX_DEVICE_STATE_CUDA;
     alias_acx_options(&argc, argv);
     acx_status_t st = acx_init(&argc, &argv, &cfg, &acc);
     if (st != ACX_OK) {
-        fprintf(stderr, "acx-fmnist: %s\n", acx_last_error());
+        fprintf(stderr, "acx-fmnist: %s%s\n", on_device ? "--device cuda: " : "", acx_last_error());
         return 1;
     }
     int parsed = parse_options(argc, argv, &o);

@@ -37,7 +37,7 @@
 # folder; default the bundle's .gpu/fashion-mnist, else
 # /usr/share/datasets/fashion-mnist), ACX_GPU_FMNIST_EPOCHS (default 3),
 # ACX_GPU_FMNIST_CONFIGS (the acx options of each --device cuda run,
-# separated by ';'; default "--acx-device-state=cuda;--acx-backend=nccl"),
+# separated by ';'; default "--acx-backend=nccl;--acx-backend=mpi"),
 # ACX_GPU_TRAIN_DIMS, ACX_GPU_TRAIN_BATCH, ACX_GPU_TRAIN_STEPS and
 # ACX_GPU_TRAIN_STRATEGIES (acx-bench-train-gpu; see its step),
 # ACX_GPU_FULL_SUITE=1 (default 0) runs the other tests too, with what time
@@ -579,7 +579,7 @@ fmnist_compare() {
     a_cpu=$(fm_accuracy "$cpu")
     what="cpu ${a_cpu:-none} ($(fm_rate "$cpu") samples/s, $(fm_step_ms "$cpu") ms/step, $(($(date +%s) - t0)) s)"
     pack_logs
-    IFS=';' read -r -a cfgs <<<"${ACX_GPU_FMNIST_CONFIGS:---acx-device-state=cuda;--acx-backend=nccl}"
+    IFS=';' read -r -a cfgs <<<"${ACX_GPU_FMNIST_CONFIGS:---acx-backend=nccl;--acx-backend=mpi}"
     for cfg in "${cfgs[@]}"; do
         n=$((n + 1))
         have_time 30 "acx-fmnist --device cuda $cfg" || return 0
