@@ -76,10 +76,8 @@
  * What this file leaves to others: the model arithmetic (mlp.c) and
  * everything distributed on the acx side (libacx, public API only).
  */
-#include <ctype.h>
 #include <getopt.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -93,6 +91,7 @@
 
 #include <acx/acx.h>
 
+#include "bench_common.h"
 #include "mlp.h"
 
 #define PROG "acx-bench-train"
@@ -104,8 +103,6 @@ static const char *const model_names[] = {"fmnist", "synthetic"};
 typedef enum side { SIDE_ACX = 0, SIDE_MPI = 1, SIDE_COMPUTE = 2, NSIDES = 3 } side_t;
 static const char *const side_names[NSIDES] = {"acx", "mpi-loop", "compute-only"};
 
-static const char *const strategy_names[] = {"NO_SHARD", "SHARD_GRAD_OP", "FULL_SHARD",
-                                             "HYBRID_SHARD"};
 static const char *const mp_names[] = {"no", "bf16", "fp16"};
 
 typedef struct options {
@@ -121,18 +118,6 @@ typedef struct options {
 } options_t;
 
 static int world_rank; /* for messages before and after acx */
-
-/* printf on rank 0, flushed (acx_print needs a live accelerator; the
- * mpi-loop-only run ends acx before timing). */
-static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void say(const char *fmt, ...) {
-    if (world_rank != 0) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vprintf(fmt, ap);
-    va_end(ap);
-    fflush(stdout);
-}
 
 /* ---- options ---- */
 
@@ -172,14 +157,6 @@ static void usage(FILE *f) {
             "The last line of stdout is one JSON object (docs/benchmarks.md).\n");
 }
 
-static int parse_long(const char *s, long lo, long hi, long *out) {
-    char *end;
-    long v = strtol(s, &end, 10);
-    if (*s == '\0' || *end != '\0' || v < lo || v > hi) return -1;
-    *out = v;
-    return 0;
-}
-
 static int parse_double(const char *s, double *out) {
     char *end;
     double v = strtod(s, &end);
@@ -206,54 +183,14 @@ static int parse_dims(const char *s, mlp_dims_t *d) {
     return 0;
 }
 
-/* Remove "--name VALUE" and "--name=VALUE" from argv (every occurrence; the
- * last one wins) and return the value, or NULL. *missing_p = 1 when the
- * option ends the command line without a value. */
-static const char *take_option(int *argc, char **argv, const char *name, int *missing_p) {
-    const char *value = NULL;
-    size_t len = strlen(name);
-    for (int i = 1; i < *argc;) {
-        int drop = 0;
-        if (strncmp(argv[i], name, len) == 0 && argv[i][len] == '=') {
-            value = argv[i] + len + 1;
-            drop = 1;
-        } else if (strcmp(argv[i], name) == 0) {
-            if (i + 1 < *argc) {
-                value = argv[i + 1];
-                drop = 2;
-            } else {
-                *missing_p = 1;
-                drop = 1;
-            }
-        }
-        if (drop == 0) {
-            i++;
-            continue;
-        }
-        memmove(&argv[i], &argv[i + drop], (size_t)(*argc - i - drop + 1) * sizeof *argv);
-        *argc -= drop;
-    }
-    return value;
-}
-
-static int lookup(const char *s, const char *const *names, int n) {
-    for (int i = 0; i < n; i++) {
-        size_t k = 0;
-        while (s[k] && names[i][k] && tolower((unsigned char)s[k]) == tolower((unsigned char)names[i][k]))
-            k++;
-        if (s[k] == '\0' && names[i][k] == '\0') return i;
-    }
-    return -1;
-}
-
 /* The options that become acx configuration (the program's choices beat
  * any config file): taken out of argv before acx_init. Returns 0, or -1
  * after printing the reason (rank 0). */
 static int take_config_options(int *argc, char **argv, options_t *o) {
     int missing = 0;
-    const char *s = take_option(argc, argv, "--sharding-strategy", &missing);
-    const char *mp = take_option(argc, argv, "--mixed-precision", &missing);
-    const char *seed = take_option(argc, argv, "--seed", &missing);
+    const char *s = bench_take_option(argc, argv, "--sharding-strategy", &missing);
+    const char *mp = bench_take_option(argc, argv, "--mixed-precision", &missing);
+    const char *seed = bench_take_option(argc, argv, "--seed", &missing);
     o->strategy = ACX_NO_SHARD;
     o->mixed_precision = ACX_MP_NO;
     o->seed = 42;
@@ -262,29 +199,16 @@ static int take_config_options(int *argc, char **argv, options_t *o) {
             fprintf(stderr, PROG ": --sharding-strategy, --mixed-precision and --seed need a value\n");
         return -1;
     }
-    if (s && (o->strategy = lookup(s, strategy_names, 4)) < 0) {
-        if (world_rank == 0)
-            fprintf(stderr,
-                    PROG ": invalid value '%s' for --sharding-strategy (expected NO_SHARD, "
-                         "SHARD_GRAD_OP, FULL_SHARD or HYBRID_SHARD, any case)\n",
-                    s);
-        return -1;
-    }
-    if (mp && (o->mixed_precision = lookup(mp, mp_names, 3)) < 0) {
+    if (s && bench_parse_strategy(PROG, s, &o->strategy) != 0) return -1;
+    if (mp && (o->mixed_precision = bench_lookup(mp, mp_names, 3)) < 0) {
         if (world_rank == 0)
             fprintf(stderr, PROG ": invalid value '%s' for --mixed-precision (expected no, bf16 or fp16)\n",
                     mp);
         return -1;
     }
-    if (seed) {
-        char *end;
-        long long x = strtoll(seed, &end, 10);
-        if (*seed == '\0' || *end != '\0') {
-            if (world_rank == 0) fprintf(stderr, PROG ": invalid value '%s' for --seed\n", seed);
-            return -1;
-        }
-        o->seed = x;
-    }
+    long long seed_v = o->seed;
+    if (seed && bench_parse_seed(PROG, seed, &seed_v) != 0) return -1;
+    o->seed = seed_v;
     return 0;
 }
 
@@ -310,36 +234,77 @@ static int parse_options(int argc, char **argv, options_t *o) {
         {"np", required_argument, 0, 'N'},         {"json", required_argument, 0, 'j'},
         {"help", no_argument, 0, 'h'},             {0, 0, 0, 0}};
     int c, idx = 0;
-    long v;
+    int v;
     opterr = world_rank == 0;
     while ((c = getopt_long(argc, argv, "h", longopts, &idx)) != -1) {
         switch (c) {
         case 'M':
-            if ((o->model = lookup(optarg, model_names, 2)) < 0) goto bad;
+            if ((o->model = bench_lookup(optarg, model_names, 2)) < 0) goto bad;
             break;
         case 'd': o->data = optarg; break;
-        case 'D': if (parse_dims(optarg, &o->dims)) goto bad; o->dims_set = 1; break;
-        case 'b': if (parse_long(optarg, 1, 1000000, &v)) goto bad; o->batch_size = v; break;
-        case 'k': if (parse_long(optarg, 1, 100000000, &v)) goto bad; o->steps = (int)v; break;
-        case 'r': if (parse_long(optarg, 1, 100000, &v)) goto bad; o->rounds = (int)v; break;
-        case 'w': if (parse_long(optarg, 0, 100000000, &v)) goto bad; o->warmup = (int)v; break;
-        case 'B': if (parse_long(optarg, 0, 1000, &v)) goto bad; o->block_warmup = (int)v; break;
-        case 's': if (parse_long(optarg, 0, 100000000, &v)) goto bad; o->check_steps = (int)v; break;
+        case 'D':
+            if (parse_dims(optarg, &o->dims)) goto bad;
+            o->dims_set = 1;
+            break;
+        case 'b':
+            if (bench_parse_int(optarg, 1, 1000000, &v)) goto bad;
+            o->batch_size = v;
+            break;
+        case 'k':
+            if (bench_parse_int(optarg, 1, 100000000, &v)) goto bad;
+            o->steps = v;
+            break;
+        case 'r':
+            if (bench_parse_int(optarg, 1, 100000, &v)) goto bad;
+            o->rounds = v;
+            break;
+        case 'w':
+            if (bench_parse_int(optarg, 0, 100000000, &v)) goto bad;
+            o->warmup = v;
+            break;
+        case 'B':
+            if (bench_parse_int(optarg, 0, 1000, &v)) goto bad;
+            o->block_warmup = v;
+            break;
+        case 's':
+            if (bench_parse_int(optarg, 0, 100000000, &v)) goto bad;
+            o->check_steps = v;
+            break;
         case 'c': o->check_only = 1; break;
         case 'o':
-            if (strcmp(optarg, "acx") == 0) o->run[SIDE_MPI] = 0;
-            else if (strcmp(optarg, "mpi-loop") == 0) o->run[SIDE_ACX] = 0;
-            else goto bad;
+            if (strcmp(optarg, "acx") == 0)
+                o->run[SIDE_MPI] = 0;
+            else if (strcmp(optarg, "mpi-loop") == 0)
+                o->run[SIDE_ACX] = 0;
+            else
+                goto bad;
             break;
         case 'C': o->run[SIDE_COMPUTE] = 0; break;
-        case 'n': if (parse_long(optarg, 1, 1000000, &v)) goto bad; o->batches = (int)v; break;
-        case 't': if (parse_long(optarg, 1, 1024, &v)) goto bad; o->threads = (int)v; break;
-        case 'l': if (parse_double(optarg, &o->lr)) goto bad; break;
-        case 'W': if (parse_double(optarg, &o->weight_decay)) goto bad; break;
-        case 'N': if (parse_long(optarg, 1, 1000000, &v)) goto bad; o->np = (int)v; break;
+        case 'n':
+            if (bench_parse_int(optarg, 1, 1000000, &v)) goto bad;
+            o->batches = v;
+            break;
+        case 't':
+            if (bench_parse_int(optarg, 1, 1024, &v)) goto bad;
+            o->threads = v;
+            break;
+        case 'l':
+            if (parse_double(optarg, &o->lr)) goto bad;
+            break;
+        case 'W':
+            if (parse_double(optarg, &o->weight_decay)) goto bad;
+            break;
+        case 'N':
+            if (bench_parse_int(optarg, 1, 1000000, &v)) goto bad;
+            o->np = v;
+            break;
         case 'j': o->json = optarg; break;
-        case 'h': if (world_rank == 0) usage(stdout); return 1;
-        default: if (world_rank == 0) usage(stderr); return -1;
+        case 'h':
+            if (world_rank == 0) usage(stdout);
+            return 1;
+        default:
+            if (world_rank == 0) usage(stderr);
+            return -1;
         }
         continue;
     bad:
@@ -406,13 +371,6 @@ static void batches_free(batches_t *bs) {
     memset(bs, 0, sizeof *bs);
 }
 
-static uint64_t splitmix64(uint64_t *s) {
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
 /* Synthetic data, different on every rank like a real shard (the stream is
  * seeded by seed and rank): about half the pixels black (as in
  * Fashion-MNIST, so dead inputs exist), the rest uniform in 0..255. */
@@ -420,11 +378,11 @@ static void batches_synthesize(batches_t *bs, const mlp_dims_t *d, int64_t seed,
     uint64_t s = 0x5eed000000000000ull ^ ((uint64_t)seed << 16) ^ (uint64_t)rank;
     size_t npix = (size_t)bs->nb * (size_t)bs->B * (size_t)d->in;
     for (size_t i = 0; i < npix; i++) {
-        uint64_t r = splitmix64(&s);
+        uint64_t r = bench_splitmix64(&s);
         bs->pixels[i] = (r >> 63) ? (uint8_t)(r & 0xff) : 0;
     }
     for (size_t i = 0; i < (size_t)bs->nb * (size_t)bs->B; i++)
-        bs->labels[i] = (uint8_t)(splitmix64(&s) % (uint64_t)d->out);
+        bs->labels[i] = (uint8_t)(bench_splitmix64(&s) % (uint64_t)d->out);
 }
 
 /* Read up to nb full batches of this rank's shard (acx's distributed
@@ -771,29 +729,6 @@ static acx_status_t params_max_rel_diff(acx_side_t *s, raw_side_t *r, float *tmp
 
 /* ---- statistics ---- */
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-/* Quantile q in [0,1] of x[0..n) with linear interpolation between order
- * statistics (numpy's default); NAN for n = 0. */
-static double quantile(const double *x, int n, double q) {
-    if (n <= 0) return NAN;
-    double *t = malloc((size_t)n * sizeof *t);
-    if (t == NULL) return NAN;
-    memcpy(t, x, (size_t)n * sizeof *t);
-    qsort(t, (size_t)n, sizeof *t, cmp_double);
-    double pos = q * (double)(n - 1);
-    int lo = (int)floor(pos);
-    int hi = lo + 1 < n ? lo + 1 : lo;
-    double v = t[lo] + (pos - (double)lo) * (t[hi] - t[lo]);
-    free(t);
-    return v;
-}
-
-static double median(const double *x, int n) { return quantile(x, n, 0.5); }
-
 static double sum_of(const double *x, int n) {
     double v = 0.0;
     for (int i = 0; i < n; i++) v += x[i];
@@ -899,28 +834,22 @@ static double time_block(bench_t *b, side_t side, int K, int block_warmup, int r
 
 /* ---- JSON ---- */
 
-static void json_number(FILE *f, const char *key, double v) {
-    if (isfinite(v))
-        fprintf(f, ", \"%s\": %.6g", key, v);
-    else
-        fprintf(f, ", \"%s\": null", key);
-}
-
 /* One side's numbers as "<prefix>key": value pairs; with arrays, the
  * samples/s of every round too. */
 static void json_side(FILE *f, const char *prefix, const side_stats_t *st, int R,
                       double global_batch, int S, int arrays) {
     char key[64];
 #define KEY(name) (snprintf(key, sizeof key, "%s%s", prefix, name), key)
-    json_number(f, KEY("samples_per_s"), st->samples_per_s);
-    json_number(f, KEY("step_ms"), st->step_ms);
-    json_number(f, KEY("step_ms_p10"), st->p10);
-    json_number(f, KEY("step_ms_p90"), st->p90);
-    json_number(f, KEY("step_ms_min"), st->min);
-    json_number(f, KEY("step_ms_max"), st->max);
-    json_number(f, KEY("final_loss"), st->final_loss);
-    json_number(f, KEY("cpu_ms"), st->cpu_ms);
-    if (strcmp(prefix, "compute_only_") != 0) json_number(f, KEY("comm_share"), st->comm_share);
+    bench_json_number(f, KEY("samples_per_s"), st->samples_per_s);
+    bench_json_number(f, KEY("step_ms"), st->step_ms);
+    bench_json_number(f, KEY("step_ms_p10"), st->p10);
+    bench_json_number(f, KEY("step_ms_p90"), st->p90);
+    bench_json_number(f, KEY("step_ms_min"), st->min);
+    bench_json_number(f, KEY("step_ms_max"), st->max);
+    bench_json_number(f, KEY("final_loss"), st->final_loss);
+    bench_json_number(f, KEY("cpu_ms"), st->cpu_ms);
+    if (strcmp(prefix, "compute_only_") != 0)
+        bench_json_number(f, KEY("comm_share"), st->comm_share);
     if (arrays) {
         fprintf(f, ", \"%s\": [", KEY("round_samples_per_s"));
         for (int i = 0; i < R; i++)
@@ -1047,15 +976,16 @@ static int run(int argc, char **argv) {
     if (ncopies > 0) ACX_OK_OR_FAIL(raw_copy_params(copies, ncopies, &s));
 
     const char *coretype = getenv("OPENBLAS_CORETYPE");
-    say(PROG ": model %s, MLP %d-%d-%d-%d (%zu parameters), AdamW lr %g wd %g, acx %s\n"
-        "  %d rank(s) x batch %d (global %d), %d batch(es) per rank in memory from %s\n"
-        "  acx: sharding_strategy %s, mixed_precision %s, reduce_dtype %s, backend mpi\n"
-        "  BLAS threads per rank %d, OPENBLAS_CORETYPE=%s\n",
-        model_names[o.model], d->in, d->h1, d->h2, d->out, numel, o.lr, o.weight_decay,
-        acx_version(), world, bs.B, bs.B * world, bs.nb,
-        o.data ? o.data : "synthetic data (seeded)", strategy_names[o.strategy & 3],
-        mp_names[o.mixed_precision % 3], c->reduce_dtype == ACX_REDUCE_FP32 ? "fp32" : "16-bit",
-        o.threads, coretype ? coretype : "(unset)");
+    bench_say(PROG ": model %s, MLP %d-%d-%d-%d (%zu parameters), AdamW lr %g wd %g, acx %s\n"
+                   "  %d rank(s) x batch %d (global %d), %d batch(es) per rank in memory from %s\n"
+                   "  acx: sharding_strategy %s, mixed_precision %s, reduce_dtype %s, backend mpi\n"
+                   "  BLAS threads per rank %d, OPENBLAS_CORETYPE=%s\n",
+              model_names[o.model], d->in, d->h1, d->h2, d->out, numel, o.lr, o.weight_decay,
+              acx_version(), world, bs.B, bs.B * world, bs.nb,
+              o.data ? o.data : "synthetic data (seeded)", bench_strategy_names[o.strategy & 3],
+              mp_names[o.mixed_precision % 3],
+              c->reduce_dtype == ACX_REDUCE_FP32 ? "fp32" : "16-bit", o.threads,
+              coretype ? coretype : "(unset)");
     in_loop = 1; /* from here on a failure may be local to one rank */
 
     /* Cross-check on fresh state: C steps each on the same batches. */
@@ -1070,15 +1000,16 @@ static int run(int argc, char **argv) {
         ACX_OK_OR_FAIL(params_max_rel_diff(&s, &raw_mpi, tmp, &diff, &worst));
         check_ok = diff <= CHECK_LIMIT;
         check_state = check_ok ? "ok" : "failed";
-        say("cross-check: %d steps from identical parameters, max relative difference %.3e "
-            "(%s; limit %.0e): %s\n",
-            o.check_steps, diff, tensor_name(worst), CHECK_LIMIT, check_ok ? "OK" : "FAILED");
-        say("  last loss: acx %.6f, mpi-loop %.6f\n", s.loss, raw_mpi.loss);
+        bench_say("cross-check: %d steps from identical parameters, max relative difference %.3e "
+                  "(%s; limit %.0e): %s\n",
+                  o.check_steps, diff, tensor_name(worst), CHECK_LIMIT, check_ok ? "OK" : "FAILED");
+        bench_say("  last loss: acx %.6f, mpi-loop %.6f\n", s.loss, raw_mpi.loss);
     } else if (strcmp(check_state, "skipped") == 0) {
-        say("cross-check: skipped (mixed precision or a 16-bit reduce_dtype: acx computes with "
+        bench_say(
+            "cross-check: skipped (mixed precision or a 16-bit reduce_dtype: acx computes with "
             "16-bit-rounded values on purpose, the MPI loop in fp32)\n");
     } else if (strcmp(check_state, "off") == 0) {
-        say("cross-check: off (--check-steps 0)\n");
+        bench_say("cross-check: off (--check-steps 0)\n");
     }
     if (!check_ok || o.check_only) {
         rc = check_ok ? 0 : 1;
@@ -1115,12 +1046,13 @@ static int run(int argc, char **argv) {
     FAIL_IF(!ratio || !scratch, "out of memory");
     for (int j = 0; j < nsides; j++)
         for (int i = 0; i < o.warmup; i++) side_step(&b, order[j]);
-    say("\ntiming: %d round(s), %d timed step(s) per side in all, sides rotating; %d warm-up "
-        "step(s) each; slowest rank per block, %d untimed step(s) before each block\n\n",
-        R, S, o.warmup, o.block_warmup);
-    say("round  first       ");
-    for (int j = 0; j < nsides; j++) say("  %s samples/s", side_names[order[j]]);
-    say("%s\n", both ? "  acx/mpi-loop" : "");
+    bench_say("\ntiming: %d round(s), %d timed step(s) per side in all, sides rotating; %d warm-up "
+              "step(s) each; slowest rank per block, %d untimed step(s) before each block\n\n",
+              R, S, o.warmup, o.block_warmup);
+    bench_say("round  first       ");
+    for (int j = 0; j < nsides; j++)
+        bench_say("  %s samples/s", side_names[order[j]]);
+    bench_say("%s\n", both ? "  acx/mpi-loop" : "");
     double global_batch = (double)bs.B * world;
     for (int i = 0; i < R; i++) {
         int K = S / R + (i < S % R);
@@ -1128,15 +1060,15 @@ static int run(int argc, char **argv) {
             side_t side = order[(i + j) % nsides];
             st[side].block_s[i] = time_block(&b, side, K, o.block_warmup, i, &st[side]);
         }
-        say("%5d  %-12s", i + 1, side_names[order[i % nsides]]);
+        bench_say("%5d  %-12s", i + 1, side_names[order[i % nsides]]);
         for (int j = 0; j < nsides; j++)
-            say("  %*.1f", (int)strlen(side_names[order[j]]) + 10,
-                global_batch * K / st[order[j]].block_s[i]);
+            bench_say("  %*.1f", (int)strlen(side_names[order[j]]) + 10,
+                      global_batch * K / st[order[j]].block_s[i]);
         if (both) {
             ratio[i] = st[SIDE_MPI].block_s[i] / st[SIDE_ACX].block_s[i];
-            say("  %12.3f", ratio[i]);
+            bench_say("  %12.3f", ratio[i]);
         }
-        say("\n");
+        bench_say("\n");
     }
 
     /* Per side: samples/s over all timed steps, per-step times of the
@@ -1148,11 +1080,11 @@ static int run(int argc, char **argv) {
         MPI_Allreduce(MPI_IN_PLACE, x->step_s, S, MPI_DOUBLE, MPI_MAX, comm);
         x->samples_per_s = global_batch * S / sum_of(x->block_s, R);
         x->cpu_ms = 1e3 * sum_of(x->cpu_s, R) / ((double)S * world);
-        x->step_ms = 1e3 * median(x->step_s, S);
-        x->p10 = 1e3 * quantile(x->step_s, S, 0.1);
-        x->p90 = 1e3 * quantile(x->step_s, S, 0.9);
-        x->min = 1e3 * quantile(x->step_s, S, 0.0);
-        x->max = 1e3 * quantile(x->step_s, S, 1.0);
+        x->step_ms = 1e3 * bench_median(x->step_s, S);
+        x->p10 = 1e3 * bench_quantile(x->step_s, S, 0.1);
+        x->p90 = 1e3 * bench_quantile(x->step_s, S, 0.9);
+        x->min = 1e3 * bench_quantile(x->step_s, S, 0.0);
+        x->max = 1e3 * bench_quantile(x->step_s, S, 1.0);
         double loss = k == SIDE_ACX ? s.loss : b.raw[k]->loss;
         MPI_Allreduce(MPI_IN_PLACE, &loss, 1, MPI_DOUBLE, MPI_SUM, comm);
         x->final_loss = loss / world;
@@ -1172,35 +1104,35 @@ static int run(int argc, char **argv) {
         side_stats_t *x = &st[SIDE_ACX];
         for (int i = 0; i < S; i++) x->wait_step_s[i] /= x->own_step_s[i];
         for (int i = 0; i < S; i++) x->opt_step_s[i] /= x->own_step_s[i];
-        double mine[2] = {median(x->wait_step_s, S), median(x->opt_step_s, S)};
+        double mine[2] = {bench_median(x->wait_step_s, S), bench_median(x->opt_step_s, S)};
         MPI_Allreduce(mine, shares, 2, MPI_DOUBLE, MPI_SUM, comm);
         shares[0] /= world;
         shares[1] /= world;
     }
-    double med_ratio = both ? median(ratio, R) : NAN, cpu_ratio = NAN;
+    double med_ratio = both ? bench_median(ratio, R) : NAN, cpu_ratio = NAN;
     double step_ratio = both ? st[SIDE_MPI].step_ms / st[SIDE_ACX].step_ms : NAN;
     if (both) { /* CPU time per round, loop over acx: > 1 when acx needs less */
         for (int i = 0; i < R; i++) scratch[i] = st[SIDE_MPI].cpu_s[i] / st[SIDE_ACX].cpu_s[i];
-        cpu_ratio = median(scratch, R);
+        cpu_ratio = bench_median(scratch, R);
     }
     double total_ratio = both ? st[SIDE_ACX].samples_per_s / st[SIDE_MPI].samples_per_s : NAN;
 
-    say("\nside          samples/s  step ms: median      p10      p90      min      max"
-        "  comm share  final loss  CPU ms/step\n");
+    bench_say("\nside          samples/s  step ms: median      p10      p90      min      max"
+              "  comm share  final loss  CPU ms/step\n");
     for (int j = 0; j < nsides; j++) {
         const side_stats_t *x = &st[order[j]];
         char share[32] = "-";
         if (isfinite(x->comm_share)) snprintf(share, sizeof share, "%.3f", x->comm_share);
-        say("%-12s  %9.1f  %15.3f  %7.3f  %7.3f  %7.3f  %7.3f  %10s  %10.6f  %11.3f\n",
-            side_names[order[j]], x->samples_per_s, x->step_ms, x->p10, x->p90, x->min, x->max,
-            share, x->final_loss, x->cpu_ms);
+        bench_say("%-12s  %9.1f  %15.3f  %7.3f  %7.3f  %7.3f  %7.3f  %10s  %10.6f  %11.3f\n",
+                  side_names[order[j]], x->samples_per_s, x->step_ms, x->p10, x->p90, x->min,
+                  x->max, share, x->final_loss, x->cpu_ms);
     }
     if (o.run[SIDE_COMPUTE])
-        say("comm share = 1 - median step(compute-only) / median step(side)\n");
+        bench_say("comm share = 1 - median step(compute-only) / median step(side)\n");
     if (o.run[SIDE_ACX])
-        say("acx time in acquire/grads_ready/release/backward_end: %.3f of its step; in "
-            "optimizer_step/zero_grad: %.3f (median over steps, mean over ranks)\n",
-            shares[0], shares[1]);
+        bench_say("acx time in acquire/grads_ready/release/backward_end: %.3f of its step; in "
+                  "optimizer_step/zero_grad: %.3f (median over steps, mean over ranks)\n",
+                  shares[0], shares[1]);
 
     /* The result object: the last line of stdout, and --json FILE. */
     rc = 0;
@@ -1223,29 +1155,30 @@ static int run(int argc, char **argv) {
                    "while scheduled)\n"
                    "ratio acx/mpi-loop = %.3f (median of %d per-round ratios; ratio of the totals "
                    "%.3f)\n", step_ratio, cpu_ratio, R, med_ratio, R, total_ratio);
-        fprintf(f, "{\"benchmark\": \"acx-bench-train\", \"impl\": \"%s\", \"ranks\": %d, "
-                   "\"model\": \"%s\", \"dims\": [%d, %d, %d, %d], \"strategy\": \"%s\", "
-                   "\"mixed_precision\": \"%s\", \"batch_size\": %d, \"steps\": %d, "
-                   "\"warmup\": %d, \"rounds\": %d, \"threads\": %d",
+        fprintf(f,
+                "{\"benchmark\": \"acx-bench-train\", \"impl\": \"%s\", \"ranks\": %d, "
+                "\"model\": \"%s\", \"dims\": [%d, %d, %d, %d], \"strategy\": \"%s\", "
+                "\"mixed_precision\": \"%s\", \"batch_size\": %d, \"steps\": %d, "
+                "\"warmup\": %d, \"rounds\": %d, \"threads\": %d",
                 side_names[main_side], world, model_names[o.model], d->in, d->h1, d->h2, d->out,
-                strategy_names[o.strategy & 3], mp_names[o.mixed_precision % 3], bs.B, S, o.warmup,
-                R, o.threads);
+                bench_strategy_names[o.strategy & 3], mp_names[o.mixed_precision % 3], bs.B, S,
+                o.warmup, R, o.threads);
         json_side(f, "", &st[main_side], R, global_batch, S, pass == 1);
         if (main_side == SIDE_ACX) {
-            json_number(f, "acx_wait_share", shares[0]);
-            json_number(f, "acx_optimizer_share", shares[1]);
+            bench_json_number(f, "acx_wait_share", shares[0]);
+            bench_json_number(f, "acx_optimizer_share", shares[1]);
         }
         if (both) {
             json_side(f, "mpi_loop_", &st[SIDE_MPI], R, global_batch, S, pass == 1);
-            json_number(f, "acx_over_mpi_loop", med_ratio);
-            json_number(f, "acx_over_mpi_loop_totals", total_ratio);
-            json_number(f, "acx_over_mpi_loop_step", step_ratio);
-            json_number(f, "acx_over_mpi_loop_cpu", cpu_ratio);
+            bench_json_number(f, "acx_over_mpi_loop", med_ratio);
+            bench_json_number(f, "acx_over_mpi_loop_totals", total_ratio);
+            bench_json_number(f, "acx_over_mpi_loop_step", step_ratio);
+            bench_json_number(f, "acx_over_mpi_loop_cpu", cpu_ratio);
         }
         if (o.run[SIDE_COMPUTE])
             json_side(f, "compute_only_", &st[SIDE_COMPUTE], R, global_batch, S, pass == 1);
         fprintf(f, ", \"check\": \"%s\"", check_state);
-        json_number(f, "check_max_rel_diff", diff);
+        bench_json_number(f, "check_max_rel_diff", diff);
         fprintf(f, "}\n");
         if (pass == 1 && fclose(f) != 0) {
             fprintf(stderr, PROG ": cannot write '%s'\n", o.json);

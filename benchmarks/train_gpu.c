@@ -92,7 +92,6 @@
  */
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
-#include <ctype.h>
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
@@ -107,6 +106,7 @@
 
 #include <acx/acx.h>
 
+#include "bench_common.h"
 #include "train_gpu_gemm.h"
 #include "train_gpu_kernels.h"
 
@@ -121,22 +121,9 @@
 #define CHECK_GRAD_TOL     1e-2
 #define CHECK_ACCUMULATION 2 /* micro-steps per step under --check (header) */
 
-static const char *const strategy_names[] = {"NO_SHARD", "SHARD_GRAD_OP", "FULL_SHARD",
-                                             "HYBRID_SHARD"};
 static const char *const backend_names[] = {"auto", "mpi", "nccl"};
 
 static int world_rank, world_size;
-
-/* printf on rank 0, flushed. */
-static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void say(const char *fmt, ...) {
-    if (world_rank != 0) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vprintf(fmt, ap);
-    va_end(ap);
-    fflush(stdout);
-}
 
 /* ---- errors: the failing call's message, kept for the caller to print ---- */
 
@@ -211,54 +198,13 @@ static void usage(FILE *f) {
         MAX_LAYERS);
 }
 
-static int lookup(const char *s, const char *const *names, int n) {
-    for (int i = 0; i < n; i++) {
-        size_t k = 0;
-        while (s[k] && names[i][k] &&
-               tolower((unsigned char)s[k]) == tolower((unsigned char)names[i][k]))
-            k++;
-        if (s[k] == '\0' && names[i][k] == '\0') return i;
-    }
-    return -1;
-}
-
-/* Remove "--name VALUE" and "--name=VALUE" from argv (the last one wins)
- * and return the value, or NULL; *missing_p = 1 when the option ends the
- * command line without a value. */
-static const char *take_option(int *argc, char **argv, const char *name, int *missing_p) {
-    const char *value = NULL;
-    size_t len = strlen(name);
-    for (int i = 1; i < *argc;) {
-        int drop = 0;
-        if (strncmp(argv[i], name, len) == 0 && argv[i][len] == '=') {
-            value = argv[i] + len + 1;
-            drop = 1;
-        } else if (strcmp(argv[i], name) == 0) {
-            if (i + 1 < *argc) {
-                value = argv[i + 1];
-                drop = 2;
-            } else {
-                *missing_p = 1;
-                drop = 1;
-            }
-        }
-        if (drop == 0) {
-            i++;
-            continue;
-        }
-        memmove(&argv[i], &argv[i + drop], (size_t)(*argc - i - drop + 1) * sizeof *argv);
-        *argc -= drop;
-    }
-    return value;
-}
-
 /* The options that become acx configuration, taken out of argv before
  * acx_init. Returns 0 or EXIT_USAGE (printed). */
 static int take_config_options(int *argc, char **argv, options_t *o) {
     int missing = 0;
-    const char *s = take_option(argc, argv, "--sharding-strategy", &missing);
-    const char *b = take_option(argc, argv, "--backend", &missing);
-    const char *seed = take_option(argc, argv, "--seed", &missing);
+    const char *s = bench_take_option(argc, argv, "--sharding-strategy", &missing);
+    const char *b = bench_take_option(argc, argv, "--backend", &missing);
+    const char *seed = bench_take_option(argc, argv, "--seed", &missing);
     o->strategy = ACX_NO_SHARD;
     o->backend = ACX_BACKEND_NCCL;
     o->seed = 42;
@@ -267,27 +213,13 @@ static int take_config_options(int *argc, char **argv, options_t *o) {
             fprintf(stderr, PROG ": --sharding-strategy, --backend and --seed need a value\n");
         return EXIT_USAGE;
     }
-    if (s && (o->strategy = lookup(s, strategy_names, 4)) < 0) {
-        if (world_rank == 0)
-            fprintf(stderr,
-                    PROG ": invalid value '%s' for --sharding-strategy (expected NO_SHARD, "
-                         "SHARD_GRAD_OP, FULL_SHARD or HYBRID_SHARD, any case)\n",
-                    s);
-        return EXIT_USAGE;
-    }
-    if (b && ((o->backend = lookup(b, backend_names, 3)) < 1)) {
+    if (s && bench_parse_strategy(PROG, s, &o->strategy) != 0) return EXIT_USAGE;
+    if (b && ((o->backend = bench_lookup(b, backend_names, 3)) < 1)) {
         if (world_rank == 0)
             fprintf(stderr, PROG ": invalid value '%s' for --backend (expected nccl or mpi)\n", b);
         return EXIT_USAGE;
     }
-    if (seed) {
-        char *end;
-        o->seed = strtoll(seed, &end, 10);
-        if (*seed == '\0' || *end != '\0') {
-            if (world_rank == 0) fprintf(stderr, PROG ": invalid value '%s' for --seed\n", seed);
-            return EXIT_USAGE;
-        }
-    }
+    if (seed && bench_parse_seed(PROG, seed, &o->seed) != 0) return EXIT_USAGE;
     return 0;
 }
 
@@ -324,14 +256,6 @@ static char **program_args(int argc, char **argv, int *argc_p) {
     v[n] = NULL;
     *argc_p = n;
     return v;
-}
-
-static int parse_int(const char *s, long lo, long hi, int *out) {
-    char *end;
-    long v = strtol(s, &end, 10);
-    if (*s == '\0' || *end != '\0' || v < lo || v > hi) return -1;
-    *out = (int)v;
-    return 0;
 }
 
 /* "D0,D1,...,DL", 3 to MAX_LAYERS + 1 widths, each 1..65536. */
@@ -380,11 +304,11 @@ static int parse_options(int argc, char **argv, options_t *o) {
             bad = parse_dims(optarg, o);
             dims_set = 1;
             break;
-        case 'b': bad = parse_int(optarg, 1, 1 << 20, &batch); break;
-        case 'k': bad = parse_int(optarg, 1, 1000000, &steps); break;
-        case 'w': bad = parse_int(optarg, 0, 1000000, &o->warmup); break;
-        case 'q': bad = parse_int(optarg, 0, 65536, &o->square); break;
-        case 'g': bad = parse_int(optarg, 0, 1000000, &o->gemm_iters); break;
+        case 'b': bad = bench_parse_int(optarg, 1, 1 << 20, &batch); break;
+        case 'k': bad = bench_parse_int(optarg, 1, 1000000, &steps); break;
+        case 'w': bad = bench_parse_int(optarg, 0, 1000000, &o->warmup); break;
+        case 'q': bad = bench_parse_int(optarg, 0, 65536, &o->square); break;
+        case 'g': bad = bench_parse_int(optarg, 0, 1000000, &o->gemm_iters); break;
         case 'l':
             lr = strtod(optarg, &end);
             bad = *optarg == '\0' || *end != '\0' || !(lr > 0.0) || !isfinite(lr);
@@ -522,22 +446,6 @@ static size_t count_b(tg_gemm_t a) { return (size_t)a.ldb * (size_t)(a.trans_b ?
 static size_t count_c(tg_gemm_t a) { return (size_t)a.ldc * (size_t)a.n; }
 static double gemm_flops(tg_gemm_t a) { return 2.0 * a.m * (double)a.n * (double)a.k; }
 
-/* ---- statistics ---- */
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-/* Quantile q of x[0..n) with linear interpolation (numpy's default); sorts x. */
-static double quantile(double *x, int n, double q) {
-    if (n <= 0) return NAN;
-    qsort(x, (size_t)n, sizeof *x, cmp_double);
-    double pos = q * (double)(n - 1);
-    int lo = (int)floor(pos), hi = lo + 1 < n ? lo + 1 : lo;
-    return x[lo] + (pos - (double)lo) * (x[hi] - x[lo]);
-}
-
 /* ---- 1. the bf16 GEMM rate ---- */
 
 #define MAX_CASES (1 + 3 * MAX_LAYERS)
@@ -567,7 +475,7 @@ static int time_gemm(gpu_t *g, gemm_case_t *c, const uint16_t *A, const uint16_t
         CU(cudaEventElapsedTime(&ms, g->e0, g->e1), c->name);
         scratch[i] = ms;
     }
-    c->ms = quantile(scratch, iters, 0.5);
+    c->ms = bench_median(scratch, iters);
     c->tflops = gemm_flops(c->args) / (c->ms * 1e-3) / 1e12;
     return 0;
 }
@@ -688,22 +596,15 @@ static double step_flops(const model_t *md) {
     return f;
 }
 
-static uint64_t splitmix64(uint64_t *s) {
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
 /* The fixed batch of this rank, on the host: inputs x [B x D0] and targets
  * t [B x DL], each k/128 for k in -128..127 (exact in bfloat16). */
 static void make_data(const model_t *md, long long seed, int rank, uint16_t *x, float *t) {
     uint64_t s = 0xda7a000000000000ull ^ ((uint64_t)seed << 16) ^ (uint64_t)rank;
     size_t nx = (size_t)md->B * (size_t)md->dims[0], nt = (size_t)md->B * (size_t)md->dims[md->L];
     for (size_t i = 0; i < nx; i++)
-        x[i] = bf16_bits((float)((int)(splitmix64(&s) >> 56) - 128) / 128.0f);
+        x[i] = bf16_bits((float)((int)(bench_splitmix64(&s) >> 56) - 128) / 128.0f);
     for (size_t i = 0; i < nt; i++)
-        t[i] = (float)((int)(splitmix64(&s) >> 56) - 128) / 128.0f;
+        t[i] = (float)((int)(bench_splitmix64(&s) >> 56) - 128) / 128.0f;
 }
 
 static int model_register(acx_accelerator_t *acc, model_t *md, const options_t *o) {
@@ -1028,8 +929,8 @@ static int run_check(acx_accelerator_t *acc, model_t *md, gpu_t *g, const option
     double loss_err = fabs(losses[0] - loss_ref) / fabs(loss_ref);
     int ok = loss_err <= CHECK_LOSS_TOL;
     failed |= !ok;
-    say("check: step 1 loss %.9g, CPU reference %.9g: relative error %.2e (bound %.0e) %s\n",
-        losses[0], loss_ref, loss_err, CHECK_LOSS_TOL, ok ? "ok" : "FAILED");
+    bench_say("check: step 1 loss %.9g, CPU reference %.9g: relative error %.2e (bound %.0e) %s\n",
+              losses[0], loss_ref, loss_err, CHECK_LOSS_TOL, ok ? "ok" : "FAILED");
     for (int l = 0; l < L; l++) {
         double num = 0.0, den = 0.0;
         for (size_t i = 0; i < layer_numel(md, l); i++) {
@@ -1041,7 +942,8 @@ static int run_check(acx_accelerator_t *acc, model_t *md, gpu_t *g, const option
         double rel = den > 0.0 ? sqrt(num / den) : sqrt(num);
         ok = rel <= CHECK_GRAD_TOL && den > 0.0;
         failed |= !ok;
-        say("check: fc%d.weight [%d x %d]: ||(p0 - p1)/lr - g_ref|| / ||g_ref|| = %.2e (bound "
+        bench_say(
+            "check: fc%d.weight [%d x %d]: ||(p0 - p1)/lr - g_ref|| / ||g_ref|| = %.2e (bound "
             "%.0e; ||g_ref|| = %.3e) %s\n",
             l + 1, md->dims[l + 1], md->dims[l], rel, CHECK_GRAD_TOL, sqrt(den),
             ok ? "ok" : "FAILED");
@@ -1050,12 +952,12 @@ static int run_check(acx_accelerator_t *acc, model_t *md, gpu_t *g, const option
         if (check_step(acc, md, g, &losses[i])) goto done;
     ok = isfinite(losses[o->steps - 1]) && losses[o->steps - 1] < losses[0];
     failed |= !ok;
-    say("check: loss over %d SGD steps (lr %g, %d micro-steps each):", o->steps, o->lr,
-        CHECK_ACCUMULATION);
+    bench_say("check: loss over %d SGD steps (lr %g, %d micro-steps each):", o->steps, o->lr,
+              CHECK_ACCUMULATION);
     for (int i = 0; i < o->steps; i++)
-        say(" %.6g", losses[i]);
-    say(" -> %s\n", ok ? "decreased ok" : "did NOT decrease: FAILED");
-    say("check: %s\n", failed ? "FAILED" : "PASSED");
+        bench_say(" %.6g", losses[i]);
+    bench_say(" -> %s\n", ok ? "decreased ok" : "did NOT decrease: FAILED");
+    bench_say("check: %s\n", failed ? "FAILED" : "PASSED");
     rc = failed;
     goto done;
 oom:
@@ -1097,17 +999,17 @@ static int run_timed(acx_accelerator_t *acc, model_t *md, gpu_t *g, const option
     }
     r->last_loss = loss;
     MPI_Allreduce(MPI_IN_PLACE, t, S, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD); /* slowest rank */
-    r->step_ms = 1e3 * quantile(t, S, 0.5);
-    r->p10 = 1e3 * quantile(t, S, 0.1);
-    r->p90 = 1e3 * quantile(t, S, 0.9);
-    r->min = 1e3 * quantile(t, S, 0.0);
-    r->max = 1e3 * quantile(t, S, 1.0);
+    r->step_ms = 1e3 * bench_median(t, S);
+    r->p10 = 1e3 * bench_quantile(t, S, 0.1);
+    r->p90 = 1e3 * bench_quantile(t, S, 0.9);
+    r->min = 1e3 * bench_quantile(t, S, 0.0);
+    r->max = 1e3 * bench_quantile(t, S, 1.0);
     r->samples_per_s = (double)md->B * world_size / (r->step_ms * 1e-3);
     r->flops = step_flops(md);
     r->achieved = r->flops / (r->step_ms * 1e-3) / 1e12;
     for (int i = 0; i < S; i++) /* the step's GEMMs alone, as many times */
         if (gemms_alone(md, g, &t[i])) goto done;
-    r->gemm_ms = quantile(t, S, 0.5);
+    r->gemm_ms = bench_median(t, S);
     r->gemm_share = r->gemm_ms / r->step_ms;
     r->gemm_tflops = r->flops / (r->gemm_ms * 1e-3) / 1e12;
     r->mfu = r->peak > 0.0 ? r->achieved / r->peak : NAN;
@@ -1115,13 +1017,6 @@ static int run_timed(acx_accelerator_t *acc, model_t *md, gpu_t *g, const option
 done:
     free(t);
     return rc;
-}
-
-static void json_number(FILE *f, const char *key, double v) {
-    if (isfinite(v))
-        fprintf(f, ", \"%s\": %.6g", key, v);
-    else
-        fprintf(f, ", \"%s\": null", key);
 }
 
 /* s as the characters of a JSON string (RFC 8259: quote, backslash and
@@ -1146,23 +1041,23 @@ static void write_json(FILE *f, const options_t *o, const gpu_t *g, const model_
     fprintf(f,
             "], \"batch_size\": %d, \"strategy\": \"%s\", \"backend\": \"%s\", "
             "\"mixed_precision\": \"bf16\", \"steps\": %d, \"warmup\": %d, \"params\": %lld",
-            md->B, strategy_names[o->strategy & 3], backend_names[o->backend % 3], o->steps,
+            md->B, bench_strategy_names[o->strategy & 3], backend_names[o->backend % 3], o->steps,
             o->warmup, (long long)params);
-    json_number(f, "flops_per_step", r->flops);
-    json_number(f, "step_ms", r->step_ms);
-    json_number(f, "step_ms_p10", r->p10);
-    json_number(f, "step_ms_p90", r->p90);
-    json_number(f, "step_ms_min", r->min);
-    json_number(f, "step_ms_max", r->max);
-    json_number(f, "samples_per_s", r->samples_per_s);
-    json_number(f, "achieved_tflops", r->achieved);
-    json_number(f, "peak_bf16_tflops", r->peak);
-    json_number(f, "mfu", r->mfu);
-    json_number(f, "gemm_only_ms", r->gemm_ms);
-    json_number(f, "gemm_share", r->gemm_share);
-    json_number(f, "gemm_only_tflops", r->gemm_tflops);
-    json_number(f, "first_loss", r->first_loss);
-    json_number(f, "last_loss", r->last_loss);
+    bench_json_number(f, "flops_per_step", r->flops);
+    bench_json_number(f, "step_ms", r->step_ms);
+    bench_json_number(f, "step_ms_p10", r->p10);
+    bench_json_number(f, "step_ms_p90", r->p90);
+    bench_json_number(f, "step_ms_min", r->min);
+    bench_json_number(f, "step_ms_max", r->max);
+    bench_json_number(f, "samples_per_s", r->samples_per_s);
+    bench_json_number(f, "achieved_tflops", r->achieved);
+    bench_json_number(f, "peak_bf16_tflops", r->peak);
+    bench_json_number(f, "mfu", r->mfu);
+    bench_json_number(f, "gemm_only_ms", r->gemm_ms);
+    bench_json_number(f, "gemm_share", r->gemm_share);
+    bench_json_number(f, "gemm_only_tflops", r->gemm_tflops);
+    bench_json_number(f, "first_loss", r->first_loss);
+    bench_json_number(f, "last_loss", r->last_loss);
     fprintf(f, ", \"gemm\": [");
     for (int i = 0; i < r->ncases; i++) {
         const gemm_case_t *c = &r->cases[i];
@@ -1185,21 +1080,24 @@ static int report(const options_t *o, const gpu_t *g, const model_t *md, const r
         n += snprintf(shape + n, sizeof shape - (size_t)n, "%s%d", l ? "-" : "", md->dims[l]);
     for (int i = 0; i < r->ncases; i++) {
         const gemm_case_t *c = &r->cases[i];
-        say("result: bf16 GEMM %s: %.1f TFLOP/s (%.3f ms, median of %d; C %s, float32 "
-            "accumulate)\n",
-            c->name, c->tflops, c->ms, o->gemm_iters, c->ctype == CUDA_R_32F ? "fp32" : "bf16");
+        bench_say("result: bf16 GEMM %s: %.1f TFLOP/s (%.3f ms, median of %d; C %s, float32 "
+                  "accumulate)\n",
+                  c->name, c->tflops, c->ms, o->gemm_iters,
+                  c->ctype == CUDA_R_32F ? "fp32" : "bf16");
     }
     char mfu[160] = "MFU n/a (no GEMM-rate measurement)";
     if (isfinite(r->mfu))
         snprintf(mfu, sizeof mfu, "MFU %.1f%% of the measured bf16 GEMM %d^3 rate (%.1f TFLOP/s)",
                  100.0 * r->mfu, o->square, r->peak);
-    say("result: synthetic %s batch %d %s %s: step %.3f ms (median of %d; p10 %.3f, p90 %.3f, "
+    bench_say(
+        "result: synthetic %s batch %d %s %s: step %.3f ms (median of %d; p10 %.3f, p90 %.3f, "
         "min %.3f, max %.3f), %.0f samples/s, %.3g TFLOP/step, %.1f TFLOP/s, %s; GEMMs alone "
         "%.3f ms (%.1f%% of the step, %.1f TFLOP/s)\n",
-        shape, md->B, strategy_names[o->strategy & 3], backend_names[o->backend % 3], r->step_ms,
-        o->steps, r->p10, r->p90, r->min, r->max, r->samples_per_s, r->flops / 1e12, r->achieved,
-        mfu, r->gemm_ms, 100.0 * r->gemm_share, r->gemm_tflops);
-    say("synthetic model: %lld parameters, %d rank(s) x batch %d; FLOPs/step = 6 B P - 2 B D0 D1 "
+        shape, md->B, bench_strategy_names[o->strategy & 3], backend_names[o->backend % 3],
+        r->step_ms, o->steps, r->p10, r->p90, r->min, r->max, r->samples_per_s, r->flops / 1e12,
+        r->achieved, mfu, r->gemm_ms, 100.0 * r->gemm_share, r->gemm_tflops);
+    bench_say(
+        "synthetic model: %lld parameters, %d rank(s) x batch %d; FLOPs/step = 6 B P - 2 B D0 D1 "
         "= %.6g (GEMMs only); loss %.6g (first step) -> %.6g (last)\n",
         (long long)params, world_size, md->B, r->flops, r->first_loss, r->last_loss);
     if (world_rank != 0) return 0;
@@ -1303,8 +1201,9 @@ static int run(int argc, char **argv) {
         int refused = st == ACX_ERR_NOT_SUPPORTED;
         if (world_rank == 0)
             fprintf(stderr, PROG ": %s sharding_strategy %s with backend %s: %s\n",
-                    refused ? "acx refused" : "acx_init failed for", strategy_names[o.strategy & 3],
-                    backend_names[o.backend % 3], acx_last_error());
+                    refused ? "acx refused" : "acx_init failed for",
+                    bench_strategy_names[o.strategy & 3], backend_names[o.backend % 3],
+                    acx_last_error());
         MPI_Finalize();
         return refused ? EXIT_REFUSED : 1;
     }
@@ -1330,10 +1229,10 @@ static int run(int argc, char **argv) {
     }
     rc = 1;
     if (gpu_init(&g)) goto fail;
-    say(PROG ": %s (cuda:%d), %d rank(s); acx %s, sharding_strategy %s, backend %s, "
-             "device_state cuda, mixed_precision bf16\n",
-        g.name, g.device, world_size, acx_version(), strategy_names[o.strategy & 3],
-        backend_names[o.backend % 3]);
+    bench_say(PROG ": %s (cuda:%d), %d rank(s); acx %s, sharding_strategy %s, backend %s, "
+                   "device_state cuda, mixed_precision bf16\n",
+              g.name, g.device, world_size, acx_version(), bench_strategy_names[o.strategy & 3],
+              backend_names[o.backend % 3]);
 
     if (!o.check && o.gemm_iters > 0) {
         r->ncases = gemm_cases(&o, r->cases);
@@ -1346,7 +1245,8 @@ static int run(int argc, char **argv) {
     if (st == ACX_ERR_NOT_SUPPORTED) {
         if (world_rank == 0)
             fprintf(stderr, PROG ": acx refused sharding_strategy %s with backend %s: %s\n",
-                    strategy_names[o.strategy & 3], backend_names[o.backend % 3], acx_last_error());
+                    bench_strategy_names[o.strategy & 3], backend_names[o.backend % 3],
+                    acx_last_error());
         rc = EXIT_REFUSED;
         goto finalize;
     }
