@@ -73,8 +73,10 @@
  * "compute_only_*" keys when they ran beside it (impl is "mpi-loop" with
  * --only mpi-loop). docs/benchmarks.md lists every key.
  *
- * What this file leaves to others: the model arithmetic (mlp.c) and
- * everything distributed on the acx side (libacx, public API only).
+ * What this file leaves to others: the model arithmetic (mlp.c), the
+ * option, statistics and JSON helpers it shares with acx-bench-train-gpu
+ * (bench_common.c) and everything distributed on the acx side (libacx,
+ * public API only).
  */
 #include <getopt.h>
 #include <math.h>

@@ -87,8 +87,9 @@
  *
  * What this file leaves to others: the GEMM argument mapping
  * (train_gpu_gemm.h, tested on the CPU by tests/unit/test_train_gpu_gemm.c),
- * the kernels (train_gpu_kernels.cu), everything distributed (libacx,
- * public API only).
+ * the kernels (train_gpu_kernels.cu), the option, statistics and JSON
+ * helpers it shares with acx-bench-train (bench_common.c), everything
+ * distributed (libacx, public API only).
  */
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
