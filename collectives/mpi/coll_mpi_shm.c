@@ -31,6 +31,7 @@
 #include "collectives/mpi/coll_mpi_shm.h"
 #include "runtime/base/error.h"
 #include "runtime/base/log.h"
+#include "runtime/base/memstat.h"
 
 _Static_assert(ATOMIC_LLONG_LOCK_FREE == 2,
                "the shared-memory flags need lock-free 64-bit atomics (other processes read them)");
@@ -57,6 +58,8 @@ struct acx_shm {
     int yield_at_once; /* more ranks on the node than online CPUs */
     char *base;        /* the mapping, segment_bytes long */
     size_t segment_bytes;
+    size_t reserved; /* bytes of the segment this rank allocated (attach()): its
+                      * slots, rank 0 also the flags; acx_memory_stats' comm_segments */
     flag_t *flags;             /* [size], at base */
     char *data;                /* [size][2][slot_bytes] */
     uint64_t phase;            /* phases this rank has finished (= its flag) */
@@ -276,6 +279,8 @@ acx_status_t acx_shm_create(MPI_Comm comm, acx_shm_t **shm_p) {
                      .flags = (flag_t *)(void *)base,
                      .src = src};
     s->data = base + (s->segment_bytes - (size_t)size * 2 * s->slot_bytes);
+    s->reserved = 2 * s->slot_bytes + (rank == 0 ? (size_t)(s->data - base) : 0);
+    acx_mem_note_comm_segment((int64_t)s->reserved);
     if (rank == 0)
         ACX_LOG(ACX_LOG_DEBUG, ACX_SUBSYS_COLL,
                 "shared-memory collectives: %d ranks on this node, %zu-byte slots, %zu-byte "
@@ -289,6 +294,7 @@ acx_status_t acx_shm_create(MPI_Comm comm, acx_shm_t **shm_p) {
 void acx_shm_free(acx_shm_t *s) {
     if (s == NULL) return;
     if (s->base != NULL) munmap(s->base, s->segment_bytes);
+    acx_mem_note_comm_segment(-(int64_t)s->reserved);
     free(s->src);
     free(s);
 }

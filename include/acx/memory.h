@@ -57,6 +57,13 @@ typedef struct acx_memory_stats {
      * device_* counters above, which count buffers in use. Released by
      * acx_memory_empty_cache, at a model's free and at acx_finalize. */
     int64_t device_cached;
+    /* Host shared memory this rank allocated for the node-local collectives
+     * of its communicators (docs/collectives.md: its two slot sets of each
+     * communicator's POSIX shm segment, rank 0 also the flags; at most
+     * about 2 MiB per communicator), from the communicator's creation
+     * until its destruction (acx_finalize).
+     * Apart from the categories above; 0 with ACX_SHM_DISABLE=1. */
+    int64_t comm_segments;
 } acx_memory_stats_t;
 
 /* This process's accounting (all accelerators of the process together).

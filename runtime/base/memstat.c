@@ -70,6 +70,11 @@ static void account(acx_mem_category_t cat, int64_t delta) {
     }
 }
 
+/* shared-memory segments of the node-local collectives (this rank's part) */
+static _Atomic int64_t comm_segment_bytes;
+
+void acx_mem_note_comm_segment(int64_t delta) { atomic_fetch_add(&comm_segment_bytes, delta); }
+
 void acx_mem_note(acx_mem_category_t cat, int64_t delta, int on_device) {
     if ((unsigned)cat >= ACX_MEM_NUM_CATEGORIES) return;
     if (!on_device) {
@@ -163,6 +168,7 @@ ACX_API acx_status_t acx_memory_stats(acx_memory_stats_t *stats_p) {
     s.cached = (int64_t)acx_mem_cache_bytes();
     size_t (*dev_bytes)(void) = atomic_load(&dev_cache_bytes);
     s.device_cached = dev_bytes != NULL ? (int64_t)dev_bytes() : 0;
+    s.comm_segments = atomic_load(&comm_segment_bytes);
     *stats_p = s;
     return ACX_OK;
 }

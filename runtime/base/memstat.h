@@ -48,6 +48,12 @@ void acx_mem_free(acx_mem_category_t cat, void *p, size_t bytes);
  * ones. The base layer cannot call CUDA; the device side notes here. */
 void acx_mem_note(acx_mem_category_t cat, int64_t delta, int on_device);
 
+/* Account delta bytes (negative: released) of shared memory this rank
+ * allocated for a communicator's node-local collectives (collectives/mpi/
+ * coll_mpi_shm.c): acx_memory_stats_t's comm_segments, apart from the
+ * categories. Thread-safe. */
+void acx_mem_note_comm_segment(int64_t delta);
+
 /* The device caching allocator (cuda/device_cache.h) registers itself at
  * its first request: `empty` releases its cached blocks (called by
  * acx_memory_empty_cache), `bytes` reports them (acx_memory_stats_t's

@@ -214,6 +214,42 @@ error:
     return slot_case_close(c, 1);
 }
 
+/* acx_memory_stats' comm_segments counts what this rank allocated of a
+ * segment: its two slot sets, rank 0 also the flags (128 bytes per rank,
+ * rounded up to 4096), from creation to free; nothing with
+ * ACX_SHM_DISABLE=1 or on one rank. */
+static int64_t comm_segments(void) {
+    acx_memory_stats_t st;
+    memset(&st, 0xff, sizeof st);
+    if (acx_memory_stats(&st) != ACX_OK) return -1;
+    return st.comm_segments;
+}
+
+static int test_memory_stats(void) {
+    acx_shm_t *shm = NULL;
+    int64_t before = comm_segments();
+    CHECK(before >= 0);
+    CHECK(set_env("ACX_SHM_SLOT_BYTES", "4160") == 0);
+    CHECK_OK(acx_shm_create(MPI_COMM_WORLD, &shm));
+    CHECK(set_env("ACX_SHM_SLOT_BYTES", NULL) == 0);
+    int64_t header = ((int64_t)size_ * 128 + 4095) / 4096 * 4096;
+    int64_t want = size_ > 1 ? 2 * 4160 + (rank_ == 0 ? header : 0) : 0;
+    CHECK(comm_segments() - before == want);
+    acx_shm_free(shm);
+    shm = NULL;
+    CHECK(comm_segments() == before);
+    CHECK(set_env("ACX_SHM_DISABLE", "1") == 0);
+    CHECK_OK(acx_shm_create(MPI_COMM_WORLD, &shm));
+    CHECK(set_env("ACX_SHM_DISABLE", NULL) == 0);
+    CHECK(shm == NULL && comm_segments() == before);
+    return 0;
+error:
+    acx_shm_free(shm);
+    set_env("ACX_SHM_DISABLE", NULL);
+    set_env("ACX_SHM_SLOT_BYTES", NULL);
+    return 1;
+}
+
 /* Counts around: the 64-byte block alignment, the direct-round limit
  * (ACX_SHM_DIRECT_BYTES = 1024 float32 / 512 float64 elements), the rank
  * count, and for the small slots many rounds with a short last one. */
@@ -885,6 +921,7 @@ int main(int argc, char **argv) {
     acx_test_mpi_begin(&argc, &argv, 120, &rank_, &size_);
     int failed = 0;
     failed |= acx_test_run_case("segment: created on one node, switches, bad values", test_create);
+    failed |= acx_test_run_case("segment bytes in acx_memory_stats", test_memory_stats);
     failed |= acx_test_run_case("sum = rank-order sum, default slot", test_sum_default_slot);
     failed |= acx_test_run_case("sum = rank-order sum, 64-byte slots", test_sum_slot_64);
     failed |= acx_test_run_case("sum = rank-order sum, 4160-byte slots", test_sum_slot_4160);
