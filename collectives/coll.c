@@ -132,9 +132,9 @@ void acx_coll_abort_all(void) {
 acx_status_t acx_coll_set_compute_stream(acx_comm_t *comm, void *stream) {
     if (comm == NULL) return ACX_ERROR(ACX_ERR_INVALID_ARG, "set compute stream: comm is NULL");
 #if ACX_HAVE_NCCL
-    if (comm->ops == &acx_coll_nccl_ops) ACX_CHECK(acx_coll_nccl_set_compute_stream(comm, stream));
+    if (comm->ops == &acx_coll_nccl_ops) return acx_coll_nccl_set_compute_stream(comm, stream);
 #endif
-    comm->compute_stream = stream;
+    (void)stream;
     return ACX_OK;
 }
 
@@ -191,20 +191,7 @@ acx_status_t acx_comm_split(acx_comm_t *parent, int color, int key, acx_comm_t *
         *comm_p = NULL;
         return ACX_OK;
     }
-    acx_comm_t *comm = NULL;
-    ACX_CHECK(comm_wrap(sub, parent->ops, &comm));
-    /* the parent's compute stream, so that a sub-communicator (a node, a
-     * HYBRID_SHARD replica group, a checkpoint load group) orders its
-     * collectives after the same work */
-    acx_status_t status = comm->compute_stream == parent->compute_stream
-                              ? ACX_OK
-                              : acx_coll_set_compute_stream(comm, parent->compute_stream);
-    if (status != ACX_OK) {
-        acx_comm_destroy(comm);
-        return status;
-    }
-    *comm_p = comm;
-    return ACX_OK;
+    return comm_wrap(sub, parent->ops, comm_p);
 }
 
 void acx_comm_destroy(acx_comm_t *comm) {

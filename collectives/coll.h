@@ -85,8 +85,7 @@ struct acx_comm {
     MPI_Comm mpi; /* owned (a dup) */
     int rank, size;
     const acx_coll_ops_t *ops;
-    void *state;          /* backend-private */
-    void *compute_stream; /* acx_coll_set_compute_stream's; a split inherits it */
+    void *state; /* backend-private */
 };
 
 /* The backend a (backend, device_state) pair gets (acx_coll_decide). */
@@ -152,8 +151,7 @@ void acx_coll_abort_all(void);
  * cudaStream_t; NULL: the legacy default stream): the NCCL backend's
  * acx_coll_nccl_set_compute_stream. A host-memory backend (MPI) has nothing
  * to order (its callers synchronize the stream before handing it device
- * buffers): ACX_OK. Communicators split from comm afterwards (acx_comm_split)
- * start with the same stream. Not collective. */
+ * buffers): ACX_OK. Not collective. */
 acx_status_t acx_coll_set_compute_stream(acx_comm_t *comm, void *stream);
 
 /* MPI datatype / op of an acx dtype / op: the predefined ones only
