@@ -48,9 +48,10 @@ static acx_status_t cu_alloc(size_t bytes, const char *what, void **p_p) {
     }
     ACX_CUDA_CHECK_GOTO(cudaMemset(p, 0, bytes), status, err_free);
     /* the fill is complete on return (the table's promise): wait for the
-     * legacy stream it ran on, not for every stream of the device (an NCCL
-     * stream may hold a reduction in flight) */
-    ACX_CUDA_CHECK_GOTO(cudaStreamSynchronize(cudaStreamLegacy), status, err_free);
+     * default stream it ran on (stream 0, legacy or per-thread alike), not
+     * for every stream of the device (an NCCL stream may hold a reduction
+     * in flight) */
+    ACX_CUDA_CHECK_GOTO(cudaStreamSynchronize(0), status, err_free);
     *p_p = p;
     return ACX_OK;
 

@@ -74,11 +74,13 @@ acx_status_t acx_cuda_memcpy(void *dst, const void *src, size_t bytes) {
 acx_status_t acx_cuda_memset(void *dst, int byte, size_t bytes) {
     if (bytes == 0) return ACX_OK;
     ACX_CUDA_CHECK(cudaMemset(dst, byte, bytes));
-    /* cudaMemset is asynchronous for device memory and runs on the legacy
-     * default stream: the promise is "done", so wait for that stream only —
-     * not for the other streams (an NCCL communicator's stream may hold a
-     * bucket's all-reduce in flight) as cudaDeviceSynchronize would. */
-    ACX_CUDA_CHECK(cudaStreamSynchronize(cudaStreamLegacy));
+    /* cudaMemset is asynchronous for device memory and runs on the default
+     * stream (stream 0: the legacy stream, or the per-thread one when built
+     * with --default-stream per-thread; 0 names the same one either way):
+     * the promise is "done", so wait for that stream only, not for the
+     * other streams (an NCCL communicator's stream may hold a bucket's
+     * all-reduce in flight) as cudaDeviceSynchronize would. */
+    ACX_CUDA_CHECK(cudaStreamSynchronize(0));
     return ACX_OK;
 }
 

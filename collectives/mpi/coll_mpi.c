@@ -282,12 +282,20 @@ static acx_status_t half_op(acx_dtype_t dtype, acx_red_op_t op, MPI_Op *mop_p) {
 
 /* ---- argument checks and reduction plans ---- */
 
+/* 1 when comm's state was made by this backend (the staging table's
+ * comm_init or the host table's; a table that wraps either keeps it). */
+static int is_mpi_comm(const acx_comm_t *comm) {
+    return comm != NULL && comm->ops != NULL &&
+           (comm->ops->comm_init == acx_coll_mpi_ops.comm_init ||
+            comm->ops->comm_init == acx_coll_mpi_host_ops.comm_init);
+}
+
 /* comm must be an MPI-backend communicator: its state made by this
  * backend's comm_init (a table that wraps this one keeps it; a device
  * backend's communicator has its own state there). */
 static acx_status_t check_comm(const acx_comm_t *comm, const char *what) {
     if (comm == NULL) return ACX_ERROR(ACX_ERR_INVALID_ARG, "%s: comm is NULL", what);
-    if (comm->ops == NULL || comm->ops->comm_init != acx_coll_mpi_ops.comm_init)
+    if (!is_mpi_comm(comm))
         return ACX_ERROR(ACX_ERR_INVALID_ARG,
                          "%s on the MPI backend: comm is a communicator of the %s backend; "
                          "host data on such a communicator goes through its MPI communicator",
@@ -793,7 +801,9 @@ static void progress_all(void) {
 
 /* Before a blocking collective on comm (see above). */
 static void queue_drain(const acx_comm_t *comm) {
-    if (queued_total == 0 || comm == NULL || comm->state == NULL) return;
+    /* (another backend's communicator: its state is not ours to read;
+     * check_comm refuses the call that follows) */
+    if (queued_total == 0 || !is_mpi_comm(comm) || comm->state == NULL) return;
     const mpi_comm_state_t *cs = comm->state;
     while (cs->head != NULL)
         queues_advance();
