@@ -890,12 +890,15 @@ static int run(int argc, char **argv) {
         return 2;
     }
     acx_config_t cfg = ACX_CONFIG_DEFAULT;
-    /* Host memory, one optimizer step per batch, the strategy and precision
-     * asked for: the program's choices override any config file. */
+    /* Host memory (the CPU MLP computes on acx's buffers; the MPI loop it
+     * is compared with is host MPI), one optimizer step per batch, the
+     * strategy and precision asked for: the program's choices override any
+     * config file, --acx-backend and --acx-device-state (said at start). */
     cfg.sharding_strategy = o.strategy;
     cfg.mixed_precision = o.mixed_precision;
     cfg.gradient_accumulation_steps = 1;
     cfg.backend = ACX_BACKEND_MPI;
+    cfg.device_state = ACX_DEVICE_STATE_HOST;
     cfg.seed = o.seed;
     if (acx_init(&argc, &argv, &cfg, &s.acc) != ACX_OK) {
         fprintf(stderr, PROG ": %s\n", acx_last_error());
@@ -980,7 +983,8 @@ static int run(int argc, char **argv) {
     const char *coretype = getenv("OPENBLAS_CORETYPE");
     bench_say(PROG ": model %s, MLP %d-%d-%d-%d (%zu parameters), AdamW lr %g wd %g, acx %s\n"
                    "  %d rank(s) x batch %d (global %d), %d batch(es) per rank in memory from %s\n"
-                   "  acx: sharding_strategy %s, mixed_precision %s, reduce_dtype %s, backend mpi\n"
+                   "  acx: sharding_strategy %s, mixed_precision %s, reduce_dtype %s, backend mpi and "
+                   "host state (fixed by the benchmark)\n"
                    "  BLAS threads per rank %d, OPENBLAS_CORETYPE=%s\n",
               model_names[o.model], d->in, d->h1, d->h2, d->out, numel, o.lr, o.weight_decay,
               acx_version(), world, bs.B, bs.B * world, bs.nb,

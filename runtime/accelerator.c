@@ -225,8 +225,10 @@ static void key_env_name(int k, char *buf, size_t n) {
  * silently ignored otherwise: warn once, on the main process. Variables
  * read elsewhere and the ACX_TEST_ prefix (the test suite's) are known. */
 static void warn_unknown_env(const acx_accelerator_t *acc) {
-    static const char *const other[] = {"ACX_CONFIG_FILE", "ACX_LOG_SUBSYS", "ACX_LOG_FILE",
-                                        "ACX_DEBUG_MODE"};
+    static const char *const other[] = {
+        "ACX_CONFIG_FILE",    "ACX_LOG_SUBSYS",    "ACX_LOG_FILE",
+        "ACX_DEBUG_MODE",     "ACX_SHM_DISABLE",   "ACX_SHM_SLOT_BYTES",
+        "ACX_SHM_MIN_BYTES",  "ACX_DEVICE_CACHE_DISABLE"};
     if (acc->rank != 0 || environ == NULL) return;
     for (char **e = environ; *e != NULL; e++) {
         if (strncmp(*e, "ACX_", 4) != 0 || strncmp(*e, "ACX_TEST_", 9) == 0) continue;
@@ -425,9 +427,10 @@ ACX_API acx_status_t acx_init(int *argc, char ***argv, const acx_config_t *confi
     if (acc->rank == 0) acx_config_log_warnings(&acc->config, acc->world_size);
     ACX_CHECK_GOTO(check_config_agrees(acc), status, err_comm);
     warn_unknown_env(acc);
-    ACX_CHECK_GOTO(acx_coll_select((acx_backend_kind_t)c->backend,
-                                   (acx_device_state_t)c->device_state, &acc->coll),
-                   status, err_comm);
+    /* agreed: a rank that sees no device must not leave while the others
+     * go on to bootstrap NCCL */
+    status = acx_coll_select((acx_backend_kind_t)c->backend, (acx_device_state_t)c->device_state,
+                             &acc->coll);
     status = acx_coll_agree(acc->world, status);
     if (status != ACX_OK) goto err_comm;
     /* the device (cuda/device.c) before a device backend's communicators use it */
@@ -559,6 +562,12 @@ ACX_API int acx_num_nodes(const acx_accelerator_t *acc) { return acc ? acc->num_
 ACX_API int acx_node_rank(const acx_accelerator_t *acc) { return acc ? acc->node_rank : -1; }
 ACX_API int acx_is_main_process(const acx_accelerator_t *acc) { return acc && acc->rank == 0; }
 ACX_API int acx_is_local_main_process(const acx_accelerator_t *acc) { return acc && acc->local_rank == 0; }
+ACX_API acx_device_state_t acx_device_state(const acx_accelerator_t *acc) {
+    if (acc == NULL) return ACX_DEVICE_STATE_AUTO;
+    if (acc->dev == NULL) return ACX_DEVICE_STATE_HOST;
+    return acc->dev->emulated ? ACX_DEVICE_STATE_EMULATED : ACX_DEVICE_STATE_CUDA;
+}
+
 ACX_API const acx_config_t *acx_get_config(const acx_accelerator_t *acc) {
     return acc ? &acc->config.values : NULL;
 }

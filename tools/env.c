@@ -195,8 +195,10 @@ static void print_nccl(FILE *f) {
          * major*1000 + minor*100 + patch before. */
         int major = v >= 10000 ? v / 10000 : v / 1000;
         int minor = v >= 10000 ? (v / 100) % 100 : (v / 100) % 10;
-        snprintf(line, sizeof line, "built with NCCL; library %d.%d.%d (the NCCL backend: %s)",
-                 major, minor, v % 100, "not implemented yet");
+        snprintf(line, sizeof line,
+                 "built with NCCL; library %d.%d.%d (the NCCL backend: built, needs a CUDA "
+                 "device and device_state: cuda; not yet run on a GPU)",
+                 major, minor, v % 100);
     } else {
         snprintf(line, sizeof line, "built with NCCL; library libnccl.so.2 not loadable");
     }

@@ -33,6 +33,7 @@
  */
 #include <errno.h>
 #include <getopt.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <math.h>
 #include <stdio.h>
@@ -575,7 +576,30 @@ static int run(int argc, char **argv) {
         if (strcmp(argv[i], "--device=cuda") == 0 ||
             (strcmp(argv[i], "--device") == 0 && i + 1 < argc && strcmp(argv[i + 1], "cuda") == 0))
             on_device = 1;
-    if (on_device) cfg.device_state = ACX_DEVICE_STATE_CUDA;
+    if (on_device) {
+        /* the program's choice overrides a device_state given on the command
+         * line or in the environment: refuse a contradicting one rather
+         * than override it silently (every rank sees the same arguments) */
+        const char *user = getenv("ACX_DEVICE_STATE");
+        for (int i = 1; i < argc; i++) {
+            static const char *const spell[] = {"--acx-device-state", "--acx-device_state"};
+            for (int k = 0; k < 2; k++) {
+                size_t len = strlen(spell[k]);
+                if (strncmp(argv[i], spell[k], len) != 0) continue;
+                if (argv[i][len] == '=') user = argv[i] + len + 1;
+                else if (argv[i][len] == '\0' && i + 1 < argc) user = argv[i + 1];
+            }
+        }
+        if (user != NULL && strcasecmp(user, "cuda") != 0 && strcasecmp(user, "auto") != 0) {
+            fprintf(stderr,
+                    "acx-fmnist: --device cuda computes on the GPU and needs device_state: cuda, "
+                    "but device_state is '%s' (command line or ACX_DEVICE_STATE); leave it "
+                    "unset, or use --device cpu\n",
+                    user);
+            return 2;
+        }
+        cfg.device_state = ACX_DEVICE_STATE_CUDA;
+    }
     alias_acx_options(&argc, argv);
     acx_status_t st = acx_init(&argc, &argv, &cfg, &acc);
     if (st != ACX_OK) {
@@ -586,6 +610,19 @@ static int run(int argc, char **argv) {
     if (parsed != 0) { /* every rank parsed the same arguments: finalize together */
         acx_finalize(acc);
         return parsed < 0 ? 2 : 0;
+    }
+    if (!o.cuda && acx_device_state(acc) != ACX_DEVICE_STATE_HOST) {
+        /* the CPU MLP reads and writes acx_param_data/acx_param_grad with
+         * CBLAS: device pointers would fault (same answer on every rank) */
+        if (acx_is_main_process(acc))
+            fprintf(stderr,
+                    "acx-fmnist: --device cpu computes on the host, but acx keeps the model "
+                    "state in %s memory (the configuration's device_state and backend); use "
+                    "--device cuda, or device_state: host with backend: mpi\n",
+                    acx_device_state(acc) == ACX_DEVICE_STATE_EMULATED ? "emulated device"
+                                                                       : "CUDA device");
+        acx_finalize(acc);
+        return 2;
     }
     int rc = 1, tty = want_progress(o.progress), training = 0;
     FILE *metrics = NULL;

@@ -69,6 +69,17 @@ ACX_API int acx_is_local_main_process(const acx_accelerator_t *acc); /* local ra
  * which logs the choice. NULL gives -1. Not collective; never fails. */
 ACX_API int acx_device(const acx_accelerator_t *acc);
 
+/* Where acx keeps this accelerator's model state — parameters, gradients,
+ * master weights, optimizer state — as chosen at acx_init from
+ * device_state and backend: ACX_DEVICE_STATE_HOST (acx_param_data and
+ * acx_param_grad are host pointers), ACX_DEVICE_STATE_CUDA (CUDA device
+ * pointers) or ACX_DEVICE_STATE_EMULATED (the emulated test device's
+ * memory, which host code must not touch); never AUTO, except for a NULL
+ * acc. A program that computes on one side checks it once after acx_init
+ * and refuses the other with the reason (examples/fashion_mnist/fmnist.c).
+ * Not collective (every rank has the same answer); never fails. */
+ACX_API acx_device_state_t acx_device_state(const acx_accelerator_t *acc);
+
 /* Name the stream the program's device kernels run on (a cudaStream_t as
  * void *; NULL: the legacy default stream, the initial setting), for
  * device-resident model state (device_state: cuda). acx enqueues its own
