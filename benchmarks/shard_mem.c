@@ -412,6 +412,9 @@ int main(int argc, char **argv) {
     acx_config_t cfg = ACX_CONFIG_DEFAULT;
     cfg.seed = 1234;
     cfg.sharding_strategy = ACX_FULL_SHARD;
+    /* it measures host memory, and its CPU MLP computes on acx's buffers */
+    cfg.backend = ACX_BACKEND_MPI;
+    cfg.device_state = ACX_DEVICE_STATE_HOST;
     for (int i = 1; i < argc; i++) /* the strategy is ours to set: acx_init validates it */
         if (strncmp(argv[i], "--strategy", 10) == 0 &&
             (argv[i][10] == '=' || argv[i][10] == '\0')) {
