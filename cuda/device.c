@@ -127,11 +127,11 @@ acx_status_t acx_device_setup(const struct acx_coll_ops *ops, int local_rank, in
         return bind_device(local_rank, local_size, count, "", 0);
     }
     if (count == 0)
-        ACX_INFO(ACX_SUBSYS_INIT, "device: host memory (%s backend; %s); local rank %d of %d",
+        ACX_INFO(ACX_SUBSYS_INIT, "device: none bound (%s backend; %s); local rank %d of %d",
                  ops->name, why, local_rank, local_size);
     else
         ACX_INFO(ACX_SUBSYS_INIT,
-                 "device: host memory (%s backend, which works on host memory; %d CUDA device%s "
+                 "device: none bound (%s backend, which works on host memory; %d CUDA device%s "
                  "visible, not used); local rank %d of %d",
                  ops->name, count, count == 1 ? "" : "s", local_rank, local_size);
     return ACX_OK;

@@ -712,6 +712,7 @@ struct acx_coll_req {
     acx_coll_req_t *next;    /* in that queue */
     acx_shm_t *shm;          /* a shared-memory op: its segment (else NULL) ... */
     acx_shm_op_t shm_op;     /* ... and the op */
+    const char *what;        /* "all-reduce request", ...: the stall detector's name for a wait */
     int nreq;                /* requests of the current half */
     MPI_Request mpi[];       /* [nreq] */
 };
@@ -722,6 +723,7 @@ static acx_status_t req_create(size_t nchunks, const char *what, acx_coll_req_t 
                          nchunks, (size_t)ACX_COLL_MPI_CHUNK_MAX);
     acx_coll_req_t *req = acx_calloc(1, sizeof *req + nchunks * sizeof(MPI_Request), what);
     if (req == NULL) return ACX_ERR_NO_MEMORY;
+    req->what = what;
     *req_p = req;
     return ACX_OK;
 }
@@ -1553,7 +1555,8 @@ static acx_status_t watched_barrier(acx_comm_t *comm) {
 }
 
 static acx_status_t watched_wait(acx_coll_req_t *req) {
-    acx_watch_enter("wait");
+    /* named after what it waits for: "collective all-reduce request #N" */
+    acx_watch_enter(req != NULL && req->what != NULL ? req->what : "wait");
     acx_status_t st = mpi_wait(req);
     acx_watch_exit();
     return st;
