@@ -75,3 +75,8 @@ acx_status_t acx_nccl_check_in_place(const acx_comm_t *comm, const void *whole, 
                          rule);
     return ACX_OK;
 }
+
+acx_status_t acx_nccl_check_req(acx_coll_req_t **req_p, const char *what) {
+    if (req_p == NULL) return ACX_ERROR(ACX_ERR_INVALID_ARG, "%s start: req_p is NULL", what);
+    return ACX_OK;
+}

@@ -35,6 +35,9 @@ acx_status_t acx_nccl_check_in_place(const acx_comm_t *comm, const void *whole, 
                                      size_t count, acx_dtype_t dtype, const char *what,
                                      const char *rule);
 
+/* A non-blocking start's request pointer is not NULL ("<what> start"). */
+acx_status_t acx_nccl_check_req(acx_coll_req_t **req_p, const char *what);
+
 /* base + bytes without forming NULL + 0. */
 const void *acx_nccl_byte_at(const void *base, size_t bytes);
 

@@ -212,47 +212,42 @@ static acx_status_t emul_barrier(acx_comm_t *comm) {
     return MPI_TABLE->barrier(in);
 }
 
-static acx_status_t need_req(acx_coll_req_t **req_p, const char *what) {
-    if (req_p == NULL) return ACX_ERROR(ACX_ERR_INVALID_ARG, "%s start: req_p is NULL", what);
-    return ACX_OK;
-}
-
 static acx_status_t emul_all_reduce_start(acx_comm_t *comm, const void *sendbuf, void *recvbuf,
                                           size_t count, acx_dtype_t dtype, acx_red_op_t op,
                                           acx_coll_req_t **req_p) {
-    ACX_CHECK(need_req(req_p, "all-reduce"));
+    ACX_CHECK(acx_nccl_check_req(req_p, "all-reduce"));
     return all_reduce(comm, sendbuf, recvbuf, count, dtype, op, req_p);
 }
 
 static acx_status_t emul_reduce_scatter_start(acx_comm_t *comm, const void *sendbuf, void *recvbuf,
                                               size_t count, acx_dtype_t dtype, acx_red_op_t op,
                                               acx_coll_req_t **req_p) {
-    ACX_CHECK(need_req(req_p, "reduce-scatter"));
+    ACX_CHECK(acx_nccl_check_req(req_p, "reduce-scatter"));
     return reduce_scatter(comm, sendbuf, recvbuf, count, dtype, op, req_p);
 }
 
 static acx_status_t emul_broadcast_start(acx_comm_t *comm, void *buf, size_t count,
                                          acx_dtype_t dtype, int root, acx_coll_req_t **req_p) {
-    ACX_CHECK(need_req(req_p, "broadcast"));
+    ACX_CHECK(acx_nccl_check_req(req_p, "broadcast"));
     return broadcast(comm, buf, count, dtype, root, req_p);
 }
 
 static acx_status_t emul_all_gather_start(acx_comm_t *comm, const void *sendbuf, void *recvbuf,
                                           size_t count, acx_dtype_t dtype, acx_coll_req_t **req_p) {
-    ACX_CHECK(need_req(req_p, "all-gather"));
+    ACX_CHECK(acx_nccl_check_req(req_p, "all-gather"));
     return all_gather(comm, sendbuf, recvbuf, count, dtype, req_p);
 }
 
 static acx_status_t emul_gather_start(acx_comm_t *comm, const void *sendbuf, void *recvbuf,
                                       size_t count, acx_dtype_t dtype, int root,
                                       acx_coll_req_t **req_p) {
-    ACX_CHECK(need_req(req_p, "gather"));
+    ACX_CHECK(acx_nccl_check_req(req_p, "gather"));
     return gather(comm, sendbuf, recvbuf, count, dtype, root, req_p);
 }
 
 static acx_status_t emul_barrier_start(acx_comm_t *comm, acx_coll_req_t **req_p) {
     acx_comm_t *in = NULL;
-    ACX_CHECK(need_req(req_p, "barrier"));
+    ACX_CHECK(acx_nccl_check_req(req_p, "barrier"));
     ACX_CHECK(inner_of(comm, "barrier", &in));
     return MPI_TABLE->barrier_start(in, req_p);
 }
