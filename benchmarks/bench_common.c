@@ -6,6 +6,7 @@
  * programs; nothing here knows either program's options.
  */
 #include <ctype.h>
+#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -82,8 +83,9 @@ int bench_lookup(const char *s, const char *const *names, int n) {
 
 int bench_parse_int(const char *s, long lo, long hi, int *out_p) {
     char *end;
+    errno = 0;
     long v = strtol(s, &end, 10);
-    if (*s == '\0' || *end != '\0' || v < lo || v > hi) return -1;
+    if (*s == '\0' || *end != '\0' || errno == ERANGE || v < lo || v > hi) return -1;
     *out_p = (int)v;
     return 0;
 }
@@ -104,9 +106,12 @@ int bench_parse_strategy(const char *prog, const char *s, int *strategy_p) {
 
 int bench_parse_seed(const char *prog, const char *s, long long *seed_p) {
     char *end;
+    errno = 0; /* strtoll clamps what overflows: refuse it, as --acx-seed does */
     long long v = strtoll(s, &end, 10);
-    if (*s == '\0' || *end != '\0') {
-        if (is_rank0()) fprintf(stderr, "%s: invalid value '%s' for --seed\n", prog, s);
+    if (*s == '\0' || *end != '\0' || errno == ERANGE) {
+        if (is_rank0())
+            fprintf(stderr, "%s: invalid value '%s' for --seed: expected a 64-bit integer\n", prog,
+                    s);
         return -1;
     }
     *seed_p = v;

@@ -159,10 +159,12 @@ static void usage(FILE *f) {
             "The last line of stdout is one JSON object (docs/benchmarks.md).\n");
 }
 
-static int parse_double(const char *s, double *out) {
+/* A whole-string number in [0, hi] (--lr: hi 1e3, the bound acx's
+ * optimizers accept; --weight-decay: 1). */
+static int parse_double(const char *s, double hi, double *out) {
     char *end;
     double v = strtod(s, &end);
-    if (*s == '\0' || *end != '\0' || !(v >= 0.0) || !isfinite(v)) return -1;
+    if (*s == '\0' || *end != '\0' || !(v >= 0.0 && v <= hi)) return -1;
     *out = v;
     return 0;
 }
@@ -291,10 +293,10 @@ static int parse_options(int argc, char **argv, options_t *o) {
             o->threads = v;
             break;
         case 'l':
-            if (parse_double(optarg, &o->lr)) goto bad;
+            if (parse_double(optarg, 1e3, &o->lr)) goto bad;
             break;
         case 'W':
-            if (parse_double(optarg, &o->weight_decay)) goto bad;
+            if (parse_double(optarg, 1.0, &o->weight_decay)) goto bad;
             break;
         case 'N':
             if (bench_parse_int(optarg, 1, 1000000, &v)) goto bad;

@@ -71,6 +71,7 @@
 #include <unistd.h>
 
 #include "acx/checkpoint.h"
+#include "collectives/watchdog.h"
 #include "io/checkpoint.h"
 #include "io/loader.h"
 #include "runtime/accelerator.h"
@@ -85,6 +86,16 @@
 #define CKPT_YAML_MAX      (64 * 1024)
 #define CKPT_USER_NAME_MAX 128
 #define CKPT_LIST_MAX      2048 /* the warning that lists what a non-strict load skipped */
+
+/* The largest step, micro-step, epoch or optimizer step a checkpoint may
+ * hold: 2^53. A counter read from a file past it is damage or an edit (at a
+ * million steps a second a run would need 285 years to reach it); below it,
+ * the counter still grows for as long as any run lasts without wrapping
+ * int64 (a wrapped step names files "step_-9223372036854775780.h5" that
+ * retention never deletes) and is exact as a double (metrics, logs). */
+#define CKPT_COUNT_MAX ((int64_t)1 << 53)
+/* Bytes of one /rng row: int64 seed, rank, counter, reserved. */
+#define CKPT_RNG_ROW_BYTES 32
 
 /* One registered object (acx_register_for_checkpointing). */
 struct acx_ckpt_entry {
@@ -519,6 +530,64 @@ static acx_status_t host_view_commit(acx_accelerator_t *acc, const host_view_t *
     return ACX_OK;
 }
 
+/* The loader position is one per job: the sampler's order is global
+ * (global batch g covers stream positions [g*G, (g+1)*G) and rank r reads
+ * its slice of each, io/sampler.c), so "position p" means every rank has
+ * consumed its slice of global batches 0..p-1, and only then can a
+ * checkpoint be resumed under another world size or global batch. Ranks at
+ * different positions (a program that calls acx_dataloader_next a
+ * different number of times on different ranks) have no such position: a
+ * checkpoint that kept one rank's would repeat or skip batches on the
+ * others without a word. So the save refuses, on every rank, naming each
+ * rank's position. The end of an epoch counts as one position even when
+ * the ranks' batch counts differ (neither drop_last nor even_batches: the
+ * last global batch can leave a rank without a batch): each rank then
+ * stands at its own num_batches. Collective: one all-gather of 3 int64 per
+ * rank. */
+static acx_status_t check_loader_agrees(acx_accelerator_t *acc) {
+    acx_dataloader_t *l = acc->loader;
+    int n = acc->world_size;
+    if (l == NULL || n == 1) return ACX_OK; /* the same on every rank (acx_prepare) */
+    int64_t mine[3] = {acx_dataloader_epoch(l), acx_dataloader_position(l),
+                       acx_dataloader_position(l) == acx_dataloader_num_batches(l)};
+    int64_t *all = acx_malloc((size_t)n * sizeof mine, "loader positions");
+    acx_status_t status = acx_coll_agree(acc->world, all != NULL ? ACX_OK : ACX_ERR_NO_MEMORY);
+    if (status != ACX_OK) {
+        free(all);
+        return status;
+    }
+    int ret =
+        ACX_WATCHED("checkpoint loader positions",
+                    MPI_Allgather(mine, 3, MPI_INT64_T, all, 3, MPI_INT64_T, acc->world->mpi));
+    if (ret != MPI_SUCCESS) {
+        free(all);
+        ACX_MPI_CHECK(ret);
+    }
+    int same = 1;
+    for (int r = 1; r < n && same; r++)
+        same = all[3 * r] == all[0] && (all[3 * r + 1] == all[1] || (all[3 * r + 2] && all[2]));
+    if (!same) {
+        char list[1024];
+        size_t used = 0;
+        for (int r = 0; r < n && used + 64 < sizeof list; r++)
+            used += (size_t)snprintf(list + used, sizeof list - used,
+                                     "%srank %d: epoch %lld batch %lld%s", r ? ", " : "", r,
+                                     (long long)all[3 * r], (long long)all[3 * r + 1],
+                                     all[3 * r + 2] ? " (end)" : "");
+        if (used + 64 >= sizeof list) snprintf(list + used, sizeof list - used, ", ...");
+        status =
+            ACX_ERROR(ACX_ERR_STATE,
+                      "cannot save the checkpoint: the ranks' data loaders stand at different "
+                      "positions (%s); a checkpoint holds one position for the job (the data "
+                      "order is global), so every rank must have consumed the same number of "
+                      "batches of the epoch: call acx_dataloader_next the same number of times "
+                      "on every rank",
+                      list);
+    }
+    free(all);
+    return status;
+}
+
 /* Describe the whole state. rng_row: this rank's /rng row (kept alive by
  * the caller). */
 static acx_status_t build_plan(acx_accelerator_t *acc, plan_t *p, const char *created,
@@ -668,6 +737,7 @@ ACX_API acx_status_t acx_save_state(acx_accelerator_t *acc, const char *path) {
     snprintf(file, sizeof file, "%s%s%s", path != NULL ? path : dir, path != NULL ? "" : "/", name);
     ACX_CHECK_GOTO(acx_coll_agree(acc->world, status), status, out);
     ACX_CHECK_GOTO(shared_text(acc, created, yaml), status, out);
+    ACX_CHECK_GOTO(check_loader_agrees(acc), status, out);
     status = host_view_open(acc, &view);
     if (status == ACX_OK) status = build_plan(acc, &plan, created, yaml, rng_row, &view);
     ACX_CHECK_GOTO(acx_coll_agree(acc->world, status), status, out);
@@ -836,8 +906,72 @@ static int has_user(const acx_accelerator_t *acc, const char *name) {
     return 0;
 }
 
+/* ---- load: values read from the file, range-checked before any use ---- */
+
+/* v, the integer attribute object/name of the file, in [lo, hi]:
+ * ACX_ERR_FORMAT naming the file, the attribute, the value and the range
+ * otherwise. why: what the range means ("" for nothing). */
+static acx_status_t check_i64_in(const char *file, const char *object, const char *name, int64_t v,
+                                 int64_t lo, int64_t hi, const char *why) {
+    if (v >= lo && v <= hi) return ACX_OK;
+    return ACX_ERROR(ACX_ERR_FORMAT,
+                     "checkpoint '%s': %s%s%s = %lld is out of range: expected %lld..%lld%s%s "
+                     "(damaged or edited?)",
+                     file, object, strcmp(object, "/") == 0 ? "" : "/", name, (long long)v,
+                     (long long)lo, (long long)hi, why[0] ? ": " : "", why);
+}
+
+/* The attribute read and checked as above (a missing attribute is io's
+ * ACX_ERR_FORMAT naming it). *v_p is written only when it is in range. */
+static acx_status_t get_i64_in(acx_ckpt_file_t *f, const char *file, const char *object,
+                               const char *name, int64_t lo, int64_t hi, const char *why,
+                               int64_t *v_p) {
+    int64_t v;
+    ACX_CHECK(acx_ckpt_get_i64(f, object, name, &v));
+    ACX_CHECK(check_i64_in(file, object, name, v, lo, hi, why));
+    *v_p = v;
+    return ACX_OK;
+}
+
+/* /rng holds world_size rows of CKPT_RNG_ROW_BYTES: a world size whose rows
+ * the file cannot hold is refused before anything is sized from it (an
+ * edited world_size of 2^26 would otherwise describe a 2 GiB dataset). io/
+ * offers no query of a dataset's allocated storage, so the bound is the
+ * file's size: every row of a dataset acx wrote is stored in the file. */
+static acx_status_t check_rng_size(const char *file, int64_t world) {
+    struct stat st;
+    if (stat(file, &st) != 0)
+        return ACX_ERROR(ACX_ERR_IO, "checkpoint '%s': stat failed: %s", file, strerror(errno));
+    if ((uint64_t)world > (uint64_t)st.st_size / CKPT_RNG_ROW_BYTES)
+        return ACX_ERROR(
+            ACX_ERR_FORMAT,
+            "checkpoint '%s': world_size = %lld is out of range: its /rng would need "
+            "%lld x %d bytes but the file has %lld bytes (expected at most %lld ranks; "
+            "damaged or edited?)",
+            file, (long long)world, (long long)world, CKPT_RNG_ROW_BYTES, (long long)st.st_size,
+            (long long)(st.st_size / CKPT_RNG_ROW_BYTES));
+    return ACX_OK;
+}
+
+/* A learning rate read from the file (optimizer lr, schedule base_lr):
+ * finite and in [0, ACX_OPTIM_LR_MAX], the range acx_*_create and
+ * acx_optimizer_set_lr accept, so every checkpoint acx writes loads. */
+static acx_status_t get_lr(acx_ckpt_file_t *f, const char *file, const char *object,
+                           const char *name, double *v_p) {
+    double v;
+    ACX_CHECK(acx_ckpt_get_f64(f, object, name, &v));
+    if (!(v >= 0.0 && v <= ACX_OPTIM_LR_MAX))
+        return ACX_ERROR(ACX_ERR_FORMAT,
+                         "checkpoint '%s': %s/%s = %g is out of range: expected a finite learning "
+                         "rate in [0, %g] (damaged or edited?)",
+                         file, object, name, v, ACX_OPTIM_LR_MAX);
+    *v_p = v;
+    return ACX_OK;
+}
+
 /* The tensors to read and the scalar state to restore once they are in. */
 typedef struct restore {
+    const char *file; /* for messages */
     plan_t plan;
     host_view_t view; /* where the tensors are read to (host memory) */
     mismatches_t mm;
@@ -915,8 +1049,11 @@ static acx_status_t plan_optimizer(acx_accelerator_t *acc, acx_ckpt_file_t *f, r
                  type, acx_optimizer_kind_name(opt));
         return ACX_OK;
     }
-    ACX_CHECK(acx_ckpt_get_i64(f, "/optimizer", "step", &r->opt_step));
-    ACX_CHECK(acx_ckpt_get_f64(f, "/optimizer", "lr", &r->opt_lr));
+    /* an optimizer step is taken at a boundary, at most one per step of
+     * the run (fp16 skips take none): 0..root step */
+    ACX_CHECK(get_i64_in(f, r->file, "/optimizer", "step", 0, r->step,
+                         "the optimizer steps taken, at most the root's step", &r->opt_step));
+    ACX_CHECK(get_lr(f, r->file, "/optimizer", "lr", &r->opt_lr));
     r->have_opt = 1;
     compare_hparams(acc, f, opt);
     for (int s = 0; s < acx_optimizer_num_state(opt); s++) {
@@ -960,10 +1097,12 @@ static acx_status_t plan_optimizer(acx_accelerator_t *acc, acx_ckpt_file_t *f, r
         return ACX_OK;
     }
     int64_t warmup = 0, total = 0;
-    ACX_CHECK(acx_ckpt_get_f64(f, "/scheduler", "base_lr", &r->sched_base_lr));
-    ACX_CHECK(acx_ckpt_get_i64(f, "/scheduler", "step", &r->sched_step));
-    ACX_CHECK(acx_ckpt_get_i64(f, "/scheduler", "warmup_steps", &warmup));
-    ACX_CHECK(acx_ckpt_get_i64(f, "/scheduler", "total_steps", &total));
+    /* (the program decides how often it steps the schedule: no relation
+     * to the root's step is assumed) */
+    ACX_CHECK(get_lr(f, r->file, "/scheduler", "base_lr", &r->sched_base_lr));
+    ACX_CHECK(get_i64_in(f, r->file, "/scheduler", "step", 0, CKPT_COUNT_MAX, "", &r->sched_step));
+    ACX_CHECK(get_i64_in(f, r->file, "/scheduler", "warmup_steps", 0, CKPT_COUNT_MAX, "", &warmup));
+    ACX_CHECK(get_i64_in(f, r->file, "/scheduler", "total_steps", 0, CKPT_COUNT_MAX, "", &total));
     r->have_sched = 1;
     if ((strcmp(kind, acx_schedule_kind_name(st.kind)) != 0 || warmup != st.warmup_steps ||
          total != st.total_steps) &&
@@ -994,12 +1133,38 @@ static acx_status_t plan_loader(acx_accelerator_t *acc, acx_ckpt_file_t *f, rest
                      file);
         return ACX_OK;
     }
-    int64_t seed, gb_old, nb_old, pos_old;
-    ACX_CHECK(acx_ckpt_get_i64(f, "/dataloader", "epoch", &r->epoch));
-    ACX_CHECK(acx_ckpt_get_i64(f, "/dataloader", "position", &pos_old));
-    ACX_CHECK(acx_ckpt_get_i64(f, "/dataloader", "seed", &seed));
-    ACX_CHECK(acx_ckpt_get_i64(f, "/dataloader", "global_batch", &gb_old));
-    ACX_CHECK(acx_ckpt_get_i64(f, "/dataloader", "num_batches", &nb_old));
+    /* Every field is checked against the others and against this run's
+     * data set before the position is computed from them: an edited field
+     * must not move the data position silently. */
+    int64_t seed, gb_old, nb_old, pos_old, ns_old = 0, consumed;
+    int64_t ns = acx_dataloader_num_samples(l);
+    ACX_CHECK(get_i64_in(f, file, "/dataloader", "epoch", 0, CKPT_COUNT_MAX, "", &r->epoch));
+    ACX_CHECK(acx_ckpt_get_i64(f, "/dataloader", "seed", &seed)); /* any 64 bits */
+    if (acx_ckpt_get_i64(f, "/dataloader", "num_samples", &ns_old) == ACX_OK && ns_old != ns) {
+        mismatch(&r->mm,
+                 "the checkpoint's data loader had %lld samples, this run's has %lld: its "
+                 "position is in another data set's order (not loaded: the loader starts at "
+                 "epoch 0, batch 0)",
+                 (long long)ns_old, (long long)ns);
+        return ACX_OK;
+    }
+    ACX_CHECK(get_i64_in(f, file, "/dataloader", "global_batch", 1, CKPT_COUNT_MAX / ns,
+                         "a global batch of at least one sample, at most 2^53 / num_samples",
+                         &gb_old));
+    /* batches per epoch at that global batch: floor(N/G) with drop_last,
+     * ceil(N/G) otherwise, never 0 on rank 0 (io/sampler.c) */
+    int64_t nb_lo = ns / gb_old, nb_hi = (ns + gb_old - 1) / gb_old;
+    ACX_CHECK(get_i64_in(f, file, "/dataloader", "num_batches", nb_lo > 0 ? nb_lo : 1, nb_hi,
+                         "the batches per epoch of num_samples in global_batch", &nb_old));
+    ACX_CHECK(get_i64_in(f, file, "/dataloader", "position", 0, nb_old,
+                         "batches consumed in the epoch, at most num_batches", &pos_old));
+    if (acx_ckpt_get_i64(f, "/dataloader", "samples_consumed", &consumed) == ACX_OK &&
+        consumed != pos_old * gb_old)
+        return ACX_ERROR(ACX_ERR_FORMAT,
+                         "checkpoint '%s': /dataloader/samples_consumed = %lld, but position %lld "
+                         "x global_batch %lld = %lld (damaged or edited?)",
+                         file, (long long)consumed, (long long)pos_old, (long long)gb_old,
+                         (long long)(pos_old * gb_old));
     if ((uint64_t)seed != acx_loader_seed(l) && acc->rank == 0)
         ACX_WARN(ACX_SUBSYS_IO,
                  "checkpoint '%s' was saved with seed %lld, this run has seed %llu: "
@@ -1100,15 +1265,16 @@ static acx_status_t plan_scaler(acx_accelerator_t *acc, acx_ckpt_file_t *f, rest
     ACX_CHECK(acx_ckpt_get_i64(f, "/scaler", "growth_tracker", &r->growth_tracker));
     ACX_CHECK(acx_ckpt_get_i64(f, "/scaler", "consecutive_skips", &r->consecutive_skips));
     /* the counters are ints in the scaler; a scale whose reciprocal
-     * overflows float32 would unscale every gradient to inf/NaN */
-    if (!(r->scale >= 1.0 / FLT_MAX && r->scale <= DBL_MAX) || r->growth_tracker < 0 ||
+     * overflows float32 would unscale every gradient to inf/NaN, and one
+     * above FLT_MAX makes the float32 loss seed infinite on every step */
+    if (!(r->scale >= 1.0 / FLT_MAX && r->scale <= FLT_MAX) || r->growth_tracker < 0 ||
         r->growth_tracker > INT_MAX || r->consecutive_skips < 0 || r->consecutive_skips > INT_MAX)
         return ACX_ERROR(ACX_ERR_FORMAT,
-                         "checkpoint /scaler: scale %g, growth_tracker %lld, consecutive_skips "
-                         "%lld: expected a finite scale >= 1/FLT_MAX (%g) and counters in "
-                         "0..INT_MAX",
-                         r->scale, (long long)r->growth_tracker, (long long)r->consecutive_skips,
-                         1.0 / FLT_MAX);
+                         "checkpoint '%s': /scaler scale %g, growth_tracker %lld, "
+                         "consecutive_skips %lld: expected a finite scale in [1/FLT_MAX, FLT_MAX] "
+                         "([%g, %g]) and counters in 0..INT_MAX (damaged or edited?)",
+                         r->file, r->scale, (long long)r->growth_tracker,
+                         (long long)r->consecutive_skips, 1.0 / FLT_MAX, (double)FLT_MAX);
     r->have_scaler = 1;
     return ACX_OK;
 }
@@ -1116,12 +1282,20 @@ static acx_status_t plan_scaler(acx_accelerator_t *acc, acx_ckpt_file_t *f, rest
 static acx_status_t plan_load(acx_accelerator_t *acc, acx_ckpt_file_t *f, const char *file,
                               int strict, restore_t *r) {
     acx_status_t status = ACX_OK;
-    ACX_CHECK(acx_ckpt_get_i64(f, "/", "step", &r->step));
-    ACX_CHECK(acx_ckpt_get_i64(f, "/", "world_size", &r->saved_world));
-    if (acx_ckpt_get_i64(f, "/", "micro_step", &r->micro_step) != ACX_OK) r->micro_step = r->step;
-    if (r->saved_world < 1)
-        return ACX_ERROR(ACX_ERR_FORMAT, "checkpoint '%s': world_size %lld: expected >= 1", file,
-                         (long long)r->saved_world);
+    int64_t epoch;
+    r->file = file;
+    ACX_CHECK(get_i64_in(f, file, "/", "step", 0, CKPT_COUNT_MAX, "", &r->step));
+    /* micro_step and epoch are absent from early files: step stands in */
+    if (acx_ckpt_get_i64(f, "/", "micro_step", &r->micro_step) == ACX_OK)
+        ACX_CHECK(check_i64_in(file, "/", "micro_step", r->micro_step, r->step, CKPT_COUNT_MAX,
+                               "at least the step (every step has a micro-step)"));
+    else
+        r->micro_step = r->step;
+    if (acx_ckpt_get_i64(f, "/", "epoch", &epoch) == ACX_OK)
+        ACX_CHECK(check_i64_in(file, "/", "epoch", epoch, 0, CKPT_COUNT_MAX, ""));
+    ACX_CHECK(
+        get_i64_in(f, file, "/", "world_size", 1, INT_MAX, "MPI ranks are ints", &r->saved_world));
+    ACX_CHECK(check_rng_size(file, r->saved_world));
     int *param_ok = acx_calloc((size_t)acc->model->num_params + 1, sizeof *param_ok, "load plan");
     if (param_ok == NULL) return ACX_ERR_NO_MEMORY;
     ACX_CHECK_GOTO(plan_model(acc, f, r, param_ok), status, out);

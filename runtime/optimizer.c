@@ -74,6 +74,15 @@ static acx_status_t check_nonneg(const char *fn, const char *field, double x) {
     return ACX_OK;
 }
 
+/* A learning rate: finite, 0 <= lr <= ACX_OPTIM_LR_MAX (optim_state.h). */
+static acx_status_t check_lr(const char *fn, double lr) {
+    if (!(lr >= 0.0 && lr <= ACX_OPTIM_LR_MAX))
+        return ACX_ERROR(ACX_ERR_INVALID_ARG,
+                         "%s: invalid lr %g: expected a finite value in [0, %g]", fn, lr,
+                         ACX_OPTIM_LR_MAX);
+    return ACX_OK;
+}
+
 static acx_status_t check_beta(const char *fn, const char *field, double x) {
     if (!(x >= 0.0 && x < 1.0))
         return ACX_ERROR(ACX_ERR_INVALID_ARG, "%s: invalid %s %g: expected 0 <= %s < 1", fn, field,
@@ -83,7 +92,7 @@ static acx_status_t check_beta(const char *fn, const char *field, double x) {
 
 static acx_status_t check_sgd(const acx_sgd_hparams_t *hp) {
     const char *fn = "acx_sgd_create";
-    ACX_CHECK(check_nonneg(fn, "lr", hp->lr));
+    ACX_CHECK(check_lr(fn, hp->lr));
     ACX_CHECK(check_nonneg(fn, "momentum", hp->momentum));
     ACX_CHECK(check_nonneg(fn, "weight_decay", hp->weight_decay));
     if (!isfinite(hp->dampening))
@@ -98,7 +107,7 @@ static acx_status_t check_sgd(const acx_sgd_hparams_t *hp) {
 }
 
 static acx_status_t check_adam(const char *fn, const acx_adam_hparams_t *hp) {
-    ACX_CHECK(check_nonneg(fn, "lr", hp->lr));
+    ACX_CHECK(check_lr(fn, hp->lr));
     /* torch accepts eps == 0; an element whose gradients were all zero then
      * becomes 0/0 = NaN, as in torch. */
     ACX_CHECK(check_nonneg(fn, "eps", hp->eps));
@@ -328,7 +337,7 @@ ACX_API double acx_optimizer_lr(const acx_optimizer_t *opt) { return opt != NULL
 
 ACX_API acx_status_t acx_optimizer_set_lr(acx_optimizer_t *opt, double lr) {
     if (opt == NULL) return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_optimizer_set_lr: opt is NULL");
-    ACX_CHECK(check_nonneg("acx_optimizer_set_lr", "lr", lr));
+    ACX_CHECK(check_lr("acx_optimizer_set_lr", lr));
     opt->lr = lr;
     return ACX_OK;
 }

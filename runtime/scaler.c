@@ -20,9 +20,22 @@
  * that says whether the loss itself was non-finite (acx_record_loss tells
  * acx the loss) or the gradients overflowed fp16 while the loss was finite.
  *
+ * Without fp16 the same check guards every update, and a hit stops the run
+ * at that step instead of skipping it: a non-finite recorded loss or
+ * reduced gradient on any rank makes acx_optimizer_step return
+ * ACX_ERR_STATE on every rank (one all-reduce of 3 ints), naming the step
+ * and the first rank of each kind, with the weights and moments unchanged.
+ * Skipping is right for fp16, where an overflow is a property of the scale
+ * and halving it cures it; in fp32/bf16 nothing changes between steps that
+ * would cure it, and torch (no check) and Accelerate (no check outside its
+ * GradScaler) train on and write NaN into every weight, a run that ends
+ * with exit 0 and garbage. docs/mixed-precision.md has the comparison.
+ *
  * Left to others: where gradients live (sharding/), the update (optimizer.c).
  */
+#include <limits.h>
 #include <math.h>
+#include <stdio.h>
 
 #include "collectives/watchdog.h"
 #include "runtime/accelerator.h"
@@ -95,11 +108,67 @@ acx_status_t acx_scaler_unscale(acx_accelerator_t *acc) {
     return ACX_OK;
 }
 
+/* Without fp16: stop at a non-finite loss or reduced gradient (file
+ * comment). Collective. */
+static acx_status_t check_finite(acx_accelerator_t *acc) {
+    acx_scaler_t *s = &acc->scaler;
+    acx_model_t *m = acc->model;
+    const float *g = m->shard_grad;
+    int grad_bad = 0, loss_bad = s->loss_nonfinite;
+    acx_status_t dev_status = ACX_OK;
+    const acx_devops_t *d = m->shard_dev; /* NULL with host state or CPU offload */
+    s->loss_nonfinite = 0;
+    if (d != NULL) { /* the fp16 check's kernel, with a factor of 1 */
+        int *flag = m->dev_scratch;
+        dev_status = d->memset(flag, 0, sizeof *flag, m->ctx.stream);
+        if (dev_status == ACX_OK)
+            dev_status = d->nonfinite(m->shard_grad, m->shard_numel, 1.0f, flag, m->ctx.stream);
+        if (dev_status == ACX_OK)
+            dev_status = d->to_host(&grad_bad, flag, sizeof grad_bad, m->ctx.stream);
+    } else {
+        ACX_CHECK(acx_model_grads_to_host(m)); /* offload: the copies into g */
+        for (size_t i = 0; i < m->shard_numel; i++)
+            if (!isfinite(g[i])) {
+                grad_bad = 1;
+                break;
+            }
+    }
+    /* the lowest rank of each kind, and whether every device op worked */
+    int v[3] = {loss_bad ? acc->rank : INT_MAX, grad_bad ? acc->rank : INT_MAX,
+                dev_status != ACX_OK};
+    v[2] = -v[2]; /* MIN over -failed: -1 when any rank failed */
+    ACX_MPI_CHECK(ACX_WATCHED(
+        "non-finite check", MPI_Allreduce(MPI_IN_PLACE, v, 3, MPI_INT, MPI_MIN, acc->world->mpi)));
+    if (dev_status != ACX_OK) return dev_status;
+    if (v[2] < 0)
+        return ACX_ERROR(ACX_ERR_CUDA,
+                         "non-finite check: the device state of another rank "
+                         "failed (see that rank's error); this rank's step is abandoned too");
+    if (v[0] == INT_MAX && v[1] == INT_MAX) return ACX_OK;
+    char what[160];
+    if (v[0] != INT_MAX && v[1] != INT_MAX)
+        snprintf(what, sizeof what,
+                 "the loss was not finite (first on rank %d, acx_record_loss) and the reduced "
+                 "gradients hold inf/NaN (first on rank %d)",
+                 v[0], v[1]);
+    else if (v[0] != INT_MAX)
+        snprintf(what, sizeof what, "the loss was not finite (first on rank %d, acx_record_loss)",
+                 v[0]);
+    else
+        snprintf(what, sizeof what, "the reduced gradients hold inf/NaN (first on rank %d)", v[1]);
+    return ACX_ERROR(ACX_ERR_STATE,
+                     "training stopped at step %lld: %s; the update was not applied (weights "
+                     "and optimizer state are those of step %lld). Without fp16 loss scaling "
+                     "nothing cures a NaN or inf by itself: lower the learning rate, clip "
+                     "gradients (acx_clip_grad_norm), or check the data and the loss",
+                     (long long)acc->step, what, (long long)acc->step);
+}
+
 acx_status_t acx_scaler_step(acx_accelerator_t *acc, int *skip_p) {
     acx_scaler_t *s = &acc->scaler;
     *skip_p = 0;
     s->step_skipped = 0;
-    if (!s->enabled) return ACX_OK;
+    if (!s->enabled) return check_finite(acc);
     ACX_CHECK(acx_scaler_unscale(acc));
     int skip = s->found_inf;
     double used = s->scale;

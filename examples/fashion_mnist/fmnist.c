@@ -76,10 +76,10 @@ static void usage(FILE *f) {
             "  --data FILE.h5        dataset from `acx data import-idx` (/train, /test)\n"
             "  --epochs N            epochs (default 10)\n"
             "  --batch-size N        samples per rank per step (default 64)\n"
-            "  --lr X                peak learning rate (default 1e-3)\n"
-            "  --weight-decay X      AdamW decoupled weight decay (default 0.01)\n"
+            "  --lr X                peak learning rate, 0..1000 (default 1e-3)\n"
+            "  --weight-decay X      weight decay, 0..1 (default 0.01; AdamW: decoupled)\n"
             "  --optimizer NAME      adamw | sgd (default adamw; sgd uses --momentum)\n"
-            "  --momentum X          SGD momentum (default 0.9)\n"
+            "  --momentum X          SGD momentum, 0..1 (default 0.9)\n"
             "  --schedule NAME       constant | linear | cosine (default constant)\n"
             "  --warmup N            warmup optimizer steps (default 0)\n"
             "  --seed N              seed for initialization and shuffling (default: config, 42)\n"
@@ -109,6 +109,56 @@ static void usage(FILE *f) {
             "  --config FILE, --acx-KEY=VALUE   acx configuration (see docs/config.md)\n");
 }
 
+/* ---- numbers on the command line ----
+ *
+ * Whole strings only, in a stated range. strtod/strtoll alone take "" for
+ * 0 and clamp what overflows without a word: --lr= trained at lr 0 and
+ * --seed 99999999999999999999 became 2^63-1, while acx refuses the same
+ * value for --acx-seed (its config parser is not public API, so these
+ * mirror its rules: non-empty, no trailing characters, no overflow, in
+ * range, finite). Each returns 0, or prints what was wrong — the flag, the
+ * value and the accepted range — and returns -1. */
+static int parse_i64(const char *flag, const char *s, int64_t lo, int64_t hi, int64_t *v_p) {
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (*s == '\0' || *end != '\0' || errno == ERANGE || v < lo || v > hi) {
+        fprintf(stderr,
+                "acx-fmnist: invalid value '%s' for --%s: expected an integer in %lld..%lld\n", s,
+                flag, (long long)lo, (long long)hi);
+        return -1;
+    }
+    *v_p = v;
+    return 0;
+}
+
+/* lo_open: the range excludes lo. hi is included. NaN and infinities fail. */
+static int parse_f64(const char *flag, const char *s, double lo, int lo_open, double hi,
+                     double *v_p) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (*s == '\0' || *end != '\0' || errno == ERANGE || !isfinite(v) ||
+        !(lo_open ? v > lo : v >= lo) || !(v <= hi)) {
+        fprintf(stderr,
+                "acx-fmnist: invalid value '%s' for --%s: expected a finite number in %s%g, %g]\n",
+                s, flag, lo_open ? "(" : "[", lo, hi);
+        return -1;
+    }
+    *v_p = v;
+    return 0;
+}
+
+/* Accepted ranges. The lr bound is acx's own (its optimizers refuse more
+ * than 1e3: steps that size overflow float32 weights); momentum and weight
+ * decay are fractions (the buffer keeps momentum of itself per step; AdamW
+ * multiplies p by 1 - lr*wd); counts are of steps a run can reach. */
+#define FM_LR_MAX       1e3
+#define FM_WD_MAX       1.0
+#define FM_MOMENTUM_MAX 1.0
+#define FM_STEPS_MAX    ((int64_t)1 << 40)
+#define FM_BATCH_MAX    ((int64_t)1 << 24)
+
 static int parse_options(int argc, char **argv, options_t *o) {
     *o = (options_t){.epochs = 10, .batch_size = 64, .lr = 1e-3, .weight_decay = 0.01,
                      .momentum = 0.9, .schedule = "constant", .optimizer = "adamw",
@@ -127,28 +177,56 @@ static int parse_options(int argc, char **argv, options_t *o) {
         {"max-grad-norm", required_argument, 0, 'G'}, {"device", required_argument, 0, 'C'},
         {0, 0, 0, 0}};
     int c, idx = 0;
-    char *end;
+    int64_t v;
     while ((c = getopt_long(argc, argv, "h", longopts, &idx)) != -1) {
         switch (c) {
         case 'd': o->data = optarg; break;
-        case 'e': o->epochs = (int)strtol(optarg, &end, 10); if (*end || o->epochs < 1) goto bad; break;
-        case 'b': o->batch_size = strtoll(optarg, &end, 10); if (*end || o->batch_size < 1) goto bad; break;
-        case 'l': o->lr = strtod(optarg, &end); if (*end || !(o->lr >= 0)) goto bad; break;
-        case 'w': o->weight_decay = strtod(optarg, &end); if (*end || !(o->weight_decay >= 0)) goto bad; break;
+        case 'e':
+            if (parse_i64("epochs", optarg, 1, 1000000, &v)) return -1;
+            o->epochs = (int)v;
+            break;
+        case 'b':
+            if (parse_i64("batch-size", optarg, 1, FM_BATCH_MAX, &o->batch_size)) return -1;
+            break;
+        case 'l':
+            if (parse_f64("lr", optarg, 0.0, 0, FM_LR_MAX, &o->lr)) return -1;
+            break;
+        case 'w':
+            if (parse_f64("weight-decay", optarg, 0.0, 0, FM_WD_MAX, &o->weight_decay)) return -1;
+            break;
         case 'o': o->optimizer = optarg; break;
-        case 'm': o->momentum = strtod(optarg, &end); if (*end || !(o->momentum >= 0)) goto bad; break;
-        case 'G': o->max_grad_norm = strtod(optarg, &end); if (*end || !(o->max_grad_norm > 0)) goto bad; break;
+        case 'm':
+            if (parse_f64("momentum", optarg, 0.0, 0, FM_MOMENTUM_MAX, &o->momentum)) return -1;
+            break;
+        case 'G':
+            if (parse_f64("max-grad-norm", optarg, 0.0, 1, 1e30, &o->max_grad_norm)) return -1;
+            break;
         case 's': o->schedule = optarg; break;
-        case 'W': o->warmup = strtoll(optarg, &end, 10); if (*end || o->warmup < 0) goto bad; break;
-        case 'S': o->seed = strtoll(optarg, &end, 10); if (*optarg == '\0' || *end) goto bad; break;
+        case 'W':
+            if (parse_i64("warmup", optarg, 0, FM_STEPS_MAX, &o->warmup)) return -1;
+            break;
+        case 'S':
+            if (parse_i64("seed", optarg, INT64_MIN, INT64_MAX, &o->seed)) return -1;
+            break;
         case 'M': o->metrics = optarg; break;
-        case 'L': o->log_every = (int)strtol(optarg, &end, 10); if (*end || o->log_every < 1) goto bad; break;
+        case 'L':
+            if (parse_i64("log-every", optarg, 1, 1000000000, &v)) return -1;
+            o->log_every = (int)v;
+            break;
         case 'O': o->save = optarg; break;
         case 'q': o->quiet = 1; break;
         case 'P': o->progress = 1; break;
         case 'N': o->progress = 0; break;
-        case 'D': break; /* taken before acx_init (see run) */
-        case 'E': if (strtoll(optarg, &end, 10) < 0 || *end) goto bad; break; /* likewise */
+        case 'D': /* taken before acx_init (see run); an empty one is refused here */
+            if (optarg[0] == '\0') {
+                fprintf(stderr,
+                        "acx-fmnist: invalid value '' for --project-dir: expected a directory\n");
+                return -1;
+            }
+            break;
+        case 'E': /* likewise taken before acx_init; checked here */
+            if (parse_i64("save-every", optarg, 0, FM_STEPS_MAX, &v)) return -1;
+            break;
         case 'R': o->resume = optarg; break;
         case 'C':
             if (strcmp(optarg, "cpu") != 0 && strcmp(optarg, "cuda") != 0) {
@@ -160,10 +238,6 @@ static int parse_options(int argc, char **argv, options_t *o) {
         case 'h': usage(stdout); return 1;
         default: usage(stderr); return -1;
         }
-        continue;
-    bad:
-        fprintf(stderr, "acx-fmnist: invalid value '%s' for --%s\n", optarg, longopts[idx].name);
-        return -1;
     }
     if (optind < argc) {
         fprintf(stderr, "acx-fmnist: unexpected argument '%s'\n", argv[optind]);
@@ -559,13 +633,17 @@ static int run(int argc, char **argv) {
             char *end;
             if (v == NULL) continue;
             if (k == 1) {
-                cfg.project_dir = v;
+                if (*v != '\0') cfg.project_dir = v; /* "" is refused by parse_options */
                 continue;
             }
+            /* a malformed value is left for parse_options to report
+             * (after acx_init, so that every rank finalizes) */
+            errno = 0;
             long long x = strtoll(v, &end, 10);
-            if (*v == '\0' || *end != '\0') continue;
+            if (*v == '\0' || *end != '\0' || errno == ERANGE) continue;
             if (k == 0) cfg.seed = x;
-            else if (x >= 0) cfg.checkpoint.save_every_steps = x;
+            else if (x >= 0 && x <= FM_STEPS_MAX)
+                cfg.checkpoint.save_every_steps = x;
         }
     }
     /* --device cuda: the model computes on the device, so acx keeps its
@@ -624,7 +702,7 @@ static int run(int argc, char **argv) {
         acx_finalize(acc);
         return 2;
     }
-    int rc = 1, tty = want_progress(o.progress), training = 0;
+    int rc = 1, tty = want_progress(o.progress), training = 0, agreed = 0;
     FILE *metrics = NULL;
     model_t md;
     mlp_workspace_t ws = {0};
@@ -771,7 +849,13 @@ static int run(int argc, char **argv) {
             CHECK(train_step(acc, &md, &ws, gpu, batch, &loss));
             if (acx_sync_gradients(acc)) {
                 if (o.max_grad_norm > 0) CHECK(acx_clip_grad_norm(acc, o.max_grad_norm, 2.0, NULL));
-                CHECK(acx_optimizer_step(opt));
+                /* ACX_ERR_STATE here (a non-finite loss or gradient
+                 * without fp16, or fp16 loss scaling gave up) is agreed by
+                 * every rank: they stop together, without an abort */
+                if ((st = acx_optimizer_step(opt)) != ACX_OK) {
+                    agreed = st == ACX_ERR_STATE;
+                    goto fail;
+                }
                 if (sched) CHECK(acx_scheduler_step(sched));
                 CHECK(acx_optimizer_zero_grad(opt));
             }
@@ -854,7 +938,7 @@ done:
     if (gpu != NULL) (void)acx_set_compute_stream(acc, NULL); /* before the stream goes */
     if (o.cuda) mlp_cuda_free(&gpu_ws);
 #endif
-    if (rc != 0 && rc != ACX_EXIT_PREEMPTED && training) {
+    if (rc != 0 && rc != ACX_EXIT_PREEMPTED && training && !agreed) {
         /* A failure in the loop may be local to this rank (a read error):
          * the others would wait for it in their next collective, so end the
          * job. Setup failures are agreed by every rank and finalize cleanly. */

@@ -202,7 +202,9 @@ ACX_API double acx_loss_scale(const acx_accelerator_t *acc);
 
 /* Tell acx this micro-step's (unscaled) loss. Optional; under fp16 it lets
  * the diagnostic of a failing run say whether the loss itself was
- * non-finite or the gradients overflowed. Not collective. */
+ * non-finite or the gradients overflowed; without fp16 a non-finite loss
+ * stops the run at the next acx_optimizer_step (ACX_ERR_STATE on every
+ * rank, naming the step and the rank). Not collective. */
 ACX_API void acx_record_loss(acx_accelerator_t *acc, double loss);
 
 /* Global normalization: report the number of items (samples, tokens) in

@@ -42,8 +42,11 @@ typedef struct acx_adam_hparams {
 /* Create an optimizer over every parameter of `model` (before acx_prepare;
  * its state is allocated there, sharded like the master weights). Owned by
  * the model's accelerator. Not collective. Errors: ACX_ERR_INVALID_ARG
- * (negative lr/eps/weight_decay, betas outside [0,1), nesterov without
- * momentum or with dampening), ACX_ERR_STATE (model already prepared). */
+ * (lr outside [0, 1e3] or not finite — torch has no upper bound; acx's
+ * keeps a corrupted or mistyped rate from training on NaN, and checkpoints
+ * are checked against the same bound —, negative eps/weight_decay, betas
+ * outside [0,1), nesterov without momentum or with dampening),
+ * ACX_ERR_STATE (model already prepared). */
 ACX_API acx_status_t acx_sgd_create(acx_model_t *model, const acx_sgd_hparams_t *hp,
                                     acx_optimizer_t **opt_p);
 ACX_API acx_status_t acx_adam_create(acx_model_t *model, const acx_adam_hparams_t *hp,
@@ -57,12 +60,17 @@ ACX_API acx_status_t acx_adamw_create(acx_model_t *model, const acx_adam_hparams
  * loss scaler agrees on skipping over all ranks). Under mixed_precision fp16
  * the gradients are first unscaled and checked (runtime/scaler.c): a
  * non-finite one anywhere skips the update everywhere (see
- * acx_optimizer_step_was_skipped). Errors: ACX_ERR_STATE (not prepared; no
- * reduced gradients to apply — not after acx_backward_end on a boundary, or
- * a second step for the same gradients; or fp16 loss scaling gave up: the
- * scale fell below loss_scale.min or loss_scale.max_consecutive_skips steps
- * in a row were skipped — the message says whether the loss itself was
- * non-finite), ACX_ERR_MPI. */
+ * acx_optimizer_step_was_skipped). Without fp16 the same check stops the
+ * run instead: a non-finite reduced gradient, or a non-finite loss given to
+ * acx_record_loss, on any rank makes every rank return ACX_ERR_STATE with
+ * the update not applied, the message naming the step and the first rank
+ * (docs/mixed-precision.md says why: nothing cures a NaN outside fp16).
+ * Errors: ACX_ERR_STATE (not prepared; no reduced gradients to apply — not
+ * after acx_backward_end on a boundary, or a second step for the same
+ * gradients; a non-finite loss or gradient without fp16; or fp16 loss
+ * scaling gave up: the scale fell below loss_scale.min or
+ * loss_scale.max_consecutive_skips steps in a row were skipped — the
+ * message says whether the loss itself was non-finite), ACX_ERR_MPI. */
 ACX_API acx_status_t acx_optimizer_step(acx_optimizer_t *opt);
 
 /* 1 when the last acx_optimizer_step skipped the update because the fp16

@@ -26,6 +26,8 @@
  *                                   random streams are not compared: REF's
  *                                   latest draw was made before the save)
  *   units DIR                       the API cases below, in one process
+ *   skew DIR --save FILE            rank 0 at batch 4, the others at batch 2:
+ *                                   the save must be refused (mode_skew)
  * Options: --accum A (gradient accumulation), --batch G (global batch), --sgd
  * (SGD with Nesterov momentum instead of AdamW), --every S --limit L --project P
  * (checkpoint.save_every_steps / total_limit / project_dir for train).
@@ -407,6 +409,38 @@ error:
     return 1;
 }
 
+/* ---- skew: ranks at different loader positions ---- */
+
+/* Rank 0 takes 4 batches of epoch 0, the others 2 (a program whose ranks
+ * disagree), then saves FILE: the save must be refused on every rank with
+ * a message naming each rank's position, and write nothing. Then every
+ * rank takes batches up to 4 and the save succeeds. */
+static int mode_skew(const char *file) {
+    run_t r = {0};
+    options_t o = default_options();
+    const acx_batch_t *b;
+    char want[64];
+    TESTING("save with the ranks' loaders at different positions");
+    CHECK_OK(setup(&r, &o));
+    for (int i = 0; i < (rank == 0 ? 4 : 2); i++)
+        CHECK_OK(acx_dataloader_next(r.dl, &b));
+    acx_status_t st = acx_save_state(r.acc, file);
+    if (rank == 0) fprintf(stderr, "\nsave: %s: %s\n", acx_status_string(st), acx_last_error());
+    CHECK(st == ACX_ERR_STATE);
+    CHECK(strstr(acx_last_error(), "rank 0: epoch 0 batch 4") != NULL);
+    snprintf(want, sizeof want, "rank %d: epoch 0 batch 2", world - 1);
+    CHECK(world < 2 || strstr(acx_last_error(), want) != NULL);
+    CHECK(access(file, F_OK) != 0);
+    for (int64_t i = acx_dataloader_position(r.dl); i < 4; i++)
+        CHECK_OK(acx_dataloader_next(r.dl, &b));
+    CHECK_OK(acx_save_state(r.acc, file));
+    CHECK_OK(acx_finalize(r.acc));
+    return 0;
+error:
+    if (r.acc) acx_finalize(r.acc);
+    return 1;
+}
+
 /* ---- units ---- */
 
 static char udir[1100];
@@ -753,6 +787,13 @@ int main(int argc, char **argv) {
             MPI_Allreduce(MPI_IN_PLACE, &f, 1, MPI_INT, MPI_LOR, MPI_COMM_WORLD);
             failed |= f;
         }
+    } else if (strcmp(mode, "skew") == 0) {
+        failed = file == NULL || mode_skew(file);
+        MPI_Allreduce(MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_LOR, MPI_COMM_WORLD);
+        if (failed)
+            FAILED();
+        else
+            PASSED();
     } else if (strcmp(mode, "straight") == 0 || strcmp(mode, "train") == 0 ||
                strcmp(mode, "resume") == 0 || strcmp(mode, "check") == 0) {
         failed = mode_run(mode, k, n, file, out, ref, tol, &o);

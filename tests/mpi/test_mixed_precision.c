@@ -51,6 +51,11 @@
  *                    max_consecutive_skips 4 at the 4th. A finite loss and
  *                    overflowing gradients (max_consecutive_skips 3): the
  *                    message says the gradients overflowed.
+ *   no fp16 stop     mixed_precision no and bf16: a NaN loss recorded (or a
+ *                    +inf gradient) on the last rank only at step 2 makes
+ *                    acx_optimizer_step fail with ACX_ERR_STATE on every
+ *                    rank, naming step 2 (and the loss's rank); parameters
+ *                    bitwise and the step count unchanged.
  *   fp16 checkpoint  the scaler's scale, growth tracker and consecutive
  *                    skips survive acx_save_state/acx_load_state: loaded
  *                    after 2 clean steps, one more clean step doubles the
@@ -586,6 +591,53 @@ error:
     return 1;
 }
 
+/* ---- without fp16: a non-finite loss or gradient stops the run ---- */
+
+/* mixed_precision no or bf16, AdamW: 2 clean steps, then step 2 (acx_step
+ * 2) with, on the last rank only, a NaN recorded loss (bad_loss) or a +inf
+ * gradient element with a finite loss. acx_optimizer_step must return
+ * ACX_ERR_STATE on every rank, naming step 2 and the kind (and, for the
+ * loss, the rank); the parameters and the step count stay those of step 2. */
+static int nonfinite_case(const strat_t *s, int mp, int bad_loss) {
+    net_t net = {0};
+    opts_t o = {.strategy = s->strategy, .rpn = s->rpn, .mp = mp, .reduce = -1, .adamw = 1};
+    float before[NPV], after[NPV];
+    char want[128];
+    CHECK_OK(net_open(&net, &o));
+    for (int step = 0; step < 3; step++) {
+        int bad = step == 2 && rank == world - 1;
+        CHECK_OK(acx_accumulate_begin(net.acc));
+        acx_record_loss(net.acc, bad && bad_loss ? NAN : 0.5);
+        CHECK_OK(backward(&net, mild_grad, step, 1.0, bad && !bad_loss ? 3 : -1, INFINITY));
+        if (step == 2) CHECK_OK(net_gather(&net, before));
+        acx_status_t st = acx_optimizer_step(net.opt);
+        if (step < 2) {
+            CHECK_OK(st);
+        } else {
+            CHECK_STATUS(st, ACX_ERR_STATE, "training stopped at step 2");
+            if (bad_loss)
+                snprintf(want, sizeof want, "the loss was not finite (first on rank %d", world - 1);
+            else
+                snprintf(want, sizeof want, "the reduced gradients hold inf/NaN");
+            if (strstr(acx_last_error(), want) == NULL) {
+                fprintf(stderr, "\n[r%d] the message lacks \"%s\": %s\n", rank, want,
+                        acx_last_error());
+                TEST_ERROR;
+            }
+        }
+        CHECK_OK(acx_optimizer_zero_grad(net.opt));
+        CHECK_OK(acx_accumulate_end(net.acc));
+    }
+    CHECK_OK(net_gather(&net, after));
+    CHECK(memcmp(before, after, sizeof before) == 0);
+    CHECK(acx_optimizer_num_steps(net.opt) == 2);
+    net_close(&net);
+    return 0;
+error:
+    net_close(&net);
+    return 1;
+}
+
 /* ---- fp16 scaler state in checkpoints ---- */
 
 /* One micro-step; inf: +inf gradient on rank 0. Returns the step's status. */
@@ -821,6 +873,15 @@ int main(int argc, char **argv) {
                      world);
             TESTING(what);
             failed |= acx_test_report(stop_case(&strats[si], &stops[k]));
+        }
+    for (int si = 0; si < 4; si += 2)
+        for (int k = 0; k < 3; k++) {
+            int mp = k == 2 ? ACX_MP_BF16 : ACX_MP_NO;
+            snprintf(what, sizeof what, "%s %s %s on one rank: the run stops np=%d",
+                     strats[si].name, mp == ACX_MP_BF16 ? "bf16" : "fp32",
+                     k == 1 ? "inf gradient" : "NaN loss", world);
+            TESTING(what);
+            failed |= acx_test_report(nonfinite_case(&strats[si], mp, k != 1));
         }
     snprintf(what, sizeof what, "fp16 scaler state through a checkpoint np=%d", world);
     TESTING(what);

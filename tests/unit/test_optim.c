@@ -505,6 +505,13 @@ static int test_create_checks(void) {
     a = ACX_ADAMW_DEFAULT;
     a.lr = INFINITY;
     CHECK_STATUS(acx_adamw_create(model, &a, &opt), ACX_ERR_INVALID_ARG, "lr inf");
+    /* acx's upper bound (runtime/optim_state.h; torch has none): 1e300 is
+     * refused naming the range, 1e3 itself is accepted below */
+    a.lr = 1e300;
+    CHECK_STATUS(acx_adamw_create(model, &a, &opt), ACX_ERR_INVALID_ARG,
+                 "invalid lr 1e+300: expected a finite value in [0, 1000]");
+    s = (acx_sgd_hparams_t){.lr = 1000.5};
+    CHECK_STATUS(acx_sgd_create(model, &s, &opt), ACX_ERR_INVALID_ARG, "lr 1000.5");
     CHECK(opt == NULL);
 
     /* valid: eps = 0 and beta = 0 are allowed, as in torch */
@@ -513,6 +520,10 @@ static int test_create_checks(void) {
     a.beta1 = 0.0;
     CHECK_OK(acx_adamw_create(model, &a, &opt));
     CHECK(acx_optimizer_lr(opt) == 1e-3);
+    CHECK_OK(acx_optimizer_set_lr(opt, 1e3));
+    CHECK_STATUS(acx_optimizer_set_lr(opt, 1e4), ACX_ERR_INVALID_ARG, "lr 10000");
+    CHECK(acx_optimizer_lr(opt) == 1e3);
+    CHECK_OK(acx_optimizer_set_lr(opt, 1e-3));
     CHECK(acx_optimizer_num_steps(opt) == 0);
     CHECK_STATUS(acx_optimizer_step(opt), ACX_ERR_STATE, "before acx_prepare");
     CHECK(acx_optimizer_num_steps(opt) == 0);
