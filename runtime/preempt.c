@@ -143,9 +143,11 @@ static acx_status_t install_handlers(int mask) {
     for (int i = 0; i < ACX_NUM_SIGNAL_NAMES; i++) {
         if (!(mask & (1 << i))) continue;
         if (acx_signal_names[i].repeat_ends) repeat_ends_mask |= 1 << i;
-        if (sigaction(acx_signal_names[i].sig, &sa, installed[i] ? NULL : &saved_action[i]) != 0)
+        if (sigaction(acx_signal_names[i].sig, &sa, installed[i] ? NULL : &saved_action[i]) != 0) {
+            int err = errno;
             return ACX_ERROR(ACX_ERR_SYSTEM, "sigaction(SIG%s) failed: %s", acx_signal_names[i].name,
-                             strerror(errno));
+                             strerror(err));
+        }
         installed[i] = 1;
     }
     return ACX_OK;
