@@ -8,14 +8,16 @@
  * launcher detection (slurm/), the optimizer math (optimizer.c).
  *
  * Bootstrap order (DESIGN.md "Bootstrap and devices"):
- *   1. strip acx's options from argv; MPI_Init_thread(FUNNELED) unless the
- *      program already initialized MPI (then the program finalizes it);
+ *   1. strip acx's options from argv; resolve the configuration (its
+ *      outcome is agreed in step 4) and install the preemption handlers;
+ *      MPI_Init_thread(FUNNELED) unless the program already initialized MPI
+ *      (then the program finalizes it);
  *   2. rank and world size; the launcher check (N singletons is an error);
  *   3. node topology: MPI_Comm_split_type(SHARED) gives local rank/size;
  *      a node's index is the number of node leaders (local rank 0) with a
  *      lower world rank (MPI_Exscan), broadcast inside the node;
- *   4. resolve the configuration (every rank reads the same sources; the
- *      outcome is agreed so a bad file fails every rank the same way);
+ *   4. agree on the configuration's outcome (every rank read the same
+ *      sources; a bad file fails every rank the same way);
  *   5. choose the collective backend and build the world/node communicators.
  */
 #include <limits.h>
@@ -393,6 +395,17 @@ ACX_API acx_status_t acx_init(int *argc, char ***argv, const acx_config_t *confi
     char argv_error[ACX_ERRMSG_MAX];
     snprintf(argv_error, sizeof argv_error, "%s", acx_last_error());
 
+    /* The configuration needs no MPI: resolved now, its outcome agreed once
+     * MPI is up. Preemption handlers go in before MPI_Init_thread, so a
+     * signal during MPI's start is kept for the first boundary (preempt.c). */
+    acx_status_t config_status =
+        acx_config_resolve(config, opts.config_file, opts.n_overrides,
+                           (const char *const *)opts.overrides, env_lookup, &acc->config);
+    if (config_status == ACX_OK) config_status = acx_preempt_install(acc);
+    char config_error[ACX_ERRMSG_MAX];
+    snprintf(config_error, sizeof config_error, "%s", acx_last_error());
+    acx_preempt_test_raise();
+
     int initialized = 0;
     MPI_Initialized(&initialized);
     if (!initialized) {
@@ -417,9 +430,8 @@ ACX_API acx_status_t acx_init(int *argc, char ***argv, const acx_config_t *confi
     acx_launch_env_detect(env_lookup, &env);
     status = acx_launch_env_check(&env, acc->world_size);
     if (status == ACX_OK && argv_status != ACX_OK) status = acx_error_set_raw(argv_status, argv_error);
-    if (status == ACX_OK)
-        status = acx_config_resolve(config, opts.config_file, opts.n_overrides,
-                                    (const char *const *)opts.overrides, env_lookup, &acc->config);
+    if (status == ACX_OK && config_status != ACX_OK)
+        status = acx_error_set_raw(config_status, config_error);
     ACX_CHECK_GOTO(acx_coll_agree(acc->world, status), status, err_comm);
 
     const acx_config_t *c = &acc->config.values;
@@ -494,6 +506,7 @@ err_comm:
 err_mpi:
     if (acc->mpi_owned) MPI_Finalize();
 err_free:
+    acx_preempt_fini(acc);
     argv_opts_free(&opts);
     free(acc);
     return status;

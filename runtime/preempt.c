@@ -24,6 +24,18 @@
  * when nothing happens is that all-reduce of 8 bytes per optimizer step
  * (~0.5 us at 2 ranks here); preemption.signals: none removes it.
  *
+ * Before MPI. A job is often signalled in its first second: a preemption
+ * that lands while the ranks are still starting, a scancel right after
+ * sbatch. Most of that second is MPI_Init_thread, and a handler installed
+ * after it leaves such a signal its default action: the rank dies with no
+ * checkpoint. So acx_init resolves the configuration first (it needs no
+ * MPI; its outcome is agreed once MPI is up) and installs the handlers of
+ * exactly preemption.signals before MPI_Init_thread (acx_preempt_install);
+ * acx_preempt_init installs them again later (MPI may have replaced them)
+ * and keeps a signal already recorded, so the first step boundary stops
+ * the job with a checkpoint as it would for a later one. A configuration
+ * that does not resolve installs nothing early (acx_init fails anyway).
+ *
  * A signal sent twice. Repeats are ignored while a stop is pending: the
  * same signal often arrives twice by design (Slurm signals a job step's
  * tasks directly and srun forwards what it gets too; a user presses scancel
@@ -116,6 +128,48 @@ static acx_status_t parse_signals(const acx_accelerator_t *acc, const char *text
 
 /* ---- lifecycle hooks ---- */
 
+/* Install on_signal for every signal of mask not installed yet, keeping the
+ * disposition it replaces; (re)install it for those that are, in case the
+ * MPI library replaced it while starting. Never touches pending_signal. */
+static acx_status_t install_handlers(int mask) {
+    memset(&default_action, 0, sizeof default_action);
+    default_action.sa_handler = SIG_DFL;
+    sigemptyset(&default_action.sa_mask);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART; /* MPI and file I/O carry on; the flag waits for the boundary */
+    for (int i = 0; i < ACX_NUM_SIGNAL_NAMES; i++) {
+        if (!(mask & (1 << i))) continue;
+        if (acx_signal_names[i].repeat_ends) repeat_ends_mask |= 1 << i;
+        if (sigaction(acx_signal_names[i].sig, &sa, installed[i] ? NULL : &saved_action[i]) != 0) {
+            int err = errno;
+            return ACX_ERROR(ACX_ERR_SYSTEM, "sigaction(SIG%s) failed: %s", acx_signal_names[i].name,
+                             strerror(err));
+        }
+        installed[i] = 1;
+    }
+    return ACX_OK;
+}
+
+acx_status_t acx_preempt_install(acx_accelerator_t *acc) {
+    int mask = 0;
+    ACX_CHECK(parse_signals(acc, acc->config.values.preemption.signals, &mask));
+    acx_status_t status = install_handlers(mask);
+    if (status != ACX_OK) acx_preempt_fini(acc);
+    return status;
+}
+
+void acx_preempt_test_raise(void) {
+    const char *name = getenv("ACX_TEST_PREEMPT_RAISE_AT_INIT");
+    int mask = 0;
+    if (name == NULL || name[0] == '\0' || acx_signal_list_parse(name, &mask, NULL, 0) != 0)
+        return;
+    for (int i = 0; i < ACX_NUM_SIGNAL_NAMES; i++)
+        if (mask & (1 << i)) raise(acx_signal_names[i].sig);
+}
+
 acx_status_t acx_preempt_init(acx_accelerator_t *acc) {
     const acx_config_t *c = &acc->config.values;
     int mask = 0;
@@ -130,27 +184,17 @@ acx_status_t acx_preempt_init(acx_accelerator_t *acc) {
                                     "(no SLURM_JOB_ID): a preempted run will not be requeued");
     if (mask == 0) return ACX_OK;
 
-    memset(&default_action, 0, sizeof default_action);
-    default_action.sa_handler = SIG_DFL;
-    sigemptyset(&default_action.sa_mask);
-    pending_signal = 0;
-    repeat_ends_mask = 0;
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESTART; /* MPI and file I/O carry on; the flag waits for the boundary */
+    /* Installed before MPI_Init_thread already (acx_preempt_install); again
+     * here, keeping a signal that arrived since: it stops the job at the
+     * first boundary. */
+    acx_status_t status = install_handlers(mask);
+    if (status != ACX_OK) {
+        acx_preempt_fini(acc);
+        return status;
+    }
     char names[64] = "";
     for (int i = 0; i < ACX_NUM_SIGNAL_NAMES; i++) {
         if (!(mask & (1 << i))) continue;
-        if (acx_signal_names[i].repeat_ends) repeat_ends_mask |= 1 << i;
-        if (sigaction(acx_signal_names[i].sig, &sa, &saved_action[i]) != 0) {
-            int err = errno;
-            acx_preempt_fini(acc);
-            return ACX_ERROR(ACX_ERR_SYSTEM, "sigaction(SIG%s) failed: %s", acx_signal_names[i].name,
-                             strerror(err));
-        }
-        installed[i] = 1;
         size_t n = strlen(names);
         snprintf(names + n, sizeof names - n, "%sSIG%s", n ? ", " : "", acx_signal_names[i].name);
     }
@@ -159,6 +203,9 @@ acx_status_t acx_preempt_init(acx_accelerator_t *acc) {
         ACX_INFO(ACX_SUBSYS_LAUNCH, "preemption: %s stop the job at the next step boundary with a "
                  "checkpoint%s",
                  names, c->preemption.requeue && job != NULL ? ", then requeue it" : "");
+    if (pending_signal != 0)
+        ACX_INFO(ACX_SUBSYS_LAUNCH, "SIG%s arrived while acx_init was starting: the job stops at "
+                 "the first step boundary", signal_name(pending_signal));
     return ACX_OK;
 }
 
@@ -169,6 +216,7 @@ void acx_preempt_fini(acx_accelerator_t *acc) {
         installed[i] = 0;
     }
     pending_signal = 0;
+    repeat_ends_mask = 0;
     if (acc != NULL) acc->preempt_active = 0;
 }
 

@@ -2,8 +2,8 @@
  * runtime/preempt.h — preemption, time limits and automatic resume
  * (library-private to runtime/; the public side is in acx/accelerator.h).
  *
- * The accelerator calls these four hooks: at the end of acx_init, at the
- * end of acx_prepare, after every synchronization boundary, and when it is
+ * The accelerator calls these hooks: before MPI_Init_thread and at the end
+ * of acx_init, at the end of acx_prepare, after every synchronization boundary, and when it is
  * freed. The signal disposition is process-wide, as signals are; one
  * accelerator per process.
  */
@@ -12,7 +12,22 @@
 
 #include "acx/acx.h"
 
-/* Parse preemption.signals and install its handlers (none for "none");
+/* Before MPI_Init_thread, with acc->config resolved: install the handlers
+ * of preemption.signals (none for "none"), so a signal that arrives while
+ * MPI starts is recorded instead of ending the rank. Not collective (MPI is
+ * not up yet); the caller reports an error after MPI is up, agreed. Keeps a
+ * signal already recorded. Errors: ACX_ERR_INVALID_CONFIG, ACX_ERR_SYSTEM
+ * (sigaction; the dispositions are then restored). */
+acx_status_t acx_preempt_install(acx_accelerator_t *acc);
+
+/* Test hook, just before MPI_Init_thread: ACX_TEST_PREEMPT_RAISE_AT_INIT=SIG
+ * (names as preemption.signals takes them) raises SIG in this process, the
+ * way a signal that arrives during MPI's start would. Unset: nothing. */
+void acx_preempt_test_raise(void);
+
+/* Parse preemption.signals and install its handlers (none for "none"),
+ * again after MPI_Init_thread, keeping a signal recorded since
+ * acx_preempt_install: the first boundary then stops the job;
  * log the Slurm job and SLURM_RESTART_COUNT. Every rank parses the same
  * agreed config, so all succeed or all fail. Errors: ACX_ERR_INVALID_CONFIG
  * (an unknown signal name: the message names the key, value, origin and the

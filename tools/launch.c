@@ -8,6 +8,15 @@
  * and printing the one-line summary; and the hidden rank supervisor mode
  * (`acx launch --rank-supervisor DIR PROGRAM ARGS`) that every rank runs
  * under.
+ * Preemption. A SIGTERM (or SIGINT from kill, SIGHUP) that the ranks'
+ * preemption.signals name is passed to the launcher as SIGUSR1 (or SIGUSR2,
+ * whichever the ranks take): mpirun answers SIGTERM by killing the ranks
+ * itself (SIGKILL 1 s later, exit status 1, before they can save) and
+ * srun by SIGKILL, but both pass SIGUSR1/SIGUSR2 on to every rank, which
+ * then stop at the next step boundary with a checkpoint and exit 75
+ * (ACX_EXIT_PREEMPTED). When every rank exited 75, acx launch says so and
+ * exits 75 too, so a wrapper that requeues on 75 does.
+ *
  * Leaves to others: the command line itself and the record format
  * (slurm/launcher.c), what the settings mean (the config resolver), tearing
  * the job down (mpirun ends every rank when one exits non-zero or by a
@@ -51,6 +60,7 @@
 
 #include "acx/acx.h"
 #include "runtime/base/config_resolve.h"
+#include "runtime/base/signal_list.h"
 #include "slurm/launch_env.h"
 #include "slurm/launcher.h"
 #include "tools/tool.h"
@@ -97,8 +107,14 @@ static const char launch_usage[] =
     "first, between two '--' (the second form; it may be empty: '-- --').\n"
     "A long option's value may also follow '=' (--num-processes=4).\n"
     "\n"
-    "Exit status: 0 all ranks succeeded; the first failed rank's exit code, or\n"
-    "128 + its signal; 1 acx launch itself failed; 2 usage error.\n";
+    "SIGTERM, SIGHUP or a SIGINT sent with kill, when preemption.signals names\n"
+    "it (default USR1,TERM), reaches the ranks as SIGUSR1 (SIGUSR2 when only\n"
+    "that is named): they stop at the next step boundary with a checkpoint\n"
+    "and exit 75. Ctrl-C at the terminal and SIGKILL stop the job at once.\n"
+    "\n"
+    "Exit status: 0 all ranks succeeded; 75 every rank was preempted and saved\n"
+    "a checkpoint (ACX_EXIT_PREEMPTED); otherwise the first failed rank's exit\n"
+    "code, or 128 + its signal; 1 acx launch itself failed; 2 usage error.\n";
 
 /* ---- the rank supervisor ---- */
 
@@ -343,9 +359,10 @@ static int parse_options(int argc, char **argv, launch_options_t *o) {
  * (a bad value is a usage error naming the option), then everything (a
  * bad config file or ACX_* variable is a failure). num_processes of the
  * file, when given, goes to *config_np_p; the project directory to
- * project_dir. */
-static int check_settings(const acx_launch_request_t *q, int *config_np_p, char *project_dir,
-                          size_t size) {
+ * project_dir; the preemption.signals mask (runtime/base/signal_list.h) to
+ * *preempt_mask_p. */
+static int check_settings(const acx_launch_request_t *q, int *config_np_p, int *preempt_mask_p,
+                          char *project_dir, size_t size) {
     static const struct {
         const char *option, *var;
         size_t offset;
@@ -385,6 +402,9 @@ static int check_settings(const acx_launch_request_t *q, int *config_np_p, char 
         goto out;
     }
     *config_np_p = cfg->info.num_processes > 0 ? cfg->info.num_processes : 0;
+    /* checked by the resolver: parses */
+    if (acx_signal_list_parse(cfg->values.preemption.signals, preempt_mask_p, NULL, 0) != 0)
+        *preempt_mask_p = 0;
     snprintf(project_dir, size, "%s", cfg->project_dir[0] ? cfg->project_dir : ".");
 out:
     tool_env_reset(0);
@@ -407,13 +427,37 @@ static int mpi_flavor(void) {
 
 static volatile sig_atomic_t launcher_pid;
 
+/* What each signal of forwarded_signals becomes for the launcher (index k
+ * of forwarded_signals); set before the handler is installed. */
+static int launcher_signal[NUM_FORWARDED];
+
+/* Fill launcher_signal from the ranks' preemption.signals mask: TERM, INT
+ * and HUP, when the ranks take them as preemption, become USR1 (else USR2)
+ * when the ranks take that too — the one kind of signal mpirun and srun
+ * pass on to the ranks instead of killing them. Anything else goes as is. */
+static void plan_forwarding(int preempt_mask) {
+    int takes[65] = {0};
+    for (int i = 0; i < ACX_NUM_SIGNAL_NAMES; i++)
+        if ((preempt_mask & (1 << i)) && acx_signal_names[i].sig < 65)
+            takes[acx_signal_names[i].sig] = 1;
+    int as = takes[SIGUSR1] ? SIGUSR1 : takes[SIGUSR2] ? SIGUSR2 : 0;
+    for (int k = 0; k < NUM_FORWARDED; k++) {
+        int sig = forwarded_signals[k];
+        int stop = sig == SIGTERM || sig == SIGINT || sig == SIGHUP;
+        launcher_signal[k] = stop && takes[sig] && as != 0 ? as : sig;
+    }
+}
+
 /* Pass a signal on to the launcher, unless the terminal sent it: a Ctrl-C
  * reaches the whole foreground process group, the launcher included, and a
  * second SIGINT makes mpirun and srun abort without their cleanup. */
 static void forward_to_launcher(int sig, siginfo_t *info, void *ctx) {
     (void)ctx;
     if (info != NULL && info->si_code == SI_KERNEL) return;
-    if (launcher_pid > 0) kill((pid_t)launcher_pid, sig);
+    int to = sig;
+    for (int k = 0; k < NUM_FORWARDED; k++)
+        if (forwarded_signals[k] == sig) to = launcher_signal[k];
+    if (launcher_pid > 0) kill((pid_t)launcher_pid, to);
 }
 
 /* The status directory: node-local $TMPDIR for one node; the project
@@ -469,6 +513,21 @@ static int read_records(const char *dir, acx_rank_exit_t **recs_p) {
     if (n > 1) qsort(recs, (size_t)n, sizeof *recs, compare_records);
     *recs_p = recs;
     return n;
+}
+
+/* Every rank stopped for preemption with its checkpoint saved: a record
+ * of exit code ACX_EXIT_PREEMPTED from each of the num_processes ranks (0:
+ * srun's default count, unknown here; then the launcher's own status, the
+ * highest of the tasks', must be 75 too). A rank exits 75 only after the
+ * save's closing agreement, so the checkpoint is complete on all. */
+static int all_preempted(const acx_rank_exit_t *recs, int n, int num_processes, int wstatus) {
+    if (n <= 0) return 0;
+    if (num_processes > 0 ? n != num_processes
+                          : !(WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == ACX_EXIT_PREEMPTED))
+        return 0;
+    for (int i = 0; i < n; i++)
+        if (recs[i].signal != 0 || recs[i].exit_code != ACX_EXIT_PREEMPTED) return 0;
+    return 1;
 }
 
 /* Start cmd, wait for it, summarize. Returns acx launch's exit status. */
@@ -532,7 +591,14 @@ static int run_command(const acx_launch_cmd_t *cmd, const char *status_dir, int 
     acx_rank_exit_t *recs = NULL;
     int n = read_records(status_dir, &recs);
     int rc;
-    if (n > 0) {
+    if (all_preempted(recs, n, cmd->num_processes, wstatus)) {
+        fprintf(stderr,
+                "acx launch: preempted: all %d rank(s) stopped at a step boundary with a "
+                "checkpoint and exited %d (ACX_EXIT_PREEMPTED); run again to resume "
+                "from it\n",
+                n, ACX_EXIT_PREEMPTED);
+        rc = ACX_EXIT_PREEMPTED;
+    } else if (n > 0) {
         int first = acx_rank_exit_first(recs, n);
         char line[1024];
         acx_rank_exit_summary(&recs[first], line, sizeof line);
@@ -579,7 +645,9 @@ int cmd_launch(int argc, char **argv) {
                            q->hostfile);
 
     char project_dir[PATH_MAX];
-    rc = check_settings(q, &q->config_num_processes, project_dir, sizeof project_dir);
+    int preempt_mask = 0;
+    rc =
+        check_settings(q, &q->config_num_processes, &preempt_mask, project_dir, sizeof project_dir);
     if (rc != EXIT_OK) return rc;
 
     char self[PATH_MAX], status_dir[PATH_MAX];
@@ -624,6 +692,7 @@ int cmd_launch(int argc, char **argv) {
                 o.dry_run ? "" : "acx launch: running: ", text);
         free(text);
     }
+    plan_forwarding(preempt_mask);
     rc = o.dry_run ? EXIT_OK : run_command(cmd, status_dir, q->debug);
     acx_launch_cmd_free(cmd);
     return rc;
