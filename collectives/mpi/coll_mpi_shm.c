@@ -50,15 +50,14 @@ _Static_assert(ATOMIC_LLONG_LOCK_FREE == 2,
  * runs the MPI library's progress engine. (MPI_TAG_UB is at least 32767.) */
 #define PROGRESS_TAG 32766
 
-/* What a rank passed to an op: published with its first round. */
-typedef struct op_args {
-    int32_t kind, dtype, op, pad;
-    uint64_t count; /* elements per rank (all-gather: bytes per rank) */
-} op_args_t;
+/* What a rank passed to an op, in one word published with its first round
+ * (pack_args): kind in bits 62-63, dtype 56-61, op 48-55, the count
+ * (elements per rank; all-gather: bytes per rank) in bits 0-47. */
+#define ARGS_COUNT_MASK (((uint64_t)1 << 48) - 1)
 
 typedef struct flag {
     _Alignas(FLAG_BYTES) _Atomic uint64_t phase;
-    op_args_t args[2]; /* per slot set; plain: ordered by phase's release/acquire */
+    uint64_t args[2]; /* per slot set; plain: ordered by phase's release/acquire */
 } flag_t;
 _Static_assert(sizeof(flag_t) == FLAG_BYTES, "one flag per 128 bytes");
 
@@ -68,6 +67,8 @@ struct acx_shm {
     size_t slot_bytes, min_bytes;
     int yield_at_once; /* more ranks on the node than online CPUs */
     int check_args;    /* compare the ranks' arguments (off only to measure its cost) */
+    int args_pending;  /* the next publish also publishes args_out */
+    uint64_t args_out; /* this rank's arguments of the op starting (pack_args) */
     char *base;        /* the mapping, segment_bytes long */
     size_t segment_bytes;
     size_t reserved;           /* bytes of the segment this rank allocated (attach()): its
@@ -368,6 +369,12 @@ static inline void cpu_relax(void) {
 }
 
 static void publish(acx_shm_t *s) {
+    /* the arguments right before the flag, into the same cache line: a
+     * peer spinning on the flag cannot take the line away between them */
+    if (s->args_pending) {
+        s->flags[s->rank].args[s->round_set] = s->args_out;
+        s->args_pending = 0;
+    }
     atomic_store_explicit(&s->flags[s->rank].phase, ++s->phase, memory_order_release);
     s->scan = 0;
 }
@@ -623,48 +630,47 @@ static int step_all_gather(acx_shm_t *s, acx_shm_op_t *op) {
  * Every rank must pass the same kind, dtype, op and count; a rank that does
  * not would make the others read past its data or leave part of theirs
  * unreduced, silently. So the first round of every op publishes this
- * rank's arguments with its first flag (publish_args), and once every
+ * rank's arguments, one word, with its first flag (publish), and once every
  * flag of that phase has arrived — before any rank reads another's slot —
  * each rank compares every rank's arguments with rank 0's (args_refused).
  * Every rank reads the same published values, so every rank reaches the
  * same verdict at the same phase: on a mismatch all of them end the op
  * there, having published the same phases and flipped the same slot set,
- * and the segment stays in step for the next op. Cost: a few stores into
- * the flag's own cache line and P compares of lines that arrived() has
- * just read (measured in docs/benchmarks.md: within the run-to-run noise).
+ * and the segment stays in step for the next op. Cost: one store into the
+ * flag's own cache line right before the flag itself, and P compares of
+ * words in lines that arrived() has just read (docs/benchmarks.md).
  * Not covered: ranks that do not both take this path (a count of 0, or an
  * op or dtype the segment does not run, on some ranks) wait in different
  * collectives: the stall detector ends that.
  */
-static void publish_args(acx_shm_t *s, const acx_shm_op_t *op) {
-    op_args_t *a = &s->flags[s->rank].args[s->set]; /* the set begin_round will use */
-    *a = (op_args_t){
-        .kind = op->kind, .dtype = (int32_t)op->dtype, .op = (int32_t)op->op, .count = op->count};
+static uint64_t pack_args(const acx_shm_op_t *op) {
+    return (uint64_t)op->kind << 62 | ((uint64_t)op->dtype & 63) << 56 |
+           ((uint64_t)op->op & 255) << 48 | ((uint64_t)op->count & ARGS_COUNT_MASK);
 }
 
 /* After the first round's flags arrived: 1 (op->refused set) when a rank's
  * arguments differ from rank 0's. The first difference, in the order kind,
- * dtype, op, count, at the lowest rank. */
+ * dtype, op, count, at the lowest rank. (Counts are compared in their low
+ * 48 bits: 2^48 elements and more do not fit in a segment's lifetime.) */
 static int args_refused(const acx_shm_t *s, acx_shm_op_t *op) {
-    const op_args_t *a0 = &s->flags[0].args[s->round_set];
+    uint64_t a0 = s->flags[0].args[s->round_set];
     for (int q = 1; q < s->size; q++) {
-        const op_args_t *a = &s->flags[q].args[s->round_set];
-        int what = a->kind != a0->kind     ? ACX_SHM_REFUSED_KIND
-                   : a->dtype != a0->dtype ? ACX_SHM_REFUSED_DTYPE
-                   : a->op != a0->op       ? ACX_SHM_REFUSED_OP
-                   : a->count != a0->count ? ACX_SHM_REFUSED_COUNT
-                                           : 0;
-        if (what == 0) continue;
-        op->refused = what;
+        uint64_t a = s->flags[q].args[s->round_set];
+        if (a == a0) continue;
+        int shift = a >> 62 != a0 >> 62                   ? 62
+                    : (a >> 56 & 63) != (a0 >> 56 & 63)   ? 56
+                    : (a >> 48 & 255) != (a0 >> 48 & 255) ? 48
+                                                          : 0;
+        uint64_t mask = shift == 62 ? 3 : shift == 56 ? 63 : shift == 48 ? 255 : ARGS_COUNT_MASK;
+        op->refused = shift == 62   ? ACX_SHM_REFUSED_KIND
+                      : shift == 56 ? ACX_SHM_REFUSED_DTYPE
+                      : shift == 48 ? ACX_SHM_REFUSED_OP
+                                    : ACX_SHM_REFUSED_COUNT;
         op->refused_rank = q;
-        op->refused_kind[0] = a0->kind;
-        op->refused_kind[1] = a->kind;
-        op->refused_value[0] = what == ACX_SHM_REFUSED_DTYPE ? (uint64_t)a0->dtype
-                               : what == ACX_SHM_REFUSED_OP  ? (uint64_t)a0->op
-                                                             : a0->count;
-        op->refused_value[1] = what == ACX_SHM_REFUSED_DTYPE ? (uint64_t)a->dtype
-                               : what == ACX_SHM_REFUSED_OP  ? (uint64_t)a->op
-                                                             : a->count;
+        op->refused_kind[0] = (int)(a0 >> 62);
+        op->refused_kind[1] = (int)(a >> 62);
+        op->refused_value[0] = a0 >> shift & mask;
+        op->refused_value[1] = a >> shift & mask;
         return 1;
     }
     return 0;
@@ -736,7 +742,8 @@ static int step_head(acx_shm_t *s) {
     acx_shm_op_t *op = s->head;
     if (op->off == 0 && s->check_args) {
         if (op->stage == STAGE_COPY_IN) {
-            publish_args(s, op);
+            s->args_out = pack_args(op); /* with the round's first flag (publish) */
+            s->args_pending = 1;
         } else if (op->stage == STAGE_WAIT_IN && !op->args_checked) {
             if (!arrived(s)) return 0;
             op->args_checked = 1;
