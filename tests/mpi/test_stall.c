@@ -15,7 +15,8 @@
  *               acx_clip_grad_norm, so the others wait in its norm
  *               all-reduce;
  *   inside      all-reduces of 4 MiB (two synchronizations each on the
- *               shared-memory path); rank 0 arrives 1.5 s late at the 4th,
+ *               shared-memory path); the rank before the stuck one (rank
+ *               0 for stuck rank 1) arrives 1.5 s late at the 4th,
  *               and 0.5 s into it the stuck rank stops itself (SIGSTOP)
  *               — frozen inside the same collective as the others, which
  *               then wait for its second half: its table row says
@@ -106,12 +107,14 @@ static void *stop_later(void *arg) {
 }
 
 static int inside_loop(acx_accelerator_t *acc, int stuck) {
+    /* the rank before the stuck one arrives late: the others' lines come first */
+    int late = (stuck + acx_world_size(acc) - 1) % acx_world_size(acc);
     const size_t n = (size_t)1 << 20;
     float *x = calloc(n, sizeof *x);
     if (x == NULL) TRY(ACX_ERR_NO_MEMORY);
     for (int i = 0; i < 8; i++) {
         pthread_t t;
-        if (i == 3 && acx_rank(acc) == 0) usleep(1500000);
+        if (i == 3 && acx_rank(acc) == late) usleep(1500000);
         if (i == 3 && acx_rank(acc) == stuck)
             if (pthread_create(&t, NULL, stop_later, (void *)(uintptr_t)500000) != 0) return 1;
         TRY(acx_all_reduce(acc, x, x, n, ACX_DTYPE_FLOAT32, ACX_OP_SUM));
