@@ -15,6 +15,7 @@
 #include <stdlib.h>
 
 #include "collectives/coll.h"
+#include "collectives/watchdog.h"
 #include "cuda/device.h"
 #include "runtime/base/config_resolve.h"
 #include "runtime/base/error.h"
@@ -218,7 +219,10 @@ void acx_comm_destroy(acx_comm_t *comm) {
 acx_status_t acx_coll_agree(acx_comm_t *comm, acx_status_t local) {
     if (comm == NULL) return ACX_ERROR(ACX_ERR_INVALID_ARG, "coll agree: comm is NULL");
     int mine = local != ACX_OK ? comm->rank : INT_MAX, lowest = INT_MAX;
-    ACX_MPI_CHECK(MPI_Allreduce(&mine, &lowest, 1, MPI_INT, MPI_MIN, comm->mpi));
+    /* watched: a rank that never arrives (stopped, stuck in its own code)
+     * is named instead of leaving the others here for ever */
+    ACX_MPI_CHECK(
+        ACX_WATCHED("agreement", MPI_Allreduce(&mine, &lowest, 1, MPI_INT, MPI_MIN, comm->mpi)));
     if (lowest == INT_MAX) return ACX_OK;
 
     struct {
@@ -229,7 +233,8 @@ acx_status_t acx_coll_agree(acx_comm_t *comm, acx_status_t local) {
         msg.status = (int)local;
         snprintf(msg.text, sizeof msg.text, "%s", acx_last_error());
     }
-    ACX_MPI_CHECK(MPI_Bcast(&msg, (int)sizeof msg, MPI_BYTE, lowest, comm->mpi));
+    ACX_MPI_CHECK(
+        ACX_WATCHED("agreement", MPI_Bcast(&msg, (int)sizeof msg, MPI_BYTE, lowest, comm->mpi)));
     msg.text[sizeof msg.text - 1] = '\0';
 
     char line[ACX_ERRMSG_MAX];

@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -28,21 +29,29 @@ typedef struct slot {
     _Atomic int inside;                /* 1 while in one */
     _Atomic int64_t t_enter;           /* coarse monotonic ns at entry (or at the last exit) */
     _Atomic int64_t step;              /* training step at entry */
+    _Atomic int64_t limit_ns;          /* the limit of the watch in progress */
+    _Atomic int64_t heartbeat;         /* coarse monotonic ns, stamped by the rank's thread */
+    _Atomic int64_t stopped_ns;        /* its last pause without heartbeat (stopped, continued) */
+    _Atomic int64_t resumed_at;        /* ... which ended then (coarse monotonic ns) */
+    _Atomic int ended;                 /* its stall detector is ending it */
     int world_rank;
-    char op[OP_NAME_MAX];              /* the op's name (no pointers: other processes read it) */
+    char op[OP_NAME_MAX]; /* the op's name (no pointers: other processes read it) */
 } slot_t;
 
 static struct {
     int started;
-    double timeout_s;
+    double timeout_s, io_timeout_s;
+    int64_t timeout_ns, io_timeout_ns;
+    int64_t stale_ns; /* a heartbeat older than this: the rank is not running */
+    int world_size;
     const volatile int64_t *step_p;
     int world_rank;
     char host[64];
-    MPI_Comm node;  /* shared-memory communicator */
+    MPI_Comm node; /* shared-memory communicator */
     MPI_Win win;
-    slot_t *table;  /* [node size] */
+    slot_t *table; /* [node size] */
     int node_size, node_rank;
-    int depth;      /* nesting of enter/exit on the main thread */
+    int depth; /* nesting of enter/exit on the main thread */
     pthread_t thread;
     _Atomic int stop;
 } wd;
@@ -61,19 +70,32 @@ static int64_t now_ns(void) {
 
 /* ---- main thread ---- */
 
-void acx_watch_enter(const char *op) {
-    if (!wd.started || wd.depth++ > 0) return;
+/* The outermost watch is timed from its entry; a nested one with a longer
+ * limit extends the limit in force (a checkpoint load inside acx_prepare
+ * may take the checkpoint's limit). */
+static void enter(const char *op, int64_t limit_ns) {
+    if (!wd.started) return;
     slot_t *me = &wd.table[wd.node_rank];
+    if (wd.depth++ > 0) {
+        if (limit_ns > atomic_load_explicit(&me->limit_ns, memory_order_relaxed))
+            atomic_store_explicit(&me->limit_ns, limit_ns, memory_order_relaxed);
+        return;
+    }
     size_t n = strlen(op); /* short static names: a few ns, unlike snprintf */
     if (n >= OP_NAME_MAX) n = OP_NAME_MAX - 1;
     memcpy(me->op, op, n);
     me->op[n] = '\0';
     atomic_store_explicit(&me->step, wd.step_p ? *wd.step_p : -1, memory_order_relaxed);
+    atomic_store_explicit(&me->limit_ns, limit_ns, memory_order_relaxed);
     atomic_store_explicit(&me->t_enter, now_ns(), memory_order_relaxed);
     atomic_store_explicit(&me->seq, atomic_load_explicit(&me->seq, memory_order_relaxed) + 1,
                           memory_order_relaxed);
     atomic_store_explicit(&me->inside, 1, memory_order_release);
 }
+
+void acx_watch_enter(const char *op) { enter(op, wd.timeout_ns); }
+
+void acx_watch_enter_io(const char *op) { enter(op, wd.io_timeout_ns); }
 
 void acx_watch_exit(void) {
     if (!wd.started || wd.depth == 0 || --wd.depth > 0) return;
@@ -84,47 +106,132 @@ void acx_watch_exit(void) {
 
 /* ---- the thread ---- */
 
-/* One line, printed once, then the process ends: the launcher sees a rank
- * fail and ends the others. */
-static void report_and_exit(const slot_t *me, double waited) {
+/* Append " a-b, c, ..." for the world ranks not in this node's table to
+ * buf (at most n bytes). */
+static void format_other_ranks(char *buf, size_t n) {
+    size_t len = 0;
+    int count = 0;
+    buf[0] = '\0';
+    for (int r = 0; r < wd.world_size && len + 32 < n; r++) {
+        int here = 0;
+        for (int i = 0; i < wd.node_size && !here; i++)
+            here = wd.table[i].world_rank == r;
+        if (here) continue;
+        int hi = r; /* a run r..hi of ranks elsewhere */
+        for (;;) {
+            int next_here = hi + 1 >= wd.world_size;
+            for (int i = 0; i < wd.node_size && !next_here; i++)
+                next_here = wd.table[i].world_rank == hi + 1;
+            if (next_here) break;
+            hi++;
+        }
+        len += (size_t)snprintf(buf + len, n - len, hi > r ? "%s%d-%d" : "%s%d", count ? ", " : "",
+                                r, hi);
+        count++;
+        r = hi;
+    }
+}
+
+/*
+ * One line, printed once, then the process ends: the launcher sees a rank
+ * fail and ends the others. Every other rank of the node is described by
+ * its row: NOT RESPONDING when its watchdog thread has stamped no
+ * heartbeat for a while (the process is stopped or dead — whatever its row
+ * says it was doing, it is not doing it), else arrived (in this
+ * collective), in another one, or NOT ARRIVED. When no rank of the node is
+ * holding this one up, the line says where the missing ones are: on other
+ * nodes (named), or — when the node is the whole job and every rank is in
+ * the collective and alive — nowhere, and why it can still hang.
+ */
+static void report_and_exit(const slot_t *me, double waited, int64_t limit_ns) {
     char line[4096];
     uint64_t seq = atomic_load(&me->seq);
     int64_t now = now_ns();
-    int len = snprintf(line, sizeof line,
-                       "acx: rank %d (%s): collective %s #%llu (step %lld) has not completed after "
-                       "%.3g s (collective_timeout %g s); ranks on this node:",
-                       wd.world_rank, wd.host, me->op, (unsigned long long)seq,
-                       (long long)atomic_load(&me->step), waited, wd.timeout_s);
-    for (int i = 0; i < wd.node_size && len < (int)sizeof line - 160; i++) {
+    const char *limit_name = limit_ns == wd.io_timeout_ns && limit_ns != wd.timeout_ns
+                                 ? "checkpoint.timeout"
+                                 : "collective_timeout";
+    int len =
+        snprintf(line, sizeof line,
+                 "acx: rank %d (%s): collective %s #%llu (step %lld) has not completed after "
+                 "%.3g s (%s %g s); ranks on this node:",
+                 wd.world_rank, wd.host, me->op, (unsigned long long)seq,
+                 (long long)atomic_load(&me->step), waited, limit_name, (double)limit_ns / 1e9);
+    int named = 0, ended = 0;
+    for (int i = 0; i < wd.node_size && len < (int)sizeof line - 400; i++) {
         const slot_t *s = &wd.table[i];
+        if (i == wd.node_rank) continue;
         uint64_t sseq = atomic_load(&s->seq);
         int in = atomic_load_explicit(&s->inside, memory_order_acquire);
         char sop[OP_NAME_MAX];
         memcpy(sop, s->op, sizeof sop);
         sop[OP_NAME_MAX - 1] = '\0';
         double ago = (double)(now - atomic_load(&s->t_enter)) / 1e9;
+        double silent = (double)(now - atomic_load(&s->heartbeat)) / 1e9;
+        char where[96], buf[256];
         const char *what;
-        char buf[128];
-        if (i == wd.node_rank) continue;
-        if (in && sseq == seq && strcmp(sop, me->op) == 0)
+        if (in)
+            snprintf(where, sizeof where, "in %s #%llu", sop, (unsigned long long)sseq);
+        else
+            snprintf(where, sizeof where, "outside any collective, after #%llu",
+                     (unsigned long long)sseq);
+        if (atomic_load(&s->ended)) {
+            snprintf(buf, sizeof buf, "ENDED by its own stall detector (last seen %s)", where);
+            what = buf;
+            ended++;
+        } else if (now - atomic_load(&s->heartbeat) > wd.stale_ns) {
+            snprintf(buf, sizeof buf,
+                     "NOT RESPONDING (stopped or dead: no heartbeat for %.0f s; last seen %s)",
+                     silent, where);
+            what = buf;
+            named++;
+        } else if (in && sseq == seq && strcmp(sop, me->op) == 0) {
             what = "arrived";
-        else if (in && sseq == seq) {
+            if (atomic_load(&s->stopped_ns) > 0 && now - atomic_load(&s->resumed_at) < limit_ns) {
+                snprintf(buf, sizeof buf,
+                         "arrived, but was STOPPED for %.0f s (no heartbeat) until just now",
+                         (double)atomic_load(&s->stopped_ns) / 1e9);
+                what = buf;
+                named++;
+            }
+        } else if (in && sseq == seq) {
             snprintf(buf, sizeof buf, "in a different collective, %s #%llu", sop,
                      (unsigned long long)sseq);
             what = buf;
+            named++;
         } else if (in) {
             snprintf(buf, sizeof buf, "in %s #%llu for %.0f s", sop, (unsigned long long)sseq, ago);
             what = buf;
+            named++;
         } else {
-            snprintf(buf, sizeof buf, "NOT ARRIVED (outside any collective for %.0f s, after #%llu)",
-                     ago, (unsigned long long)sseq);
+            snprintf(buf, sizeof buf,
+                     "NOT ARRIVED (outside any collective for %.0f s, after #%llu)", ago,
+                     (unsigned long long)sseq);
             what = buf;
+            named++;
         }
         len += snprintf(line + len, sizeof line - (size_t)len, " rank %d %s;", s->world_rank, what);
     }
+    /* (a rank already ended by its detector named the culprits in its own line) */
+    if (named == 0 && ended == 0 && len < (int)sizeof line - 400) {
+        if (wd.node_size < wd.world_size) {
+            char others[256];
+            format_other_ranks(others, sizeof others);
+            len += snprintf(line + len, sizeof line - (size_t)len,
+                            " every rank of this node has arrived and is alive: the ranks holding "
+                            "it up are on other nodes, among world ranks %s (their nodes' stall "
+                            "detectors name them);",
+                            others);
+        } else {
+            len += snprintf(line + len, sizeof line - (size_t)len,
+                            " every rank of the job has arrived and is alive, so no rank can be "
+                            "named: the collective itself is not completing (ranks calling "
+                            "different collectives or counts, or an MPI or network failure);");
+        }
+    }
     snprintf(line + len, sizeof line - (size_t)len,
-             " ending the job (raise collective_timeout if this step is legitimately slow)\n");
+             " ending the job (raise %s if this is legitimately slow)\n", limit_name);
     (void)!write(STDERR_FILENO, line, strlen(line));
+    atomic_store(&wd.table[wd.node_rank].ended, 1); /* the others' lines say why it is gone */
     acx_coll_abort_all(); /* NCCL kernels waiting for a stuck peer end with the process */
     _exit(ACX_EXIT_STALL);
 }
@@ -137,24 +244,45 @@ static void *watch_loop(void *arg) {
     if (period < 0.01) period = 0.01;
     struct timespec ts = {.tv_sec = (time_t)period,
                           .tv_nsec = (long)((period - (double)(time_t)period) * 1e9)};
-    const slot_t *me = &wd.table[wd.node_rank];
+    slot_t *me = &wd.table[wd.node_rank];
+    int64_t quiet_until = 0;
     while (!atomic_load(&wd.stop)) {
         nanosleep(&ts, NULL);
-        if (!atomic_load(&me->inside)) continue;
-        double waited = (double)(now_ns() - atomic_load(&me->t_enter)) / 1e9;
-        if (waited > wd.timeout_s && atomic_load(&me->inside)) report_and_exit(me, waited);
+        int64_t now = now_ns(), last = atomic_load_explicit(&me->heartbeat, memory_order_relaxed);
+        atomic_store_explicit(&me->heartbeat, now, memory_order_relaxed); /* alive */
+        /* This process itself was stopped (SIGSTOP, a suspended job) and
+         * has just been continued: what it waits for may complete now, or
+         * it is being torn down. Judge again only after a full limit. */
+        if (now - last > wd.stale_ns) {
+            quiet_until = now + atomic_load(&me->limit_ns);
+            atomic_store(&me->stopped_ns, now - last);
+            atomic_store(&me->resumed_at, now);
+        }
+        if (now < quiet_until || !atomic_load(&me->inside)) continue;
+        int64_t waited = now - atomic_load(&me->t_enter), limit = atomic_load(&me->limit_ns);
+        if (waited > limit && atomic_load(&me->inside))
+            report_and_exit(me, (double)waited / 1e9, limit);
     }
     return NULL;
 }
 
 /* ---- lifecycle ---- */
 
-acx_status_t acx_watchdog_start(double timeout_s, int world_rank, const char *host,
-                                const volatile int64_t *step_p) {
+acx_status_t acx_watchdog_start(double timeout_s, double io_timeout_s, int world_rank,
+                                const char *host, const volatile int64_t *step_p) {
     if (wd.started) return ACX_ERROR(ACX_ERR_STATE, "the stall detector is already running");
     acx_status_t status = ACX_OK;
-    ACX_MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, world_rank,
-                                      MPI_INFO_NULL, &wd.node));
+    /* ACX_TEST_WATCHDOG_NODE_RANKS=k (the test suite's): tables of k
+     * consecutive ranks, as if the node held only them (still one real node,
+     * so the window can be shared) — how stall_stopped.test gets a
+     * "other nodes" line from one machine */
+    const char *k_env = getenv("ACX_TEST_WATCHDOG_NODE_RANKS");
+    int k = k_env != NULL ? atoi(k_env) : 0;
+    if (k > 0)
+        ACX_MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, world_rank / k, world_rank, &wd.node));
+    else
+        ACX_MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, world_rank,
+                                          MPI_INFO_NULL, &wd.node));
     MPI_Comm_rank(wd.node, &wd.node_rank);
     MPI_Comm_size(wd.node, &wd.node_size);
     slot_t *mine = NULL;
@@ -168,8 +296,23 @@ acx_status_t acx_watchdog_start(double timeout_s, int world_rank, const char *ho
     mine->world_rank = world_rank;
     strcpy(mine->op, "none");
     atomic_store(&mine->t_enter, now_ns());
+    atomic_store(&mine->heartbeat, now_ns());
     ACX_MPI_CHECK_GOTO(MPI_Barrier(wd.node), status, err_win); /* every row initialized */
+    MPI_Comm_size(MPI_COMM_WORLD, &wd.world_size);
     wd.timeout_s = timeout_s;
+    wd.io_timeout_s = io_timeout_s > 0 ? io_timeout_s : timeout_s;
+    wd.timeout_ns = (int64_t)(timeout_s * 1e9);
+    wd.io_timeout_ns = (int64_t)(wd.io_timeout_s * 1e9);
+    /* A live thread stamps every period (below); one silent for 4 periods,
+     * and at least a second (a loaded node delays threads), is not running.
+     * Kept under the timeout, so a rank stopped when the others began to
+     * wait is always seen as such. */
+    double period = timeout_s / 10.0 > 0.5    ? 0.5
+                    : timeout_s / 10.0 < 0.01 ? 0.01
+                                              : timeout_s / 10.0;
+    double stale = 4 * period > 1.0 ? 4 * period : 1.0;
+    if (stale > timeout_s / 2) stale = timeout_s / 2;
+    wd.stale_ns = (int64_t)(stale * 1e9);
     wd.step_p = step_p;
     wd.world_rank = world_rank;
     snprintf(wd.host, sizeof wd.host, "%s", host ? host : "?");
@@ -177,8 +320,8 @@ acx_status_t acx_watchdog_start(double timeout_s, int world_rank, const char *ho
     atomic_store(&wd.stop, 0);
     int err = pthread_create(&wd.thread, NULL, watch_loop, NULL);
     if (err != 0) {
-        status = ACX_ERROR(ACX_ERR_SYSTEM, "cannot start the stall detector thread: %s",
-                           strerror(err));
+        status =
+            ACX_ERROR(ACX_ERR_SYSTEM, "cannot start the stall detector thread: %s", strerror(err));
         goto err_win;
     }
     wd.started = 1;
@@ -198,4 +341,90 @@ void acx_watchdog_stop(void) {
     MPI_Win_free(&wd.win);
     MPI_Comm_free(&wd.node);
     wd.table = NULL;
+}
+
+/* ---- the deadline: waits after the table is gone ---- */
+
+/* One plain timer thread, no table and no MPI: a condition variable on
+ * CLOCK_MONOTONIC that either acx_deadline_stop signals or that times out,
+ * printing the step that did not complete and ending the process. */
+static struct {
+    int started;
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int stop;
+    struct timespec due;
+    double limit_s;
+    const char *what;           /* "acx_finalize" */
+    _Atomic(const char *) step; /* static string: where the caller is */
+    int world_rank;
+    char host[64];
+} dl = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+static void *deadline_loop(void *arg) {
+    (void)arg;
+    pthread_mutex_lock(&dl.mu);
+    int err = 0;
+    while (!dl.stop && err != ETIMEDOUT)
+        err = pthread_cond_timedwait(&dl.cv, &dl.mu, &dl.due);
+    int expired = !dl.stop;
+    pthread_mutex_unlock(&dl.mu);
+    if (!expired) return NULL;
+    char line[1024];
+    snprintf(line, sizeof line,
+             "acx: rank %d (%s): %s: %s has not completed after %g s (collective_timeout): a rank "
+             "of the job did not reach it (stopped or dead); which one cannot be told at this "
+             "step, where the stall detector's table is being freed or gone (a rank stopped "
+             "earlier is named by the detector's own line); ending the process\n",
+             dl.world_rank, dl.host, dl.what, atomic_load(&dl.step), dl.limit_s);
+    (void)!write(STDERR_FILENO, line, strlen(line));
+    _exit(ACX_EXIT_STALL);
+}
+
+acx_status_t acx_deadline_start(double limit_s, const char *what, const char *step, int world_rank,
+                                const char *host) {
+    if (dl.started) return ACX_ERROR(ACX_ERR_STATE, "a deadline is already running");
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    int err = pthread_cond_init(&dl.cv, &ca);
+    pthread_condattr_destroy(&ca);
+    if (err != 0)
+        return ACX_ERROR(ACX_ERR_SYSTEM, "cannot start the %s deadline: %s", what, strerror(err));
+    clock_gettime(CLOCK_MONOTONIC, &dl.due);
+    dl.due.tv_sec += (time_t)limit_s;
+    dl.due.tv_nsec += (long)((limit_s - (double)(time_t)limit_s) * 1e9);
+    if (dl.due.tv_nsec >= 1000000000L) {
+        dl.due.tv_sec++;
+        dl.due.tv_nsec -= 1000000000L;
+    }
+    dl.stop = 0;
+    dl.limit_s = limit_s;
+    dl.what = what;
+    atomic_store(&dl.step, step);
+    dl.world_rank = world_rank;
+    snprintf(dl.host, sizeof dl.host, "%s", host ? host : "?");
+    err = pthread_create(&dl.thread, NULL, deadline_loop, NULL);
+    if (err != 0) {
+        pthread_cond_destroy(&dl.cv);
+        return ACX_ERROR(ACX_ERR_SYSTEM, "cannot start the %s deadline: %s", what, strerror(err));
+    }
+    dl.started = 1;
+    return ACX_OK;
+}
+
+void acx_deadline_step(const char *step) {
+    if (dl.started) atomic_store(&dl.step, step);
+}
+
+void acx_deadline_stop(void) {
+    if (!dl.started) return;
+    pthread_mutex_lock(&dl.mu);
+    dl.stop = 1;
+    pthread_cond_signal(&dl.cv);
+    pthread_mutex_unlock(&dl.mu);
+    pthread_join(dl.thread, NULL);
+    pthread_cond_destroy(&dl.cv);
+    dl.started = 0;
 }

@@ -28,7 +28,10 @@
  *
  * Test hook: ACX_TEST_CKPT_KILL_AT=before_data|mid_data|before_rename|
  * after_rename makes every rank SIGKILL itself at that point of a save
- * ("mid_data": once half of the tensors are written). Variables with the
+ * ("mid_data": once half of the tensors are written);
+ * ACX_TEST_CKPT_STOP_AT=<point>:<rank> makes that rank SIGSTOP itself
+ * there instead (a rank frozen mid-save: the stall detector must end the
+ * job, naming it). Variables with the
  * ACX_TEST_ prefix are reserved for the test suite; never set them in a job.
  *
  * Storage and checksums (format version 2). Datasets are contiguous and
@@ -160,9 +163,15 @@ struct acx_ckpt_file {
 
 /* ---- small helpers ---- */
 
-static void kill_point(const char *where) {
+static void kill_point(const char *where, int rank) {
     const char *at = getenv("ACX_TEST_CKPT_KILL_AT");
     if (at != NULL && strcmp(at, where) == 0) kill(getpid(), SIGKILL);
+    /* ACX_TEST_CKPT_STOP_AT=<point>:<rank>: that rank stops (SIGSTOP) */
+    const char *stop = getenv("ACX_TEST_CKPT_STOP_AT");
+    size_t n = strlen(where);
+    if (stop != NULL && strncmp(stop, where, n) == 0 && stop[n] == ':' &&
+        atoi(stop + n + 1) == rank)
+        kill(getpid(), SIGSTOP);
 }
 
 static acx_status_t agree(acx_comm_t *world, acx_status_t status) {
@@ -748,7 +757,7 @@ agreed_create:
     /* a descriptor of our own for the write-behind (HDF5's MPI-IO layer
      * does not show its own); a failure only skips the write-behind */
     pl.wb_fd = open(tmp, O_RDONLY | O_CLOEXEC);
-    kill_point("before_data");
+    kill_point("before_data", rank);
     t_data = MPI_Wtime();
 
     for (int i = 0; i < num_tensors; i++) {
@@ -757,7 +766,7 @@ agreed_create:
          * inside the next collective create or write */
         status = acx_coll_agree(world, status);
         if (status != ACX_OK) goto out;
-        if (i + 1 == (num_tensors > 1 ? num_tensors / 2 : 1)) kill_point("mid_data");
+        if (i + 1 == (num_tensors > 1 ? num_tensors / 2 : 1)) kill_point("mid_data", rank);
     }
     /* the checksums: the ranks' shares joined, then the attributes */
     t_meta = MPI_Wtime();
@@ -789,7 +798,7 @@ agreed_create:
     status = acx_coll_agree(world, fsync_path(tmp, 0));
     if (status != ACX_OK) goto out;
 
-    kill_point("before_rename");
+    kill_point("before_rename", rank);
     if (rank == 0) {
         if (rename(tmp, path) != 0)
             status =
@@ -799,7 +808,7 @@ agreed_create:
     }
     /* also the barrier: nobody returns (and reads) before the rename */
     status = acx_coll_agree(world, status);
-    if (status == ACX_OK) kill_point("after_rename");
+    if (status == ACX_OK) kill_point("after_rename", rank);
 
 out:
     if (pl.wb_fd >= 0) close(pl.wb_fd);

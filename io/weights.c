@@ -37,6 +37,7 @@
 #include "acx/config.h"
 #include "acx/model.h"
 #include "collectives/coll.h"
+#include "collectives/watchdog.h"
 #include "io/h5.h"
 #include "runtime/base/error.h"
 #include "runtime/base/log.h"
@@ -128,7 +129,18 @@ done:
 
 /* ---- the public entry point ---- */
 
+static acx_status_t save_weights(acx_model_t *model, const char *path);
+
+/* One watch with the checkpoint's limit over the whole save: its
+ * agreements follow file I/O (collectives/watchdog.h). */
 ACX_API acx_status_t acx_model_save_weights(acx_model_t *model, const char *path) {
+    acx_watch_enter_io("weights save");
+    acx_status_t status = save_weights(model, path);
+    acx_watch_exit();
+    return status;
+}
+
+static acx_status_t save_weights(acx_model_t *model, const char *path) {
     if (model == NULL || path == NULL || path[0] == '\0')
         return ACX_ERROR(ACX_ERR_INVALID_ARG,
                          "acx_model_save_weights: model and path must not be NULL or empty");

@@ -23,6 +23,7 @@
 #include <limits.h>
 #include <math.h>
 #include <mpi.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -464,6 +465,7 @@ ACX_API acx_status_t acx_init(int *argc, char ***argv, const acx_config_t *confi
     acx_scaler_init(&acc->scaler, c);
     if (c->collective_timeout > 0 && isfinite(c->collective_timeout))
         ACX_CHECK_GOTO(acx_coll_agree(acc->world, acx_watchdog_start(c->collective_timeout,
+                                                                     c->checkpoint_timeout,
                                                                      acc->rank, acc->host,
                                                                      &acc->step)),
                        status, err_comm);
@@ -527,28 +529,47 @@ static void accelerator_free(acx_accelerator_t *acc) {
     free(acc->models);
     acx_checkpoint_free(acc);
     acx_preempt_fini(acc);
-    acx_watchdog_stop();
-    acx_comm_destroy(acc->node);
+    acx_comm_destroy(acc->node); /* the stall detector stops after: acx_finalize */
     if (acc->world_host != acc->world) acx_comm_destroy(acc->world_host);
     acx_comm_destroy(acc->world);
     free(acc);
 }
 
+/* Every wait of finalize has a limit: the barrier and the teardown under
+ * the stall detector (a rank that never arrives is named), then the
+ * detector's own teardown (the MPI_Win_free of its table) and MPI_Finalize
+ * under a plain deadline of collective_timeout, whose line names the step
+ * that did not complete. */
 ACX_API acx_status_t acx_finalize(acx_accelerator_t *acc) {
     if (acc == NULL) return ACX_OK;
     acx_status_t status = ACX_OK;
+    acx_watch_enter("acx_finalize");
     int pending = acx_requests_drain(acc);
     if (pending > 0)
         ACX_WARN(ACX_SUBSYS_COLL, "acx_finalize: completed %d non-blocking collective(s) the program "
                  "never waited for (call acx_request_wait)", pending);
     if (acc->world != NULL) status = acc->world->ops->barrier(acc->world);
-    int owned = acc->mpi_owned;
+    int owned = acc->mpi_owned, rank = acc->rank;
+    double limit = acc->config.values.collective_timeout;
+    char host[sizeof acc->host];
+    memcpy(host, acc->host, sizeof host);
     accelerator_free(acc);
+    acx_watch_exit();
+    /* the test suite's: this rank stops past the watched part (stall_stopped.test) */
+    const char *stop = getenv("ACX_TEST_FINALIZE_STOP_RANK");
+    if (stop != NULL && atoi(stop) == rank) kill(getpid(), SIGSTOP);
+    int deadline = limit > 0 && isfinite(limit) &&
+                   acx_deadline_start(limit, "acx_finalize",
+                                      "the stall detector's teardown (MPI_Win_free)", rank,
+                                      host) == ACX_OK;
+    acx_watchdog_stop();
     if (owned) {
+        acx_deadline_step("MPI_Finalize");
         int ret = MPI_Finalize();
         if (ret != MPI_SUCCESS && status == ACX_OK)
             status = acx_error_mpi(ret, "MPI_Finalize", __FILE__, __LINE__);
     }
+    if (deadline) acx_deadline_stop();
     return status;
 }
 
@@ -701,10 +722,27 @@ static int resolve_flag(int requested, int configured) {
     return requested == ACX_UNSET ? configured : requested;
 }
 
+static acx_status_t dataloader_open(acx_accelerator_t *acc, const char *path, int num_datasets,
+                                    const char *const *dataset_names,
+                                    const acx_dataloader_options_t *opts,
+                                    acx_dataloader_t **loader_p);
+
+/* One watch with checkpoint.timeout over the open: its agreements follow
+ * file I/O (collectives/watchdog.h). */
 ACX_API acx_status_t acx_dataloader_open(acx_accelerator_t *acc, const char *path, int num_datasets,
                                          const char *const *dataset_names,
                                          const acx_dataloader_options_t *opts,
                                          acx_dataloader_t **loader_p) {
+    acx_watch_enter_io("dataset open");
+    acx_status_t status = dataloader_open(acc, path, num_datasets, dataset_names, opts, loader_p);
+    acx_watch_exit();
+    return status;
+}
+
+static acx_status_t dataloader_open(acx_accelerator_t *acc, const char *path, int num_datasets,
+                                    const char *const *dataset_names,
+                                    const acx_dataloader_options_t *opts,
+                                    acx_dataloader_t **loader_p) {
     if (acc == NULL || loader_p == NULL || opts == NULL)
         return ACX_ERROR(ACX_ERR_INVALID_ARG,
                          "acx_dataloader_open: acc, opts and loader_p must not be NULL");

@@ -717,7 +717,28 @@ static acx_status_t build_plan(acx_accelerator_t *acc, plan_t *p, const char *cr
     return ACX_OK;
 }
 
+static acx_status_t save_state(acx_accelerator_t *acc, const char *path);
+static acx_status_t load_state(acx_accelerator_t *acc, const char *path, int strict);
+
+/* The whole save or load is one watch with checkpoint.timeout: its waits
+ * follow file I/O of any length on some rank, and every collective inside
+ * (agreements, HDF5's collective metadata and MPI-IO) is covered by it, so a
+ * rank stopped or dead mid-save ends the job, named, instead of hanging it. */
 ACX_API acx_status_t acx_save_state(acx_accelerator_t *acc, const char *path) {
+    acx_watch_enter_io("checkpoint save");
+    acx_status_t status = save_state(acc, path);
+    acx_watch_exit();
+    return status;
+}
+
+ACX_API acx_status_t acx_load_state(acx_accelerator_t *acc, const char *path, int strict) {
+    acx_watch_enter_io("checkpoint load");
+    acx_status_t status = load_state(acc, path, strict);
+    acx_watch_exit();
+    return status;
+}
+
+static acx_status_t save_state(acx_accelerator_t *acc, const char *path) {
     if (acc == NULL) return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_save_state: acc is NULL");
     ACX_CHECK(check_between_steps(acc, "acx_save_state"));
     acx_status_t status = ACX_OK;
@@ -1365,7 +1386,7 @@ static acx_status_t apply_restore(acx_accelerator_t *acc, const restore_t *r) {
     return acx_model_after_step(acc->model);
 }
 
-ACX_API acx_status_t acx_load_state(acx_accelerator_t *acc, const char *path, int strict) {
+static acx_status_t load_state(acx_accelerator_t *acc, const char *path, int strict) {
     if (acc == NULL) return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_load_state: acc is NULL");
     ACX_CHECK(check_between_steps(acc, "acx_load_state"));
     acx_status_t status;

@@ -818,9 +818,11 @@ static acx_status_t mpi_test(acx_coll_req_t *req, int *done_p) {
         progress_all();
         if (req->status != ACX_OK) return req->status;
         int flag = 0;
-        if (req->shm != NULL)
+        if (req->shm != NULL) {
             flag = acx_shm_test(req->shm, &req->shm_op);
-        else if (req->queue == NULL)
+            if (flag && (req->status = acx_shm_op_status(&req->shm_op)) != ACX_OK)
+                return req->status;
+        } else if (req->queue == NULL)
             ACX_MPI_CHECK(MPI_Testall(req->nreq, req->mpi, &flag, MPI_STATUSES_IGNORE));
         if (!flag) {
             *done_p = 0;
@@ -841,6 +843,7 @@ static acx_status_t mpi_test(acx_coll_req_t *req, int *done_p) {
 static acx_status_t req_complete(acx_coll_req_t *req) {
     if (req->status == ACX_OK && req->shm != NULL) {
         acx_shm_wait(req->shm, &req->shm_op, progress_all);
+        ACX_CHECK(acx_shm_op_status(&req->shm_op)); /* the ranks' arguments differed */
         post_run(&req->post);
         req->complete = 1;
         return ACX_OK;
@@ -934,9 +937,10 @@ static void mpi_comm_fini(acx_comm_t *comm) {
 /* The shared-memory segment (coll_mpi_shm.c) when comm's ranks share a
  * node and it takes this reduction of count elements (all_reduce: of the
  * buffer; else a reduce-scatter's per rank), else NULL: MPI. 32- and
- * 64-bit AVG goes as SUM (post_run divides); 16-bit SUM and AVG go as
- * they are (the segment rounds once, as half_combine_rows). The same
- * answer on every rank. */
+ * 64-bit AVG is summed there (post_run divides; the start still gets AVG,
+ * which the segment compares with the other ranks' op); 16-bit SUM and
+ * AVG go as they are (the segment rounds once, as half_combine_rows). The
+ * same answer on every rank. */
 static acx_shm_t *shm_for(const acx_comm_t *comm, const red_plan_t *plan, size_t count,
                           acx_dtype_t dtype, acx_red_op_t op, int all_reduce) {
     const mpi_comm_state_t *cs = comm->state;
@@ -997,10 +1001,10 @@ static acx_status_t mpi_all_reduce(acx_comm_t *comm, const void *sendbuf, void *
         all_reduce_setup(comm, sendbuf, recvbuf, count, dtype, op, &plan, &post, &shm, &src, &dst));
     if (shm != NULL) { /* behind the ops started before it on comm */
         acx_shm_op_t sop;
-        acx_shm_all_reduce_start(shm, &sop, sendbuf, recvbuf, count, dtype,
-                                 plan.half ? op : ACX_OP_SUM, NULL);
+        acx_shm_all_reduce_start(shm, &sop, sendbuf, recvbuf, count, dtype, op, NULL);
         acx_shm_wait(shm, &sop, progress_all);
-        post_run(&post);
+        status = acx_shm_op_status(&sop); /* the ranks' arguments differed */
+        if (status == ACX_OK) post_run(&post);
         goto out;
     }
     if (plan.half) { /* both halves on comm itself: blocking, every rank in the same place */
@@ -1048,8 +1052,7 @@ static acx_status_t mpi_all_reduce_start(acx_comm_t *comm, const void *sendbuf, 
     req->post = post;
     if (shm != NULL) { /* advanced by test and wait, and by every other op's */
         req->shm = shm;
-        acx_shm_all_reduce_start(shm, &req->shm_op, sendbuf, recvbuf, count, dtype,
-                                 plan.half ? op : ACX_OP_SUM, req);
+        acx_shm_all_reduce_start(shm, &req->shm_op, sendbuf, recvbuf, count, dtype, op, req);
         *req_p = req;
         return ACX_OK;
     }
@@ -1150,9 +1153,9 @@ static acx_status_t mpi_reduce_scatter(acx_comm_t *comm, const void *sendbuf, vo
                                    &src, &dst));
     if (shm != NULL) { /* behind the ops started before it on comm */
         acx_shm_op_t sop;
-        acx_shm_reduce_scatter_start(shm, &sop, src, dst, count, dtype,
-                                     plan.half ? op : ACX_OP_SUM, NULL);
+        acx_shm_reduce_scatter_start(shm, &sop, src, dst, count, dtype, op, NULL);
         acx_shm_wait(shm, &sop, progress_all);
+        ACX_CHECK_GOTO(acx_shm_op_status(&sop), status, out); /* the ranks' arguments differed */
     } else if (plan.half)
         ACX_CHECK_GOTO(half_exchange(post.half, src, comm->mpi, NULL, NULL), status, out);
     else
@@ -1186,8 +1189,7 @@ static acx_status_t mpi_reduce_scatter_start(acx_comm_t *comm, const void *sendb
     req->post = post;
     if (shm != NULL) { /* advanced by test and wait, and by every other op's */
         req->shm = shm;
-        acx_shm_reduce_scatter_start(shm, &req->shm_op, src, dst, count, dtype,
-                                     plan.half ? op : ACX_OP_SUM, req);
+        acx_shm_reduce_scatter_start(shm, &req->shm_op, src, dst, count, dtype, op, req);
         *req_p = req;
         return ACX_OK;
     }
@@ -1428,7 +1430,7 @@ static acx_status_t mpi_all_gather(acx_comm_t *comm, const void *sendbuf, void *
         acx_shm_op_t sop;
         acx_shm_all_gather_start(shm, &sop, sendbuf, recvbuf, count, acx_dtype_size(dtype), NULL);
         acx_shm_wait(shm, &sop, progress_all);
-        return ACX_OK;
+        return acx_shm_op_status(&sop); /* the ranks' arguments differed */
     }
     return gather_blocking(comm, sendbuf, recvbuf, count, dtype, -1);
 }

@@ -11,7 +11,11 @@
  *
  * flag[r] is the number of phases rank r has finished, over the
  * communicator's life; every rank runs the same phases in the same order,
- * so after phase n every flag reads n.
+ * so after phase n every flag reads n. Next to it, in the same line, rank
+ * r's arguments of the op whose first round uses set k (args[k]): written
+ * before the round's first publish, read by every rank once that has
+ * arrived, so the check costs no synchronization and no cache line beyond
+ * the flags' own (see check_args).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -46,8 +50,14 @@ _Static_assert(ATOMIC_LLONG_LOCK_FREE == 2,
  * runs the MPI library's progress engine. (MPI_TAG_UB is at least 32767.) */
 #define PROGRESS_TAG 32766
 
+/* What a rank passed to an op, in one word published with its first round
+ * (pack_args): kind in bits 62-63, dtype 56-61, op 48-55, the count
+ * (elements per rank; all-gather: bytes per rank) in bits 0-47. */
+#define ARGS_COUNT_MASK (((uint64_t)1 << 48) - 1)
+
 typedef struct flag {
     _Alignas(FLAG_BYTES) _Atomic uint64_t phase;
+    uint64_t args[2]; /* per slot set; plain: ordered by phase's release/acquire */
 } flag_t;
 _Static_assert(sizeof(flag_t) == FLAG_BYTES, "one flag per 128 bytes");
 
@@ -56,10 +66,13 @@ struct acx_shm {
     int rank, size;
     size_t slot_bytes, min_bytes;
     int yield_at_once; /* more ranks on the node than online CPUs */
+    int check_args;    /* compare the ranks' arguments (off only to measure its cost) */
+    int args_pending;  /* the next publish also publishes args_out */
+    uint64_t args_out; /* this rank's arguments of the op starting (pack_args) */
     char *base;        /* the mapping, segment_bytes long */
     size_t segment_bytes;
-    size_t reserved; /* bytes of the segment this rank allocated (attach()): its
-                      * slots, rank 0 also the flags; acx_memory_stats' comm_segments */
+    size_t reserved;           /* bytes of the segment this rank allocated (attach()): its
+                                * slots, rank 0 also the flags; acx_memory_stats' comm_segments */
     flag_t *flags;             /* [size], at base */
     char *data;                /* [size][2][slot_bytes] */
     uint64_t phase;            /* phases this rank has finished (= its flag) */
@@ -76,6 +89,7 @@ struct acx_shm {
 enum { SHM_USE = 0, SHM_OFF, SHM_FAILED, SHM_BAD_ENV };
 typedef struct shm_plan {
     int verdict;
+    int check_args;
     unsigned long long slot_bytes, min_bytes, segment_bytes;
     char name[64];     /* the POSIX shared-memory object (SHM_USE) */
     char message[256]; /* why not (SHM_FAILED, SHM_BAD_ENV) */
@@ -108,6 +122,9 @@ static int env_bytes(const char *key, unsigned long long lo, unsigned long long 
  * SHM_USE the mapping is returned in *base_p. */
 static void plan_segment(int size, shm_plan_t *plan, char **base_p) {
     memset(plan, 0, sizeof *plan);
+    /* the test suite's switch, for measuring the check's cost only */
+    const char *nocheck = getenv("ACX_TEST_SHM_NO_ARGS_CHECK");
+    plan->check_args = nocheck == NULL || strcmp(nocheck, "1") != 0;
     const char *off = getenv("ACX_SHM_DISABLE");
     if (off != NULL && strcmp(off, "1") == 0) {
         plan->verdict = SHM_OFF;
@@ -274,6 +291,7 @@ acx_status_t acx_shm_create(MPI_Comm comm, acx_shm_t **shm_p) {
                      .slot_bytes = (size_t)plan.slot_bytes,
                      .min_bytes = (size_t)plan.min_bytes,
                      .yield_at_once = cpus > 0 && size > cpus,
+                     .check_args = plan.check_args,
                      .base = base,
                      .segment_bytes = (size_t)plan.segment_bytes,
                      .flags = (flag_t *)(void *)base,
@@ -351,6 +369,12 @@ static inline void cpu_relax(void) {
 }
 
 static void publish(acx_shm_t *s) {
+    /* the arguments right before the flag, into the same cache line: a
+     * peer spinning on the flag cannot take the line away between them */
+    if (s->args_pending) {
+        s->flags[s->rank].args[s->round_set] = s->args_out;
+        s->args_pending = 0;
+    }
     atomic_store_explicit(&s->flags[s->rank].phase, ++s->phase, memory_order_release);
     s->scan = 0;
 }
@@ -600,10 +624,135 @@ static int step_all_gather(acx_shm_t *s, acx_shm_op_t *op) {
     }
 }
 
+/* ---- the ranks' arguments ---- */
+
+/*
+ * Every rank must pass the same kind, dtype, op and count; a rank that does
+ * not would make the others read past its data or leave part of theirs
+ * unreduced, silently. So the first round of every op publishes this
+ * rank's arguments, one word, with its first flag (publish), and once every
+ * flag of that phase has arrived — before any rank reads another's slot —
+ * each rank compares every rank's arguments with rank 0's (args_refused).
+ * Every rank reads the same published values, so every rank reaches the
+ * same verdict at the same phase: on a mismatch all of them end the op
+ * there, having published the same phases and flipped the same slot set,
+ * and the segment stays in step for the next op. Cost: one store into the
+ * flag's own cache line right before the flag itself, and P compares of
+ * words in lines that arrived() has just read (docs/benchmarks.md).
+ * Not covered: ranks that do not both take this path (a count of 0, or an
+ * op or dtype the segment does not run, on some ranks) wait in different
+ * collectives: the stall detector ends that.
+ */
+static uint64_t pack_args(const acx_shm_op_t *op) {
+    return (uint64_t)op->kind << 62 | ((uint64_t)op->dtype & 63) << 56 |
+           ((uint64_t)op->op & 255) << 48 | ((uint64_t)op->count & ARGS_COUNT_MASK);
+}
+
+/* After the first round's flags arrived: 1 (op->refused set) when a rank's
+ * arguments differ from rank 0's. The first difference, in the order kind,
+ * dtype, op, count, at the lowest rank. (Counts are compared in their low
+ * 48 bits: 2^48 elements and more do not fit in a segment's lifetime.) */
+static int args_refused(const acx_shm_t *s, acx_shm_op_t *op) {
+    uint64_t a0 = s->flags[0].args[s->round_set];
+    for (int q = 1; q < s->size; q++) {
+        uint64_t a = s->flags[q].args[s->round_set];
+        if (a == a0) continue;
+        int shift = a >> 62 != a0 >> 62                   ? 62
+                    : (a >> 56 & 63) != (a0 >> 56 & 63)   ? 56
+                    : (a >> 48 & 255) != (a0 >> 48 & 255) ? 48
+                                                          : 0;
+        uint64_t mask = shift == 62 ? 3 : shift == 56 ? 63 : shift == 48 ? 255 : ARGS_COUNT_MASK;
+        op->refused = shift == 62   ? ACX_SHM_REFUSED_KIND
+                      : shift == 56 ? ACX_SHM_REFUSED_DTYPE
+                      : shift == 48 ? ACX_SHM_REFUSED_OP
+                                    : ACX_SHM_REFUSED_COUNT;
+        op->refused_rank = q;
+        op->refused_kind[0] = (int)(a0 >> 62);
+        op->refused_kind[1] = (int)(a >> 62);
+        op->refused_value[0] = a0 >> shift & mask;
+        op->refused_value[1] = a >> shift & mask;
+        return 1;
+    }
+    return 0;
+}
+
+static const char *kind_name(int kind) {
+    return kind == OP_ALL_REDUCE       ? "all-reduce"
+           : kind == OP_REDUCE_SCATTER ? "reduce-scatter"
+           : kind == OP_ALL_GATHER     ? "all-gather"
+                                       : "?";
+}
+
+static const char *op_name(uint64_t op) {
+    switch ((acx_red_op_t)op) {
+    case ACX_OP_SUM: return "sum";
+    case ACX_OP_AVG: return "avg";
+    case ACX_OP_PROD: return "prod";
+    case ACX_OP_MAX: return "max";
+    case ACX_OP_MIN: return "min";
+    default: return "?";
+    }
+}
+
+acx_status_t acx_shm_op_status(const acx_shm_op_t *op) {
+    if (op->refused == 0) return ACX_OK;
+    int q = op->refused_rank;
+    uint64_t v0 = op->refused_value[0], v1 = op->refused_value[1];
+    const char *k0 = kind_name(op->refused_kind[0]), *k1 = kind_name(op->refused_kind[1]);
+    const char *why = "every rank must pass the same count, dtype and op; refused on every rank";
+    switch (op->refused) {
+    case ACX_SHM_REFUSED_KIND:
+        return ACX_ERROR(ACX_ERR_INVALID_ARG,
+                         "collective mismatch on the shared-memory path: rank 0 called %s, rank "
+                         "%d called %s (every rank must call the same collectives in the same "
+                         "order; refused on every rank)",
+                         k0, q, k1);
+    case ACX_SHM_REFUSED_DTYPE:
+        return ACX_ERROR(ACX_ERR_INVALID_ARG,
+                         "%s dtype mismatch on the shared-memory path: rank 0 passed %s, rank %d "
+                         "passed %s (%s)",
+                         k0, acx_dtype_name((acx_dtype_t)v0), q, acx_dtype_name((acx_dtype_t)v1),
+                         why);
+    case ACX_SHM_REFUSED_OP:
+        return ACX_ERROR(ACX_ERR_INVALID_ARG,
+                         "%s op mismatch on the shared-memory path: rank 0 passed %s, rank %d "
+                         "passed %s (%s)",
+                         k0, op_name(v0), q, op_name(v1), why);
+    default:
+        return ACX_ERROR(ACX_ERR_INVALID_ARG,
+                         "%s count mismatch on the shared-memory path: rank 0 passed %llu, rank %d "
+                         "passed %llu%s (%s)",
+                         k0, (unsigned long long)v0, q, (unsigned long long)v1,
+                         op->refused_kind[0] == OP_ALL_GATHER ? " (bytes per rank)" : "", why);
+    }
+}
+
+/* Take op out of the FIFO, done. */
+static void finish(acx_shm_t *s, acx_shm_op_t *op) {
+    op->stage = STAGE_DONE;
+    s->head = op->next;
+    if (s->head == NULL) s->tail = NULL;
+    op->next = NULL;
+}
+
 /* Advance the head op by one stage if it can go without waiting; 1 if it
- * moved. */
+ * moved. The first round publishes and checks the arguments around its
+ * first synchronization (above). */
 static int step_head(acx_shm_t *s) {
     acx_shm_op_t *op = s->head;
+    if (op->off == 0 && s->check_args) {
+        if (op->stage == STAGE_COPY_IN) {
+            s->args_out = pack_args(op); /* with the round's first flag (publish) */
+            s->args_pending = 1;
+        } else if (op->stage == STAGE_WAIT_IN && !op->args_checked) {
+            if (!arrived(s)) return 0;
+            op->args_checked = 1;
+            if (args_refused(s, op)) {
+                finish(s, op);
+                return 1;
+            }
+        }
+    }
     int moved = op->kind == OP_ALL_REDUCE       ? step_all_reduce(s, op)
                 : op->kind == OP_REDUCE_SCATTER ? step_reduce_scatter(s, op)
                                                 : step_all_gather(s, op);
@@ -611,12 +760,7 @@ static int step_head(acx_shm_t *s) {
     /* the round is done */
     op->off += op->m;
     op->stage = STAGE_COPY_IN;
-    if (op->off >= op->count) {
-        op->stage = STAGE_DONE;
-        s->head = op->next;
-        if (s->head == NULL) s->tail = NULL;
-        op->next = NULL;
-    }
+    if (op->off >= op->count) finish(s, op);
     return 1;
 }
 

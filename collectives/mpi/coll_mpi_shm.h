@@ -95,12 +95,16 @@
  *                          in bytes of its largest buffer (the all-reduce's,
  *                          the reduce-scatter's input, the all-gather's
  *                          output), default ACX_SHM_MIN_BYTES_DEFAULT
+ * and, for measuring the argument check's cost only (docs/benchmarks.md),
+ *   ACX_TEST_SHM_NO_ARGS_CHECK=1  skip the check (the test suite's prefix:
+ *                          never set it in a job)
  */
 #ifndef ACX_COLL_MPI_SHM_H
 #define ACX_COLL_MPI_SHM_H
 
 #include <mpi.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "acx/status.h"
 #include "acx/types.h"
@@ -159,23 +163,35 @@ typedef struct acx_shm_op {
     size_t count; /* elements per rank (all-gather: bytes per rank) */
     acx_dtype_t dtype;
     acx_red_op_t op;
-    size_t esize;            /* bytes per element (all-gather: 1) */
-    size_t off, m;           /* the current round: elements [off, off + m) */
-    int stage;               /* where the round is */
-    void *owner;             /* the caller's, untouched (coll_mpi.c: the request) */
-    struct acx_shm_op *next; /* in shm's FIFO */
+    size_t esize;              /* bytes per element (all-gather: 1) */
+    size_t off, m;             /* the current round: elements [off, off + m) */
+    int stage;                 /* where the round is */
+    int args_checked;          /* the ranks' arguments were compared (first round) */
+    int refused;               /* 0, or ACX_SHM_REFUSED_*: the op ended without data */
+    int refused_rank;          /* the first rank whose arguments differ from rank 0's */
+    int refused_kind[2];       /* rank 0's and its kinds */
+    uint64_t refused_value[2]; /* rank 0's and its dtype, op or count */
+    void *owner;               /* the caller's, untouched (coll_mpi.c: the request) */
+    struct acx_shm_op *next;   /* in shm's FIFO */
 } acx_shm_op_t;
+
+/* What differed between the ranks' arguments of a refused op. */
+enum { ACX_SHM_REFUSED_KIND = 1, ACX_SHM_REFUSED_DTYPE, ACX_SHM_REFUSED_OP, ACX_SHM_REFUSED_COUNT };
 
 /* The starts below queue op behind the ops started on shm before it and
  * advance it as far as it goes without waiting. Each is collective over
- * the communicator shm was created for and non-blocking; every rank passes
- * the same count, dtype and op; owner is stored for the caller. No errors:
- * the arguments are the caller's to check (the _ok functions above).
+ * the communicator shm was created for and non-blocking; every rank must
+ * pass the same count, dtype and op, which the segment checks (in the
+ * first round's synchronization, no extra one: coll_mpi_shm.c): a mismatch
+ * ends the op on every rank without touching recvbuf, and
+ * acx_shm_op_status says so. owner is stored for the caller. The other
+ * arguments are the caller's to check (the _ok functions above).
  *
  * All-reduce: recvbuf[count] = op over ranks of sendbuf[count], in rank
- * order (header comment). op is ACX_OP_SUM, or ACX_OP_AVG for
- * float16/bfloat16 (the float32 sum divided by the rank count, rounded
- * once). sendbuf may equal recvbuf (in place), no other overlap. */
+ * order (header comment). op is ACX_OP_SUM, or ACX_OP_AVG: float16/bfloat16
+ * divide (the float32 sum divided by the rank count, rounded once); the
+ * other types are summed, AVG only compared with the other ranks' op (the
+ * caller divides). sendbuf may equal recvbuf (in place), no other overlap. */
 void acx_shm_all_reduce_start(acx_shm_t *shm, acx_shm_op_t *op, const void *sendbuf, void *recvbuf,
                               size_t count, acx_dtype_t dtype, acx_red_op_t rop, void *owner);
 
@@ -204,6 +220,13 @@ int acx_shm_test(acx_shm_t *shm, acx_shm_op_t *op);
 /* Until op is done: advance, spin, yield, and call progress (may be NULL)
  * every few yields. Blocking; op must have been started on shm. */
 void acx_shm_wait(acx_shm_t *shm, acx_shm_op_t *op, void (*progress)(void));
+
+/* After op is done: ACX_OK, or — when the ranks' arguments differed —
+ * ACX_ERR_INVALID_ARG recorded with a message naming what differed, rank
+ * 0's value and the first other rank's ("all-reduce count mismatch on the
+ * shared-memory path: rank 0 passed 256, rank 1 passed 128 ..."), the same
+ * on every rank; recvbuf was not written. Ranks are the communicator's. */
+acx_status_t acx_shm_op_status(const acx_shm_op_t *op);
 
 /* The oldest op of shm not yet done, or NULL (for a caller that must give
  * up its ops: freeing shm abandons them). */

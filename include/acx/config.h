@@ -172,6 +172,9 @@ typedef struct acx_config {
     acx_preemption_config_t preemption;
     int device_state; /* acx_device_state_t (default AUTO) */
     int offload_optimizer; /* acx_offload_t (default ACX_OFFLOAD_NONE) */
+    double checkpoint_timeout; /* checkpoint.timeout: seconds, > 0, the stall detector's limit
+                                  for a checkpoint save or load, a weights file or a dataset
+                                  open, file I/O included (default 1800) */
 } acx_config_t;
 
 #define ACX_CONFIG_DEFAULT                                                     \
@@ -199,7 +202,8 @@ typedef struct acx_config {
         .resume = ACX_UNSET,                                                   \
         .preemption = {.signals = NULL, .requeue = ACX_UNSET },                \
         .device_state = ACX_UNSET,                                             \
-        .offload_optimizer = ACX_UNSET                                         \
+        .offload_optimizer = ACX_UNSET,                                        \
+        .checkpoint_timeout = ACX_UNSET_F                                      \
     }
 
 /* Resolve the configuration the way acx_init would, without starting MPI,

@@ -157,6 +157,10 @@ static const config_key_t key_table[] = {
      FIELD(checkpoint.total_limit), NOBUF, "0", PLAIN},
     {"checkpoint.save_every_steps", "ACX_CHECKPOINT_SAVE_EVERY_STEPS", KT_INT64, NULL, 0, INFINITY,
      0, FIELD(checkpoint.save_every_steps), NOBUF, "0", PLAIN},
+    {"checkpoint.timeout", "ACX_CHECKPOINT_TIMEOUT", KT_DOUBLE, NULL, 0, INFINITY, 1,
+     FIELD(checkpoint_timeout), NOBUF, "1800", NULL,
+     "seconds; the stall detector's limit for a checkpoint save or load, file I/O included "
+     "(off with collective_timeout 0)"},
     {"resume", "ACX_RESUME", KT_ENUM, resume_names, UNBOUNDED, FIELD(resume), NOBUF, "no", NULL,
      "auto = load <project_dir>/checkpoints/latest at acx_prepare when it exists"},
     {"preemption.signals", "ACX_PREEMPTION_SIGNALS", KT_STRING, NULL, UNBOUNDED,

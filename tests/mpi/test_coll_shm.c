@@ -917,6 +917,149 @@ error:
     return 1;
 }
 
+/* ---- mismatched arguments (issue 17 item 5) ---- */
+
+/* A correct all-reduce of n float32 after a refused one: the segment is
+ * still in step (no hang, the rank-order sum). */
+static int still_in_step(acx_comm_t *comm, size_t n, int salt) {
+    float *in = malloc(n * sizeof *in), *out = malloc(n * sizeof *out),
+          *want = malloc(n * sizeof *want);
+    CHECK(in && out && want);
+    fill(in, ACX_DTYPE_FLOAT32, n, rank_, salt);
+    CHECK(reference(in, want, ACX_DTYPE_FLOAT32, n) == 0);
+    CHECK_OK(comm->ops->all_reduce(comm, in, out, n, ACX_DTYPE_FLOAT32, ACX_OP_SUM));
+    CHECK(first_diff(out, want, n, 4) < 0);
+    free(in);
+    free(out);
+    free(want);
+    return 0;
+error:
+    free(in);
+    free(out);
+    free(want);
+    return 1;
+}
+
+/* recvbuf [n] bytes still holds the sentinel: a refused op writes nothing. */
+static int untouched(const unsigned char *buf, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (buf[i] != 0xA5) return 0;
+    return 1;
+}
+
+/*
+ * Every rank passes the same count, dtype and op, or every rank is refused
+ * with both values named — also when only the last rank differs, for a
+ * count spanning several rounds, for reduce-scatter and all-gather, for a
+ * different collective altogether, and through a start and a wait — and the
+ * segment stays in step for the next, correct call. (Before the check the
+ * all-reduce returned ACX_OK everywhere with rank 0's upper half
+ * unreduced.) The expected messages are written out here, from the values
+ * each case passes.
+ */
+static int test_mismatch(void) {
+    if (size_ < 2) return 0;
+    const size_t big = (size_t)1 << 20; /* float32: 4 MiB, several 1 MiB rounds */
+    acx_comm_t *comm = NULL;
+    unsigned char *in = malloc(2 * big * sizeof(double) * (size_t)size_);
+    unsigned char *out = malloc(2 * big * sizeof(double) * (size_t)size_);
+    char want[256];
+    CHECK(in && out);
+    memset(in, 0, 2 * big * sizeof(double) * (size_t)size_);
+    CHECK_OK(acx_comm_create(MPI_COMM_WORLD, &acx_coll_mpi_ops, &comm));
+    int last = size_ - 1;
+
+    /* count: 256 on rank 0, 128 elsewhere (the issue's case) */
+    memset(out, 0xA5, 256 * 4);
+    CHECK_STATUS(
+        comm->ops->all_reduce(comm, in, out, rank_ == 0 ? 256 : 128, ACX_DTYPE_FLOAT32, ACX_OP_SUM),
+        ACX_ERR_INVALID_ARG,
+        "all-reduce count mismatch on the shared-memory path: rank 0 passed 256, rank 1 "
+        "passed 128");
+    CHECK(untouched(out, 256 * 4));
+    CHECK(still_in_step(comm, 256, 1) == 0);
+
+    /* count, only the last rank differs, several rounds on some ranks */
+    snprintf(want, sizeof want,
+             "all-reduce count mismatch on the shared-memory path: rank 0 passed %zu, rank %d "
+             "passed %zu",
+             big, last, big / 2 + 3);
+    CHECK_STATUS(comm->ops->all_reduce(comm, in, out, rank_ == last ? big / 2 + 3 : big,
+                                       ACX_DTYPE_FLOAT32, ACX_OP_SUM),
+                 ACX_ERR_INVALID_ARG, want);
+    CHECK(still_in_step(comm, big, 2) == 0);
+
+    /* dtype: float64 on rank 0, float32 elsewhere */
+    CHECK_STATUS(comm->ops->all_reduce(comm, in, out, 256,
+                                       rank_ == 0 ? ACX_DTYPE_FLOAT64 : ACX_DTYPE_FLOAT32,
+                                       ACX_OP_SUM),
+                 ACX_ERR_INVALID_ARG,
+                 "all-reduce dtype mismatch on the shared-memory path: rank 0 passed float64, "
+                 "rank 1 passed float32");
+    CHECK(still_in_step(comm, 300, 3) == 0);
+
+    /* op: avg on rank 0, sum elsewhere; float32 (the segment sums both) and bfloat16 */
+    CHECK_STATUS(comm->ops->all_reduce(comm, in, out, 256, ACX_DTYPE_FLOAT32,
+                                       rank_ == 0 ? ACX_OP_AVG : ACX_OP_SUM),
+                 ACX_ERR_INVALID_ARG,
+                 "all-reduce op mismatch on the shared-memory path: rank 0 passed avg, rank 1 "
+                 "passed sum");
+    snprintf(want, sizeof want,
+             "all-reduce op mismatch on the shared-memory path: rank 0 passed sum, rank %d "
+             "passed avg",
+             last);
+    CHECK_STATUS(comm->ops->all_reduce(comm, in, out, 4096, ACX_DTYPE_BFLOAT16,
+                                       rank_ == last ? ACX_OP_AVG : ACX_OP_SUM),
+                 ACX_ERR_INVALID_ARG, want);
+    CHECK(still_in_step(comm, 5000, 4) == 0);
+
+    /* reduce-scatter and all-gather counts (all-gather: bytes per rank) */
+    memset(out, 0xA5, 64 * 4);
+    CHECK_STATUS(comm->ops->reduce_scatter(comm, in, out, rank_ == 0 ? 64 : 32, ACX_DTYPE_FLOAT32,
+                                           ACX_OP_SUM),
+                 ACX_ERR_INVALID_ARG,
+                 "reduce-scatter count mismatch on the shared-memory path: rank 0 passed 64, rank "
+                 "1 passed 32");
+    CHECK(untouched(out, 64 * 4));
+    CHECK_STATUS(comm->ops->all_gather(comm, in, out, rank_ == 0 ? 100 : 50, ACX_DTYPE_INT32),
+                 ACX_ERR_INVALID_ARG,
+                 "all-gather count mismatch on the shared-memory path: rank 0 passed 400, rank 1 "
+                 "passed 200 (bytes per rank)");
+    CHECK(still_in_step(comm, 77, 5) == 0);
+
+    /* a different collective: all-reduce on rank 0, all-gather elsewhere */
+    if (rank_ == 0)
+        CHECK_STATUS(comm->ops->all_reduce(comm, in, out, 64, ACX_DTYPE_FLOAT32, ACX_OP_SUM),
+                     ACX_ERR_INVALID_ARG,
+                     "collective mismatch on the shared-memory path: rank 0 called all-reduce, "
+                     "rank 1 called all-gather");
+    else
+        CHECK_STATUS(comm->ops->all_gather(comm, in, out, 64, ACX_DTYPE_FLOAT32),
+                     ACX_ERR_INVALID_ARG,
+                     "collective mismatch on the shared-memory path: rank 0 called all-reduce, "
+                     "rank 1 called all-gather");
+    CHECK(still_in_step(comm, 64, 6) == 0);
+
+    /* non-blocking: the start succeeds, the wait refuses */
+    acx_coll_req_t *req = NULL;
+    CHECK_OK(comm->ops->all_reduce_start(comm, in, out, rank_ == 0 ? 256 : 128, ACX_DTYPE_FLOAT32,
+                                         ACX_OP_SUM, &req));
+    CHECK_STATUS(comm->ops->wait(req), ACX_ERR_INVALID_ARG,
+                 "all-reduce count mismatch on the shared-memory path: rank 0 passed 256, rank 1 "
+                 "passed 128");
+    CHECK(still_in_step(comm, 256, 7) == 0);
+
+    acx_comm_destroy(comm);
+    free(in);
+    free(out);
+    return 0;
+error:
+    acx_comm_destroy(comm);
+    free(in);
+    free(out);
+    return 1;
+}
+
 int main(int argc, char **argv) {
     acx_test_mpi_begin(&argc, &argv, 120, &rank_, &size_);
     int failed = 0;
@@ -946,6 +1089,8 @@ int main(int argc, char **argv) {
     failed |= acx_test_run_case("ops in flight complete in start order", test_in_flight);
     failed |=
         acx_test_run_case("start never blocks: orders across communicators", test_cross_comm_order);
+    failed |= acx_test_run_case("mismatched count, dtype, op or collective: refused on every rank",
+                                test_mismatch);
     MPI_Finalize();
     return failed ? 1 : 0;
 }

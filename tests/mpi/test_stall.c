@@ -13,12 +13,32 @@
  *               agreement of the step boundary;
  *   clip        the same steps; the stuck rank sleeps before
  *               acx_clip_grad_norm, so the others wait in its norm
- *               all-reduce.
+ *               all-reduce;
+ *   inside      all-reduces of 4 MiB (two synchronizations each on the
+ *               shared-memory path); the rank before the stuck one (rank
+ *               0 for stuck rank 1) arrives 1.5 s late at the 4th,
+ *               and 0.5 s into it the stuck rank stops itself (SIGSTOP)
+ *               — frozen inside the same collective as the others, which
+ *               then wait for its second half: its table row says
+ *               "inside, same collective", and only its heartbeat tells;
+ *   save        a model and acx_save_state; the script stops a rank
+ *               inside the save (ACX_TEST_CKPT_STOP_AT, io/checkpoint.c),
+ *               so the others wait in the save's agreements or collective
+ *               HDF5 calls (the stuck rank and sleep are unused);
+ *   finalize    the stuck rank stops itself (SIGSTOP) right before
+ *               acx_finalize, so the others wait in it;
+ *   mismatch    one acx_all_reduce of float32, count 256 on rank 0 and 128
+ *               elsewhere; prints "all_reduce: <status> <message>" and
+ *               exits 3 when refused, 0 when it returned ACX_OK (the
+ *               script decides which is right for the environment).
  * Run by tests/stall.test, which checks that the job ends long before the
  * sleep is over, with the diagnostic naming the rank that did not arrive.
  * Without the detector it would finish after the sleep and exit 0 — which
  * the script counts as a failure.
  */
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -78,15 +98,66 @@ static int step_loop(acx_accelerator_t *acc, int stuck, unsigned sleep_s, int cl
     return 0;
 }
 
+/* SIGSTOP this process after delay_us, from a thread, while the main
+ * thread is inside a collective. */
+static void *stop_later(void *arg) {
+    usleep((useconds_t)(uintptr_t)arg);
+    kill(getpid(), SIGSTOP);
+    return NULL;
+}
+
+static int inside_loop(acx_accelerator_t *acc, int stuck) {
+    /* the rank before the stuck one arrives late: the others' lines come first */
+    int late = (stuck + acx_world_size(acc) - 1) % acx_world_size(acc);
+    const size_t n = (size_t)1 << 20;
+    float *x = calloc(n, sizeof *x);
+    if (x == NULL) TRY(ACX_ERR_NO_MEMORY);
+    for (int i = 0; i < 8; i++) {
+        pthread_t t;
+        if (i == 3 && acx_rank(acc) == late) usleep(1500000);
+        if (i == 3 && acx_rank(acc) == stuck)
+            if (pthread_create(&t, NULL, stop_later, (void *)(uintptr_t)500000) != 0) return 1;
+        TRY(acx_all_reduce(acc, x, x, n, ACX_DTYPE_FLOAT32, ACX_OP_SUM));
+    }
+    free(x);
+    return 0;
+}
+
+static int save_once(acx_accelerator_t *acc) {
+    acx_model_t *m;
+    acx_unit_t *u;
+    acx_param_t *p;
+    acx_optimizer_t *opt;
+    TRY(acx_model_create(acc, &m));
+    TRY(acx_model_add_unit(m, "u", &u));
+    TRY(acx_unit_add_param(u, "u.w", 2, (int64_t[]){64, 3}, ACX_INIT_SPEC_ZEROS, &p));
+    acx_sgd_hparams_t hp = ACX_SGD_DEFAULT;
+    TRY(acx_sgd_create(m, &hp, &opt));
+    TRY(acx_prepare(acc, m, opt, NULL));
+    TRY(acx_save_state(acc, NULL));
+    return 0;
+}
+
+static int mismatch_once(acx_accelerator_t *acc) {
+    float x[256] = {0};
+    acx_status_t st =
+        acx_all_reduce(acc, x, x, acx_rank(acc) == 0 ? 256 : 128, ACX_DTYPE_FLOAT32, ACX_OP_SUM);
+    printf("all_reduce: %s %s\n", acx_status_string(st), st == ACX_OK ? "" : acx_last_error());
+    fflush(stdout);
+    return st == ACX_OK ? 0 : 3;
+}
+
 int main(int argc, char **argv) {
     if (argc < 4) {
-        fprintf(stderr,
-                "usage: test_stall TIMEOUT_S STUCK_RANK SLEEP_S [all_reduce|step_end|clip]\n");
+        fprintf(stderr, "usage: test_stall TIMEOUT_S STUCK_RANK SLEEP_S "
+                        "[all_reduce|step_end|clip|inside|save|finalize|mismatch]\n");
         return 2;
     }
     const char *mode = argc > 4 ? argv[4] : "all_reduce";
     int steps = strcmp(mode, "step_end") == 0 || strcmp(mode, "clip") == 0;
-    if (!steps && strcmp(mode, "all_reduce") != 0) {
+    int inside = strcmp(mode, "inside") == 0, save = strcmp(mode, "save") == 0,
+        fin = strcmp(mode, "finalize") == 0, mism = strcmp(mode, "mismatch") == 0;
+    if (!steps && !inside && !save && !fin && !mism && strcmp(mode, "all_reduce") != 0) {
         fprintf(stderr, "test_stall: unknown mode '%s'\n", mode);
         return 2;
     }
@@ -100,9 +171,17 @@ int main(int argc, char **argv) {
         fprintf(stderr, "test_stall: %s\n", acx_last_error());
         return 1;
     }
-    if (steps ? step_loop(acc, stuck, sleep_s, strcmp(mode, "clip") == 0)
-              : all_reduce_loop(acc, stuck, sleep_s))
-        return 1; /* no acx_finalize: the other ranks may be inside a collective */
-    acx_finalize(acc);
-    return 0;
+    int failed = steps    ? step_loop(acc, stuck, sleep_s, strcmp(mode, "clip") == 0)
+                 : inside ? inside_loop(acc, stuck)
+                 : save   ? save_once(acc)
+                 : fin    ? 0
+                 : mism   ? mismatch_once(acc)
+                          : all_reduce_loop(acc, stuck, sleep_s);
+    if (mism) {
+        acx_finalize(acc);
+        return failed;
+    }
+    if (failed) return 1; /* no acx_finalize: the other ranks may be inside a collective */
+    if (fin && acx_rank(acc) == stuck) kill(getpid(), SIGSTOP);
+    return acx_finalize(acc) == ACX_OK ? 0 : 1;
 }

@@ -98,7 +98,7 @@ static acx_status_t resolve(const acx_config_t *program, const char *file, int n
 
 static int test_table(void) {
     TESTING("key table, names, formatting");
-    CHECK(acx_config_num_keys() == 30);
+    CHECK(acx_config_num_keys() == 31);
     CHECK(strcmp(acx_config_key_name(0), "mixed_precision") == 0);
     CHECK(acx_config_key_name(-1) == NULL);
     CHECK(acx_config_key_name(acx_config_num_keys()) == NULL);
@@ -147,6 +147,7 @@ static int test_defaults(void) {
     CHECK(cfg.values.project_dir == cfg.project_dir);
     CHECK(cfg.values.log_level == ACX_LOG_WARN);
     CHECK(cfg.values.collective_timeout == 600.0);
+    CHECK(cfg.values.checkpoint_timeout == 1800.0);
     CHECK(cfg.values.bucket_size_mb == 25.0);
     CHECK(cfg.values.backend == ACX_BACKEND_AUTO);
     CHECK(cfg.values.dataloader.drop_last == 0);
@@ -711,6 +712,9 @@ static int test_file_errors(void) {
                             NULL));
     CHECK(expect_file_error("collective_timeout: -1\n", ACX_ERR_INVALID_CONFIG, 1,
                             "invalid value '-1'", NULL));
+    CHECK(expect_file_error("checkpoint:\n  timeout: 0\n", ACX_ERR_INVALID_CONFIG, 2,
+                            "key 'checkpoint.timeout': invalid value '0' (expected a number > 0",
+                            NULL));
     CHECK(expect_file_error("dataloader.prefetch: -1\n", ACX_ERR_INVALID_CONFIG, 1,
                             "expected an integer >= 0", NULL));
     CHECK(expect_file_error("project_dir: ''\n", ACX_ERR_INVALID_CONFIG, 1,
