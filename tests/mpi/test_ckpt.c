@@ -101,11 +101,12 @@ typedef struct options {
     int64_t every;
     int limit;
     const char *project;
-    int64_t batch;     /* global batch */
-    int extra_param;   /* register an extra parameter (mismatch cases) */
-    int64_t w1_rows;   /* rows of enc.weight (mismatch cases) */
-    int64_t ema_count; /* size of the registered average (mismatch cases) */
-    int sgd;           /* SGD (momentum, Nesterov) instead of AdamW */
+    int64_t batch;           /* global batch */
+    int extra_param;         /* register an extra parameter (mismatch cases) */
+    int64_t w1_rows;         /* rows of enc.weight (mismatch cases) */
+    int64_t ema_count;       /* size of the registered average (mismatch cases) */
+    int sgd;                 /* SGD (momentum, Nesterov) instead of AdamW */
+    const char *resume_from; /* resume_from: loaded by acx_prepare */
 } options_t;
 
 static options_t default_options(void) {
@@ -133,6 +134,7 @@ static acx_status_t setup(run_t *r, const options_t *o) {
     if (o->every > 0) cfg.checkpoint.save_every_steps = o->every;
     if (o->limit > 0) cfg.checkpoint.total_limit = o->limit;
     if (o->project) cfg.project_dir = o->project;
+    if (o->resume_from) cfg.resume_from = o->resume_from;
     memset(r, 0, sizeof *r);
     acx_status_t st;
 #define TRY(call)                                                                                  \
@@ -168,9 +170,10 @@ static acx_status_t setup(run_t *r, const options_t *o) {
     lo.split_batches = 1;
     lo.prefetch = 2;
     TRY(acx_dataloader_open(r->acc, data_path, 2, (const char *const[]){"/x", "/y"}, &lo, &r->dl));
-    TRY(acx_prepare(r->acc, r->m, r->opt, r->dl));
+    /* registered before acx_prepare, which loads resume_from */
     TRY(acx_register_for_checkpointing(r->acc, "steps_seen", ACX_DTYPE_INT64, &r->steps_seen, 1));
     TRY(acx_register_for_checkpointing(r->acc, "ema", ACX_DTYPE_FLOAT32, r->ema, o->ema_count));
+    TRY(acx_prepare(r->acc, r->m, r->opt, r->dl));
 #undef TRY
     return ACX_OK;
 }
@@ -379,9 +382,11 @@ static int mode_run(const char *mode, int64_t k, int64_t n, const char *file, co
     char what[256];
     snprintf(what, sizeof what, "%s on %d rank(s)", mode, world);
     TESTING(what);
-    CHECK_OK(setup(&r, o));
-    if (strcmp(mode, "resume") == 0 || strcmp(mode, "check") == 0) {
-        CHECK_OK(acx_load_state(r.acc, file, 1));
+    options_t with_file = *o;
+    int loads = strcmp(mode, "resume") == 0 || strcmp(mode, "check") == 0;
+    if (loads) with_file.resume_from = file; /* acx_prepare loads it */
+    CHECK_OK(setup(&r, &with_file));
+    if (loads) {
         /* the scalars were restored: steps continue from the saved step */
         CHECK(acx_step(r.acc) == r.steps_seen);
         CHECK_OK(train_to(&r, acx_step(r.acc) + n));
