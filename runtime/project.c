@@ -549,20 +549,20 @@ static acx_status_t check_existing(acx_accelerator_t *acc, struct acx_project *p
     }
     char newest[PROJECT_PATH_MAX + 300];
     if (l.n > 0)
-        snprintf(newest, sizeof newest, "newest '%s/%s' (step %lld)", p->dir, l.e[0].name,
+        snprintf(newest, sizeof newest, "newest '%s/%s', step %lld", p->dir, l.e[0].name,
                  (long long)l.e[0].step);
     else
-        snprintf(newest, sizeof newest, "a 'latest' pointer in '%s'", p->dir);
+        snprintf(newest, sizeof newest, "only a 'latest' pointer");
+    /* the message must fit ACX_ERRMSG_MAX with two long paths: the choices
+     * first, the archive place relative to project_dir */
     status = ACX_ERROR(
         ACX_ERR_IO,
         "project_dir '%s' holds %d checkpoint(s) of an earlier run (%s) and this run does not "
-        "resume%s: its saves would replace them. Choose one: resume (resume: auto, or "
-        "resume_from: latest or a file; acx-fmnist --resume latest), use another project_dir, "
-        "or set checkpoint.existing: archive to move them into '%s/archived-<time>/' and start "
-        "over",
+        "resume%s: its saves would replace them. Resume them (resume: auto, or resume_from: "
+        "latest or a file; acx-fmnist --resume latest), use another project_dir, or set "
+        "checkpoint.existing: archive (moves them to checkpoints/archived-<time>/ and starts over)",
         project, l.n, newest,
-        acc->config.values.resume == ACX_RESUME_AUTO ? " (resume: auto found no 'latest')" : "",
-        p->dir);
+        acc->config.values.resume == ACX_RESUME_AUTO ? " (resume: auto found no 'latest')" : "");
 out:
     free(l.e);
     return status;
