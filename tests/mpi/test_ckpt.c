@@ -46,6 +46,7 @@
 #include <sys/stat.h>
 
 #include "tests/acx_test.h"
+#include "runtime/accelerator.h" /* acc->step: a wrapped counter, set directly */
 
 #define NS           120 /* samples: 5 global batches */
 #define DIN          7
@@ -543,6 +544,35 @@ error:
     return 1;
 }
 
+/* A wrapped step counter must not become a checkpoint name: the name of
+ * step INT64_MIN + 28 would be step_-9223372036854775780.h5, which no
+ * automatic name matches, so retention would never delete it. */
+static int case_negative_step(void) {
+    run_t r = {0};
+    options_t o = default_options();
+    char project[1200], dir[1300];
+    snprintf(project, sizeof project, "%s/negproj", udir);
+    snprintf(dir, sizeof dir, "%s/checkpoints", project);
+    o.project = project;
+    TESTING("a negative (wrapped) step is refused, not named");
+    CHECK_OK(setup(&r, &o));
+    CHECK_OK(train_to(&r, 1));
+    r.acc->step = INT64_MIN + 28;
+    CHECK_STATUS(acx_save_state(r.acc, NULL), ACX_ERR_STATE, "step -9223372036854775780 is negative");
+    DIR *d = opendir(dir); /* nothing named (the directory may not even exist) */
+    for (struct dirent *e; d != NULL && (e = readdir(d)) != NULL;)
+        CHECK(strncmp(e->d_name, "step_", 5) != 0);
+    if (d != NULL) closedir(d);
+    r.acc->step = 1;
+    CHECK_OK(acx_finalize(r.acc));
+    PASSED();
+    return 0;
+error:
+    FAILED();
+    if (r.acc) acx_finalize(r.acc);
+    return 1;
+}
+
 /* Strict and non-strict loads into programs that differ from the saved one. */
 static int case_mismatch(void) {
     run_t r = {0};
@@ -752,7 +782,8 @@ int main(int argc, char **argv) {
         snprintf(udir, sizeof udir, "%s/units%d", dir, world);
         if (rank == 0) mkdir(udir, 0755);
         MPI_Barrier(MPI_COMM_WORLD);
-        int (*cases[])(void) = {case_user_rng, case_retention, case_mismatch, case_loader_position};
+        int (*cases[])(void) = {case_user_rng, case_retention, case_mismatch, case_loader_position,
+                                case_negative_step};
         for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
             int f = cases[c]();
             MPI_Allreduce(MPI_IN_PLACE, &f, 1, MPI_INT, MPI_LOR, MPI_COMM_WORLD);
