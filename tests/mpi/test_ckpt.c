@@ -558,7 +558,8 @@ static int case_negative_step(void) {
     CHECK_OK(setup(&r, &o));
     CHECK_OK(train_to(&r, 1));
     r.acc->step = INT64_MIN + 28;
-    CHECK_STATUS(acx_save_state(r.acc, NULL), ACX_ERR_STATE, "step -9223372036854775780 is negative");
+    CHECK_STATUS(acx_save_state(r.acc, NULL), ACX_ERR_STATE,
+                 "step -9223372036854775780 is negative");
     DIR *d = opendir(dir); /* nothing named (the directory may not even exist) */
     for (struct dirent *e; d != NULL && (e = readdir(d)) != NULL;)
         CHECK(strncmp(e->d_name, "step_", 5) != 0);
