@@ -41,6 +41,7 @@
 #include "cuda/device_cache.h"
 #include "runtime/base/mem_cache.h"
 #include "runtime/preempt.h"
+#include "runtime/project.h"
 #include "sharding/model.h"
 #include "slurm/launch_env.h"
 
@@ -528,6 +529,7 @@ static void accelerator_free(acx_accelerator_t *acc) {
     free(acc->optimizers);
     free(acc->models);
     acx_checkpoint_free(acc);
+    acx_project_free(acc); /* releases the project lock */
     acx_preempt_fini(acc);
     acx_comm_destroy(acc->node); /* the stall detector stops after: acx_finalize */
     if (acc->world_host != acc->world) acx_comm_destroy(acc->world_host);
@@ -835,7 +837,10 @@ ACX_API acx_status_t acx_prepare(acx_accelerator_t *acc, acx_model_t *model,
     acc->sync = 1;
     model->sync = 1;
     model->grad_prescale = 1.0f / (float)acc->world_size;
-    return acx_preempt_prepared(acc); /* resume: auto */
+    /* the project directory (lock, refusal to replace an earlier run's
+     * checkpoints, resume_from), then resume: auto */
+    ACX_CHECK(acx_project_prepare(acc));
+    return acx_preempt_prepared(acc);
 }
 
 ACX_API acx_status_t acx_accumulate_begin(acx_accelerator_t *acc) {

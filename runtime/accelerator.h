@@ -74,6 +74,7 @@ struct acx_accelerator {
     uint64_t rng_seed;    /* this rank's stream is (rng_seed, rank) ... */
     uint64_t rng_counter; /* ... at draw rng_counter */
     int rng_restored;     /* rng_seed came from a checkpoint (else: the config's seed) */
+    struct acx_project *project; /* the project directory: lock, run_id (runtime/project.c) */
 
     /* preemption state (runtime/preempt.c) */
     int preempt_active; /* signal handlers installed: agree at every boundary */

@@ -5,7 +5,9 @@
  * project's checkpoints/ directory, its `latest` pointer and retention), and
  * how a loaded checkpoint is checked against and put back into the running
  * program, under any world size. Also the per-rank random streams
- * (acx_random_u64/uniform) and the program's registered state.
+ * (acx_random_u64/uniform) and the program's registered state. The project
+ * directory itself — its lock, automatic names, `latest`, retention and
+ * which files are this run's — is runtime/project.c's.
  *
  * Device-resident state (device_state cuda/emulated): io/ is host-only, so
  * the master weights and optimizer state are copied device -> host mirrors
@@ -25,7 +27,8 @@
  *
  *   /                 format "acx-checkpoint", format_version (ACX_CKPT_FORMAT_VERSION, 2), step,
  *                     micro_step, epoch, world_size, sharding_strategy,
- *                     mixed_precision, acx_version, created (UTC ISO 8601)
+ *                     mixed_precision, acx_version, created (UTC ISO 8601),
+ *                     run_id (the run's identity: runtime/project.c)
  *   /model/<param>                    fp32, the parameter's true shape
  *   /optimizer        type, step, lr, the hyperparameters (torch's names)
  *   /optimizer/<state>/<param>        fp32, the parameter's shape
@@ -56,7 +59,6 @@
  * only), the random counters and the accelerator's step counters. Saving
  * is allowed only between optimizer steps, so no gradients are pending.
  */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <float.h>
@@ -80,6 +82,7 @@
 #include "runtime/base/memstat.h"
 #include "runtime/base/rng.h"
 #include "runtime/optim_state.h"
+#include "runtime/project.h"
 #include "sharding/model.h"
 
 #define CKPT_PATH_MAX      4096
@@ -301,135 +304,6 @@ static void load_rows(const acx_accelerator_t *acc, acx_ckpt_tensor_t *t, const 
     t->share = acc->model->load_comm;
 }
 
-/* ---- directory, `latest` and retention (rank 0) ---- */
-
-static acx_status_t mkdir_p(const char *dir) {
-    char buf[CKPT_PATH_MAX];
-    if (snprintf(buf, sizeof buf, "%s", dir) >= (int)sizeof buf)
-        return ACX_ERROR(ACX_ERR_INVALID_ARG, "checkpoint directory path '%.64s...' is too long",
-                         dir);
-    for (char *s = buf + 1;; s++) {
-        if (*s != '/' && *s != '\0') continue;
-        char c = *s;
-        *s = '\0';
-        if (mkdir(buf, 0777) != 0 && errno != EEXIST)
-            return ACX_ERROR(ACX_ERR_IO, "cannot create checkpoint directory '%s': %s", buf,
-                             strerror(errno));
-        *s = c;
-        if (c == '\0') break;
-    }
-    struct stat st;
-    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
-        return ACX_ERROR(ACX_ERR_IO, "checkpoint directory '%s' is not a directory", dir);
-    if (access(dir, W_OK | X_OK) != 0)
-        return ACX_ERROR(ACX_ERR_IO, "checkpoint directory '%s' is not writable: %s", dir,
-                         strerror(errno));
-    return ACX_OK;
-}
-
-static acx_status_t fsync_dir(const char *dir) {
-    int fd = open(dir, O_RDONLY | O_DIRECTORY);
-    if (fd < 0)
-        return ACX_ERROR(ACX_ERR_SYSTEM, "open of directory '%s' for fsync failed: %s", dir,
-                         strerror(errno));
-    int ret = fsync(fd);
-    int err = errno;
-    close(fd);
-    if (ret != 0)
-        return ACX_ERROR(ACX_ERR_SYSTEM, "fsync of directory '%s' failed: %s", dir, strerror(err));
-    return ACX_OK;
-}
-
-/* Point dir/latest at `name`: write latest.tmp, fsync, rename, fsync the
- * directory — a crash leaves either the old or the new pointer, never a
- * torn one. */
-static acx_status_t write_latest(const char *dir, const char *name) {
-    char tmp[CKPT_PATH_MAX], dst[CKPT_PATH_MAX];
-    snprintf(tmp, sizeof tmp, "%s/latest.tmp", dir);
-    snprintf(dst, sizeof dst, "%s/latest", dir);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0666);
-    if (fd < 0) return ACX_ERROR(ACX_ERR_IO, "cannot create '%s': %s", tmp, strerror(errno));
-    char line[CKPT_PATH_MAX + 2];
-    int n = snprintf(line, sizeof line, "%s\n", name);
-    ssize_t w = write(fd, line, (size_t)n);
-    int err = errno;
-    if (w != n || fsync(fd) != 0) {
-        if (w == n) err = errno;
-        close(fd);
-        unlink(tmp);
-        return ACX_ERROR(ACX_ERR_IO, "cannot write '%s': %s", tmp,
-                         w == n || w < 0 ? strerror(err) : "short write");
-    }
-    if (close(fd) != 0) {
-        err = errno;
-        unlink(tmp);
-        return ACX_ERROR(ACX_ERR_IO, "cannot close '%s': %s", tmp, strerror(err));
-    }
-    if (rename(tmp, dst) != 0) {
-        err = errno;
-        unlink(tmp);
-        return ACX_ERROR(ACX_ERR_IO, "cannot rename '%s' to '%s': %s", tmp, dst, strerror(err));
-    }
-    return fsync_dir(dir);
-}
-
-/* The step of a checkpoint file name "step_<digits>.h5", or -1 for any other
- * name (temporary files, `latest`, the program's own files). */
-static int64_t step_of_name(const char *name) {
-    if (strncmp(name, "step_", 5) != 0) return -1;
-    const char *s = name + 5;
-    int64_t v = 0;
-    int digits = 0;
-    for (; *s >= '0' && *s <= '9'; s++, digits++) {
-        if (v > (INT64_MAX - 9) / 10) return -1;
-        v = 10 * v + (*s - '0');
-    }
-    return digits > 0 && strcmp(s, ".h5") == 0 ? v : -1;
-}
-
-static int cmp_step_desc(const void *a, const void *b) {
-    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return x < y ? 1 : x > y ? -1 : 0;
-}
-
-/* checkpoint.total_limit K: keep the file just written and the K-1 newest
- * (by step) others; delete the rest. Runs only after the new file and
- * `latest` are complete, so a crash here costs at most some deletions. A
- * file that cannot be deleted is a warning: the save itself succeeded. */
-static acx_status_t apply_retention(const char *dir, int64_t keep_step, int limit) {
-    DIR *d = opendir(dir);
-    if (d == NULL)
-        return ACX_ERROR(ACX_ERR_IO, "cannot list checkpoint directory '%s': %s", dir,
-                         strerror(errno));
-    int64_t *steps = NULL;
-    int n = 0, cap = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        int64_t s = step_of_name(e->d_name);
-        if (s < 0 || s == keep_step) continue;
-        if (grow((void **)&steps, &cap, n, sizeof *steps) != 0) {
-            closedir(d);
-            free(steps);
-            return ACX_ERROR(ACX_ERR_NO_MEMORY, "retention: out of memory listing '%s'", dir);
-        }
-        steps[n++] = s;
-    }
-    closedir(d);
-    qsort(steps, (size_t)n, sizeof *steps, cmp_step_desc);
-    for (int i = limit - 1; i < n; i++) {
-        char path[CKPT_PATH_MAX];
-        snprintf(path, sizeof path, "%s/step_%08lld.h5", dir, (long long)steps[i]);
-        if (unlink(path) != 0 && errno != ENOENT)
-            ACX_WARN(ACX_SUBSYS_IO,
-                     "checkpoint.total_limit %d: cannot delete old checkpoint '%s': %s", limit,
-                     path, strerror(errno));
-        else
-            ACX_DEBUG(ACX_SUBSYS_IO, "checkpoint.total_limit %d: deleted '%s'", limit, path);
-    }
-    free(steps);
-    return ACX_OK;
-}
-
 /* ---- save ---- */
 
 static acx_status_t check_between_steps(const acx_accelerator_t *acc, const char *fn) {
@@ -615,6 +489,7 @@ static acx_status_t build_plan(acx_accelerator_t *acc, plan_t *p, const char *cr
     plan_strattr(p, "/", "mixed_precision", acx_mixed_precision_name(c->mixed_precision));
     plan_strattr(p, "/", "acx_version", acx_version());
     plan_strattr(p, "/", "created", created);
+    plan_strattr(p, "/", "run_id", acx_project_run_id(acc));
 
     /* model */
     for (int i = 0; i < m->num_params; i++) {
@@ -750,13 +625,12 @@ static acx_status_t save_state(acx_accelerator_t *acc, const char *path) {
 
     /* every rank's part of the description, then the agreed outcome */
     if (yaml == NULL) status = ACX_ERR_NO_MEMORY;
-    if (status == ACX_OK && path == NULL) {
-        snprintf(dir, sizeof dir, "%s/checkpoints", acc->config.values.project_dir);
-        snprintf(name, sizeof name, "step_%08lld.h5", (long long)acc->step);
-        if (acc->rank == 0) status = mkdir_p(dir);
-    }
-    snprintf(file, sizeof file, "%s%s%s", path != NULL ? path : dir, path != NULL ? "" : "/", name);
     ACX_CHECK_GOTO(acx_coll_agree(acc->world, status), status, out);
+    /* automatic naming: the project directory checks it may be written */
+    if (path == NULL)
+        ACX_CHECK_GOTO(acx_project_for_save(acc, acc->step, dir, sizeof dir, name, sizeof name),
+                       status, out);
+    snprintf(file, sizeof file, "%s%s%s", path != NULL ? path : dir, path != NULL ? "" : "/", name);
     ACX_CHECK_GOTO(shared_text(acc, created, yaml), status, out);
     ACX_CHECK_GOTO(check_loader_agrees(acc), status, out);
     status = host_view_open(acc, &view);
@@ -766,11 +640,7 @@ static acx_status_t save_state(acx_accelerator_t *acc, const char *path) {
     ACX_CHECK_GOTO(acx_ckpt_save(acc->world, file, plan.t, plan.nt, plan.a, plan.na), status, out);
 
     /* auto naming: the pointer, then retention, only once the file is complete */
-    if (path == NULL && acc->rank == 0) {
-        status = write_latest(dir, name);
-        int limit = acc->config.values.checkpoint.total_limit;
-        if (status == ACX_OK && limit > 0) status = apply_retention(dir, acc->step, limit);
-    }
+    if (path == NULL && acc->rank == 0) status = acx_project_saved(acc, dir, name, acc->step);
     if (path == NULL) ACX_CHECK_GOTO(acx_coll_agree(acc->world, status), status, out);
     if (acc->rank == 0)
         ACX_INFO(ACX_SUBSYS_IO, "saved checkpoint '%s' (step %lld, %d rank(s), %d datasets)", file,
@@ -1405,6 +1275,13 @@ static acx_status_t load_state(acx_accelerator_t *acc, const char *path, int str
     status = host_view_commit(acc, &r->view);
     if (status == ACX_OK) status = apply_restore(acc, r);
     ACX_CHECK_GOTO(acx_coll_agree(acc->world, status), status, out);
+    {
+        /* the run continues the loaded checkpoint's lineage (runtime/project.c);
+         * a file written before run_id existed has none (optional attribute) */
+        char run_id[ACX_RUN_ID_LEN] = "";
+        if (acx_ckpt_get_str(f, "/", "run_id", run_id, sizeof run_id) != ACX_OK) run_id[0] = '\0';
+        acx_project_adopt(acc, run_id);
+    }
     if (acc->rank == 0) {
         if (r->mm.count)
             ACX_WARN(ACX_SUBSYS_IO,

@@ -71,6 +71,7 @@
 #include "runtime/base/log.h"
 #include "runtime/base/signal_list.h"
 #include "runtime/preempt.h"
+#include "runtime/project.h"
 
 #define PREEMPT_PATH_MAX    4096
 #define REQUEUE_TIMEOUT_S   30
@@ -221,7 +222,8 @@ void acx_preempt_fini(acx_accelerator_t *acc) {
 }
 
 acx_status_t acx_preempt_prepared(acx_accelerator_t *acc) {
-    if (acc->config.values.resume != ACX_RESUME_AUTO) return ACX_OK;
+    /* resume_from, when set, was loaded already (runtime/project.c) */
+    if (acc->config.values.resume != ACX_RESUME_AUTO || acx_project_loaded(acc)) return ACX_OK;
     char dir[PREEMPT_PATH_MAX], latest[PREEMPT_PATH_MAX + 16];
     snprintf(dir, sizeof dir, "%s/checkpoints", acc->config.values.project_dir);
     snprintf(latest, sizeof latest, "%s/latest", dir);
@@ -296,6 +298,8 @@ acx_status_t acx_preempt_step_end(acx_accelerator_t *acc) {
     const acx_config_t *c = &acc->config.values;
     int64_t every = c->checkpoint.save_every_steps;
     if (!(every > 0 && acc->step % every == 0)) ACX_CHECK(acx_save_state(acc, NULL));
+    /* the job stops: its requeued successor may take the project at once */
+    if (acc->rank == 0) acx_project_release(acc);
     char file[PREEMPT_PATH_MAX + 64];
     snprintf(file, sizeof file, "%s/checkpoints/step_%08lld.h5", c->project_dir,
              (long long)acc->step);

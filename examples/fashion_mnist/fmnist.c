@@ -619,21 +619,25 @@ static int run(int argc, char **argv) {
     acx_config_t cfg = ACX_CONFIG_DEFAULT;
     acx_accelerator_t *acc = NULL;
     options_t o;
-    /* --seed, --project-dir and --save-every are the program's own choices,
-     * so they go into the config struct (highest precedence) before
-     * acx_init; acx_init then removes --config and --acx-* from argv, and
-     * getopt parses what is left (and reports malformed values). */
+    /* --seed, --project-dir, --save-every and --resume are the program's
+     * own choices, so they go into the config struct (highest precedence)
+     * before acx_init; acx_init then removes --config and --acx-* from argv,
+     * and getopt parses what is left (and reports malformed values).
+     * --resume is resume_from: acx_prepare loads it, before it would refuse
+     * a project_dir that holds checkpoints. */
     for (int i = 1; i < argc; i++) {
-        static const char *const keys[] = {"--seed", "--project-dir", "--save-every"};
-        for (int k = 0; k < 3; k++) {
+        static const char *const keys[] = {"--seed", "--project-dir", "--save-every", "--resume"};
+        for (int k = 0; k < 4; k++) {
             size_t len = strlen(keys[k]);
             const char *v = strncmp(argv[i], keys[k], len) != 0 ? NULL
                             : argv[i][len] == '=' ? argv[i] + len + 1
                             : argv[i][len] == '\0' && i + 1 < argc ? argv[i + 1] : NULL;
             char *end;
             if (v == NULL) continue;
-            if (k == 1) {
-                if (*v != '\0') cfg.project_dir = v; /* "" is refused by parse_options */
+            if (k == 1 || k == 3) {
+                /* "" is refused by parse_options */
+                if (*v != '\0' && k == 1) cfg.project_dir = v;
+                else if (*v != '\0') cfg.resume_from = v;
                 continue;
             }
             /* a malformed value is left for parse_options to report
@@ -769,11 +773,10 @@ static int run(int argc, char **argv) {
     /* Resuming restores the parameters, the optimizer and its schedule, the
      * loader's epoch and position and the step counters: the loop below
      * then starts in the saved epoch, at the batch after the last one the
-     * saved run consumed. With resume: auto acx_prepare has already loaded
-     * the latest checkpoint if there was one (the step count says so). */
+     * saved run consumed. acx_prepare has already loaded --resume
+     * (resume_from), or with resume: auto the latest checkpoint if there
+     * was one (the step count says so). */
     int first_epoch = 0, resumed = 0;
-    if (o.resume != NULL)
-        CHECK(acx_load_state(acc, strcmp(o.resume, "latest") == 0 ? NULL : o.resume, 1));
     if (o.resume != NULL || acx_step(acc) > 0) {
         first_epoch = (int)acx_dataloader_epoch(train);
         resumed = 1;

@@ -136,6 +136,16 @@ typedef enum acx_resume {
                            fresh: a requeued or restarted job continues where it stopped */
 } acx_resume_t;
 
+/* What acx_prepare does when project_dir/checkpoints holds checkpoints and
+ * the run does not resume (neither resume: auto finding `latest` nor
+ * resume_from): refuse, naming the newest (default), or move them into
+ * checkpoints/archived-<UTC time>/ and start over. Never deleted, never
+ * replaced. */
+typedef enum acx_checkpoint_existing {
+    ACX_CHECKPOINT_EXISTING_REFUSE = 0,
+    ACX_CHECKPOINT_EXISTING_ARCHIVE = 1
+} acx_checkpoint_existing_t;
+
 /* Preemption and time limits (docs/slurm.md). A listed signal asks the job
  * to stop at the next synchronization boundary: the ranks agree, save a
  * checkpoint, and acx_accumulate_end returns ACX_PREEMPTED. */
@@ -175,6 +185,10 @@ typedef struct acx_config {
     double checkpoint_timeout; /* checkpoint.timeout: seconds, > 0, the stall detector's limit
                                   for a checkpoint save or load, a weights file or a dataset
                                   open, file I/O included (default 1800) */
+    const char *resume_from; /* load at acx_prepare (before the first step): "latest" (the
+                                project's newest), a checkpoint file, or a checkpoints
+                                directory; "none" or NULL = do not (default "none") */
+    int checkpoint_existing; /* checkpoint.existing: acx_checkpoint_existing_t (default REFUSE) */
 } acx_config_t;
 
 #define ACX_CONFIG_DEFAULT                                                     \
@@ -203,7 +217,9 @@ typedef struct acx_config {
         .preemption = {.signals = NULL, .requeue = ACX_UNSET },                \
         .device_state = ACX_UNSET,                                             \
         .offload_optimizer = ACX_UNSET,                                        \
-        .checkpoint_timeout = ACX_UNSET_F                                      \
+        .checkpoint_timeout = ACX_UNSET_F,                                     \
+        .resume_from = NULL,                                                   \
+        .checkpoint_existing = ACX_UNSET                                       \
     }
 
 /* Resolve the configuration the way acx_init would, without starting MPI,

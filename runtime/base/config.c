@@ -106,6 +106,9 @@ static const enum_name_t reduce_names[] = {
     {"fp32", ACX_REDUCE_FP32}, {"bf16", ACX_REDUCE_BF16}, {"fp16", ACX_REDUCE_FP16}, {NULL, 0}};
 static const enum_name_t resume_names[] = {
     {"no", ACX_RESUME_NO}, {"auto", ACX_RESUME_AUTO}, {NULL, 0}};
+static const enum_name_t existing_names[] = {{"refuse", ACX_CHECKPOINT_EXISTING_REFUSE},
+                                             {"archive", ACX_CHECKPOINT_EXISTING_ARCHIVE},
+                                             {NULL, 0}};
 
 /* Accelerate's values acx has no counterpart for. */
 static const char *const mp_unhonoured[] = {"fp8", NULL};
@@ -157,12 +160,19 @@ static const config_key_t key_table[] = {
      FIELD(checkpoint.total_limit), NOBUF, "0", PLAIN},
     {"checkpoint.save_every_steps", "ACX_CHECKPOINT_SAVE_EVERY_STEPS", KT_INT64, NULL, 0, INFINITY,
      0, FIELD(checkpoint.save_every_steps), NOBUF, "0", PLAIN},
+    {"checkpoint.existing", "ACX_CHECKPOINT_EXISTING", KT_ENUM, existing_names, UNBOUNDED,
+     FIELD(checkpoint_existing), NOBUF, "refuse", NULL,
+     "what acx_prepare does when project_dir holds checkpoints and the run does not resume: "
+     "refuse, or archive them into checkpoints/archived-<time>/"},
     {"checkpoint.timeout", "ACX_CHECKPOINT_TIMEOUT", KT_DOUBLE, NULL, 0, INFINITY, 1,
      FIELD(checkpoint_timeout), NOBUF, "1800", NULL,
      "seconds; the stall detector's limit for a checkpoint save or load, file I/O included "
      "(off with collective_timeout 0)"},
     {"resume", "ACX_RESUME", KT_ENUM, resume_names, UNBOUNDED, FIELD(resume), NOBUF, "no", NULL,
      "auto = load <project_dir>/checkpoints/latest at acx_prepare when it exists"},
+    {"resume_from", "ACX_RESUME_FROM", KT_STRING, NULL, UNBOUNDED, FIELD(resume_from),
+     offsetof(acx_resolved_config_t, resume_from), ACX_PATH_MAX, "none", NULL,
+     "latest, a checkpoint file or directory, loaded at acx_prepare; none = do not"},
     {"preemption.signals", "ACX_PREEMPTION_SIGNALS", KT_STRING, NULL, UNBOUNDED,
      FIELD(preemption.signals), offsetof(acx_resolved_config_t, preemption_signals),
      sizeof(((acx_resolved_config_t *)0)->preemption_signals), "USR1,TERM", NULL,

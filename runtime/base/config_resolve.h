@@ -57,6 +57,7 @@ typedef struct acx_resolved_config {
     char config_file[ACX_PATH_MAX]; /* "" when no file was read */
     char project_dir[ACX_PATH_MAX];
     char preemption_signals[128];
+    char resume_from[ACX_PATH_MAX];
     acx_config_origin_t origin[ACX_CONFIG_MAX_KEYS]; /* indexed like the key table */
     int accelerate; /* the file is an Accelerate default_config.yaml */
     acx_config_info_t info;
