@@ -227,7 +227,14 @@ static int parse_options(int argc, char **argv, options_t *o) {
         case 'E': /* likewise taken before acx_init; checked here */
             if (parse_i64("save-every", optarg, 0, FM_STEPS_MAX, &v)) return -1;
             break;
-        case 'R': o->resume = optarg; break;
+        case 'R': /* likewise taken before acx_init (resume_from); checked here */
+            if (optarg[0] == '\0') {
+                fprintf(stderr, "acx-fmnist: invalid value '' for --resume: expected latest, a "
+                                "checkpoint file or a checkpoints directory\n");
+                return -1;
+            }
+            o->resume = optarg;
+            break;
         case 'C':
             if (strcmp(optarg, "cpu") != 0 && strcmp(optarg, "cuda") != 0) {
                 fprintf(stderr, "acx-fmnist: --device must be cpu or cuda, not '%s'\n", optarg);
