@@ -430,14 +430,35 @@ static int cmd_config(int argc, char **argv) {
 
 /* ---- acx ckpt ---- */
 
+/* acx ckpt info's text, with one change: the file's epoch attribute counts
+ * from 0 (the data loader's index), people and acx-fmnist ("epoch 2:
+ * train_loss ...") count from 1, so the summary line shows the epoch the
+ * checkpoint was saved in as acx-fmnist names it, and the stored value
+ * beside it. */
+static void print_ckpt_info(const char *text) {
+    for (const char *line = text; *line != '\0';) {
+        const char *nl = strchr(line, '\n');
+        size_t len = nl != NULL ? (size_t)(nl - line) + 1 : strlen(line);
+        long long epoch;
+        char rest;
+        if (strncmp(line, "epoch: ", 7) == 0 && sscanf(line + 7, "%lld%c", &epoch, &rest) == 2 &&
+            rest == '\n' && epoch >= 0)
+            printf("epoch: %lld (counting from 1, as acx-fmnist prints it; stored 0-based: %lld)\n",
+                   epoch + 1, epoch);
+        else
+            fwrite(line, 1, len, stdout);
+        line += len;
+    }
+}
+
 static const char ckpt_info_usage[] =
     "usage: acx ckpt info PATH\n"
     "\n"
     "Summarize a checkpoint written by acx_save_state: format version, step,\n"
-    "epoch, world size, sharding strategy and mixed precision at save, the\n"
-    "number of parameters and their elements, the file size, and every dataset\n"
-    "with its dtype, shape and checksum. PATH is a checkpoint file, or a\n"
-    "directory holding a 'latest' file (e.g. PROJECT_DIR/checkpoints).\n"
+    "epoch (counting from 1), world size, sharding strategy and mixed precision\n"
+    "at save, the number of parameters and their elements, the file size, and\n"
+    "every dataset with its dtype, shape and checksum. PATH is a checkpoint\n"
+    "file, or a directory holding a 'latest' file (e.g. PROJECT_DIR/checkpoints).\n"
     "Single process; no launcher needed.\n"
     "\n"
     "options:\n"
@@ -529,7 +550,7 @@ static int cmd_ckpt_sub(int argc, char **argv) {
     if (strcmp(sub, "info") == 0) {
         char *text = NULL;
         if ((status = acx_checkpoint_info(path, &text)) != ACX_OK) return acx_failure(status);
-        fputs(text, stdout);
+        print_ckpt_info(text);
         free(text);
         return EXIT_OK;
     }
