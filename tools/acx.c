@@ -1211,6 +1211,37 @@ static int cmd_estimate_memory(int argc, char **argv) {
            paper[first] < 0 ? "; not shown: it needs\n--mixed-precision bf16 or fp16 and "
                               "--optimizer adam or adamw"
                             : ".");
+    /* A sharded strategy above no_shard surprises: say why. Not padding
+     * (a shard is P/N rounded up to whole rows): sharding divides the state
+     * at rest by N, but adds buffers sized by the largest unit U, which do
+     * not shrink with N; when U is a large part of P they outweigh it. */
+    if (first == ACX_NO_SHARD) {
+        int worse = 0;
+        for (int s = first + 1; s <= last; s++) {
+            if (est[s].total <= est[ACX_NO_SHARD].total) continue;
+            char t[48], n[48], tr[48];
+            est_format_bytes(est[s].total, exact, t, sizeof t);
+            est_format_bytes(est[ACX_NO_SHARD].total, exact, n, sizeof n);
+            est_format_bytes(est[s].transient, exact, tr, sizeof tr);
+            if (!worse++) printf("\n");
+            printf("%s needs more than no_shard here (%s against %s; transient %s).\n",
+                   est_strategy_names[s], t, n, tr);
+        }
+        if (worse) {
+            char u4[48];
+            est_format_bytes(in.largest_unit * 4, exact, u4, sizeof u4);
+            printf("Why: sharding divides the state at rest by the ranks, but a sharded unit\n"
+                   "also needs a full-size float32 gradient buffer (4*U = %s for the largest\n"
+                   "unit, U = %lld elements, %.0f%% of P) and the gathered and staging buffers\n"
+                   "of up to limit_all_gathers units (the transient row), and these do not\n"
+                   "shrink with the world size. Not padding: a shard is P/N rounded up to\n"
+                   "whole rows. With units this large next to P/N they outweigh the saving:\n"
+                   "split the model into more, smaller units, or keep no_shard\n"
+                   "(docs/memory.md).\n",
+                   u4, (long long)in.largest_unit,
+                   in.numel > 0 ? 100.0 * (double)in.largest_unit / (double)in.numel : 0.0);
+        }
+    }
     if (mixed != ACX_MP_NO)
         printf("On the host acx computes with float32 arrays of bf16/fp16-rounded values and\n"
                "float32 gradients (4 bytes where the paper counts 2), so no_shard and\n"
