@@ -430,14 +430,35 @@ static int cmd_config(int argc, char **argv) {
 
 /* ---- acx ckpt ---- */
 
+/* acx ckpt info's text, with one change: the file's epoch attribute counts
+ * from 0 (the data loader's index), people and acx-fmnist ("epoch 2:
+ * train_loss ...") count from 1, so the summary line shows the epoch the
+ * checkpoint was saved in as acx-fmnist names it, and the stored value
+ * beside it. */
+static void print_ckpt_info(const char *text) {
+    for (const char *line = text; *line != '\0';) {
+        const char *nl = strchr(line, '\n');
+        size_t len = nl != NULL ? (size_t)(nl - line) + 1 : strlen(line);
+        long long epoch;
+        char rest;
+        if (strncmp(line, "epoch: ", 7) == 0 && sscanf(line + 7, "%lld%c", &epoch, &rest) == 2 &&
+            rest == '\n' && epoch >= 0)
+            printf("epoch: %lld (counting from 1, as acx-fmnist prints it; stored 0-based: %lld)\n",
+                   epoch + 1, epoch);
+        else
+            fwrite(line, 1, len, stdout);
+        line += len;
+    }
+}
+
 static const char ckpt_info_usage[] =
     "usage: acx ckpt info PATH\n"
     "\n"
     "Summarize a checkpoint written by acx_save_state: format version, step,\n"
-    "epoch, world size, sharding strategy and mixed precision at save, the\n"
-    "number of parameters and their elements, the file size, and every dataset\n"
-    "with its dtype, shape and checksum. PATH is a checkpoint file, or a\n"
-    "directory holding a 'latest' file (e.g. PROJECT_DIR/checkpoints).\n"
+    "epoch (counting from 1), world size, sharding strategy and mixed precision\n"
+    "at save, the number of parameters and their elements, the file size, and\n"
+    "every dataset with its dtype, shape and checksum. PATH is a checkpoint\n"
+    "file, or a directory holding a 'latest' file (e.g. PROJECT_DIR/checkpoints).\n"
     "Single process; no launcher needed.\n"
     "\n"
     "options:\n"
@@ -529,7 +550,7 @@ static int cmd_ckpt_sub(int argc, char **argv) {
     if (strcmp(sub, "info") == 0) {
         char *text = NULL;
         if ((status = acx_checkpoint_info(path, &text)) != ACX_OK) return acx_failure(status);
-        fputs(text, stdout);
+        print_ckpt_info(text);
         free(text);
         return EXIT_OK;
     }
@@ -1190,6 +1211,37 @@ static int cmd_estimate_memory(int argc, char **argv) {
            paper[first] < 0 ? "; not shown: it needs\n--mixed-precision bf16 or fp16 and "
                               "--optimizer adam or adamw"
                             : ".");
+    /* A sharded strategy above no_shard surprises: say why. Not padding
+     * (a shard is P/N rounded up to whole rows): sharding divides the state
+     * at rest by N, but adds buffers sized by the largest unit U, which do
+     * not shrink with N; when U is a large part of P they outweigh it. */
+    if (first == ACX_NO_SHARD) {
+        int worse = 0;
+        for (int s = first + 1; s <= last; s++) {
+            if (est[s].total <= est[ACX_NO_SHARD].total) continue;
+            char t[48], n[48], tr[48];
+            est_format_bytes(est[s].total, exact, t, sizeof t);
+            est_format_bytes(est[ACX_NO_SHARD].total, exact, n, sizeof n);
+            est_format_bytes(est[s].transient, exact, tr, sizeof tr);
+            if (!worse++) printf("\n");
+            printf("%s needs more than no_shard here (%s against %s; transient %s).\n",
+                   est_strategy_names[s], t, n, tr);
+        }
+        if (worse) {
+            char u4[48];
+            est_format_bytes(in.largest_unit * 4, exact, u4, sizeof u4);
+            printf("Why: sharding divides the state at rest by the ranks, but a sharded unit\n"
+                   "also needs a full-size float32 gradient buffer (4*U = %s for the largest\n"
+                   "unit, U = %lld elements, %.0f%% of P) and the gathered and staging buffers\n"
+                   "of up to limit_all_gathers units (the transient row), and these do not\n"
+                   "shrink with the world size. Not padding: a shard is P/N rounded up to\n"
+                   "whole rows. With units this large next to P/N they outweigh the saving:\n"
+                   "split the model into more, smaller units, or keep no_shard\n"
+                   "(docs/memory.md).\n",
+                   u4, (long long)in.largest_unit,
+                   in.numel > 0 ? 100.0 * (double)in.largest_unit / (double)in.numel : 0.0);
+        }
+    }
     if (mixed != ACX_MP_NO)
         printf("On the host acx computes with float32 arrays of bf16/fp16-rounded values and\n"
                "float32 gradients (4 bytes where the paper counts 2), so no_shard and\n"

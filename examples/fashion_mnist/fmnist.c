@@ -32,6 +32,7 @@
  * enabled once acx has device-resident state (ACX_HAVE_DEVICE_STATE).
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <strings.h>
 #include <sys/stat.h>
@@ -95,8 +96,8 @@ static void usage(FILE *f) {
             "                        --epochs still counts from the start of the run\n"
             "                        (--acx-resume=auto: the newest, if there is one)\n"
             "  --quiet               no progress output (final line only)\n"
-            "  --progress, --no-progress  force the progress bar on/off (default: on a terminal\n"
-            "                        when not started by mpirun/srun)\n"
+            "  --progress, --no-progress  force the progress line on/off (default: on when rank\n"
+            "                        0's output reaches a terminal, through mpirun or acx launch too)\n"
             "  --sharding-strategy S no_shard | shard_grad_op | full_shard | hybrid_shard\n"
             "                        (default: config sharding_strategy, no_shard)\n"
             "  --mixed-precision P   no | bf16 | fp16 (default: config mixed_precision, no)\n"
@@ -313,14 +314,54 @@ static int dir_writable(const char *path) {
     return 1;
 }
 
-/* A progress bar needs a terminal; under mpirun/srun every rank's stdout is a
- * pseudo-terminal even when the job's output goes to a file, so "auto" shows
- * the bar only when no launcher is involved. */
-static int want_progress(int setting) {
-    if (setting >= 0) return setting;
+/* A progress bar needs the user's terminal. Under Open MPI's mpirun (and
+ * acx launch, which runs it) every rank's stdout is a pseudo-terminal of
+ * mpirun's, even when mpirun's own output goes to a file or a pipe: there
+ * the question is whether the launcher's stdout is a terminal. The launcher
+ * is the nearest ancestor (mpirun, on its node; acx launch's rank
+ * supervisor in between shares the rank's stdout) whose stdout is not the
+ * rank's. srun gives a rank a terminal only with --pty, a plain process only
+ * when it has one, so for them isatty(stdout) answers. Decided before
+ * acx_init: Open MPI's singleton init sets PMIX_RANK in a process started
+ * without a launcher. */
+static long parent_pid(long pid) {
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+    FILE *f = fopen(path, "r");
+    if (f == NULL) return -1;
+    size_t len = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[len] = '\0';
+    const char *end = strrchr(buf, ')'); /* the command name may hold spaces */
+    long ppid = -1;
+    if (end == NULL || sscanf(end + 1, " %*c %ld", &ppid) != 1) return -1;
+    return ppid;
+}
+
+static int launcher_stdout_is_tty(void) {
+    struct stat self;
+    if (fstat(STDOUT_FILENO, &self) != 0) return 0;
+    for (long pid = (long)getppid(), depth = 0; pid > 1 && depth < 8; pid = parent_pid(pid), depth++) {
+        char path[64];
+        struct stat st;
+        snprintf(path, sizeof path, "/proc/%ld/fd/1", pid);
+        if (stat(path, &st) != 0) return 0;
+        if (st.st_dev == self.st_dev && st.st_ino == self.st_ino) continue; /* shares our stdout */
+        if (!S_ISCHR(st.st_mode)) return 0;                                 /* a file or a pipe */
+        /* O_NONBLOCK: opening a device must not wait */
+        int fd = open(path, O_RDONLY | O_NOCTTY | O_NONBLOCK);
+        if (fd < 0) return 0;
+        int tty = isatty(fd);
+        close(fd);
+        return tty;
+    }
+    return 0;
+}
+
+static int want_progress(void) {
     if (!isatty(STDOUT_FILENO)) return 0;
-    return getenv("OMPI_COMM_WORLD_SIZE") == NULL && getenv("PMI_SIZE") == NULL &&
-           getenv("PMIX_RANK") == NULL && getenv("SLURM_STEP_ID") == NULL;
+    if (getenv("OMPI_COMM_WORLD_SIZE") != NULL) return launcher_stdout_is_tty();
+    return 1;
 }
 
 static double now_s(void) {
@@ -577,14 +618,22 @@ out:
     return st;
 }
 
+/* A terminal gets a line redrawn every 1/30 of the epoch: steps, samples/s
+ * over the epoch so far and the time left for the whole run at that rate;
+ * logs get the epoch lines only. i: step index in the epoch (0..n-1); t0:
+ * the epoch's start (now_s()); global_batch: samples per step on all ranks. */
 static void progress(const acx_accelerator_t *acc, const options_t *o, int tty, int epoch, int64_t i,
-                     int64_t n, double loss) {
-    /* a terminal gets a bar redrawn every 1/30 of the epoch; logs get the epoch lines only */
+                     int64_t n, double loss, double t0, int64_t global_batch) {
     if (o->quiet || !tty || !acx_is_main_process(acc)) return;
     if ((i + 1) % (n / 30 > 0 ? n / 30 : 1) != 0 && i + 1 != n) return;
-    int width = 30, fill = (int)(width * (i + 1) / (n > 0 ? n : 1));
-    printf("\repoch %2d [%.*s%*s] %5lld/%lld loss %.4f", epoch + 1, fill,
-           "==============================", width - fill, "", (long long)(i + 1), (long long)n, loss);
+    int width = 20, fill = (int)(width * (i + 1) / (n > 0 ? n : 1));
+    double dt = now_s() - t0, per_step = dt / (double)(i + 1);
+    double left = per_step * (double)((int64_t)(o->epochs - epoch - 1) * n + (n - i - 1));
+    long eta = (long)(left + 0.5);
+    printf("\repoch %d/%d [%.*s%*s] %lld/%lld steps  %.0f samples/s  ETA %ld:%02ld  loss %.4f ",
+           epoch + 1, o->epochs, fill, "====================", width - fill, "", (long long)(i + 1),
+           (long long)n, dt > 0 ? (double)((i + 1) * global_batch) / dt : 0.0, eta / 60, eta % 60,
+           loss);
     fflush(stdout);
 }
 
@@ -689,6 +738,7 @@ static int run(int argc, char **argv) {
         }
         cfg.device_state = ACX_DEVICE_STATE_CUDA;
     }
+    const int tty_auto = want_progress(); /* before acx_init: see want_progress */
     alias_acx_options(&argc, argv);
     acx_status_t st = acx_init(&argc, &argv, &cfg, &acc);
     if (st != ACX_OK) {
@@ -713,7 +763,7 @@ static int run(int argc, char **argv) {
         acx_finalize(acc);
         return 2;
     }
-    int rc = 1, tty = want_progress(o.progress), training = 0, agreed = 0;
+    int rc = 1, training = 0, agreed = 0, tty = o.progress >= 0 ? o.progress : tty_auto;
     FILE *metrics = NULL;
     model_t md;
     mlp_workspace_t ws = {0};
@@ -878,7 +928,8 @@ static int run(int argc, char **argv) {
             nb++;
             window++;
             window_samples += batch->size * acx_world_size(acc);
-            progress(acc, &o, tty, epoch, nb - 1, steps_per_epoch, loss_sum / (double)nb);
+            progress(acc, &o, tty, epoch, nb - 1, steps_per_epoch, loss_sum / (double)nb, t0,
+                     global_batch);
             /* Every rank reaches the same step counts, so all take part in this reduction. */
             if (acx_sync_gradients(acc) && acx_step(acc) % o.log_every == 0) {
                 double mean;
