@@ -365,19 +365,23 @@ static acx_status_t host_view_open(acx_accelerator_t *acc, host_view_t *v) {
     const acx_devops_t *d = m->shard_dev; /* NULL: host state, or CPU offload */
     memset(v, 0, sizeof *v);
     v->num_state = opt != NULL ? acx_optimizer_num_state(opt) : 0;
-    if (v->num_state > 2) return ACX_ERROR(ACX_ERR_INTERNAL, "checkpoint: %d optimizer state arrays", v->num_state);
+    if (v->num_state > 2)
+        return ACX_ERROR(ACX_ERR_INTERNAL, "checkpoint: %d optimizer state arrays", v->num_state);
     if (d == NULL) {
         v->master = m->master;
-        for (int s = 0; s < v->num_state; s++) v->state[s] = acx_optimizer_state(opt, s);
+        for (int s = 0; s < v->num_state; s++)
+            v->state[s] = acx_optimizer_state(opt, s);
         return ACX_OK;
     }
     v->bytes = m->shard_numel * sizeof(float);
     int n = v->num_state;
     v->num_state = 0;
-    v->master = acx_mem_alloc_raw(ACX_MEM_TRANSIENT, v->bytes, "checkpoint host copy of the master weights");
+    v->master = acx_mem_alloc_raw(ACX_MEM_TRANSIENT, v->bytes,
+                                  "checkpoint host copy of the master weights");
     if (v->master == NULL) goto err_mem;
     for (int s = 0; s < n; s++) {
-        v->state[s] = acx_mem_alloc_raw(ACX_MEM_TRANSIENT, v->bytes, "checkpoint host copy of optimizer state");
+        v->state[s] = acx_mem_alloc_raw(ACX_MEM_TRANSIENT, v->bytes,
+                                        "checkpoint host copy of optimizer state");
         if (v->state[s] == NULL) goto err_mem;
         v->num_state++;
     }
@@ -513,9 +517,8 @@ static acx_status_t build_plan(acx_accelerator_t *acc, plan_t *p, const char *cr
             const char *sname = acx_optimizer_state_name(opt, s);
             for (int i = 0; i < m->num_params; i++) {
                 acx_param_t *prm = m->params[i];
-                acx_ckpt_tensor_t t =
-                    shard_tensor(plan_str(p, "/optimizer/%s/%s", sname, prm->name), prm,
-                                 view->state[s]);
+                acx_ckpt_tensor_t t = shard_tensor(
+                    plan_str(p, "/optimizer/%s/%s", sname, prm->name), prm, view->state[s]);
                 save_rows(acc, &t, prm);
                 plan_tensor(p, &t);
             }
@@ -637,14 +640,25 @@ static acx_status_t save_state(acx_accelerator_t *acc, const char *path) {
     if (status == ACX_OK) status = build_plan(acc, &plan, created, yaml, rng_row, &view);
     ACX_CHECK_GOTO(acx_coll_agree(acc->world, status), status, out);
 
+    double t0 = MPI_Wtime();
     ACX_CHECK_GOTO(acx_ckpt_save(acc->world, file, plan.t, plan.nt, plan.a, plan.na), status, out);
+    double seconds = MPI_Wtime() - t0;
 
     /* auto naming: the pointer, then retention, only once the file is complete */
-    if (path == NULL && acc->rank == 0) status = acx_project_saved(acc, dir, name, acc->step);
+    char removed[512] = "";
+    if (path == NULL && acc->rank == 0)
+        status = acx_project_saved(acc, dir, name, acc->step, removed, sizeof removed);
     if (path == NULL) ACX_CHECK_GOTO(acx_coll_agree(acc->world, status), status, out);
-    if (acc->rank == 0)
-        ACX_INFO(ACX_SUBSYS_IO, "saved checkpoint '%s' (step %lld, %d rank(s), %d datasets)", file,
-                 (long long)acc->step, acc->world_size, plan.nt);
+    /* Said by default (a NOTE), so a user sees where the state went and
+     * what retention took, without raising the log level. */
+    if (acc->rank == 0) {
+        struct stat st;
+        double mb = stat(file, &st) == 0 ? (double)st.st_size / 1e6 : 0.0;
+        acx_log_note(ACX_SUBSYS_IO, "saved checkpoint '%s' (step %lld, %.3g MB, %.2f s)%s%s%s",
+                     file, (long long)acc->step, mb, seconds,
+                     removed[0] ? "; checkpoint.total_limit " : "", removed[0] ? "removed " : "",
+                     removed);
+    }
 out:
     host_view_close(&view);
     plan_free(&plan);
@@ -1145,11 +1159,14 @@ static acx_status_t plan_rng_user(acx_accelerator_t *acc, acx_ckpt_file_t *f, re
  * in the checkpoint starts from loss_scale.init). */
 static acx_status_t plan_scaler(acx_accelerator_t *acc, acx_ckpt_file_t *f, restore_t *r) {
     char kind[32] = "none";
-    if (acx_ckpt_exists(f, "/scaler")) (void)acx_ckpt_get_str(f, "/scaler", "kind", kind, sizeof kind);
+    if (acx_ckpt_exists(f, "/scaler"))
+        (void)acx_ckpt_get_str(f, "/scaler", "kind", kind, sizeof kind);
     if (strcmp(kind, "dynamic") != 0 || !acc->scaler.enabled) {
         if (acc->scaler.enabled && acc->rank == 0)
-            ACX_WARN(ACX_SUBSYS_IO, "the checkpoint has no fp16 loss scaler state: the scale "
-                     "starts at loss_scale.init = %g", acc->scaler.scale);
+            ACX_WARN(ACX_SUBSYS_IO,
+                     "the checkpoint has no fp16 loss scaler state: the scale "
+                     "starts at loss_scale.init = %g",
+                     acc->scaler.scale);
         return ACX_OK;
     }
     ACX_CHECK(acx_ckpt_get_f64(f, "/scaler", "scale", &r->scale));

@@ -729,6 +729,18 @@ static acx_status_t write_latest(const char *dir, const char *name) {
     return ACX_OK;
 }
 
+/* Append `name` to the comma-separated list removed[n]; a list that does not
+ * fit ends in "...". */
+static void note_removed(char *removed, size_t n, const char *name) {
+    size_t len = strlen(removed);
+    if (len >= 3 && strcmp(removed + len - 3, "...") == 0) return;
+    const char *sep = len > 0 ? ", " : "";
+    if (len + strlen(sep) + strlen(name) + 4 < n)
+        snprintf(removed + len, n - len, "%s%s", sep, name);
+    else if (len + 4 < n)
+        snprintf(removed + len, n - len, "...");
+}
+
 /* checkpoint.total_limit K: keep the file just written and the K-1 newest
  * (by step) others of this run; delete the rest of this run's. Files of
  * other runs and files without a readable run_id are neither counted nor
@@ -736,7 +748,7 @@ static acx_status_t write_latest(const char *dir, const char *name) {
  * crash here costs at most some deletions. A file that cannot be deleted
  * is a warning: the save itself succeeded. */
 static acx_status_t apply_retention(const struct acx_project *p, const char *dir, const char *keep,
-                                    int limit) {
+                                    int limit, char *removed, size_t n_removed) {
     ckpt_list_t l;
     ACX_CHECK(list_checkpoints(dir, &l));
     int kept = 1, skipped = 0; /* the file just written */
@@ -763,7 +775,7 @@ static acx_status_t apply_retention(const struct acx_project *p, const char *dir
                      "checkpoint.total_limit %d: cannot delete old checkpoint '%s': %s", limit,
                      path, errno_text(errno, why, sizeof why));
         else
-            ACX_DEBUG(ACX_SUBSYS_IO, "checkpoint.total_limit %d: deleted '%s'", limit, path);
+            note_removed(removed, n_removed, l.e[i].name);
     }
     (void)skipped;
     free(l.e);
@@ -771,11 +783,12 @@ static acx_status_t apply_retention(const struct acx_project *p, const char *dir
 }
 
 acx_status_t acx_project_saved(acx_accelerator_t *acc, const char *dir, const char *name,
-                               int64_t step) {
+                               int64_t step, char *removed, size_t n) {
     (void)step;
+    if (n > 0) removed[0] = '\0';
     ACX_CHECK(write_latest(dir, name));
     int limit = acc->config.values.checkpoint.total_limit;
-    if (limit > 0) ACX_CHECK(apply_retention(acc->project, dir, name, limit));
+    if (limit > 0) ACX_CHECK(apply_retention(acc->project, dir, name, limit, removed, n));
     return ACX_OK;
 }
 

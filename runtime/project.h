@@ -38,9 +38,10 @@ acx_status_t acx_project_for_save(acx_accelerator_t *acc, int64_t step, char *di
 
 /* After an automatically named save is complete on every rank (rank 0
  * only): point `latest` at `name`, then apply checkpoint.total_limit to this
- * run's checkpoints. */
+ * run's checkpoints. The names retention deleted go into removed[n], comma
+ * separated ("" when none; "..." ends a list that did not fit). */
 acx_status_t acx_project_saved(acx_accelerator_t *acc, const char *dir, const char *name,
-                               int64_t step);
+                               int64_t step, char *removed, size_t n);
 
 /* The run identity written into every checkpoint ("run_id" root attribute);
  * "" before acx_prepare. A load adopts the checkpoint's (acx_project_adopt). */

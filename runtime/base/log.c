@@ -228,27 +228,23 @@ int acx_log_enabled(int level, unsigned subsys) {
     return (subsys & log_mask) != 0;
 }
 
-void acx_log_write(int level, unsigned subsys, const char *fmt, ...) {
+/* One line with the given label ("WARN ", "NOTE ", ...). */
+static void log_vwrite(const char *label, unsigned subsys, const char *fmt, va_list ap) {
     char line[LOG_LINE_MAX];
     size_t cap = sizeof line - 1; /* room kept for the final '\n' */
-    if (level < ACX_LOG_ERROR) level = ACX_LOG_ERROR;
-    if (level > ACX_LOG_DEBUG) level = ACX_LOG_DEBUG;
     fill_host();
 
     int n;
     const char *tag = subsys_name(subsys);
     if (log_rank >= 0)
         n = snprintf(line, cap, "[acx r%d/%d %s] %s %s%s", log_rank, log_world_size, log_host,
-                     level_names[level], tag ? tag : "", tag ? ": " : "");
+                     label, tag ? tag : "", tag ? ": " : "");
     else
-        n = snprintf(line, cap, "[acx %s] %s %s%s", log_host, level_names[level], tag ? tag : "",
+        n = snprintf(line, cap, "[acx %s] %s %s%s", log_host, label, tag ? tag : "",
                      tag ? ": " : "");
     size_t len = (n < 0) ? 0 : ((size_t)n >= cap ? cap - 1 : (size_t)n);
 
-    va_list ap;
-    va_start(ap, fmt);
     n = vsnprintf(line + len, cap - len, fmt, ap);
-    va_end(ap);
     if (n > 0) {
         if ((size_t)n >= cap - len) {
             len = cap - 1;
@@ -261,4 +257,21 @@ void acx_log_write(int level, unsigned subsys, const char *fmt, ...) {
         len--; /* one newline, ours */
     line[len++] = '\n';
     write_all(log_fd, line, len);
+}
+
+void acx_log_write(int level, unsigned subsys, const char *fmt, ...) {
+    if (level < ACX_LOG_ERROR) level = ACX_LOG_ERROR;
+    if (level > ACX_LOG_DEBUG) level = ACX_LOG_DEBUG;
+    va_list ap;
+    va_start(ap, fmt);
+    log_vwrite(level_names[level], subsys, fmt, ap);
+    va_end(ap);
+}
+
+void acx_log_note(unsigned subsys, const char *fmt, ...) {
+    if (log_level < ACX_LOG_WARN) return; /* log_level error: errors only */
+    va_list ap;
+    va_start(ap, fmt);
+    log_vwrite("NOTE ", subsys, fmt, ap);
+    va_end(ap);
 }

@@ -36,14 +36,19 @@ int acx_log_enabled(int level, unsigned subsys);
 void acx_log_write(int level, unsigned subsys, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-#define ACX_LOG(level, subsys, ...)                                            \
-    do {                                                                       \
-        if (acx_log_enabled((level), (subsys)))                                \
-            acx_log_write((level), (subsys), __VA_ARGS__);                     \
+/* A line the user should see without asking (what a save wrote where, what
+ * retention removed): printed at the default level (warn) and above,
+ * whatever the subsystem mask, labelled NOTE; log_level error hides it.
+ * The caller decides which rank speaks (usually rank 0 only). */
+void acx_log_note(unsigned subsys, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+#define ACX_LOG(level, subsys, ...)                                                                \
+    do {                                                                                           \
+        if (acx_log_enabled((level), (subsys))) acx_log_write((level), (subsys), __VA_ARGS__);     \
     } while (0)
-#define ACX_WARN(subsys, ...) ACX_LOG(ACX_LOG_WARN, (subsys), __VA_ARGS__)
-#define ACX_INFO(subsys, ...) ACX_LOG(ACX_LOG_INFO, (subsys), __VA_ARGS__)
-#define ACX_DEBUG(subsys, ...) ACX_LOG(ACX_LOG_DEBUG, (subsys), __VA_ARGS__)
+#define ACX_WARN(subsys, ...)    ACX_LOG(ACX_LOG_WARN, (subsys), __VA_ARGS__)
+#define ACX_INFO(subsys, ...)    ACX_LOG(ACX_LOG_INFO, (subsys), __VA_ARGS__)
+#define ACX_DEBUG(subsys, ...)   ACX_LOG(ACX_LOG_DEBUG, (subsys), __VA_ARGS__)
 #define ACX_LOG_ERR(subsys, ...) ACX_LOG(ACX_LOG_ERROR, (subsys), __VA_ARGS__)
 
 #endif /* ACX_BASE_LOG_H */
