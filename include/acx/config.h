@@ -97,6 +97,7 @@ typedef struct acx_dataloader_config {
 typedef struct acx_checkpoint_config {
     int total_limit;          /* keep the newest K checkpoints; 0 = keep all (default 0) */
     int64_t save_every_steps; /* save every N optimizer steps; 0 = off (default 0) */
+    int allow_unverified;     /* load data without checksums, with a warning (default 0) */
 } acx_checkpoint_config_t;
 
 /* FULL_SHARD / HYBRID_SHARD prefetching (PyTorch FSDP's options of the same
@@ -188,7 +189,8 @@ typedef struct acx_config {
                        .prefetch = ACX_UNSET },                                \
         .log_with = ACX_UNSET,                                                 \
         .checkpoint = {.total_limit = ACX_UNSET,                               \
-                       .save_every_steps = ACX_UNSET_I64 },                    \
+                       .save_every_steps = ACX_UNSET_I64,                      \
+                       .allow_unverified = ACX_UNSET },                        \
         .fsdp = {.forward_prefetch = ACX_UNSET,                                \
                  .backward_prefetch = ACX_UNSET,                               \
                  .limit_all_gathers = ACX_UNSET },                             \

@@ -99,7 +99,7 @@ static acx_status_t resolve(const acx_config_t *program, const char *file, int n
 
 static int test_table(void) {
     TESTING("key table, names, formatting");
-    CHECK(acx_config_num_keys() == 30);
+    CHECK(acx_config_num_keys() == 31);
     CHECK(strcmp(acx_config_key_name(0), "mixed_precision") == 0);
     CHECK(acx_config_key_name(-1) == NULL);
     CHECK(acx_config_key_name(acx_config_num_keys()) == NULL);
