@@ -765,9 +765,14 @@ acx_status_t acx_ckpt_save(acx_comm_t *world, const char *path, const acx_ckpt_t
      * collectively (one rank reads and broadcasts, one writes) */
     ACX_H5_CHECK_GOTO(H5Pset_all_coll_metadata_ops(fapl, 1), what, status, agreed_create);
     ACX_H5_CHECK_GOTO(H5Pset_coll_metadata_write(fapl, 1), what, status, agreed_create);
-    /* 1.8+ object headers, heaps and B-trees: checksummed metadata */
-    ACX_H5_CHECK_GOTO(H5Pset_libver_bounds(fapl, H5F_LIBVER_V18, H5F_LIBVER_V110), what, status,
-                      agreed_create);
+    /* 1.8+ object headers, heaps and B-trees: checksummed metadata.
+     * ACX_TEST_CKPT_OLD_METADATA=1 (benchmarks only: docs/benchmarks.md)
+     * leaves HDF5's default, the earliest formats (version-0 superblock,
+     * version-1 dataset headers: no checksums), to measure their cost. */
+    const char *old_meta = getenv("ACX_TEST_CKPT_OLD_METADATA");
+    if (old_meta == NULL || strcmp(old_meta, "1") != 0)
+        ACX_H5_CHECK_GOTO(H5Pset_libver_bounds(fapl, H5F_LIBVER_V18, H5F_LIBVER_V110), what,
+                          status, agreed_create);
     ACX_H5_CHECK_GOTO(fcpl = H5Pcreate(H5P_FILE_CREATE), what, status, agreed_create);
     ACX_H5_CHECK_GOTO(
         H5Pset_link_creation_order(fcpl, H5P_CRT_ORDER_TRACKED | H5P_CRT_ORDER_INDEXED), what,
