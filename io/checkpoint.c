@@ -59,6 +59,13 @@
  * B-trees and heaps carry checksums, so a flipped byte in an attribute (the
  * CRCs included), group or dataset header fails instead of reading garbage
  * (a truncated file fails at open: HDF5 checks the stored end of file).
+ * Such a failure is damage, kept on the open file (note_damage): HDF5
+ * 1.10.8 caches a header whose continuation chunk failed without that
+ * chunk, so no question is asked again and no failure reads as "absent".
+ * Datasets are checked (io/h5.h acx_h5_check_dataset) before they are
+ * read or sized: no plugin filters, no virtual or external storage, and
+ * storage that holds the whole shape; data without any checksum is read
+ * only with acx_ckpt_allow_unverified.
  *   Cost, as first measured (with zlib's CRC, before the fsync changes and
  * the write-behind; today's numbers: docs/checkpoint-format.md,
  * "Throughput") on the 2-core build VM (shared with other jobs: medians

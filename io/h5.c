@@ -11,6 +11,11 @@
  * acx_h5_lock around every HDF5 call. The lock is recursive so a function
  * holding it may call another that takes it (acx_error_h5 does).
  *
+ * Trust: acx_error_h5 tells damage (checksums, undecodable structures)
+ * from other HDF5 failures; acx_h5_quiet turns plugin loading off; and
+ * acx_h5_check_dataset / acx_h5_check_attr bound what a file can make acx
+ * load, allocate or iterate before anything is read.
+ *
  * What is left to others: opening files, drivers and property lists belong
  * to their callers (dataloader.c, idx.c, weights.c, the checkpoint writer).
  */
