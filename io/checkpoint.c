@@ -237,14 +237,20 @@ static int path_exists(hid_t file, const char *path);
 /* If the error just recorded says the file is damaged (acx_error_h5's and
  * acx_h5_check_dataset's "... is damaged: ..."), keep it on f: every later
  * call on f returns it (see acx_ckpt_file's `damaged`). `path` names the
- * object being read; the address of its object header is added when its
- * link (in the parent group, already read) gives one. */
+ * object being read; in a single process, the address of its object
+ * header is added when its link (in the parent group, already read) gives
+ * one. */
 static acx_status_t note_damage(acx_ckpt_file_t *f, acx_status_t status, const char *path) {
     if (status != ACX_ERR_FORMAT || f->damaged != ACX_OK) return status;
     if (strstr(acx_last_error(), " is damaged") == NULL) return status;
     char text[ACX_ERRMSG_MAX], at[1200] = "";
     last_error_text(text, sizeof text);
-    if (path != NULL && path[0] == '/' && path[1] != '\0') {
+    /* One process only: under MPI-IO a lookup may be a collective metadata
+     * read (an H5C_protect broadcast), and damage in data is found by the
+     * ranks that read it, not by all (a hang, measured with a Fletcher-32
+     * failure in one rank's rows). */
+    if (path != NULL && path[0] == '/' && path[1] != '\0' &&
+        (f->world == NULL || f->world->size == 1)) {
         H5L_info_t li;
         acx_h5_lock();
         if (path_exists(f->file, path) == 1 && H5Lget_info(f->file, path, &li, H5P_DEFAULT) >= 0 &&
