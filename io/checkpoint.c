@@ -62,6 +62,13 @@
  * B-trees and heaps carry checksums, so a flipped byte in an attribute (the
  * CRCs included), group or dataset header fails instead of reading garbage
  * (a truncated file fails at open: HDF5 checks the stored end of file).
+ * Such a failure is damage, kept on the open file (note_damage): HDF5
+ * 1.10.8 caches a header whose continuation chunk failed without that
+ * chunk, so no question is asked again and no failure reads as "absent".
+ * Datasets are checked (io/h5.h acx_h5_check_dataset) before they are
+ * read or sized: no plugin filters, no virtual or external storage, and
+ * storage that holds the whole shape; data without any checksum is read
+ * only with acx_ckpt_allow_unverified.
  *   Cost, as first measured (with zlib's CRC, before the fsync changes and
  * the write-behind; today's numbers: docs/checkpoint-format.md,
  * "Throughput") on the 2-core build VM (shared with other jobs: medians
@@ -160,6 +167,15 @@ struct acx_ckpt_file {
     char *path;
     int64_t version; /* format_version: >= 2 has CRC-32 attributes */
     double t_read, t_check; /* acx_ckpt_read's seconds in H5Dread and CRC checks (debug log) */
+    /* The first damage found (sticky): every later call returns it. HDF5
+     * 1.10.8 keeps an object header whose continuation chunk failed its
+     * checksum in its metadata cache without that chunk, so asking again
+     * "succeeds" with the chunk's attributes and links missing — a damaged
+     * file would read as one that lacks them (a model mismatch). */
+    acx_status_t damaged;
+    char damage[ACX_ERRMSG_MAX];
+    int allow_unverified;  /* acx_ckpt_allow_unverified */
+    int warned_unverified; /* the loud warning was given */
 };
 
 /* ---- small helpers ---- */
@@ -224,6 +240,46 @@ static void last_error_text(char *out, size_t cap) {
     snprintf(out, cap, "%s", sep != NULL ? sep + 2 : msg);
 }
 
+/* ---- damage ---- */
+
+static int path_exists(hid_t file, const char *path);
+
+/* If the error just recorded says the file is damaged (acx_error_h5's and
+ * acx_h5_check_dataset's "... is damaged: ..."), keep it on f: every later
+ * call on f returns it (see acx_ckpt_file's `damaged`). `path` names the
+ * object being read; in a single process, the address of its object
+ * header is added when its link (in the parent group, already read) gives
+ * one. */
+static acx_status_t note_damage(acx_ckpt_file_t *f, acx_status_t status, const char *path) {
+    if (status != ACX_ERR_FORMAT || f->damaged != ACX_OK) return status;
+    if (strstr(acx_last_error(), " is damaged") == NULL) return status;
+    char text[ACX_ERRMSG_MAX], at[1200] = "";
+    last_error_text(text, sizeof text);
+    /* One process only: under MPI-IO a lookup may be a collective metadata
+     * read (an H5C_protect broadcast), and damage in data is found by the
+     * ranks that read it, not by all (a hang, measured with a Fletcher-32
+     * failure in one rank's rows). */
+    if (path != NULL && path[0] == '/' && path[1] != '\0' &&
+        (f->world == NULL || f->world->size == 1)) {
+        H5L_info_t li;
+        acx_h5_lock();
+        if (path_exists(f->file, path) == 1 && H5Lget_info(f->file, path, &li, H5P_DEFAULT) >= 0 &&
+            li.type == H5L_TYPE_HARD)
+            snprintf(at, sizeof at, " [object header of '%s' at byte %llu]", path,
+                     (unsigned long long)li.u.address);
+        H5Eclear2(H5E_DEFAULT);
+        acx_h5_unlock();
+    }
+    snprintf(f->damage, sizeof f->damage, "%s%s", text, at);
+    f->damaged = status;
+    return ACX_ERROR(status, "%s", f->damage);
+}
+
+/* The damage found earlier, recorded again as the last error. */
+static acx_status_t damage_replay(acx_ckpt_file_t *f) {
+    return ACX_ERROR(f->damaged, "%s", f->damage);
+}
+
 /* Standard (little-endian) file type of an acx dtype; not to be closed. */
 static hid_t file_type(acx_dtype_t dtype) {
     switch (dtype) {
@@ -266,8 +322,11 @@ static acx_status_t check_tensor(const acx_ckpt_tensor_t *t, int i) {
     return ACX_OK;
 }
 
-/* Whether every component of `path` exists (H5Lexists fails, rather than
- * saying no, when an intermediate group is missing). Lock held. */
+/* Whether every component of `path` exists: 1 yes, 0 no, -1 HDF5 failed
+ * (a damaged group: the error stack is kept for acx_error_h5, and the
+ * answer is not "absent"). Asked component by component because H5Lexists
+ * fails, rather than saying no, when an intermediate group is missing.
+ * Lock held. */
 static int path_exists(hid_t file, const char *path) {
     char buf[1024];
     size_t n = strlen(path);
@@ -280,10 +339,8 @@ static int path_exists(hid_t file, const char *path) {
         buf[i] = '\0';
         if (i > 0 && buf[i - 1] != '/') {
             htri_t e = H5Lexists(file, buf, H5P_DEFAULT);
-            if (e <= 0) {
-                H5Eclear2(H5E_DEFAULT);
-                return 0;
-            }
+            if (e < 0) return -1;
+            if (e == 0) return 0;
         }
         buf[i] = c;
     }
@@ -307,7 +364,12 @@ static acx_status_t make_groups(hid_t file, hid_t gcpl, const char *path, int pa
         if (buf[i] != '/' && !(buf[i] == '\0' && !parents_only)) continue;
         char c = buf[i];
         buf[i] = '\0';
-        if (buf[i - 1] != '/' && !path_exists(file, buf)) {
+        int e = buf[i - 1] != '/' ? path_exists(file, buf) : 1;
+        if (e < 0) {
+            status = acx_error_h5("H5Lexists", what, __FILE__, __LINE__);
+            goto out;
+        }
+        if (e == 0) {
             hid_t g;
             ACX_H5_CHECK_GOTO(g = H5Gcreate2(file, buf, H5P_DEFAULT, gcpl, H5P_DEFAULT), what,
                               status, out);
@@ -639,7 +701,7 @@ static acx_status_t write_attr(hid_t file, const save_plists_t *pl, int rank,
         return write_long_string(file, pl, rank, a, tmp);
 
     snprintf(what, sizeof what, "attribute '%s' on '%s' in '%s'", a->name, a->object, tmp);
-    if (!path_exists(file, a->object))
+    if (path_exists(file, a->object) != 1)
         ACX_CHECK_GOTO(make_groups(file, pl->gcpl, a->object, 0, what), status, out);
     ACX_H5_CHECK_GOTO(obj = H5Oopen(file, a->object, H5P_DEFAULT), what, status, out);
     switch (a->type) {
@@ -751,9 +813,14 @@ acx_status_t acx_ckpt_save(acx_comm_t *world, const char *path, const acx_ckpt_t
      * collectively (one rank reads and broadcasts, one writes) */
     ACX_H5_CHECK_GOTO(H5Pset_all_coll_metadata_ops(fapl, 1), what, status, agreed_create);
     ACX_H5_CHECK_GOTO(H5Pset_coll_metadata_write(fapl, 1), what, status, agreed_create);
-    /* 1.8+ object headers, heaps and B-trees: checksummed metadata */
-    ACX_H5_CHECK_GOTO(H5Pset_libver_bounds(fapl, H5F_LIBVER_V18, H5F_LIBVER_V110), what, status,
-                      agreed_create);
+    /* 1.8+ object headers, heaps and B-trees: checksummed metadata.
+     * ACX_TEST_CKPT_OLD_METADATA=1 (benchmarks only: docs/benchmarks.md)
+     * leaves HDF5's default, the earliest formats (version-0 superblock,
+     * version-1 dataset headers: no checksums), to measure their cost. */
+    const char *old_meta = getenv("ACX_TEST_CKPT_OLD_METADATA");
+    if (old_meta == NULL || strcmp(old_meta, "1") != 0)
+        ACX_H5_CHECK_GOTO(H5Pset_libver_bounds(fapl, H5F_LIBVER_V18, H5F_LIBVER_V110), what,
+                          status, agreed_create);
     ACX_H5_CHECK_GOTO(fcpl = H5Pcreate(H5P_FILE_CREATE), what, status, agreed_create);
     ACX_H5_CHECK_GOTO(
         H5Pset_link_creation_order(fcpl, H5P_CRT_ORDER_TRACKED | H5P_CRT_ORDER_INDEXED), what,
@@ -899,7 +966,12 @@ static acx_status_t read_attr_num(acx_ckpt_file_t *f, const char *object, const 
     char what[1280];
     hid_t obj = -1, attr = -1, type = -1, space = -1;
     snprintf(what, sizeof what, "attribute '%s' on '%s' in '%s'", name, object, f->path);
-    if (!path_exists(f->file, object)) {
+    int e = path_exists(f->file, object);
+    if (e < 0) {
+        status = acx_error_h5("H5Lexists", what, __FILE__, __LINE__);
+        goto out;
+    }
+    if (e == 0) {
         status = ACX_ERROR(ACX_ERR_FORMAT,
                            "checkpoint '%s' has no object '%s' (looking for its "
                            "attribute '%s')",
@@ -907,9 +979,9 @@ static acx_status_t read_attr_num(acx_ckpt_file_t *f, const char *object, const 
         goto out;
     }
     ACX_H5_CHECK_GOTO(obj = H5Oopen(f->file, object, H5P_DEFAULT), what, status, out);
-    htri_t has = H5Aexists(obj, name);
-    if (has <= 0) {
-        H5Eclear2(H5E_DEFAULT);
+    htri_t has;
+    ACX_H5_CHECK_GOTO(has = H5Aexists(obj, name), what, status, out);
+    if (has == 0) {
         status = ACX_ERROR(ACX_ERR_FORMAT, "checkpoint '%s' has no attribute '%s' on '%s'", f->path,
                            name, object);
         goto out;
@@ -939,8 +1011,8 @@ static acx_status_t check_format(acx_ckpt_file_t *f) {
     char fmt[64];
     int64_t version;
     htri_t has = H5Aexists(f->file, "format");
-    H5Eclear2(H5E_DEFAULT);
-    if (has <= 0)
+    if (has < 0) return acx_error_h5("H5Aexists", f->path, __FILE__, __LINE__);
+    if (has == 0)
         return ACX_ERROR(ACX_ERR_FORMAT, "'%s' is not an acx checkpoint (no 'format' attribute)",
                          f->path);
     acx_status_t status = acx_ckpt_get_str(f, "/", "format", fmt, sizeof fmt);
@@ -972,8 +1044,9 @@ static acx_status_t open_error(const char *path) {
     if (strstr(copy, "truncated") != NULL)
         return ACX_ERROR(ACX_ERR_IO, "checkpoint '%s' is truncated (an interrupted copy?): %s",
                          path, copy);
+    if (acx_h5_last_damaged()) return status; /* "'path' is damaged: ..." already */
     if (strstr(copy, "signature") != NULL || strstr(copy, "checksum") != NULL)
-        return ACX_ERROR(ACX_ERR_FORMAT, "checkpoint '%s' is corrupted: %s", path, copy);
+        return ACX_ERROR(ACX_ERR_FORMAT, "checkpoint '%s' is damaged: %s", path, copy);
     return status;
 }
 
@@ -1039,10 +1112,12 @@ acx_status_t acx_ckpt_get_i64(acx_ckpt_file_t *f, const char *object, const char
     if (f == NULL || object == NULL || name == NULL || v_p == NULL)
         return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_ckpt_get_i64: NULL argument");
     int64_t v;
+    if (f->damaged != ACX_OK) return damage_replay(f);
     acx_h5_lock();
     acx_h5_quiet();
     acx_status_t status = read_attr_num(f, object, name, H5T_INTEGER, H5T_NATIVE_INT64, &v);
     acx_h5_unlock();
+    status = note_damage(f, status, object);
     if (status == ACX_OK) *v_p = v;
     return status;
 }
@@ -1052,27 +1127,56 @@ acx_status_t acx_ckpt_get_f64(acx_ckpt_file_t *f, const char *object, const char
     if (f == NULL || object == NULL || name == NULL || v_p == NULL)
         return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_ckpt_get_f64: NULL argument");
     double v;
+    if (f->damaged != ACX_OK) return damage_replay(f);
     acx_h5_lock();
     acx_h5_quiet();
     acx_status_t status = read_attr_num(f, object, name, H5T_FLOAT, H5T_NATIVE_DOUBLE, &v);
     acx_h5_unlock();
+    status = note_damage(f, status, object);
     if (status == ACX_OK) *v_p = v;
     return status;
 }
 
-/* The checksums of an open dataset of `bytes` bytes: *present_p 0 for a
- * version-1 file (HDF5 checks its Fletcher-32 chunks itself); a version-2+
- * dataset without them is damaged or was edited. Lock held. */
+/* Whether HDF5 checks the dataset's chunks itself (the Fletcher-32
+ * filter of format version 1). Lock held. */
+static int has_fletcher32(hid_t dset) {
+    hid_t dcpl = H5Dget_create_plist(dset);
+    unsigned flags = 0;
+    size_t nelem = 0;
+    herr_t ret = dcpl >= 0 ? H5Pget_filter_by_id2(dcpl, H5Z_FILTER_FLETCHER32, &flags, &nelem, NULL,
+                                                  0, NULL, NULL)
+                           : -1;
+    if (dcpl >= 0) H5Pclose(dcpl);
+    H5Eclear2(H5E_DEFAULT);
+    return ret >= 0;
+}
+
+/* The checksums of an open dataset of `bytes` bytes: *present_p 1 with
+ * the CRC-32 attributes (version 2; read in any version that has them),
+ * 0 when HDF5 checks the data itself (Fletcher-32 chunks, version 1).
+ * Data with neither cannot be verified (the attributes deleted, or a file
+ * not written by acx): refused unless the user allowed unverified files
+ * (acx_ckpt_allow_unverified: checkpoint.allow_unverified), and then
+ * loudly. Lock held. */
 static acx_status_t dataset_crc(acx_ckpt_file_t *f, hid_t dset, uint64_t bytes, const char *what,
                                 int *present_p, acx_ckpt_crc_t *crc) {
     *present_p = 0;
-    if (f->version < 2) return ACX_OK;
     ACX_CHECK(acx_ckpt_crc_read_attrs(dset, bytes, what, present_p, crc));
-    if (!*present_p)
+    if (*present_p || bytes == 0 || has_fletcher32(dset)) return ACX_OK;
+    if (!f->allow_unverified)
         return ACX_ERROR(ACX_ERR_FORMAT,
-                         "%s has no checksum attributes ('%s'), which format version %lld "
-                         "requires (damaged or edited?)",
+                         "%s has no checksum (no CRC-32 attributes '%s', no Fletcher-32 "
+                         "filter; format version %lld): its data cannot be verified, so acx "
+                         "refuses to load it (damaged, edited, or not written by acx?). To load "
+                         "it anyway, unverified, set checkpoint.allow_unverified: true",
                          what, ACX_CKPT_CRC_BLOCKS_ATTR, (long long)f->version);
+    if (f->world == NULL || f->world->rank == 0)
+        ACX_WARN(ACX_SUBSYS_IO,
+                 "LOADING UNVERIFIED DATA: %s has no checksum (no CRC-32 attributes, no "
+                 "Fletcher-32 filter); checkpoint.allow_unverified is true, so it is loaded "
+                 "as it is: damage in it goes undetected",
+                 what);
+    f->warned_unverified = 1;
     return ACX_OK;
 }
 
@@ -1091,6 +1195,10 @@ static acx_status_t read_string(acx_ckpt_file_t *f, hid_t obj, int is_attr, cons
         status = ACX_ERROR(ACX_ERR_FORMAT, "%s is not a single string", what);
         goto out;
     }
+    /* before allocating its size: the string is in the file, whole */
+    ACX_CHECK_GOTO(is_attr ? acx_h5_check_attr(obj, what)
+                           : acx_h5_check_dataset(obj, what, 1, NULL),
+                   status, out);
     ACX_H5_CHECK_GOTO(mtype = H5Tcopy(type), what, status, out);
     if (H5Tis_variable_str(type) > 0) {
         char *vs = NULL;
@@ -1159,24 +1267,35 @@ acx_status_t acx_ckpt_get_str(acx_ckpt_file_t *f, const char *object, const char
     acx_status_t status = ACX_OK;
     char what[1280], dpath[1024];
     hid_t obj = -1, attr = -1, dset = -1;
+    if (f->damaged != ACX_OK) return damage_replay(f);
 
     acx_h5_lock();
     acx_h5_quiet();
     snprintf(what, sizeof what, "attribute '%s' on '%s' in '%s'", name, object, f->path);
-    if (path_exists(f->file, object)) {
+    /* a long string lives in dataset "<object>/<name>" */
+    snprintf(dpath, sizeof dpath, "%s%s%s", object,
+             object[0] != '\0' && object[strlen(object) - 1] == '/' ? "" : "/", name);
+    int e = path_exists(f->file, object);
+    if (e < 0) {
+        status = acx_error_h5("H5Lexists", what, __FILE__, __LINE__);
+        goto out;
+    }
+    if (e > 0) {
         ACX_H5_CHECK_GOTO(obj = H5Oopen(f->file, object, H5P_DEFAULT), what, status, out);
-        htri_t has = H5Aexists(obj, name);
-        H5Eclear2(H5E_DEFAULT);
+        htri_t has;
+        ACX_H5_CHECK_GOTO(has = H5Aexists(obj, name), what, status, out);
         if (has > 0) {
             ACX_H5_CHECK_GOTO(attr = H5Aopen(obj, name, H5P_DEFAULT), what, status, out);
             status = read_string(f, attr, 1, what, buf, n);
             goto out;
         }
     }
-    /* a long string lives in dataset "<object>/<name>" */
-    snprintf(dpath, sizeof dpath, "%s%s%s", object,
-             object[0] != '\0' && object[strlen(object) - 1] == '/' ? "" : "/", name);
-    if (!path_exists(f->file, dpath)) {
+    e = path_exists(f->file, dpath);
+    if (e < 0) {
+        status = acx_error_h5("H5Lexists", what, __FILE__, __LINE__);
+        goto out;
+    }
+    if (e == 0) {
         status = ACX_ERROR(ACX_ERR_FORMAT, "checkpoint '%s' has no attribute '%s' on '%s'", f->path,
                            name, object);
         goto out;
@@ -1194,24 +1313,52 @@ out:
     if (attr >= 0) H5Aclose(attr);
     if (obj >= 0) H5Oclose(obj);
     acx_h5_unlock();
-    return status;
+    return note_damage(f, status, dset >= 0 ? dpath : object);
 }
 
 int acx_ckpt_exists(acx_ckpt_file_t *f, const char *path) {
-    if (f == NULL || path == NULL) return 0;
+    if (f == NULL || path == NULL || f->damaged != ACX_OK) return 0;
     acx_h5_lock();
     acx_h5_quiet();
     int e = path_exists(f->file, path);
+    if (e < 0) {
+        char what[1280];
+        snprintf(what, sizeof what, "group of '%s' in '%s'", path, f->path);
+        (void)note_damage(f, acx_error_h5("H5Lexists", what, __FILE__, __LINE__), NULL);
+        e = 0;
+    }
     acx_h5_unlock();
     return e;
 }
 
-/* Open dataset `path`, or ACX_ERR_FORMAT naming it when absent. Lock held. */
+acx_status_t acx_ckpt_damage(const acx_ckpt_file_t *f) {
+    if (f == NULL || f->damaged == ACX_OK) return ACX_OK;
+    return ACX_ERROR(f->damaged, "%s", f->damage);
+}
+
+void acx_ckpt_allow_unverified(acx_ckpt_file_t *f, int allow) {
+    if (f != NULL) f->allow_unverified = allow != 0;
+}
+
+/* Open dataset `path`, or ACX_ERR_FORMAT naming it when absent, and check
+ * what a file could make acx do with it (acx_h5_check_dataset: no plugin,
+ * no virtual or external storage, its storage holds its whole shape and
+ * lies inside the file) before anything is read or allocated for it.
+ * Lock held. */
 static acx_status_t open_dataset(acx_ckpt_file_t *f, const char *path, hid_t *dset_p) {
-    if (!path_exists(f->file, path))
+    char what[1280];
+    snprintf(what, sizeof what, "dataset '%s' in '%s'", path, f->path);
+    int e = path_exists(f->file, path);
+    if (e < 0) return acx_error_h5("H5Lexists", what, __FILE__, __LINE__);
+    if (e == 0)
         return ACX_ERROR(ACX_ERR_FORMAT, "checkpoint '%s' has no dataset '%s'", f->path, path);
     hid_t d = H5Dopen2(f->file, path, H5P_DEFAULT);
     if (d < 0) return read_error("H5Dopen2", path, f->path, __LINE__);
+    acx_status_t status = acx_h5_check_dataset(d, what, 1, NULL);
+    if (status != ACX_OK) {
+        H5Dclose(d);
+        return status;
+    }
     *dset_p = d;
     return ACX_OK;
 }
@@ -1258,16 +1405,52 @@ acx_status_t acx_ckpt_shape(acx_ckpt_file_t *f, const char *path, int *ndim_p, i
     int ndim;
     int64_t s[ACX_MAX_DIMS];
     acx_dtype_t dtype;
+    if (f->damaged != ACX_OK) return damage_replay(f);
     acx_h5_lock();
     acx_h5_quiet();
     acx_status_t status = open_dataset(f, path, &dset);
     if (status == ACX_OK) status = dataset_shape(f, path, dset, &ndim, s, &dtype);
     if (dset >= 0) H5Dclose(dset);
     acx_h5_unlock();
+    status = note_damage(f, status, path);
     if (status != ACX_OK) return status;
     *ndim_p = ndim;
     memcpy(shape, s, (size_t)ndim * sizeof *s);
     *dtype_p = dtype;
+    return ACX_OK;
+}
+
+acx_status_t acx_ckpt_storage(acx_ckpt_file_t *f, const char *path, acx_ckpt_storage_t *st_p) {
+    if (f == NULL || path == NULL || st_p == NULL)
+        return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_ckpt_storage: NULL argument");
+    if (f->damaged != ACX_OK) return damage_replay(f);
+    acx_status_t status = ACX_OK;
+    char what[1280];
+    hid_t dset = -1;
+    hsize_t fsize = 0;
+    acx_h5_storage_t hs = {0};
+    snprintf(what, sizeof what, "dataset '%s' in '%s'", path, f->path);
+    acx_h5_lock();
+    acx_h5_quiet();
+    int e = path_exists(f->file, path);
+    if (e < 0) {
+        status = acx_error_h5("H5Lexists", what, __FILE__, __LINE__);
+        goto out;
+    }
+    if (e == 0) {
+        status = ACX_ERROR(ACX_ERR_FORMAT, "checkpoint '%s' has no dataset '%s'", f->path, path);
+        goto out;
+    }
+    ACX_H5_CHECK_GOTO(dset = H5Dopen2(f->file, path, H5P_DEFAULT), what, status, out);
+    ACX_CHECK_GOTO(acx_h5_check_dataset(dset, what, 0, &hs), status, out);
+    ACX_H5_CHECK_GOTO(H5Fget_filesize(f->file, &fsize), what, status, out);
+out:
+    if (dset >= 0) H5Dclose(dset);
+    acx_h5_unlock();
+    status = note_damage(f, status, path);
+    if (status != ACX_OK) return status;
+    *st_p = (acx_ckpt_storage_t){
+        .bytes = hs.bytes, .stored = hs.stored, .file_bytes = fsize, .written = hs.written};
     return ACX_OK;
 }
 
@@ -1526,6 +1709,7 @@ acx_status_t acx_ckpt_read(acx_ckpt_file_t *f, const acx_ckpt_tensor_t *tensors,
                                tensors[i].path);
     }
     if (f == NULL) return status;
+    if (status == ACX_OK && f->damaged != ACX_OK) status = damage_replay(f);
     status = agree(f->world, status);
     if (status != ACX_OK) return status;
 
@@ -1534,7 +1718,7 @@ acx_status_t acx_ckpt_read(acx_ckpt_file_t *f, const acx_ckpt_tensor_t *tensors,
     acx_h5_lock();
     acx_h5_quiet();
     for (int i = 0; status == ACX_OK && i < num_tensors; i++)
-        status = read_tensor(f, &tensors[i]);
+        status = note_damage(f, read_tensor(f, &tensors[i]), tensors[i].path);
     acx_h5_unlock();
     double t1 = MPI_Wtime();
     /* nothing is shared before every rank has verified what it read */
@@ -1607,9 +1791,15 @@ acx_status_t acx_ckpt_list(acx_ckpt_file_t *f, const char *group, int *count_p, 
     char **block = NULL;
 
     snprintf(what, sizeof what, "group '%s' in '%s'", group, f->path);
+    if (f->damaged != ACX_OK) return damage_replay(f);
     acx_h5_lock();
     acx_h5_quiet();
-    if (!path_exists(f->file, group)) {
+    int e = path_exists(f->file, group);
+    if (e < 0) {
+        status = acx_error_h5("H5Lexists", what, __FILE__, __LINE__);
+        goto out;
+    }
+    if (e == 0) {
         status = ACX_ERROR(ACX_ERR_FORMAT, "checkpoint '%s' has no group '%s'", f->path, group);
         goto out;
     }
@@ -1647,6 +1837,7 @@ out:
     for (int i = 0; i < s.count; i++)
         free(s.names[i]);
     free(s.names);
+    status = note_damage(f, status, group);
     if (status != ACX_OK) return status;
     *count_p = s.count;
     *names_p = block;

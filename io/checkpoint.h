@@ -95,12 +95,48 @@ acx_status_t acx_ckpt_get_i64(acx_ckpt_file_t *f, const char *object, const char
 acx_status_t acx_ckpt_get_f64(acx_ckpt_file_t *f, const char *object, const char *name, double *v_p);
 acx_status_t acx_ckpt_get_str(acx_ckpt_file_t *f, const char *object, const char *name, char *buf,
                               size_t n);
-/* Whether a group or dataset exists. */
+/* Whether a group or dataset exists. 0 also when HDF5 cannot tell because
+ * the file is damaged: acx_ckpt_damage then says so. */
 int acx_ckpt_exists(acx_ckpt_file_t *f, const char *path);
 
-/* Shape and dtype of a dataset; ACX_ERR_FORMAT naming it if absent. */
+/* Damage. Any call that finds the file damaged (an HDF5 metadata checksum,
+ * a structure that does not decode, a dataset whose storage cannot hold
+ * its shape or that was never written, a CRC-32 mismatch) returns
+ * ACX_ERR_FORMAT "... is damaged: ..." naming the object (and its object
+ * header's byte offset when known), and so does every later call on f:
+ * after a metadata checksum failure HDF5's cache shows the object without
+ * the damaged part, so later answers would be wrong, not absent. A caller
+ * that turns failed queries into "mismatch" or "absent" asks this first:
+ * ACX_OK, or the damage (recorded again as the last error). */
+acx_status_t acx_ckpt_damage(const acx_ckpt_file_t *f);
+
+/* Allow datasets whose data carries no checksum (no CRC-32 attributes and
+ * no Fletcher-32 filter) to be read: acx_ckpt_read and acx_ckpt_get_str
+ * then read them with a loud warning instead of ACX_ERR_FORMAT. Off by
+ * default (config checkpoint.allow_unverified). */
+void acx_ckpt_allow_unverified(acx_ckpt_file_t *f, int allow);
+
+/* Shape and dtype of a dataset; ACX_ERR_FORMAT naming it if absent. The
+ * dataset is checked first (io/h5.h acx_h5_check_dataset): a dataset that
+ * needs a filter plugin, is virtual or external, was never written, or
+ * whose storage cannot hold its shape is refused here, so a caller may
+ * size an allocation by the shape returned (it is at most the file's size
+ * in bytes). */
 acx_status_t acx_ckpt_shape(acx_ckpt_file_t *f, const char *path, int *ndim_p, int64_t *shape,
                             acx_dtype_t *dtype_p);
+
+/* A dataset's storage as the file holds it, for callers that must bound
+ * what they allocate by what the file really holds (e.g. one row per rank
+ * of the saving world) without refusing yet: `bytes` its shape's size,
+ * `stored` the bytes the file stores for it (H5Dget_storage_size; 0 when
+ * never written), `written`, and `file_bytes` the whole file's size. Only
+ * plugin, virtual and external datasets are refused (ACX_ERR_NOT_SUPPORTED
+ * / ACX_ERR_FORMAT); absent: ACX_ERR_FORMAT. Not collective. */
+typedef struct acx_ckpt_storage {
+    uint64_t bytes, stored, file_bytes;
+    int written;
+} acx_ckpt_storage_t;
+acx_status_t acx_ckpt_storage(acx_ckpt_file_t *f, const char *path, acx_ckpt_storage_t *st_p);
 
 /* Read the io rows of each tensor (shape and dtype must match the file's:
  * ACX_ERR_FORMAT naming the dataset, the file's and the expected shape).

@@ -290,6 +290,122 @@ out:
     return rc;
 }
 
+/* ---- every byte of metadata ---- */
+
+/* The walk over every object of a file (walk_metadata). */
+typedef struct meta_walk {
+    const char *real;
+    acx_status_t status; /* the first failure, recorded where it happened */
+} meta_walk_t;
+
+static herr_t walk_attr_cb(hid_t obj, const char *name, const H5A_info_t *ainfo, void *data) {
+    meta_walk_t *w = data;
+    char what[PATH_CAP + 512], oname[PATH_CAP] = "?";
+    hid_t attr = -1, type = -1, space = -1;
+    void *buf = NULL;
+    (void)ainfo;
+    (void)H5Iget_name(obj, oname, sizeof oname);
+    snprintf(what, sizeof what, "attribute '%s' on %s in '%s'", name, oname, w->real);
+    if ((attr = H5Aopen(obj, name, H5P_DEFAULT)) < 0) {
+        w->status = acx_error_h5("H5Aopen", what, __FILE__, __LINE__);
+        goto out;
+    }
+    /* its size against the file's before the buffer is allocated */
+    if ((w->status = acx_h5_check_attr(attr, what)) != ACX_OK) goto out;
+    if ((type = H5Aget_type(attr)) < 0 || (space = H5Aget_space(attr)) < 0) {
+        w->status = acx_error_h5("H5Aget_type", what, __FILE__, __LINE__);
+        goto out;
+    }
+    hssize_t npts = H5Sget_simple_extent_npoints(space);
+    size_t bytes = (size_t)(npts > 0 ? npts : 0) * H5Tget_size(type);
+    if ((buf = calloc(bytes + 1, 1)) == NULL) {
+        w->status = ACX_ERROR(ACX_ERR_NO_MEMORY, "no memory (%zu bytes) to read %s", bytes, what);
+        goto out;
+    }
+    if (H5Aread(attr, type, buf) < 0) {
+        w->status = acx_error_h5("H5Aread", what, __FILE__, __LINE__);
+        goto out;
+    }
+    if (H5Tdetect_class(type, H5T_VLEN) > 0 || H5Tis_variable_str(type) > 0)
+        H5Dvlen_reclaim(type, space, H5P_DEFAULT, buf);
+out:
+    free(buf);
+    if (space >= 0) H5Sclose(space);
+    if (type >= 0) H5Tclose(type);
+    if (attr >= 0) H5Aclose(attr);
+    return w->status == ACX_OK ? 0 : -1;
+}
+
+/* One object, by its path from the root: its whole object header (every
+ * continuation chunk: H5O_INFO_ALL walks them), every attribute read, and
+ * a dataset's storage checked (acx_h5_check_dataset). */
+static acx_status_t walk_object(hid_t file, const char *path, haddr_t addr, meta_walk_t *w) {
+    char what[PATH_CAP + 256], at[64] = "";
+    hid_t obj = -1;
+    H5O_info_t oi;
+    hsize_t idx = 0;
+    if (addr != HADDR_UNDEF)
+        snprintf(at, sizeof at, " (object header at byte %llu)", (unsigned long long)addr);
+    snprintf(what, sizeof what, "object %s%s in '%s'", path, at, w->real);
+    if ((obj = H5Oopen(file, path, H5P_DEFAULT)) < 0) {
+        w->status = acx_error_h5("H5Oopen", what, __FILE__, __LINE__);
+        goto out;
+    }
+    if (H5Oget_info2(obj, &oi, H5O_INFO_ALL) < 0) {
+        w->status = acx_error_h5("H5Oget_info2", what, __FILE__, __LINE__);
+        goto out;
+    }
+    if (H5Aiterate2(obj, H5_INDEX_NAME, H5_ITER_NATIVE, &idx, walk_attr_cb, w) < 0) {
+        if (w->status == ACX_OK) w->status = acx_error_h5("H5Aiterate2", what, __FILE__, __LINE__);
+        goto out;
+    }
+    if (oi.type == H5O_TYPE_DATASET) {
+        snprintf(what, sizeof what, "dataset %s in '%s'", path, w->real);
+        w->status = acx_h5_check_dataset(obj, what, 1, NULL);
+    }
+out:
+    if (obj >= 0) H5Oclose(obj);
+    return w->status;
+}
+
+static herr_t walk_link_cb(hid_t group, const char *name, const H5L_info_t *info, void *data) {
+    meta_walk_t *w = data;
+    char path[PATH_CAP];
+    (void)group;
+    if (info->type != H5L_TYPE_HARD) {
+        /* soft and external links could point anywhere (another file):
+         * acx writes none */
+        w->status = ACX_ERROR(ACX_ERR_FORMAT,
+                              "checkpoint '%s' has a %s link /%s: an acx checkpoint has only "
+                              "hard links",
+                              w->real, info->type == H5L_TYPE_SOFT ? "soft" : "external", name);
+        return -1;
+    }
+    snprintf(path, sizeof path, "/%s", name);
+    return walk_object(group, path, info->u.address, w) == ACX_OK ? 0 : -1;
+}
+
+/* Read every byte of metadata the file's objects use, before anything is
+ * interpreted: every object header whole, every attribute, every link.
+ * HDF5 checks the checksums of these structures only when it loads them,
+ * and 1.10.8 keeps an object header whose continuation chunk failed in its
+ * cache without that chunk: a later look at the object "succeeds" with
+ * that chunk's attributes and links missing. So a tool that looked only at
+ * what it needed, retried, or took "absent" for an answer, called a
+ * damaged file complete (or another checkpoint). The first failure ends
+ * the walk: nothing is asked of HDF5 about a damaged file afterwards.
+ * Lock held. */
+static acx_status_t walk_metadata(hid_t file, const char *real) {
+    meta_walk_t w = {.real = real, .status = ACX_OK};
+    if (walk_object(file, "/", HADDR_UNDEF, &w) != ACX_OK) return w.status;
+    if (H5Lvisit(file, H5_INDEX_NAME, H5_ITER_NATIVE, walk_link_cb, &w) < 0 && w.status == ACX_OK) {
+        char what[PATH_CAP + 64];
+        snprintf(what, sizeof what, "the groups of '%s'", real);
+        w.status = acx_error_h5("H5Lvisit", what, __FILE__, __LINE__);
+    }
+    return w.status;
+}
+
 /* Open a checkpoint read-only with the sec2 driver and check that it is one:
  * the root attribute format = "acx-checkpoint". A newer format_version is
  * refused only when `strict_version` (export, which interprets the layout);
@@ -325,10 +441,12 @@ static acx_status_t open_ckpt(const char *path, int strict_version, char *real, 
         snprintf(msg, sizeof msg, "%s", tail ? tail + strlen(" failed: ") : inner);
         if (strstr(msg, "truncated") != NULL)
             status = ACX_ERROR(ACX_ERR_IO, "checkpoint '%s' is truncated: %s", real, msg);
-        else if (strstr(msg, "signature") != NULL || strstr(msg, "checksum") != NULL)
+        else if (!acx_h5_last_damaged() &&
+                 (strstr(msg, "signature") != NULL || strstr(msg, "checksum") != NULL))
             status = ACX_ERROR(ACX_ERR_FORMAT, "checkpoint '%s' is damaged: %s", real, msg);
         goto err;
     }
+    if ((status = walk_metadata(file, real)) != ACX_OK) goto err;
     if (attr_str(file, "format", fmt, sizeof fmt) != 0) {
         status = ACX_ERROR(ACX_ERR_FORMAT,
                            "'%s' is not an acx checkpoint: it has no root attribute "
@@ -409,6 +527,23 @@ static herr_t collect_cb(hid_t group, const char *name, const H5L_info_t *info, 
     return 0;
 }
 
+/* Sets *(H5_index_t *)data to H5_INDEX_NAME when a group does not index
+ * its links' creation order. */
+static herr_t order_cb(hid_t group, const char *name, const H5L_info_t *info, void *data) {
+    H5O_info_t oi;
+    unsigned flags = 0;
+    if (info->type != H5L_TYPE_HARD) return 0;
+    if (H5Oget_info_by_name2(group, name, &oi, H5O_INFO_BASIC, H5P_DEFAULT) < 0) return -1;
+    if (oi.type != H5O_TYPE_GROUP) return 0;
+    hid_t g = H5Gopen2(group, name, H5P_DEFAULT), gcpl = g >= 0 ? H5Gget_create_plist(g) : -1;
+    herr_t ret = gcpl >= 0 ? H5Pget_link_creation_order(gcpl, &flags) : -1;
+    if (gcpl >= 0) H5Pclose(gcpl);
+    if (g >= 0) H5Gclose(g);
+    if (ret < 0) return -1;
+    if (!(flags & H5P_CRT_ORDER_INDEXED)) *(H5_index_t *)data = H5_INDEX_NAME;
+    return 0;
+}
+
 static void ds_list_free(ds_list_t *l) {
     for (int k = 0; k < l->count; k++) free(l->paths[k]);
     free(l->paths);
@@ -425,13 +560,17 @@ static acx_status_t list_datasets(hid_t file, const char *group, const char *rea
     snprintf(what, sizeof what, "group %s in '%s'", group, real);
     hid_t g;
     ACX_H5_CHECK_GOTO(g = H5Gopen2(file, group, H5P_DEFAULT), what, status, out);
-    herr_t ret = H5Lvisit(g, H5_INDEX_CRT_ORDER, H5_ITER_INC, collect_cb, l);
-    if (ret < 0 && !l->failed) {
-        /* creation order not tracked somewhere below: by name instead */
-        H5Eclear2(H5E_DEFAULT);
-        ds_list_free(l);
-        ret = H5Lvisit(g, H5_INDEX_NAME, H5_ITER_INC, collect_cb, l);
-    }
+    /* creation order when every group below tracks it (acx's files), else
+     * by name; asked, not tried: a failed walk retried would see a damaged
+     * group's cached remains (walk_metadata) */
+    H5_index_t index = H5_INDEX_CRT_ORDER;
+    unsigned flags = 0;
+    hid_t gcpl = H5Gget_create_plist(g);
+    herr_t ret = gcpl >= 0 ? H5Pget_link_creation_order(gcpl, &flags) : -1;
+    if (gcpl >= 0) H5Pclose(gcpl);
+    if (ret >= 0 && !(flags & H5P_CRT_ORDER_INDEXED)) index = H5_INDEX_NAME;
+    if (ret >= 0) ret = H5Lvisit(g, H5_INDEX_NAME, H5_ITER_INC, order_cb, &index);
+    if (ret >= 0) ret = H5Lvisit(g, index, H5_ITER_INC, collect_cb, l);
     if (l->failed)
         status = ACX_ERROR(ACX_ERR_NO_MEMORY, "no memory to list the datasets of '%s'", real);
     else if (ret < 0)
@@ -518,14 +657,17 @@ typedef struct crc_reader {
     char what[PATH_CAP + 512]; /* "dataset /model/x of 'f.h5' is damaged" */
 } crc_reader_t;
 
-/* Set up `r` for dataset `dset` of a file of format `version`. A dataset
- * of version 2 up to ours must carry the attributes (ACX_ERR_FORMAT naming
- * it); version 1 has none (Fletcher-32, checked by HDF5); a newer version's
- * dataset is checked when it carries ours. Lock held. */
+/* Set up `r` for dataset `dset` of a file of format `version`: on when
+ * it carries the CRC-32 attributes (version 2, or a newer version that
+ * still writes ours); off when HDF5 checks it itself (Fletcher-32 chunks:
+ * version 1) or it is empty. A dataset with neither cannot be verified
+ * (its attributes deleted, or a file not written by acx): ACX_ERR_FORMAT
+ * naming it, unless `allow_unverified`, and then a loud warning. Lock
+ * held. */
 static acx_status_t crc_reader_open(hid_t dset, int64_t version, const char *dpath,
-                                    const char *real, crc_reader_t *r) {
+                                    const char *real, int allow_unverified, crc_reader_t *r) {
     char what[PATH_CAP + 256];
-    hid_t type = -1;
+    hid_t type = -1, dcpl = -1;
     int present = 0;
     ds_shape_t s;
     r->on = 0;
@@ -535,16 +677,31 @@ static acx_status_t crc_reader_open(hid_t dset, int64_t version, const char *dpa
     uint64_t bytes = (uint64_t)s.numel * H5Tget_size(type);
     H5Tclose(type);
     ACX_CHECK(acx_ckpt_crc_read_attrs(dset, bytes, what, &present, &r->crc));
-    if (!present && version >= 2 && version <= ACX_CKPT_FORMAT_VERSION)
-        return ACX_ERROR(ACX_ERR_FORMAT,
-                         "%s is damaged: it has no checksum attributes ('%s'), which format "
-                         "version %lld requires",
-                         what, ACX_CKPT_CRC_BLOCKS_ATTR, (long long)version);
     if (present) {
         r->on = 1;
         snprintf(r->what, sizeof r->what, "%s is damaged", what);
         acx_ckpt_crc_check_init(&r->k, &r->crc, r->what, 0);
+        return ACX_OK;
     }
+    unsigned flags = 0;
+    size_t nelem = 0;
+    int fletcher =
+        (dcpl = H5Dget_create_plist(dset)) >= 0 &&
+        H5Pget_filter_by_id2(dcpl, H5Z_FILTER_FLETCHER32, &flags, &nelem, NULL, 0, NULL, NULL) >= 0;
+    if (dcpl >= 0) H5Pclose(dcpl);
+    H5Eclear2(H5E_DEFAULT);
+    if (fletcher || bytes == 0) return ACX_OK;
+    if (!allow_unverified)
+        return ACX_ERROR(ACX_ERR_FORMAT,
+                         "%s has no checksum (no CRC-32 attributes '%s', no Fletcher-32 "
+                         "filter; format version %lld): its data cannot be verified (damaged, "
+                         "edited, or not written by acx?); acx ckpt verify --allow-unverified "
+                         "reads it anyway",
+                         what, ACX_CKPT_CRC_BLOCKS_ATTR, (long long)version);
+    fprintf(stderr,
+            "acx: WARNING: UNVERIFIED: %s has no checksum (no CRC-32 attributes, no "
+            "Fletcher-32 filter): read, but damage in it cannot be detected\n",
+            what);
     return ACX_OK;
 }
 
@@ -817,8 +974,8 @@ out:
 
 /* Read one dataset completely: its CRC-32 blocks are checked as they pass
  * (version 2), or HDF5 checks each chunk's Fletcher-32 (version 1). */
-static acx_status_t verify_dataset(hid_t file, const char *dpath, const char *real,
-                                   int64_t version) {
+static acx_status_t verify_dataset(hid_t file, const char *dpath, const char *real, int64_t version,
+                                   int allow_unverified) {
     acx_status_t status = ACX_OK;
     char what[PATH_CAP + 256];
     hid_t dset = -1, type = -1;
@@ -826,7 +983,8 @@ static acx_status_t verify_dataset(hid_t file, const char *dpath, const char *re
     snprintf(what, sizeof what, "dataset %s in '%s'", dpath, real);
     ACX_H5_CHECK_GOTO(dset = H5Dopen2(file, dpath, H5P_DEFAULT), what, status, out);
     ACX_H5_CHECK_GOTO(type = H5Dget_type(dset), what, status, out);
-    ACX_CHECK_GOTO(crc_reader_open(dset, version, dpath, real, &crc), status, out);
+    ACX_CHECK_GOTO(crc_reader_open(dset, version, dpath, real, allow_unverified, &crc), status,
+                   out);
 
     if (H5Tdetect_class(type, H5T_VLEN) > 0 || H5Tis_variable_str(type) > 0) {
         /* variable-length data (strings): one read, then give HDF5's
@@ -872,6 +1030,13 @@ out:
 }
 
 ACX_API acx_status_t acx_checkpoint_verify(const char *path) {
+    return acx_checkpoint_verify_flags(path, 0);
+}
+
+ACX_API acx_status_t acx_checkpoint_verify_flags(const char *path, unsigned flags) {
+    if ((flags & ~(unsigned)ACX_VERIFY_ALLOW_UNVERIFIED) != 0)
+        return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_checkpoint_verify_flags: unknown flags 0x%x",
+                         flags);
     char real[PATH_CAP];
     hid_t file;
     int64_t version;
@@ -893,7 +1058,8 @@ ACX_API acx_status_t acx_checkpoint_verify(const char *path) {
     }
     ACX_CHECK_GOTO(list_datasets(file, "/", real, &l), status, out);
     for (int k = 0; k < l.count && status == ACX_OK; k++)
-        status = verify_dataset(file, l.paths[k], real, version);
+        status = verify_dataset(file, l.paths[k], real, version,
+                                (flags & ACX_VERIFY_ALLOW_UNVERIFIED) != 0);
 out:
     ds_list_free(&l);
     close_ckpt(file);
@@ -964,7 +1130,7 @@ static acx_status_t out_commit(out_file_t *o, acx_status_t status) {
  * held. */
 static acx_status_t export_crc_open(hid_t file, hid_t dset, int64_t version, const char *dpath,
                                     const char *real, hid_t mem, crc_reader_t *r) {
-    ACX_CHECK(crc_reader_open(dset, version, dpath, real, r));
+    ACX_CHECK(crc_reader_open(dset, version, dpath, real, 0, r));
     if (!r->on) return ACX_OK;
     hid_t type = H5Dget_type(dset);
     htri_t same = type >= 0 ? H5Tequal(type, mem) : -1;
@@ -972,7 +1138,7 @@ static acx_status_t export_crc_open(hid_t file, hid_t dset, int64_t version, con
     H5Eclear2(H5E_DEFAULT);
     if (same > 0) return ACX_OK;
     crc_reader_close(r);
-    return verify_dataset(file, dpath, real, version);
+    return verify_dataset(file, dpath, real, version, 0);
 }
 
 /* One parameter to export: its name (path under /model) and shape. */

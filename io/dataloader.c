@@ -410,6 +410,9 @@ static acx_status_t open_dataset(acx_dataloader_t *l, const char *name, dataset_
                            l->path);
         goto err;
     }
+    /* no filter plugin, no virtual or external storage, storage inside the
+     * file (unwritten chunks read as fill values: allowed) */
+    ACX_CHECK_GOTO(acx_h5_check_dataset(d->dset, what, 0, NULL), status, err);
     ACX_H5_CHECK_GOTO(d->space = H5Dget_space(d->dset), what, status, err);
     int ndim = H5Sget_simple_extent_ndims(d->space);
     if (ndim < 0) return acx_error_h5("H5Sget_simple_extent_ndims", what, __FILE__, __LINE__);

@@ -11,6 +11,11 @@
  * acx_h5_lock around every HDF5 call. The lock is recursive so a function
  * holding it may call another that takes it (acx_error_h5 does).
  *
+ * Trust: acx_error_h5 tells damage (checksums, undecodable structures)
+ * from other HDF5 failures; acx_h5_quiet turns plugin loading off; and
+ * acx_h5_check_dataset / acx_h5_check_attr bound what a file can make acx
+ * load, allocate or iterate before anything is read.
+ *
  * What is left to others: opening files, drivers and property lists belong
  * to their callers (dataloader.c, idx.c, weights.c, the checkpoint writer).
  */
@@ -48,9 +53,18 @@ void acx_h5_unlock(void) { pthread_mutex_unlock(&h5_mutex); }
 void acx_h5_quiet(void) {
     /* Done on every call rather than once: it costs a few instructions, and
      * it survives an H5close()/re-open of the library by the program, which
-     * resets the automatic printing to its default. */
+     * resets the automatic printing and the plugin loading state to their
+     * defaults.
+     * Plugins: a dataset names its filters by number, and HDF5 by default
+     * dlopen()s every library in HDF5_PLUGIN_PATH (or its default
+     * directory) to find one it lacks, running their constructors — a
+     * checkpoint or data file from elsewhere could make acx run code. acx
+     * reads only what HDF5 has built in (deflate, shuffle, Fletcher-32,
+     * szip, n-bit, scale-offset); acx_h5_check_dataset names the filter a
+     * refused dataset needs. */
     acx_h5_lock();
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+    H5PLset_loading_state(0);
     acx_h5_unlock();
 }
 
@@ -62,7 +76,26 @@ typedef struct {
     char desc[512];
     char minor[128];
     int found;
+    int damage; /* an entry says the file's bytes are bad (h5_entry_is_damage) */
 } h5_walk_state_t;
+
+/* Whether one error stack entry says the file is damaged rather than that
+ * acx asked for something absent or the system failed: HDF5 1.10 reports a
+ * metadata checksum failure as "incorrect metadata checksum after all read
+ * attempts" (minor H5E_READERROR, like a failed read(2), hence the text),
+ * a bad signature as "... signature ..."; structures that decode to
+ * nonsense give H5E_VERSION, H5E_BADVALUE, H5E_CANTDECODE, H5E_OVERFLOW or
+ * H5E_BADRANGE from the decoding layers (never from argument checks, whose
+ * major is H5E_ARGS). Seen in a sweep of one flipped byte at every 5th
+ * metadata byte of a checkpoint (tests/file_trust.test keeps a few). */
+static int h5_entry_is_damage(const H5E_error2_t *err) {
+    const char *d = err->desc ? err->desc : "";
+    if (strstr(d, "checksum") != NULL || strstr(d, "signature") != NULL) return 1;
+    if (err->maj_num == H5E_ARGS) return 0;
+    return err->min_num == H5E_VERSION || err->min_num == H5E_BADVALUE ||
+           err->min_num == H5E_CANTDECODE || err->min_num == H5E_OVERFLOW ||
+           err->min_num == H5E_BADRANGE;
+}
 
 static herr_t h5_walk_cb(unsigned n, const H5E_error2_t *err, void *client) {
     h5_walk_state_t *w = client;
@@ -70,11 +103,16 @@ static herr_t h5_walk_cb(unsigned n, const H5E_error2_t *err, void *client) {
     /* H5E_WALK_DOWNWARD starts at the API function and ends at the
      * innermost routine, so the last entry seen wins. */
     w->found = 1;
+    if (h5_entry_is_damage(err)) w->damage = 1;
     snprintf(w->desc, sizeof w->desc, "%s", err->desc ? err->desc : "");
     w->minor[0] = '\0';
     if (H5Eget_msg(err->min_num, NULL, w->minor, sizeof w->minor) < 0) w->minor[0] = '\0';
     return 0;
 }
+
+static _Thread_local int h5_last_damaged;
+
+int acx_h5_last_damaged(void) { return h5_last_damaged; }
 
 /* "ret = H5Dopen2(file, name, H5P_DEFAULT)" → "H5Dopen2": the macro passes
  * the whole expression text; the message wants the HDF5 function's name. */
@@ -90,7 +128,7 @@ static void call_name(const char *call, char *out, size_t cap) {
 }
 
 acx_status_t acx_error_h5(const char *call, const char *what, const char *file, int line) {
-    h5_walk_state_t w = {.found = 0};
+    h5_walk_state_t w = {.found = 0, .damage = 0};
     char name[64];
     call_name(call ? call : "HDF5 call", name, sizeof name);
 
@@ -108,6 +146,10 @@ acx_status_t acx_error_h5(const char *call, const char *what, const char *file, 
             snprintf(buf, sizeof buf, "%s", w.desc[0] != '\0' ? w.desc : w.minor);
         text = buf;
     }
+    h5_last_damaged = w.damage;
+    if (w.damage)
+        return acx_error_set(ACX_ERR_FORMAT, file, line, "%s is damaged: %s (%s)",
+                             what && what[0] ? what : "the HDF5 file", text, name);
     return acx_error_set(ACX_ERR_HDF5, file, line, "%s %s failed: %s", name,
                          what ? what : "", text);
 }
@@ -232,6 +274,148 @@ out:;
     if (estack >= 0) H5Eset_current_stack(estack);
     acx_h5_unlock();
     return ret;
+}
+
+/* ---- what a file may make acx read ---- */
+
+/* The largest compression ratio a filter can reach: deflate's is bounded
+ * by 1032:1 (RFC 1951: a 258-byte match costs at least 2 bits); szip's is
+ * lower. 1100 leaves room for the chunk index. */
+#define H5_MAX_COMPRESSION 1100
+
+static const char *layout_name(H5D_layout_t l) {
+    switch (l) {
+    case H5D_COMPACT: return "compact";
+    case H5D_CONTIGUOUS: return "contiguous";
+    case H5D_CHUNKED: return "chunked";
+    case H5D_VIRTUAL: return "virtual";
+    default: return "unknown";
+    }
+}
+
+acx_status_t acx_h5_check_dataset(hid_t dset, const char *what, int need_written,
+                                  acx_h5_storage_t *st_p) {
+    acx_status_t status = ACX_OK;
+    hid_t dcpl = -1, type = -1, space = -1, file = -1;
+    acx_h5_storage_t st = {0};
+    acx_h5_lock();
+    ACX_H5_CHECK_GOTO(dcpl = H5Dget_create_plist(dset), what, status, out);
+    H5D_layout_t layout = H5Pget_layout(dcpl);
+    st.layout = (int)layout;
+    if (layout == H5D_VIRTUAL || layout < 0) {
+        status = ACX_ERROR(ACX_ERR_FORMAT,
+                           "%s has a %s layout: acx reads only data stored in the file itself "
+                           "(contiguous, chunked or compact)",
+                           what, layout < 0 ? "unreadable" : layout_name(layout));
+        goto out;
+    }
+    int next = H5Pget_external_count(dcpl);
+    if (next != 0) {
+        status = ACX_ERROR(ACX_ERR_FORMAT,
+                           "%s stores its data in %d external file(s): acx reads only data "
+                           "stored in the file itself",
+                           what, next);
+        goto out;
+    }
+    int nf = H5Pget_nfilters(dcpl), compressed = 0;
+    for (int k = 0; k < nf; k++) {
+        unsigned flags = 0;
+        size_t nelem = 0;
+        char fname[64] = "";
+        H5Z_filter_t id =
+            H5Pget_filter2(dcpl, (unsigned)k, &flags, &nelem, NULL, sizeof fname, fname, NULL);
+        if (id < 0) {
+            status = acx_error_h5("H5Pget_filter2", what, __FILE__, __LINE__);
+            goto out;
+        }
+        /* with plugin loading off (acx_h5_quiet) this says whether HDF5
+         * has the filter built in, and loads nothing */
+        htri_t avail = H5Zfilter_avail(id);
+        H5Eclear2(H5E_DEFAULT);
+        if (avail <= 0) {
+            status = ACX_ERROR(ACX_ERR_NOT_SUPPORTED,
+                               "%s needs HDF5 filter %d%s%s%s (a plugin); acx never loads HDF5 "
+                               "plugins, so it cannot read it",
+                               what, (int)id, fname[0] ? " ('" : "", fname, fname[0] ? "')" : "");
+            goto out;
+        }
+        if (id != H5Z_FILTER_FLETCHER32 && id != H5Z_FILTER_SHUFFLE) compressed = 1;
+    }
+    ACX_H5_CHECK_GOTO(type = H5Dget_type(dset), what, status, out);
+    ACX_H5_CHECK_GOTO(space = H5Dget_space(dset), what, status, out);
+    hssize_t npts = H5Sget_simple_extent_npoints(space);
+    size_t tsize = H5Tget_size(type);
+    if (npts < 0 || tsize == 0) {
+        status = acx_error_h5("H5Sget_simple_extent_npoints", what, __FILE__, __LINE__);
+        goto out;
+    }
+    if (npts > 0 && (uint64_t)npts > UINT64_MAX / tsize) {
+        status = ACX_ERROR(ACX_ERR_FORMAT, "%s is damaged: %lld elements of %zu bytes overflow",
+                           what, (long long)npts, tsize);
+        goto out;
+    }
+    st.bytes = (uint64_t)npts * tsize;
+    st.stored = H5Dget_storage_size(dset);
+    H5Eclear2(H5E_DEFAULT);
+    st.written = st.stored > 0 || st.bytes == 0;
+    hsize_t fsize = 0;
+    ACX_H5_CHECK_GOTO(file = H5Iget_file_id(dset), what, status, out);
+    ACX_H5_CHECK_GOTO(H5Fget_filesize(file, &fsize), what, status, out);
+    if (!st.written) {
+        if (need_written)
+            status = ACX_ERROR(ACX_ERR_FORMAT,
+                               "%s is damaged: it was never written (no storage in the file for "
+                               "its %llu bytes)",
+                               what, (unsigned long long)st.bytes);
+        goto out; /* a data file's unwritten dataset reads as fill values */
+    }
+    int exact = layout == H5D_CONTIGUOUS || layout == H5D_COMPACT;
+    /* a data file may have chunks it never wrote (fill values): only a
+     * checkpoint's datasets must be stored whole */
+    if (st.stored > fsize ||
+        (need_written &&
+         ((exact && st.stored != st.bytes) || (!exact && !compressed && st.stored < st.bytes) ||
+          (!exact && compressed && st.bytes / H5_MAX_COMPRESSION > st.stored)))) {
+        status = ACX_ERROR(ACX_ERR_FORMAT,
+                           "%s is damaged: its shape needs %llu bytes, the file stores %llu for "
+                           "it (%s%s) in a file of %llu bytes",
+                           what, (unsigned long long)st.bytes, (unsigned long long)st.stored,
+                           layout_name(layout), compressed ? ", compressed" : "",
+                           (unsigned long long)fsize);
+        goto out;
+    }
+out:
+    if (file >= 0) H5Fclose(file);
+    if (space >= 0) H5Sclose(space);
+    if (type >= 0) H5Tclose(type);
+    if (dcpl >= 0) H5Pclose(dcpl);
+    acx_h5_unlock();
+    if (status == ACX_OK && st_p != NULL) *st_p = st;
+    return status;
+}
+
+acx_status_t acx_h5_check_attr(hid_t attr, const char *what) {
+    acx_status_t status = ACX_OK;
+    hid_t type = -1, space = -1, file = -1;
+    hsize_t fsize = 0;
+    acx_h5_lock();
+    ACX_H5_CHECK_GOTO(type = H5Aget_type(attr), what, status, out);
+    ACX_H5_CHECK_GOTO(space = H5Aget_space(attr), what, status, out);
+    ACX_H5_CHECK_GOTO(file = H5Iget_file_id(attr), what, status, out);
+    ACX_H5_CHECK_GOTO(H5Fget_filesize(file, &fsize), what, status, out);
+    hssize_t npts = H5Sget_simple_extent_npoints(space);
+    size_t tsize = H5Tget_size(type);
+    if (npts < 0 || tsize == 0 || (uint64_t)npts > fsize / tsize)
+        status = ACX_ERROR(ACX_ERR_FORMAT,
+                           "%s is damaged: %lld elements of %zu bytes do not fit in the file's "
+                           "%llu bytes",
+                           what, (long long)npts, tsize, (unsigned long long)fsize);
+out:
+    if (file >= 0) H5Fclose(file);
+    if (space >= 0) H5Sclose(space);
+    if (type >= 0) H5Tclose(type);
+    acx_h5_unlock();
+    return status;
 }
 
 /* ---- output paths ---- */

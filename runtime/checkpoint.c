@@ -1284,8 +1284,12 @@ static acx_status_t load_state(acx_accelerator_t *acc, const char *path, int str
 
     ACX_CHECK_GOTO(resolve_load_path(acc, path, file), status, out);
     ACX_CHECK_GOTO(acx_ckpt_open(acc->world, file, &f), status, out);
+    acx_ckpt_allow_unverified(f, acc->config.values.checkpoint_allow_unverified == 1);
     status = host_view_open(acc, &r->view);
     if (status == ACX_OK) status = plan_load(acc, f, file, strict, r);
+    /* a damaged file is damaged, not a model mismatch: planning turns failed
+     * queries into "not in the checkpoint" */
+    if (acx_ckpt_damage(f) != ACX_OK) status = acx_ckpt_damage(f);
     /* deterministic on every rank, except for memory: agree anyway */
     ACX_CHECK_GOTO(acx_coll_agree(acc->world, status), status, out);
     ACX_CHECK_GOTO(acx_ckpt_read(f, r->plan.t, r->plan.nt), status, out);

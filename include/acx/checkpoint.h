@@ -75,6 +75,13 @@ ACX_API acx_status_t acx_checkpoint_info(const char *path, char **text_p);
  * ACX_ERR_IO, ACX_ERR_HDF5. */
 ACX_API acx_status_t acx_checkpoint_verify(const char *path);
 
+/* acx_checkpoint_verify with options. ACX_VERIFY_ALLOW_UNVERIFIED: a
+ * dataset without any checksum (no CRC-32 attributes, no Fletcher-32
+ * filter) is read with a warning on stderr instead of failing (its damage
+ * cannot be detected). */
+#define ACX_VERIFY_ALLOW_UNVERIFIED 1u
+ACX_API acx_status_t acx_checkpoint_verify_flags(const char *path, unsigned flags);
+
 typedef enum acx_export_format {
     ACX_EXPORT_SAFETENSORS = 0, /* consolidated fp32 weights, safetensors layout */
     ACX_EXPORT_HDF5 = 1         /* weights only, one dataset per parameter */

@@ -189,6 +189,8 @@ typedef struct acx_config {
                                 project's newest), a checkpoint file, or a checkpoints
                                 directory; "none" or NULL = do not (default "none") */
     int checkpoint_existing; /* checkpoint.existing: acx_checkpoint_existing_t (default REFUSE) */
+    int checkpoint_allow_unverified; /* checkpoint.allow_unverified: load data without checksums,
+                                        with a warning (default 0) */
 } acx_config_t;
 
 #define ACX_CONFIG_DEFAULT                                                     \
@@ -219,7 +221,8 @@ typedef struct acx_config {
         .offload_optimizer = ACX_UNSET,                                        \
         .checkpoint_timeout = ACX_UNSET_F,                                     \
         .resume_from = NULL,                                                   \
-        .checkpoint_existing = ACX_UNSET                                       \
+        .checkpoint_existing = ACX_UNSET,                                      \
+        .checkpoint_allow_unverified = ACX_UNSET                               \
     }
 
 /* Resolve the configuration the way acx_init would, without starting MPI,

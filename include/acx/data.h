@@ -79,7 +79,8 @@ ACX_API acx_status_t acx_dataloader_open(acx_accelerator_t *acc, const char *pat
 /* Next batch of the current epoch. Returns ACX_END_OF_DATA (and no batch)
  * once the epoch is exhausted; the following call starts the next epoch
  * (or set it with acx_dataloader_set_epoch). Not collective.
- * Errors: ACX_ERR_HDF5/ACX_ERR_IO from the read. */
+ * Errors: ACX_ERR_HDF5/ACX_ERR_IO from the read; ACX_ERR_FORMAT "... is damaged: ..."
+ * when HDF5 finds the file damaged (a Fletcher-32 or metadata checksum). */
 ACX_API acx_status_t acx_dataloader_next(acx_dataloader_t *loader, const acx_batch_t **batch_p);
 
 /* Restart at the beginning of `epoch` (its permutation depends on seed and

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "acx_test.h"
@@ -98,7 +99,8 @@ static acx_status_t resolve(const acx_config_t *program, const char *file, int n
 
 static int test_table(void) {
     TESTING("key table, names, formatting");
-    CHECK(acx_config_num_keys() == 33); /* 30 + checkpoint.timeout, resume_from, checkpoint.existing */
+    CHECK(acx_config_num_keys() == 34); /* 30 + checkpoint.timeout, resume_from, checkpoint.existing,
+                                           checkpoint.allow_unverified */
     CHECK(strcmp(acx_config_key_name(0), "mixed_precision") == 0);
     CHECK(acx_config_key_name(-1) == NULL);
     CHECK(acx_config_key_name(acx_config_num_keys()) == NULL);
@@ -812,6 +814,88 @@ static int test_file_errors(void) {
     return 0;
 error:
     env_clear();
+    FAILED();
+    return 1;
+}
+
+/* A config file's limits (runtime/base/config.c): 1 MiB and mappings or
+ * sequences nested 32 deep. Flow mappings nested 100000 deep took libyaml
+ * over 120 s to load before the depth check; refused now in well under a
+ * second, on the event that goes one level too deep. The limits are
+ * checked right at them: 32 levels load, 33 do not; 1 MiB loads, one byte
+ * more does not. */
+static double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static char *nested(int depth, const char *leaf) {
+    size_t n = strlen("seed: ") + 4 * (size_t)depth + strlen(leaf) + (size_t)depth + 2;
+    char *s = malloc(n);
+    if (s == NULL) exit(99);
+    char *p = s + sprintf(s, "seed: ");
+    for (int k = 0; k < depth; k++) p += sprintf(p, "{a: ");
+    p += sprintf(p, "%s", leaf);
+    for (int k = 0; k < depth; k++) *p++ = '}';
+    sprintf(p, "\n");
+    return s;
+}
+
+static int test_file_limits(void) {
+    TESTING("config file limits: nesting depth and size, named with file:line");
+    char *deep = nested(100000, "1");
+    const char *path = write_yaml(deep);
+    free(deep);
+    double t0 = now_seconds();
+    CHECK_STATUS(resolve(NULL, path, 0, NULL), ACX_ERR_INVALID_CONFIG,
+                 ":1: mappings and sequences nested more than 32 deep, the limit of a config "
+                 "file");
+    double dt = now_seconds() - t0;
+    if (dt > 2.0) {
+        fprintf(stderr, "  refusing 100000 levels took %.2f s (expected well under 1 s)\n", dt);
+        goto error;
+    }
+    CHECK(strstr(acx_last_error(), path) != NULL);
+    /* depth 31 under the top mapping: 32 levels, accepted by the depth
+     * check (seed then is not an integer: the ordinary key error) */
+    char *ok = nested(31, "1");
+    CHECK_STATUS(resolve(NULL, write_yaml(ok), 0, NULL), ACX_ERR_INVALID_CONFIG, "seed");
+    CHECK(strstr(acx_last_error(), "nested") == NULL);
+    free(ok);
+    char *over = nested(32, "1");
+    CHECK_STATUS(resolve(NULL, write_yaml(over), 0, NULL), ACX_ERR_INVALID_CONFIG,
+                 "nested more than 32 deep");
+    free(over);
+    /* sequences count too */
+    CHECK_STATUS(resolve(NULL,
+                         write_yaml("seed: [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]"
+                                    "]]]]]]]]]]]]]]]]]]]]]]]]]]]\n"),
+                         0, NULL),
+                 ACX_ERR_INVALID_CONFIG, "nested more than 32 deep");
+
+    /* size: exactly 1 MiB of comments and a key loads; one byte more not */
+    size_t cap = (1u << 20) + 2;
+    char *big = malloc(cap);
+    if (big == NULL) exit(99);
+    const char *tail = "seed: 7\n";
+    size_t body = (1u << 20) - strlen(tail);
+    memset(big, '#', body);
+    for (size_t k = 63; k < body; k += 64) big[k] = '\n';
+    big[body - 1] = '\n';
+    strcpy(big + body, tail);
+    CHECK_OK(resolve(NULL, write_yaml(big), 0, NULL));
+    CHECK(cfg.values.seed == 7);
+    memmove(big + 1, big, strlen(big) + 1);
+    big[0] = '#';
+    const char *too_big = write_yaml(big);
+    free(big);
+    CHECK_STATUS(resolve(NULL, too_big, 0, NULL), ACX_ERR_INVALID_CONFIG,
+                 "is larger than 1048576 bytes (1 MiB), the limit of a config file");
+    CHECK(strstr(acx_last_error(), too_big) != NULL);
+    PASSED();
+    return 0;
+error:
     FAILED();
     return 1;
 }
@@ -1821,6 +1905,7 @@ int main(void) {
     failed += test_precision_keys();
     failed += test_program_size();
     failed += test_file_errors();
+    failed += test_file_limits();
     failed += test_other_errors();
     failed += test_preemption_keys();
     failed += test_yaml_roundtrip();
