@@ -26,6 +26,7 @@
  * The usage texts are written next to the parser that implements them; keep
  * the two in step.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <hdf5.h>
 #include <limits.h>
@@ -100,8 +101,8 @@ static int cmd_version(int argc, char **argv) {
         }
     }
     if (argc > 1)
-        return usage_error("version", argv[1][0] == '-' ? "unknown option '%s'"
-                                                        : "unexpected argument '%s'",
+        return usage_error("version",
+                           argv[1][0] == '-' ? "unknown option '%s'" : "unexpected argument '%s'",
                            argv[1]);
 
     /* MPI_Get_library_version is one of the few MPI calls allowed before
@@ -193,8 +194,8 @@ static int resolve_idx_dir(const char *dir, char paths[4][IDX_PATH_MAX]) {
     int failed = 0;
     for (int k = 0; k < 2; k++) {
         if (!found[k]) {
-            fprintf(stderr, "acx: data import-idx: no %s.gz or %s in '%s'\n", bases[k],
-                    bases[k], dir);
+            fprintf(stderr, "acx: data import-idx: no %s.gz or %s in '%s'\n", bases[k], bases[k],
+                    dir);
             failed = 1;
         }
     }
@@ -252,8 +253,9 @@ static int cmd_data_import_idx(int argc, char **argv) {
 
     int any_file = files[0] || files[1] || files[2] || files[3];
     if (dir != NULL && any_file)
-        return usage_error(where, "give either DIR ('%s') or the --train-/--test- file options, "
-                                  "not both",
+        return usage_error(where,
+                           "give either DIR ('%s') or the --train-/--test- file options, "
+                           "not both",
                            dir);
     if (dir == NULL && !any_file)
         return usage_error(where, "%s", "missing DIR or --train-images/--train-labels");
@@ -271,7 +273,8 @@ static int cmd_data_import_idx(int argc, char **argv) {
     if (dir != NULL) {
         int rc = resolve_idx_dir(dir, paths);
         if (rc != EXIT_OK) return rc;
-        for (int k = 0; k < 4; k++) files[k] = paths[k][0] ? paths[k] : NULL;
+        for (int k = 0; k < 4; k++)
+            files[k] = paths[k][0] ? paths[k] : NULL;
     }
 
     acx_status_t status = acx_import_idx(files[0], files[1], files[2], files[3], out);
@@ -302,9 +305,8 @@ static int cmd_data(int argc, char **argv) {
         return EXIT_OK;
     }
     if (strcmp(argv[1], "import-idx") == 0) return cmd_data_import_idx(argc - 1, argv + 1);
-    return usage_error("data", argv[1][0] == '-' ? "unknown option '%s'"
-                                                 : "unknown subcommand '%s'",
-                       argv[1]);
+    return usage_error(
+        "data", argv[1][0] == '-' ? "unknown option '%s'" : "unknown subcommand '%s'", argv[1]);
 }
 
 /* ---- acx config show ---- */
@@ -377,9 +379,8 @@ static int cmd_config_show(int argc, char **argv) {
             snprintf(opts[n++], len, "%s%s%s", arg, value ? "=" : "", value ? value : "");
             continue;
         }
-        status = usage_error(where, arg[0] == '-' ? "unknown option '%s'"
-                                                  : "unexpected argument '%s'",
-                             arg);
+        status = usage_error(
+            where, arg[0] == '-' ? "unknown option '%s'" : "unexpected argument '%s'", arg);
     }
     if (status != EXIT_OK) goto out;
 
@@ -392,7 +393,8 @@ static int cmd_config_show(int argc, char **argv) {
     fputs(text, stdout);
     free(text);
 out:
-    for (int k = 0; k < n; k++) free(opts[k]);
+    for (int k = 0; k < n; k++)
+        free(opts[k]);
     free(opts);
     return status;
 }
@@ -423,9 +425,8 @@ static int cmd_config(int argc, char **argv) {
     if (argc < 2 || argv[1][0] == '-') return cmd_config_interactive(argc, argv);
     if (strcmp(argv[1], "show") == 0) return cmd_config_show(argc - 1, argv + 1);
     if (strcmp(argv[1], "default") == 0) return cmd_config_default(argc - 1, argv + 1);
-    return usage_error("config", argv[1][0] == '-' ? "unknown option '%s'"
-                                                   : "unknown subcommand '%s'",
-                       argv[1]);
+    return usage_error(
+        "config", argv[1][0] == '-' ? "unknown option '%s'" : "unknown subcommand '%s'", argv[1]);
 }
 
 /* ---- acx ckpt ---- */
@@ -476,14 +477,17 @@ static const char ckpt_verify_usage[] =
     "'PATH: ok' on success; on failure the message says what is damaged and\n"
     "where. A dataset without any checksum fails unless --allow-unverified.\n"
     "Datasets that need an HDF5 filter plugin, or are virtual or external,\n"
-    "fail: acx never loads plugins. PATH as for 'acx ckpt info'. Single\n"
-    "process.\n"
+    "fail: acx never loads plugins. PATH is a checkpoint file, a `latest`\n"
+    "pointer, or a directory: a checkpoints directory (or a project directory\n"
+    "holding checkpoints/) has EVERY checkpoint in it (*.h5) verified, one line\n"
+    "each ('FILE: ok' or 'FILE: DAMAGED: why'), then a count. Single process.\n"
     "\n"
     "options:\n"
     "  --allow-unverified     read datasets without any checksum, with a warning\n"
     "  -h, --help             show this text\n"
     "\n"
-    "Exit status: 0 intact, 1 damaged or unreadable, 2 usage error.\n";
+    "Exit status: 0 intact (every one, for a directory), 1 damaged or\n"
+    "unreadable (any one), 2 usage error.\n";
 
 static const char ckpt_export_usage[] =
     "usage: acx ckpt export PATH -o OUT [--format safetensors|hdf5]\n"
@@ -507,13 +511,101 @@ static const char ckpt_export_usage[] =
     "options.\n"
     "Exit status: 0 exported, 1 the export failed, 2 usage error.\n";
 
+/* ---- acx ckpt verify ---- */
+
+static int cmp_names(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* The checkpoint files of directory `dir`: every regular *.h5 whose name
+ * does not start with '.' (a save in progress writes a hidden temporary),
+ * sorted by name (step_%08lld.h5 sorts by step). *names_p is malloc'd, as
+ * each name. Returns the count, or -1 with errno set. */
+static int list_h5(const char *dir, char ***names_p) {
+    DIR *d = opendir(dir);
+    if (d == NULL) return -1;
+    char **names = NULL;
+    int n = 0, cap = 0;
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        size_t len = strlen(e->d_name);
+        if (e->d_name[0] == '.' || len < 4 || strcmp(e->d_name + len - 3, ".h5") != 0) continue;
+        char full[PATH_MAX];
+        struct stat st;
+        if (snprintf(full, sizeof full, "%s/%s", dir, e->d_name) >= (int)sizeof full ||
+            stat(full, &st) != 0 || !S_ISREG(st.st_mode))
+            continue;
+        if (n == cap) {
+            cap = cap ? 2 * cap : 16;
+            char **grown = realloc(names, (size_t)cap * sizeof *names);
+            if (grown == NULL) break;
+            names = grown;
+        }
+        if ((names[n] = strdup(e->d_name)) == NULL) break;
+        n++;
+    }
+    closedir(d);
+    if (n > 0) qsort(names, (size_t)n, sizeof *names, cmp_names);
+    *names_p = names;
+    return n;
+}
+
+/* `acx ckpt verify PATH`: a file (or a `latest` pointer) is verified alone;
+ * a directory — a checkpoints directory, or a project directory holding
+ * checkpoints/ — has EVERY checkpoint in it verified, each named with its
+ * verdict, so an older damaged checkpoint is not hidden by a good newest
+ * one. Exit 0 only if every one is intact and there is at least one. */
+static int ckpt_verify(const char *path, unsigned flags) {
+    struct stat st;
+    if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        acx_status_t status = acx_checkpoint_verify_flags(path, flags);
+        if (status != ACX_OK) return acx_failure(status);
+        printf("%s: ok\n", path);
+        return EXIT_OK;
+    }
+    char dir[PATH_MAX], sub[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", path);
+    char **names = NULL;
+    int n = list_h5(dir, &names);
+    if (n == 0 && snprintf(sub, sizeof sub, "%s/checkpoints", path) < (int)sizeof sub &&
+        stat(sub, &st) == 0 && S_ISDIR(st.st_mode)) {
+        free(names);
+        snprintf(dir, sizeof dir, "%s", sub); /* a project directory */
+        n = list_h5(dir, &names);
+    }
+    if (n < 0) {
+        fprintf(stderr, "acx: cannot read directory '%s': %s\n", dir, strerror(errno));
+        return EXIT_FAILURE;
+    }
+    if (n == 0) {
+        fprintf(stderr, "acx: no checkpoint (*.h5) in '%s'\n", dir);
+        free(names);
+        return EXIT_FAILURE;
+    }
+    int damaged = 0;
+    for (int i = 0; i < n; i++) {
+        char file[2 * PATH_MAX]; /* dir and a name that list_h5 found fit in PATH_MAX */
+        snprintf(file, sizeof file, "%s/%s", dir, names[i]);
+        if (acx_checkpoint_verify_flags(file, flags) == ACX_OK) {
+            printf("%s: ok\n", file);
+        } else {
+            printf("%s: DAMAGED: %s\n", file, acx_last_error());
+            damaged++;
+        }
+        fflush(stdout);
+        free(names[i]);
+    }
+    free(names);
+    printf("%s: %d checkpoint(s) verified, %d ok, %d damaged\n", dir, n, n - damaged, damaged);
+    return damaged == 0 ? EXIT_OK : EXIT_FAILURE;
+}
+
 /* `acx ckpt info|verify|export ...`: argv[0] is the subcommand. */
 static int cmd_ckpt_sub(int argc, char **argv) {
     const char *sub = argv[0];
     int is_export = strcmp(sub, "export") == 0;
-    const char *usage = is_export                     ? ckpt_export_usage
+    const char *usage = is_export                  ? ckpt_export_usage
                         : strcmp(sub, "info") == 0 ? ckpt_info_usage
-                                                      : ckpt_verify_usage;
+                                                   : ckpt_verify_usage;
     char where[32];
     snprintf(where, sizeof where, "ckpt %s", sub);
     const char *path = NULL, *out = NULL, *format = NULL;
@@ -563,13 +655,7 @@ static int cmd_ckpt_sub(int argc, char **argv) {
         free(text);
         return EXIT_OK;
     }
-    if (!is_export) {
-        if ((status = acx_checkpoint_verify_flags(
-                 path, allow_unverified ? ACX_VERIFY_ALLOW_UNVERIFIED : 0)) != ACX_OK)
-            return acx_failure(status);
-        printf("%s: ok\n", path);
-        return EXIT_OK;
-    }
+    if (!is_export) return ckpt_verify(path, allow_unverified ? ACX_VERIFY_ALLOW_UNVERIFIED : 0);
     acx_export_format_t fmt = ACX_EXPORT_SAFETENSORS;
     if (format != NULL && strcmp(format, "hdf5") == 0)
         fmt = ACX_EXPORT_HDF5;
@@ -606,9 +692,8 @@ static int cmd_ckpt(int argc, char **argv) {
     if (strcmp(argv[1], "info") == 0 || strcmp(argv[1], "verify") == 0 ||
         strcmp(argv[1], "export") == 0)
         return cmd_ckpt_sub(argc - 1, argv + 1);
-    return usage_error("ckpt", argv[1][0] == '-' ? "unknown option '%s'"
-                                                 : "unknown subcommand '%s'",
-                       argv[1]);
+    return usage_error(
+        "ckpt", argv[1][0] == '-' ? "unknown option '%s'" : "unknown subcommand '%s'", argv[1]);
 }
 
 /* ---- acx estimate-memory ---- */
@@ -1319,7 +1404,8 @@ static int cmd_help(int argc, char **argv) {
     char *args[64];
     if (argc > 62) return usage_error("help", "%s", "too many arguments");
     int n = 0;
-    for (int i = 1; i < argc; i++) args[n++] = argv[i];
+    for (int i = 1; i < argc; i++)
+        args[n++] = argv[i];
     args[n++] = (char *)"--help";
     args[n] = NULL;
     return cmd->run(n, args);
