@@ -165,7 +165,7 @@ struct acx_ckpt_file {
     acx_comm_t *world; /* NULL: opened by this process alone (sec2) */
     hid_t file;
     char *path;
-    int64_t version; /* format_version: >= 2 has CRC-32 attributes */
+    int64_t version;        /* format_version: >= 2 has CRC-32 attributes */
     double t_read, t_check; /* acx_ckpt_read's seconds in H5Dread and CRC checks (debug log) */
     /* The first damage found (sticky): every later call returns it. HDF5
      * 1.10.8 keeps an object header whose continuation chunk failed its
@@ -505,8 +505,8 @@ out:
 /* Property lists of a save, and the write-behind of this rank's data. */
 typedef struct {
     hid_t gcpl, dcpl, dxpl;
-    int wb_fd;          /* the temporary file, for sync_file_range; -1: none */
-    uint64_t wb_bytes;  /* this rank's bytes written since the last write-behind */
+    int wb_fd;         /* the temporary file, for sync_file_range; -1: none */
+    uint64_t wb_bytes; /* this rank's bytes written since the last write-behind */
 } save_plists_t;
 
 /* Start the write-back of bytes [off, off + len) of the file this rank has
@@ -767,10 +767,40 @@ static acx_status_t probe_create(const char *tmp) {
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     int err = errno;
     if (fd < 0)
-        return ACX_ERROR(ACX_ERR_IO, "cannot create checkpoint file '%s': %s%s", tmp,
-                         strerror(err), err == ENOSPC ? " (ENOSPC)" : "");
+        return ACX_ERROR(ACX_ERR_IO, "cannot create checkpoint file '%s': %s%s", tmp, strerror(err),
+                         err == ENOSPC ? " (ENOSPC)" : "");
     close(fd);
     return ACX_OK;
+}
+
+/* Rank 0, before HDF5 touches the file: does the checkpoint fit in the
+ * free space of its file system? The bytes are the tensors' data (full
+ * logical shapes), the string attributes, and a margin for HDF5's metadata
+ * and the CRC-32 attributes (64 KiB plus 4 KiB a tensor, far above what
+ * they take). Refusing here keeps a full disk out of HDF5: a write that
+ * fails in H5Fclose's metadata flush leaves the file half-closed in HDF5
+ * 1.10, which then crashes at MPI_Finalize (H5F__close_cb). Quotas
+ * (EDQUOT) and space taken by others while the save runs are still caught
+ * by name_no_space. A file system that does not answer statvfs passes. */
+static acx_status_t check_space(const char *tmp, const char *dir, const acx_ckpt_tensor_t *tensors,
+                                int num_tensors, const acx_ckpt_attr_t *attrs, int num_attrs) {
+    struct statvfs vs;
+    if (statvfs(dir, &vs) != 0) return ACX_OK;
+    unsigned long long avail = (unsigned long long)vs.f_bavail * vs.f_frsize;
+    unsigned long long need = 64ull << 10;
+    for (int i = 0; i < num_tensors; i++) {
+        unsigned long long n = acx_dtype_size(tensors[i].dtype);
+        for (int d = 0; d < tensors[i].ndim; d++)
+            n *= (unsigned long long)tensors[i].shape[d];
+        need += n + (4ull << 10);
+    }
+    for (int i = 0; i < num_attrs; i++)
+        if (attrs[i].type == ACX_CKPT_STR && attrs[i].str != NULL) need += strlen(attrs[i].str);
+    if (need <= avail) return ACX_OK;
+    return ACX_ERROR(ACX_ERR_IO,
+                     "no space left on device (ENOSPC) writing '%s': the checkpoint needs about "
+                     "%llu bytes and its file system has %llu bytes free; nothing was written",
+                     tmp, need, avail);
 }
 
 acx_status_t acx_ckpt_save(acx_comm_t *world, const char *path, const acx_ckpt_tensor_t *tensors,
@@ -795,6 +825,8 @@ acx_status_t acx_ckpt_save(acx_comm_t *world, const char *path, const acx_ckpt_t
     for (int i = 0; i < num_tensors && status == ACX_OK; i++)
         status = check_tensor(&tensors[i], i);
     if (status == ACX_OK && rank == 0) status = probe_create(tmp);
+    if (status == ACX_OK && rank == 0)
+        status = check_space(tmp, dir, tensors, num_tensors, attrs, num_attrs);
     if (status == ACX_OK) status = save_crcs_layout(tensors, num_tensors, &crcs);
 
     /* Agreed before any HDF5 call: H5Pset_fapl_mpio duplicates the
@@ -819,8 +851,8 @@ acx_status_t acx_ckpt_save(acx_comm_t *world, const char *path, const acx_ckpt_t
      * version-1 dataset headers: no checksums), to measure their cost. */
     const char *old_meta = getenv("ACX_TEST_CKPT_OLD_METADATA");
     if (old_meta == NULL || strcmp(old_meta, "1") != 0)
-        ACX_H5_CHECK_GOTO(H5Pset_libver_bounds(fapl, H5F_LIBVER_V18, H5F_LIBVER_V110), what,
-                          status, agreed_create);
+        ACX_H5_CHECK_GOTO(H5Pset_libver_bounds(fapl, H5F_LIBVER_V18, H5F_LIBVER_V110), what, status,
+                          agreed_create);
     ACX_H5_CHECK_GOTO(fcpl = H5Pcreate(H5P_FILE_CREATE), what, status, agreed_create);
     ACX_H5_CHECK_GOTO(
         H5Pset_link_creation_order(fcpl, H5P_CRT_ORDER_TRACKED | H5P_CRT_ORDER_INDEXED), what,
@@ -881,8 +913,8 @@ agreed_create:
         file = -1;
         int err = errno;
         if (ret < 0)
-            status = name_no_space(acx_error_h5("H5Fclose", what, __FILE__, __LINE__), err, tmp,
-                                   dir);
+            status =
+                name_no_space(acx_error_h5("H5Fclose", what, __FILE__, __LINE__), err, tmp, dir);
     }
     /* Every rank fsyncs the closed file: each makes what its node cached
      * durable (one rank's fsync covers only its own node's cache on a
@@ -1664,8 +1696,7 @@ static acx_status_t share_rows(const acx_ckpt_tensor_t *t, const char *file) {
                                "checkpoint tensor '%s' in '%s': member %d of its share group "
                                "reads rows [%lld, %lld), not from row %lld (the members' io "
                                "rows must follow each other in rank order)",
-                               t->path, file, r, (long long)a[0], (long long)a[1],
-                               (long long)next);
+                               t->path, file, r, (long long)a[0], (long long)a[1], (long long)next);
         else if (rows > (int64_t)INT_MAX || a[0] - t->buf_row0 > (int64_t)INT_MAX ||
                  rb > (uint64_t)INT_MAX)
             status = ACX_ERROR(ACX_ERR_INVALID_ARG,
@@ -1684,9 +1715,9 @@ static acx_status_t share_rows(const acx_ckpt_tensor_t *t, const char *file) {
     if (status != ACX_OK || first < 0) goto out;
     ACX_MPI_CHECK_GOTO(MPI_Type_contiguous((int)rb, MPI_BYTE, &row), status, agreed);
     ACX_MPI_CHECK_GOTO(MPI_Type_commit(&row), status, agreed);
-    ACX_MPI_CHECK_GOTO(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, t->buf, counts, displs,
-                                      row, g->mpi),
-                       status, agreed);
+    ACX_MPI_CHECK_GOTO(
+        MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, t->buf, counts, displs, row, g->mpi),
+        status, agreed);
 agreed:
     status = acx_coll_agree(g, status);
 out:
