@@ -63,8 +63,8 @@
 
 #include <acx/acx.h>
 
-#define COLS 4096
-#define SAMPLES 16 /* per parameter: first, last and 14 spread between */
+#define COLS       4096
+#define SAMPLES    16 /* per parameter: first, last and 14 spread between */
 #define MAX_PARAMS 64
 
 typedef struct options {
@@ -147,7 +147,7 @@ static int parse(int argc, char **argv, int rank, options_t *o) {
     do {                                                                                           \
         acx_status_t st_ = (call);                                                                 \
         if (st_ != ACX_OK) {                                                                       \
-            if (rank == 0) /* collective calls: every rank has the same error */                  \
+            if (rank == 0) /* collective calls: every rank has the same error */                   \
                 fprintf(stderr, "acx-bench-ckpt: %s failed: %s\n", #call, acx_last_error());       \
             rc = 1;                                                                                \
             goto out;                                                                              \
@@ -172,8 +172,9 @@ static int drop_caches(int rank) {
             failed |= fclose(f) != 0;
         }
         if (failed) {
-            fprintf(stderr, "acx-bench-ckpt: cannot drop the page cache "
-                            "(/proc/sys/vm/drop_caches: %s; root needed)\n",
+            fprintf(stderr,
+                    "acx-bench-ckpt: cannot drop the page cache "
+                    "(/proc/sys/vm/drop_caches: %s; root needed)\n",
                     strerror(errno));
             ok = 0;
         }
@@ -267,7 +268,8 @@ int main(int argc, char **argv) {
                 fprintf(stderr, "acx-bench-ckpt: cannot write '%s': %s\n", sfile, strerror(errno));
                 ok = 0;
             } else {
-                for (int i = 0; i < o.params * SAMPLES; i++) fprintf(f, "%a\n", samples[i]);
+                for (int i = 0; i < o.params * SAMPLES; i++)
+                    fprintf(f, "%a\n", samples[i]);
                 fclose(f);
             }
         }
@@ -302,7 +304,8 @@ int main(int argc, char **argv) {
             }
             if (f != NULL) fclose(f);
             if (ok && changed == 0) {
-                fprintf(stderr, "acx-bench-ckpt: the load left every sample at its initial value\n");
+                fprintf(stderr,
+                        "acx-bench-ckpt: the load left every sample at its initial value\n");
                 ok = 0;
             }
         }

@@ -10,9 +10,7 @@
 #define ROOT 0
 
 /* buf [count], root's copied to every rank */
-static acx_status_t run_acx(osu_ctx_t *c) {
-    return osu_acx_broadcast(c, c->send, c->count, ROOT);
-}
+static acx_status_t run_acx(osu_ctx_t *c) { return osu_acx_broadcast(c, c->send, c->count, ROOT); }
 
 static int run_raw(osu_ctx_t *c) {
     return MPI_Bcast(c->raw_send, (int)c->count, c->mpi_type, ROOT, c->comm);

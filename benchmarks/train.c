@@ -96,7 +96,7 @@
 #include "bench_common.h"
 #include "mlp.h"
 
-#define PROG "acx-bench-train"
+#define PROG        "acx-bench-train"
 #define CHECK_LIMIT 1e-5 /* max ||a-b||/||b|| per tensor after the cross-check */
 
 enum { MODEL_FMNIST = 0, MODEL_SYNTHETIC = 1 };
@@ -124,39 +124,40 @@ static int world_rank; /* for messages before and after acx */
 /* ---- options ---- */
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: mpirun -np N " PROG " [options]\n"
-            "Time an MLP training step through acx against a hand-written MPI data-parallel\n"
-            "loop (one MPI_Allreduce per step) and a compute-only step, alternating in one run.\n\n"
-            "  --model fmnist|synthetic  Fashion-MNIST MLP 784-256-128-10 on real data (default),\n"
-            "                      or a larger MLP on fixed-seed synthetic data\n"
-            "  --data FILE.h5      fmnist: /train/images, /train/labels (`acx data import-idx`)\n"
-            "  --dims IN,H1,H2,OUT synthetic: layer widths, OUT <= 256 (default 1024,4096,4096,256)\n"
-            "  --sharding-strategy S  acx side: NO_SHARD | SHARD_GRAD_OP | FULL_SHARD |\n"
-            "                      HYBRID_SHARD (any case; default NO_SHARD)\n"
-            "  --mixed-precision P acx side: no | bf16 | fp16 (default no)\n"
-            "  --batch-size B      samples per rank per step (default 64)\n"
-            "  --steps S           timed steps per side (default fmnist 200, synthetic 10)\n"
-            "  --rounds R          alternation rounds the steps are split into (default fmnist 10,\n"
-            "                      synthetic 5; at most S)\n"
-            "  --warmup W          untimed steps per side before the rounds (default fmnist 10,\n"
-            "                      synthetic 2)\n"
-            "  --block-warmup N    untimed steps before each timed block (default 1)\n"
-            "  --check-steps C     steps of the cross-check (default fmnist 20, synthetic 3;\n"
-            "                      0 = no cross-check)\n"
-            "  --check             run only the cross-check (no timing)\n"
-            "  --only acx|mpi-loop run one side (and compute-only) instead of both\n"
-            "  --no-compute-only   leave out the compute-only side (no communication share)\n"
-            "  --batches N         distinct batches kept in memory per rank (default fmnist 200,\n"
-            "                      synthetic 16)\n"
-            "  --threads T         BLAS threads per rank (default 1: ranks fill the cores)\n"
-            "  --lr X              AdamW learning rate (default 1e-3)\n"
-            "  --weight-decay X    AdamW decoupled weight decay (default 0.01)\n"
-            "  --seed N            acx's initialization seed and the synthetic data's (default 42)\n"
-            "  --np N              expected number of ranks (an error if the job has another)\n"
-            "  --json FILE         also write the result object, with per-round numbers (rank 0)\n"
-            "  --config FILE, --acx-KEY=VALUE   acx configuration (see docs/config.md)\n"
-            "The last line of stdout is one JSON object (docs/benchmarks.md).\n");
+    fprintf(
+        f,
+        "usage: mpirun -np N " PROG " [options]\n"
+        "Time an MLP training step through acx against a hand-written MPI data-parallel\n"
+        "loop (one MPI_Allreduce per step) and a compute-only step, alternating in one run.\n\n"
+        "  --model fmnist|synthetic  Fashion-MNIST MLP 784-256-128-10 on real data (default),\n"
+        "                      or a larger MLP on fixed-seed synthetic data\n"
+        "  --data FILE.h5      fmnist: /train/images, /train/labels (`acx data import-idx`)\n"
+        "  --dims IN,H1,H2,OUT synthetic: layer widths, OUT <= 256 (default 1024,4096,4096,256)\n"
+        "  --sharding-strategy S  acx side: NO_SHARD | SHARD_GRAD_OP | FULL_SHARD |\n"
+        "                      HYBRID_SHARD (any case; default NO_SHARD)\n"
+        "  --mixed-precision P acx side: no | bf16 | fp16 (default no)\n"
+        "  --batch-size B      samples per rank per step (default 64)\n"
+        "  --steps S           timed steps per side (default fmnist 200, synthetic 10)\n"
+        "  --rounds R          alternation rounds the steps are split into (default fmnist 10,\n"
+        "                      synthetic 5; at most S)\n"
+        "  --warmup W          untimed steps per side before the rounds (default fmnist 10,\n"
+        "                      synthetic 2)\n"
+        "  --block-warmup N    untimed steps before each timed block (default 1)\n"
+        "  --check-steps C     steps of the cross-check (default fmnist 20, synthetic 3;\n"
+        "                      0 = no cross-check)\n"
+        "  --check             run only the cross-check (no timing)\n"
+        "  --only acx|mpi-loop run one side (and compute-only) instead of both\n"
+        "  --no-compute-only   leave out the compute-only side (no communication share)\n"
+        "  --batches N         distinct batches kept in memory per rank (default fmnist 200,\n"
+        "                      synthetic 16)\n"
+        "  --threads T         BLAS threads per rank (default 1: ranks fill the cores)\n"
+        "  --lr X              AdamW learning rate (default 1e-3)\n"
+        "  --weight-decay X    AdamW decoupled weight decay (default 0.01)\n"
+        "  --seed N            acx's initialization seed and the synthetic data's (default 42)\n"
+        "  --np N              expected number of ranks (an error if the job has another)\n"
+        "  --json FILE         also write the result object, with per-round numbers (rank 0)\n"
+        "  --config FILE, --acx-KEY=VALUE   acx configuration (see docs/config.md)\n"
+        "The last line of stdout is one JSON object (docs/benchmarks.md).\n");
 }
 
 /* A whole-string number in [0, hi] (--lr: hi 1e3, the bound acx's
@@ -200,13 +201,15 @@ static int take_config_options(int *argc, char **argv, options_t *o) {
     o->seed = 42;
     if (missing) {
         if (world_rank == 0)
-            fprintf(stderr, PROG ": --sharding-strategy, --mixed-precision and --seed need a value\n");
+            fprintf(stderr,
+                    PROG ": --sharding-strategy, --mixed-precision and --seed need a value\n");
         return -1;
     }
     if (s && bench_parse_strategy(PROG, s, &o->strategy) != 0) return -1;
     if (mp && (o->mixed_precision = bench_lookup(mp, mp_names, 3)) < 0) {
         if (world_rank == 0)
-            fprintf(stderr, PROG ": invalid value '%s' for --mixed-precision (expected no, bf16 or fp16)\n",
+            fprintf(stderr,
+                    PROG ": invalid value '%s' for --mixed-precision (expected no, bf16 or fp16)\n",
                     mp);
         return -1;
     }
@@ -226,17 +229,26 @@ static int parse_options(int argc, char **argv, options_t *o) {
     o->lr = 1e-3;
     o->weight_decay = 0.01;
     o->run[SIDE_ACX] = o->run[SIDE_MPI] = o->run[SIDE_COMPUTE] = 1;
-    static const struct option longopts[] = {
-        {"model", required_argument, 0, 'M'},      {"data", required_argument, 0, 'd'},
-        {"dims", required_argument, 0, 'D'},       {"batch-size", required_argument, 0, 'b'},
-        {"steps", required_argument, 0, 'k'},      {"rounds", required_argument, 0, 'r'},
-        {"warmup", required_argument, 0, 'w'},     {"block-warmup", required_argument, 0, 'B'},
-        {"check-steps", required_argument, 0, 's'}, {"check", no_argument, 0, 'c'},
-        {"only", required_argument, 0, 'o'},       {"no-compute-only", no_argument, 0, 'C'},
-        {"batches", required_argument, 0, 'n'},    {"threads", required_argument, 0, 't'},
-        {"lr", required_argument, 0, 'l'},         {"weight-decay", required_argument, 0, 'W'},
-        {"np", required_argument, 0, 'N'},         {"json", required_argument, 0, 'j'},
-        {"help", no_argument, 0, 'h'},             {0, 0, 0, 0}};
+    static const struct option longopts[] = {{"model", required_argument, 0, 'M'},
+                                             {"data", required_argument, 0, 'd'},
+                                             {"dims", required_argument, 0, 'D'},
+                                             {"batch-size", required_argument, 0, 'b'},
+                                             {"steps", required_argument, 0, 'k'},
+                                             {"rounds", required_argument, 0, 'r'},
+                                             {"warmup", required_argument, 0, 'w'},
+                                             {"block-warmup", required_argument, 0, 'B'},
+                                             {"check-steps", required_argument, 0, 's'},
+                                             {"check", no_argument, 0, 'c'},
+                                             {"only", required_argument, 0, 'o'},
+                                             {"no-compute-only", no_argument, 0, 'C'},
+                                             {"batches", required_argument, 0, 'n'},
+                                             {"threads", required_argument, 0, 't'},
+                                             {"lr", required_argument, 0, 'l'},
+                                             {"weight-decay", required_argument, 0, 'W'},
+                                             {"np", required_argument, 0, 'N'},
+                                             {"json", required_argument, 0, 'j'},
+                                             {"help", no_argument, 0, 'h'},
+                                             {0, 0, 0, 0}};
     int c, idx = 0;
     int v;
     opterr = world_rank == 0;
@@ -320,25 +332,29 @@ static int parse_options(int argc, char **argv, options_t *o) {
                                : "");
         return -1;
     }
-#define USAGE_ERROR(...)                                                           \
-    do {                                                                           \
-        if (world_rank == 0) fprintf(stderr, PROG ": " __VA_ARGS__);               \
-        return -1;                                                                 \
+#define USAGE_ERROR(...)                                                                           \
+    do {                                                                                           \
+        if (world_rank == 0) fprintf(stderr, PROG ": " __VA_ARGS__);                               \
+        return -1;                                                                                 \
     } while (0)
     if (optind < argc) USAGE_ERROR("unexpected argument '%s'\n", argv[optind]);
     int synth = o->model == MODEL_SYNTHETIC;
-    if (synth && o->data) USAGE_ERROR("--data applies to --model fmnist (synthetic data is generated)\n");
+    if (synth && o->data)
+        USAGE_ERROR("--data applies to --model fmnist (synthetic data is generated)\n");
     if (!synth && o->data == NULL)
         USAGE_ERROR("--model fmnist needs --data FILE.h5 (create it with `acx data import-idx "
                     "/usr/share/datasets/fashion-mnist -o FILE.h5`)\n");
     if (!synth && o->dims_set &&
         (o->dims.in != 784 || o->dims.h1 != 256 || o->dims.h2 != 128 || o->dims.out != 10))
-        USAGE_ERROR("--model fmnist is 784,256,128,10; --dims %d,%d,%d,%d needs --model synthetic\n",
-                    o->dims.in, o->dims.h1, o->dims.h2, o->dims.out);
+        USAGE_ERROR(
+            "--model fmnist is 784,256,128,10; --dims %d,%d,%d,%d needs --model synthetic\n",
+            o->dims.in, o->dims.h1, o->dims.h2, o->dims.out);
     if (o->dims.out > 256)
         USAGE_ERROR("--dims: OUT=%d classes do not fit the uint8 labels of the MLP code (at most "
-                    "256)\n", o->dims.out);
-    if (!o->dims_set) o->dims = synth ? (mlp_dims_t){1024, 4096, 4096, 256} : (mlp_dims_t){784, 256, 128, 10};
+                    "256)\n",
+                    o->dims.out);
+    if (!o->dims_set)
+        o->dims = synth ? (mlp_dims_t){1024, 4096, 4096, 256} : (mlp_dims_t){784, 256, 128, 10};
     if (o->steps < 0) o->steps = synth ? 10 : 200;
     if (o->rounds < 0) o->rounds = synth ? 5 : 10;
     if (o->rounds > o->steps) o->rounds = o->steps;
@@ -408,11 +424,12 @@ static acx_status_t batches_load(acx_accelerator_t *acc, const char *path, batch
     while (got < bs->nb && (st = acx_dataloader_next(dl, &b)) == ACX_OK) {
         if (b->dtypes[0] != ACX_DTYPE_UINT8 || b->dtypes[1] != ACX_DTYPE_UINT8 ||
             b->sample_numel[0] != in || b->sample_numel[1] != 1 || b->size != bs->B) {
-            fprintf(stderr,
-                    PROG ": %s: expected uint8 images of %d pixels and uint8 labels in full batches "
-                         "of %d, got %s[%lld] and %s[%lld], batch of %lld\n",
-                    path, in, bs->B, acx_dtype_name(b->dtypes[0]), (long long)b->sample_numel[0],
-                    acx_dtype_name(b->dtypes[1]), (long long)b->sample_numel[1], (long long)b->size);
+            fprintf(
+                stderr,
+                PROG ": %s: expected uint8 images of %d pixels and uint8 labels in full batches "
+                     "of %d, got %s[%lld] and %s[%lld], batch of %lld\n",
+                path, in, bs->B, acx_dtype_name(b->dtypes[0]), (long long)b->sample_numel[0],
+                acx_dtype_name(b->dtypes[1]), (long long)b->sample_numel[1], (long long)b->size);
             acx_dataloader_close(dl);
             return ACX_ERR_FORMAT;
         }
@@ -459,10 +476,10 @@ typedef struct acx_side {
     acx_unit_t *unit[MLP_LAYERS];
     acx_param_t *w[MLP_LAYERS], *b[MLP_LAYERS];
     mlp_workspace_t ws;
-    int64_t steps;     /* steps taken: selects the next batch */
-    double loss;       /* of the last step */
-    double t_wait;     /* seconds inside acquire, grads_ready, release, backward_end */
-    double t_opt;      /* seconds inside optimizer_step and zero_grad */
+    int64_t steps; /* steps taken: selects the next batch */
+    double loss;   /* of the last step */
+    double t_wait; /* seconds inside acquire, grads_ready, release, backward_end */
+    double t_opt;  /* seconds inside optimizer_step and zero_grad */
 } acx_side_t;
 
 static acx_status_t acx_side_register(acx_side_t *s, const mlp_dims_t *d, double lr, double wd) {
@@ -497,7 +514,8 @@ static acx_status_t acx_side_step(acx_side_t *s, const mlp_dims_t *d, const batc
     double t;
     ACX_TRY(acx_accumulate_begin(s->acc));
     t = MPI_Wtime();
-    for (int l = 0; l < MLP_LAYERS; l++) ACX_TRY(acx_unit_acquire(s->unit[l]));
+    for (int l = 0; l < MLP_LAYERS; l++)
+        ACX_TRY(acx_unit_acquire(s->unit[l]));
     s->t_wait += MPI_Wtime() - t;
     for (int l = 0; l < MLP_LAYERS; l++) {
         p.w[l] = acx_param_data(s->w[l]);
@@ -512,7 +530,8 @@ static acx_status_t acx_side_step(acx_side_t *s, const mlp_dims_t *d, const batc
     /* fp16: backward starts from the scaled loss (exactly 1 otherwise) */
     float scale = (float)acx_loss_scale(s->acc);
     if (scale != 1.0f)
-        for (size_t i = 0; i < (size_t)n * (size_t)d->out; i++) s->ws.dact[i] *= scale;
+        for (size_t i = 0; i < (size_t)n * (size_t)d->out; i++)
+            s->ws.dact[i] *= scale;
     for (int l = MLP_LAYERS - 1; l >= 0; l--) {
         mlp_backward_layer(d, &p, &g, &s->ws, l, n);
         t = MPI_Wtime();
@@ -546,7 +565,7 @@ typedef struct raw_side {
     int world, allreduce;
     size_t numel;
     float *param, *grad, *m, *v;
-    mlp_tensors_t p, g; /* views into param and grad */
+    mlp_tensors_t p, g;                              /* views into param and grad */
     size_t off[2 * MLP_LAYERS], len[2 * MLP_LAYERS]; /* w0, b0, w1, b1, w2, b2 */
     double lr, beta1, beta2, eps, wd;
     mlp_workspace_t ws;
@@ -604,7 +623,8 @@ typedef struct adamw_coef {
     float decay, b1, one_b1, b2, one_b2, step_size, bc2_sqrt, eps;
 } adamw_coef_t;
 
-static inline __attribute__((always_inline)) void adamw_elem(float *restrict p, const float *restrict g,
+static inline __attribute__((always_inline)) void adamw_elem(float *restrict p,
+                                                             const float *restrict g,
                                                              float *restrict m, float *restrict v,
                                                              size_t i, adamw_coef_t c) {
     float gi = g[i];
@@ -637,8 +657,10 @@ static __attribute__((noinline)) void adamw_loop(float *restrict p, const float 
                                                  adamw_coef_t c) {
     size_t nb = n - n % RAW_BLOCK;
     for (size_t b = 0; b < nb; b += RAW_BLOCK)
-        for (size_t j = 0; j < RAW_BLOCK; j++) adamw_elem(p, g, m, v, b + j, c);
-    for (size_t i = nb; i < n; i++) adamw_elem(p, g, m, v, i, c);
+        for (size_t j = 0; j < RAW_BLOCK; j++)
+            adamw_elem(p, g, m, v, b + j, c);
+    for (size_t i = nb; i < n; i++)
+        adamw_elem(p, g, m, v, i, c);
 }
 
 /* One AdamW step over all numel elements at step t (from 1). Scalars in
@@ -672,23 +694,27 @@ static void raw_side_step(raw_side_t *r, const mlp_dims_t *d, const batches_t *b
     mlp_load_input(&r->ws, d, batch_pixels(bs, r->steps, d->in), n);
     mlp_forward(d, &r->p, &r->ws, n);
     r->loss = mlp_loss(d, &r->ws, batch_labels(bs, r->steps), n);
-    for (int l = MLP_LAYERS - 1; l >= 0; l--) mlp_backward_layer(d, &r->p, &r->g, &r->ws, l, n);
+    for (int l = MLP_LAYERS - 1; l >= 0; l--)
+        mlp_backward_layer(d, &r->p, &r->g, &r->ws, l, n);
     /* The whole model's gradients in one all-reduce, then the mean. The
      * communicator's error handler is MPI's default (errors are fatal). */
     if (r->allreduce)
         MPI_Allreduce(MPI_IN_PLACE, r->grad, (int)r->numel, MPI_FLOAT, MPI_SUM, r->comm);
     float inv = 1.0f / (float)r->world;
-    for (size_t i = 0; i < r->numel; i++) r->grad[i] *= inv;
+    for (size_t i = 0; i < r->numel; i++)
+        r->grad[i] *= inv;
     r->steps++;
     raw_adamw(r, r->steps);
 }
 
 /* ---- parameters across sides ---- */
 
-static acx_param_t *acx_tensor(acx_side_t *s, int k) { return k % 2 == 0 ? s->w[k / 2] : s->b[k / 2]; }
+static acx_param_t *acx_tensor(acx_side_t *s, int k) {
+    return k % 2 == 0 ? s->w[k / 2] : s->b[k / 2];
+}
 
 static const char *tensor_name(int k) {
-    static const char *const names[2 * MLP_LAYERS] = {"fc1.weight", "fc1.bias", "fc2.weight",
+    static const char *const names[2 * MLP_LAYERS] = {"fc1.weight", "fc1.bias",   "fc2.weight",
                                                       "fc2.bias",   "fc3.weight", "fc3.bias"};
     return names[k];
 }
@@ -735,20 +761,21 @@ static acx_status_t params_max_rel_diff(acx_side_t *s, raw_side_t *r, float *tmp
 
 static double sum_of(const double *x, int n) {
     double v = 0.0;
-    for (int i = 0; i < n; i++) v += x[i];
+    for (int i = 0; i < n; i++)
+        v += x[i];
     return v;
 }
 
 /* What one side measured: block times and the per-step times of the
  * slowest rank, and the numbers made from them. */
 typedef struct side_stats {
-    double *block_s;   /* [R] slowest rank's time of each round's block, seconds */
-    double *cpu_s;     /* [R] CPU time of each round's block, summed over ranks, seconds */
-    double *step_s;    /* [S] per step: this rank's, then the slowest rank's time */
+    double *block_s;    /* [R] slowest rank's time of each round's block, seconds */
+    double *cpu_s;      /* [R] CPU time of each round's block, summed over ranks, seconds */
+    double *step_s;     /* [S] per step: this rank's, then the slowest rank's time */
     double *own_step_s; /* [S] acx: this rank's time per step */
     double *wait_step_s, *opt_step_s; /* [S] acx: this rank's time per step in data-moving
                                           calls, in the optimizer (then shares of own_step_s) */
-    int filled;        /* steps recorded in step_s */
+    int filled;                       /* steps recorded in step_s */
     double samples_per_s, step_ms, p10, p90, min, max, final_loss;
     double cpu_ms;     /* CPU time per step per rank (mean over ranks), milliseconds */
     double comm_share; /* 1 - step_ms(compute-only) / step_ms(side), or NAN */
@@ -756,22 +783,22 @@ typedef struct side_stats {
 
 /* ---- the benchmark ---- */
 
-#define FAIL_IF(cond, ...)                                                         \
-    do {                                                                           \
-        if (cond) {                                                                \
-            fprintf(stderr, PROG ": rank %d: ", world_rank);                       \
-            fprintf(stderr, __VA_ARGS__);                                          \
-            fputc('\n', stderr);                                                   \
-            goto fail;                                                             \
-        }                                                                          \
+#define FAIL_IF(cond, ...)                                                                         \
+    do {                                                                                           \
+        if (cond) {                                                                                \
+            fprintf(stderr, PROG ": rank %d: ", world_rank);                                       \
+            fprintf(stderr, __VA_ARGS__);                                                          \
+            fputc('\n', stderr);                                                                   \
+            goto fail;                                                                             \
+        }                                                                                          \
     } while (0)
 
-#define ACX_OK_OR_FAIL(call)                                                       \
-    do {                                                                           \
-        if ((call) != ACX_OK) {                                                    \
-            fprintf(stderr, PROG ": rank %d: %s\n", world_rank, acx_last_error()); \
-            goto fail;                                                             \
-        }                                                                          \
+#define ACX_OK_OR_FAIL(call)                                                                       \
+    do {                                                                                           \
+        if ((call) != ACX_OK) {                                                                    \
+            fprintf(stderr, PROG ": rank %d: %s\n", world_rank, acx_last_error());                 \
+            goto fail;                                                                             \
+        }                                                                                          \
     } while (0)
 
 typedef struct bench {
@@ -815,7 +842,8 @@ static double cpu_now(void) {
  * barrier. */
 static double time_block(bench_t *b, side_t side, int K, int block_warmup, int round,
                          side_stats_t *st) {
-    for (int i = 0; i < block_warmup; i++) side_step(b, side);
+    for (int i = 0; i < block_warmup; i++)
+        side_step(b, side);
     MPI_Barrier(b->comm);
     double c0 = cpu_now(), t0 = MPI_Wtime(), t = t0;
     for (int i = 0; i < K; i++) {
@@ -857,7 +885,8 @@ static void json_side(FILE *f, const char *prefix, const side_stats_t *st, int R
     if (arrays) {
         fprintf(f, ", \"%s\": [", KEY("round_samples_per_s"));
         for (int i = 0; i < R; i++)
-            fprintf(f, "%s%.6g", i ? ", " : "", global_batch * (S / R + (i < S % R)) / st->block_s[i]);
+            fprintf(f, "%s%.6g", i ? ", " : "",
+                    global_batch * (S / R + (i < S % R)) / st->block_s[i]);
         fputc(']', f);
     }
 #undef KEY
@@ -911,7 +940,8 @@ static int run(int argc, char **argv) {
     int parsed = parse_options(argc, argv, &o);
     if (parsed == 0 && o.np > 0 && o.np != world) {
         if (world_rank == 0)
-            fprintf(stderr, PROG ": --np %d but the job has %d rank(s) (start it with mpirun -np %d)\n",
+            fprintf(stderr,
+                    PROG ": --np %d but the job has %d rank(s) (start it with mpirun -np %d)\n",
                     o.np, world, o.np);
         parsed = -1;
     }
@@ -938,7 +968,7 @@ static int run(int argc, char **argv) {
     if (o.check_only && check_state != NULL) { /* parse_options made sure both sides run */
         if (world_rank == 0)
             fprintf(stderr, PROG ": --check: the cross-check does not apply under mixed precision "
-                            "or a 16-bit reduce_dtype\n");
+                                 "or a 16-bit reduce_dtype\n");
         rc = 2;
         goto done;
     }
@@ -951,7 +981,8 @@ static int run(int argc, char **argv) {
         if (batches_load(s.acc, o.data, &bs, d, &loaded) != ACX_OK) loaded = -1;
         MPI_Allreduce(&loaded, &fewest, 1, MPI_INT, MPI_MIN, comm);
         if (fewest < 0) goto fail; /* this rank or another printed why */
-        FAIL_IF(fewest < 1, "%s has no full batch of %lld per rank", o.data, (long long)o.batch_size);
+        FAIL_IF(fewest < 1, "%s has no full batch of %lld per rank", o.data,
+                (long long)o.batch_size);
         bs.nb = fewest;
     } else {
         batches_synthesize(&bs, d, o.seed, world_rank);
@@ -983,17 +1014,17 @@ static int run(int argc, char **argv) {
     if (ncopies > 0) ACX_OK_OR_FAIL(raw_copy_params(copies, ncopies, &s));
 
     const char *coretype = getenv("OPENBLAS_CORETYPE");
-    bench_say(PROG ": model %s, MLP %d-%d-%d-%d (%zu parameters), AdamW lr %g wd %g, acx %s\n"
-                   "  %d rank(s) x batch %d (global %d), %d batch(es) per rank in memory from %s\n"
-                   "  acx: sharding_strategy %s, mixed_precision %s, reduce_dtype %s, backend mpi and "
-                   "host state (fixed by the benchmark)\n"
-                   "  BLAS threads per rank %d, OPENBLAS_CORETYPE=%s\n",
-              model_names[o.model], d->in, d->h1, d->h2, d->out, numel, o.lr, o.weight_decay,
-              acx_version(), world, bs.B, bs.B * world, bs.nb,
-              o.data ? o.data : "synthetic data (seeded)", bench_strategy_names[o.strategy & 3],
-              mp_names[o.mixed_precision % 3],
-              c->reduce_dtype == ACX_REDUCE_FP32 ? "fp32" : "16-bit", o.threads,
-              coretype ? coretype : "(unset)");
+    bench_say(
+        PROG ": model %s, MLP %d-%d-%d-%d (%zu parameters), AdamW lr %g wd %g, acx %s\n"
+             "  %d rank(s) x batch %d (global %d), %d batch(es) per rank in memory from %s\n"
+             "  acx: sharding_strategy %s, mixed_precision %s, reduce_dtype %s, backend mpi and "
+             "host state (fixed by the benchmark)\n"
+             "  BLAS threads per rank %d, OPENBLAS_CORETYPE=%s\n",
+        model_names[o.model], d->in, d->h1, d->h2, d->out, numel, o.lr, o.weight_decay,
+        acx_version(), world, bs.B, bs.B * world, bs.nb,
+        o.data ? o.data : "synthetic data (seeded)", bench_strategy_names[o.strategy & 3],
+        mp_names[o.mixed_precision % 3], c->reduce_dtype == ACX_REDUCE_FP32 ? "fp32" : "16-bit",
+        o.threads, coretype ? coretype : "(unset)");
     in_loop = 1; /* from here on a failure may be local to one rank */
 
     /* Cross-check on fresh state: C steps each on the same batches. */
@@ -1053,7 +1084,8 @@ static int run(int argc, char **argv) {
     scratch = calloc((size_t)R, sizeof *scratch);
     FAIL_IF(!ratio || !scratch, "out of memory");
     for (int j = 0; j < nsides; j++)
-        for (int i = 0; i < o.warmup; i++) side_step(&b, order[j]);
+        for (int i = 0; i < o.warmup; i++)
+            side_step(&b, order[j]);
     bench_say("\ntiming: %d round(s), %d timed step(s) per side in all, sides rotating; %d warm-up "
               "step(s) each; slowest rank per block, %d untimed step(s) before each block\n\n",
               R, S, o.warmup, o.block_warmup);
@@ -1110,8 +1142,10 @@ static int run(int argc, char **argv) {
     double shares[2] = {NAN, NAN};
     if (o.run[SIDE_ACX]) {
         side_stats_t *x = &st[SIDE_ACX];
-        for (int i = 0; i < S; i++) x->wait_step_s[i] /= x->own_step_s[i];
-        for (int i = 0; i < S; i++) x->opt_step_s[i] /= x->own_step_s[i];
+        for (int i = 0; i < S; i++)
+            x->wait_step_s[i] /= x->own_step_s[i];
+        for (int i = 0; i < S; i++)
+            x->opt_step_s[i] /= x->own_step_s[i];
         double mine[2] = {bench_median(x->wait_step_s, S), bench_median(x->opt_step_s, S)};
         MPI_Allreduce(mine, shares, 2, MPI_DOUBLE, MPI_SUM, comm);
         shares[0] /= world;
@@ -1120,7 +1154,8 @@ static int run(int argc, char **argv) {
     double med_ratio = both ? bench_median(ratio, R) : NAN, cpu_ratio = NAN;
     double step_ratio = both ? st[SIDE_MPI].step_ms / st[SIDE_ACX].step_ms : NAN;
     if (both) { /* CPU time per round, loop over acx: > 1 when acx needs less */
-        for (int i = 0; i < R; i++) scratch[i] = st[SIDE_MPI].cpu_s[i] / st[SIDE_ACX].cpu_s[i];
+        for (int i = 0; i < R; i++)
+            scratch[i] = st[SIDE_MPI].cpu_s[i] / st[SIDE_ACX].cpu_s[i];
         cpu_ratio = bench_median(scratch, R);
     }
     double total_ratio = both ? st[SIDE_ACX].samples_per_s / st[SIDE_MPI].samples_per_s : NAN;
@@ -1157,12 +1192,14 @@ static int run(int argc, char **argv) {
             }
         }
         if (pass == 0 && both)
-            printf("\nmedian step time, mpi-loop/acx = %.3f (a step another job preempted is an "
-                   "outlier the median ignores)\n"
-                   "CPU time per step, mpi-loop/acx = %.3f (median of %d rounds; CPU time counts only "
-                   "while scheduled)\n"
-                   "ratio acx/mpi-loop = %.3f (median of %d per-round ratios; ratio of the totals "
-                   "%.3f)\n", step_ratio, cpu_ratio, R, med_ratio, R, total_ratio);
+            printf(
+                "\nmedian step time, mpi-loop/acx = %.3f (a step another job preempted is an "
+                "outlier the median ignores)\n"
+                "CPU time per step, mpi-loop/acx = %.3f (median of %d rounds; CPU time counts only "
+                "while scheduled)\n"
+                "ratio acx/mpi-loop = %.3f (median of %d per-round ratios; ratio of the totals "
+                "%.3f)\n",
+                step_ratio, cpu_ratio, R, med_ratio, R, total_ratio);
         fprintf(f,
                 "{\"benchmark\": \"acx-bench-train\", \"impl\": \"%s\", \"ranks\": %d, "
                 "\"model\": \"%s\", \"dims\": [%d, %d, %d, %d], \"strategy\": \"%s\", "

@@ -244,7 +244,8 @@ err_free:
 }
 
 acx_status_t acx_buckets_set_wire(acx_buckets_t *b, acx_dtype_t wire_dtype, uint16_t *wire) {
-    if (b == NULL || wire == NULL || b->dtype != ACX_DTYPE_FLOAT32 || !acx_dtype_is_half(wire_dtype))
+    if (b == NULL || wire == NULL || b->dtype != ACX_DTYPE_FLOAT32 ||
+        !acx_dtype_is_half(wire_dtype))
         return ACX_ERROR(ACX_ERR_INVALID_ARG,
                          "buckets: a wire buffer needs float32 gradients and a 16-bit float wire "
                          "dtype (have %s gradients, %s wire)",

@@ -317,10 +317,9 @@ extern "C" acx_status_t acx_cuda_half_to_f32(acx_dtype_t dtype, const uint16_t *
     return launched("16-bit -> float32 cast");
 }
 
-template <bool BF16>
-__global__ void round_f32_kernel(const float *src, float *dst, size_t n) {
-    GRID_STRIDE(i, n) dst[i] = BF16 ? bf16_to_f32(bf16_from_f32(src[i]))
-                                    : f16_to_f32(f16_from_f32(src[i]));
+template <bool BF16> __global__ void round_f32_kernel(const float *src, float *dst, size_t n) {
+    GRID_STRIDE(i, n)
+    dst[i] = BF16 ? bf16_to_f32(bf16_from_f32(src[i])) : f16_to_f32(f16_from_f32(src[i]));
 }
 
 extern "C" acx_status_t acx_cuda_half_round_f32(acx_dtype_t dtype, const float *src, float *dst,
@@ -354,7 +353,7 @@ template <int KIND>
 static __global__ void accumulate_kernel(const void *__restrict__ src, float *__restrict__ dst,
                                          size_t n) {
     GRID_STRIDE(i, n) {
-        float x = KIND == 0 ? ((const float *)src)[i]
+        float x = KIND == 0   ? ((const float *)src)[i]
                   : KIND == 1 ? bf16_to_f32(((const uint16_t *)src)[i])
                               : f16_to_f32(((const uint16_t *)src)[i]);
         dst[i] = __fadd_rn(dst[i], x);
@@ -364,8 +363,10 @@ static __global__ void accumulate_kernel(const void *__restrict__ src, float *__
 extern "C" acx_status_t acx_cuda_accumulate(acx_dtype_t dtype, const void *src, float *dst,
                                             size_t n, void *stream) {
     if (dtype != ACX_DTYPE_FLOAT32 && dtype != ACX_DTYPE_FLOAT16 && dtype != ACX_DTYPE_BFLOAT16)
-        return ACX_ERROR(ACX_ERR_INVALID_ARG, "accumulate: dtype %d is not float32, float16 or "
-                         "bfloat16", (int)dtype);
+        return ACX_ERROR(ACX_ERR_INVALID_ARG,
+                         "accumulate: dtype %d is not float32, float16 or "
+                         "bfloat16",
+                         (int)dtype);
     ACX_CHECK(need(src, n, "accumulate", "src"));
     ACX_CHECK(need(dst, n, "accumulate", "dst"));
     if (n == 0) return ACX_OK;

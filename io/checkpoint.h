@@ -91,8 +91,10 @@ void acx_ckpt_close(acx_ckpt_file_t *f);
 
 /* Attribute `name` of `object`; ACX_ERR_FORMAT naming both if absent or of
  * another type. str: copied into buf[n]. */
-acx_status_t acx_ckpt_get_i64(acx_ckpt_file_t *f, const char *object, const char *name, int64_t *v_p);
-acx_status_t acx_ckpt_get_f64(acx_ckpt_file_t *f, const char *object, const char *name, double *v_p);
+acx_status_t acx_ckpt_get_i64(acx_ckpt_file_t *f, const char *object, const char *name,
+                              int64_t *v_p);
+acx_status_t acx_ckpt_get_f64(acx_ckpt_file_t *f, const char *object, const char *name,
+                              double *v_p);
 acx_status_t acx_ckpt_get_str(acx_ckpt_file_t *f, const char *object, const char *name, char *buf,
                               size_t n);
 /* Whether a group or dataset exists. 0 also when HDF5 cannot tell because

@@ -44,7 +44,7 @@
 /* Rows are read in blocks of about this many bytes (more when one row is
  * larger), so a tool's memory stays bounded whatever the checkpoint size. */
 #define BLOCK_BYTES ((size_t)32 << 20)
-#define PATH_CAP 4096
+#define PATH_CAP    4096
 
 /* ---- a growing text buffer ---- */
 
@@ -71,7 +71,8 @@ static void sb_vprintf(sbuf_t *b, const char *fmt, va_list ap) {
             return;
         }
         size_t cap = b->cap ? b->cap : 4096;
-        while (cap - b->len <= (size_t)n) cap *= 2;
+        while (cap - b->len <= (size_t)n)
+            cap *= 2;
         char *s = realloc(b->s, cap);
         if (s == NULL) {
             b->failed = 1;
@@ -156,13 +157,12 @@ static acx_status_t resolve_path(const char *path, char *out, size_t cap) {
                 return ACX_ERROR(ACX_ERR_FORMAT, "'%s' is empty (expected a checkpoint's name)",
                                  cand);
             int len = name[0] == '/' ? snprintf(out, cap, "%s", name)
-                                     : snprintf(out, cap, "%.*s%s", (int)(base - cand), cand,
-                                                name);
+                                     : snprintf(out, cap, "%.*s%s", (int)(base - cand), cand, name);
             if (len < 0 || (size_t)len >= cap)
                 return ACX_ERROR(ACX_ERR_INVALID_ARG, "checkpoint path too long in '%s'", cand);
             if (stat(out, &st) != 0)
-                return ACX_ERROR(ACX_ERR_IO, "'%s' names '%s', which cannot be opened: %s",
-                                 cand, out, strerror(errno));
+                return ACX_ERROR(ACX_ERR_IO, "'%s' names '%s', which cannot be opened: %s", cand,
+                                 out, strerror(errno));
             return ACX_OK;
         }
     }
@@ -195,7 +195,8 @@ static int attr_str(hid_t obj, const char *name, char *buf, size_t n) {
         }
         /* space-padded strings (Fortran style) lose their padding */
         size_t len = strnlen(tmp, size);
-        while (len > 0 && H5Tget_strpad(type) == H5T_STR_SPACEPAD && tmp[len - 1] == ' ') len--;
+        while (len > 0 && H5Tget_strpad(type) == H5T_STR_SPACEPAD && tmp[len - 1] == ' ')
+            len--;
         snprintf(buf, n, "%.*s", (int)len, tmp);
         free(tmp);
     }
@@ -425,8 +426,8 @@ static acx_status_t open_ckpt(const char *path, int strict_version, char *real, 
     htri_t is_h5 = H5Fis_hdf5(real);
     H5Eclear2(H5E_DEFAULT);
     if (is_h5 <= 0) {
-        status = ACX_ERROR(ACX_ERR_FORMAT, "'%s' is not an HDF5 file (an acx checkpoint is one)",
-                           real);
+        status =
+            ACX_ERROR(ACX_ERR_FORMAT, "'%s' is not an HDF5 file (an acx checkpoint is one)", real);
         goto err;
     }
     ACX_H5_CHECK_GOTO(fapl = H5Pcreate(H5P_FILE_ACCESS), what, status, err);
@@ -545,7 +546,8 @@ static herr_t order_cb(hid_t group, const char *name, const H5L_info_t *info, vo
 }
 
 static void ds_list_free(ds_list_t *l) {
-    for (int k = 0; k < l->count; k++) free(l->paths[k]);
+    for (int k = 0; k < l->count; k++)
+        free(l->paths[k]);
     free(l->paths);
     *l = (ds_list_t){0};
 }
@@ -553,8 +555,7 @@ static void ds_list_free(ds_list_t *l) {
 /* Every dataset under `group` (recursively), in creation order when the
  * file tracks it (the writer's order: parameters in registration order),
  * else by name. Lock held. */
-static acx_status_t list_datasets(hid_t file, const char *group, const char *real,
-                                  ds_list_t *l) {
+static acx_status_t list_datasets(hid_t file, const char *group, const char *real, ds_list_t *l) {
     acx_status_t status = ACX_OK;
     char what[PATH_CAP + 128];
     snprintf(what, sizeof what, "group %s in '%s'", group, real);
@@ -614,7 +615,8 @@ static int get_shape(hid_t dset, ds_shape_t *s) {
     H5Sclose(space);
     s->ndim = nd;
     s->numel = cls == H5S_NULL ? 0 : 1;
-    for (int k = 0; k < nd; k++) s->numel *= s->dims[k];
+    for (int k = 0; k < nd; k++)
+        s->numel *= s->dims[k];
     return 0;
 }
 
@@ -773,8 +775,7 @@ static acx_status_t read_blocks(hid_t dset, hid_t mem, const char *what, crc_rea
          * (measured 1.10.8, 256 MiB of 4 MiB chunks: 85 MiB/s flat against
          * 614 MiB/s same-shape, Fletcher-32 included) */
         ACX_H5_CHECK_GOTO(mspace = H5Screate_simple(s.ndim, count, NULL), what, status, out);
-        ACX_H5_CHECK_GOTO(H5Dread(dset, mem, mspace, fspace, H5P_DEFAULT, buf), what, status,
-                          out);
+        ACX_H5_CHECK_GOTO(H5Dread(dset, mem, mspace, fspace, H5P_DEFAULT, buf), what, status, out);
         H5Sclose(mspace);
         mspace = -1;
         if (crc != NULL && crc->on)
@@ -851,7 +852,6 @@ static void group_attrs(hid_t file, sbuf_t *sb) {
     }
 }
 
-
 /* The parameter datasets: everything under /model. */
 static int is_model_path(const char *p) { return strncmp(p, "/model/", 7) == 0; }
 
@@ -924,8 +924,8 @@ ACX_API acx_status_t acx_checkpoint_info(const char *path, char **text_p) {
             unsigned flags;
             size_t nelem = 0;
             char fname[64] = "";
-            H5Z_filter_t id = H5Pget_filter2(dcpl, (unsigned)f, &flags, &nelem, NULL,
-                                              sizeof fname, fname, NULL);
+            H5Z_filter_t id =
+                H5Pget_filter2(dcpl, (unsigned)f, &flags, &nelem, NULL, sizeof fname, fname, NULL);
             size_t len = strlen(filt);
             snprintf(filt + len, sizeof filt - len, "%s%s", len ? "," : "",
                      id == H5Z_FILTER_FLETCHER32 ? "fletcher32"
@@ -952,8 +952,7 @@ ACX_API acx_status_t acx_checkpoint_info(const char *path, char **text_p) {
     sb_printf(&sb, "parameters: %lld tensors, %lld elements, %lld bytes\n", (long long)nparams,
               (long long)param_elems, (long long)param_bytes);
     sb_printf(&sb, "file: %lld bytes, %d datasets, %lld bytes of data\n",
-              stat(real, &st) == 0 ? (long long)st.st_size : -1LL, l.count,
-              (long long)data_bytes);
+              stat(real, &st) == 0 ? (long long)st.st_size : -1LL, l.count, (long long)data_bytes);
     group_attrs(file, &sb);
     sb_printf(&sb, "datasets (name, dtype, shape, checksum):\n%s", rows.s ? rows.s : "");
     free(rows.s);
@@ -1071,7 +1070,7 @@ out:
 /* The output file, written under a temporary name. */
 typedef struct out_file {
     FILE *f;
-    char *tmp;   /* out_path + ".tmp" */
+    char *tmp; /* out_path + ".tmp" */
     const char *final;
 } out_file_t;
 
@@ -1110,7 +1109,8 @@ static acx_status_t out_commit(out_file_t *o, acx_status_t status) {
         if (slash == NULL)
             snprintf(dir, sizeof dir, ".");
         else
-            snprintf(dir, sizeof dir, "%.*s", (int)(slash - o->final) + (slash == o->final), o->final);
+            snprintf(dir, sizeof dir, "%.*s", (int)(slash - o->final) + (slash == o->final),
+                     o->final);
         int fd = open(dir, O_RDONLY | O_DIRECTORY);
         if (fd >= 0) {
             (void)fsync(fd);
@@ -1181,8 +1181,8 @@ static acx_status_t collect_params(hid_t file, const char *real, ds_list_t *l,
             char tname[64];
             type_text(type, tname, sizeof tname);
             status = ACX_ERROR(ACX_ERR_FORMAT,
-                               "parameter %s in '%s' is %s; parameters are floating point", p->dpath,
-                               real, tname);
+                               "parameter %s in '%s' is %s; parameters are floating point",
+                               p->dpath, real, tname);
         }
     next:
         if (type >= 0) H5Tclose(type);
@@ -1246,11 +1246,13 @@ static acx_status_t export_safetensors(hid_t file, const char *real, int64_t ver
         offset = end;
     }
     sb_printf(&h, "}");
-    while (!h.failed && h.len % 8 != 0) sb_printf(&h, " ");
+    while (!h.failed && h.len % 8 != 0)
+        sb_printf(&h, " ");
     if (h.failed) return ACX_ERROR(ACX_ERR_NO_MEMORY, "no memory for the safetensors header");
 
     unsigned char len8[8];
-    for (int b = 0; b < 8; b++) len8[b] = (unsigned char)((uint64_t)h.len >> (8 * b));
+    for (int b = 0; b < 8; b++)
+        len8[b] = (unsigned char)((uint64_t)h.len >> (8 * b));
     ACX_CHECK_GOTO(write_block(len8, 8, o), status, out);
     ACX_CHECK_GOTO(write_block(h.s, h.len, o), status, out);
     for (int k = 0; k < n && status == ACX_OK; k++) {
@@ -1303,9 +1305,9 @@ static acx_status_t export_hdf5(hid_t file, const char *real, int64_t version,
         ACX_H5_CHECK_GOTO(space = s->ndim > 0 ? H5Screate_simple(s->ndim, s->dims, NULL)
                                               : H5Screate(H5S_SCALAR),
                           what, status, next);
-        ACX_H5_CHECK_GOTO(dst = H5Dcreate2(out, p->name, H5T_IEEE_F32LE, space, lcpl, H5P_DEFAULT,
-                                           H5P_DEFAULT),
-                          what, status, next);
+        ACX_H5_CHECK_GOTO(
+            dst = H5Dcreate2(out, p->name, H5T_IEEE_F32LE, space, lcpl, H5P_DEFAULT, H5P_DEFAULT),
+            what, status, next);
         if (s->numel == 0) goto next;
         /* the same row blocks on both sides */
         hsize_t rows = s->ndim > 0 ? s->dims[0] : 1, row = s->ndim > 0 ? s->numel / rows : 1;

@@ -76,14 +76,14 @@
 
 /* One dataset read in lockstep with the others. */
 typedef struct {
-    char *name;                  /* HDF5 path, as given */
-    hid_t dset, space;           /* open dataset and its file dataspace */
-    hid_t memtype;               /* native type for dtype (not closed) */
+    char *name;        /* HDF5 path, as given */
+    hid_t dset, space; /* open dataset and its file dataspace */
+    hid_t memtype;     /* native type for dtype (not closed) */
     acx_dtype_t dtype;
     int ndim;
-    hsize_t dims[H5S_MAX_RANK];  /* dims[0] = N */
-    int64_t sample_numel;        /* prod(dims[1..]) */
-    size_t row_bytes;            /* sample_numel x dtype size */
+    hsize_t dims[H5S_MAX_RANK]; /* dims[0] = N */
+    int64_t sample_numel;       /* prod(dims[1..]) */
+    size_t row_bytes;           /* sample_numel x dtype size */
 } dataset_t;
 
 typedef enum { SLOT_FREE, SLOT_FILLING, SLOT_READY, SLOT_HELD } slot_state_t;
@@ -91,13 +91,13 @@ typedef enum { SLOT_FREE, SLOT_FILLING, SLOT_READY, SLOT_HELD } slot_state_t;
 /* One batch buffer of the ring. */
 typedef struct {
     slot_state_t state;
-    uint64_t gen;                    /* generation it was filled for */
-    int64_t epoch, index;            /* batch `index` of `epoch` */
+    uint64_t gen;         /* generation it was filled for */
+    int64_t epoch, index; /* batch `index` of `epoch` */
     int64_t size, num_padding;
-    int64_t *indices;                /* [batch_size] dataset rows */
-    void *tensors[ACX_MAX_TENSORS];  /* [batch_size x row_bytes(i)] */
-    acx_status_t status;             /* of the read */
-    char message[ACX_ERRMSG_MAX];    /* the reader's last error when status != OK */
+    int64_t *indices;               /* [batch_size] dataset rows */
+    void *tensors[ACX_MAX_TENSORS]; /* [batch_size x row_bytes(i)] */
+    acx_status_t status;            /* of the read */
+    char message[ACX_ERRMSG_MAX];   /* the reader's last error when status != OK */
 } slot_t;
 
 /* A batch row: its dataset row and its position in the batch. */
@@ -106,10 +106,10 @@ typedef struct {
 } row_ref_t;
 
 struct acx_dataloader {
-    acx_comm_t *world;  /* not owned */
+    acx_comm_t *world; /* not owned */
     char *path;
     hid_t file;
-    int open;           /* 0 after acx_loader_close */
+    int open; /* 0 after acx_loader_close */
     int num_datasets;
     dataset_t ds[ACX_MAX_TENSORS];
     int64_t num_samples;
@@ -123,22 +123,22 @@ struct acx_dataloader {
 
     /* Reader scratch: used by exactly one thread (the prefetch thread if
      * there is one, else the caller of next()). */
-    row_ref_t *refs;    /* [batch_size] */
-    hsize_t *runs;      /* [2 x batch_size]: start, length of each run of rows */
-    void *staging;      /* [batch_size x max row_bytes] */
+    row_ref_t *refs; /* [batch_size] */
+    hsize_t *runs;   /* [2 x batch_size]: start, length of each run of rows */
+    void *staging;   /* [batch_size x max row_bytes] */
 
     int num_slots;
-    slot_t *slots;      /* [num_slots] */
-    slot_t *held;       /* the slot the program's current batch lives in */
+    slot_t *slots; /* [num_slots] */
+    slot_t *held;  /* the slot the program's current batch lives in */
 
     /* Position. Written only by the main thread (next, set_epoch), under mu;
      * the thread reads gen/epoch/next_k under mu. */
     uint64_t gen;
     int64_t epoch;
-    int64_t pos;        /* batches returned in this epoch */
-    int64_t next_k;     /* next batch the thread fills */
-    int paused;         /* the thread stopped after a read error */
-    int stop;           /* the thread must exit */
+    int64_t pos;    /* batches returned in this epoch */
+    int64_t next_k; /* next batch the thread fills */
+    int paused;     /* the thread stopped after a read error */
+    int stop;       /* the thread must exit */
 
     pthread_mutex_t mu;
     pthread_cond_t cv_work;  /* thread waits: free slot, restart, stop */
@@ -147,7 +147,7 @@ struct acx_dataloader {
     pthread_t thread;
     int thread_started;
 
-    acx_batch_t batch;  /* what next() hands out; points into the held slot */
+    acx_batch_t batch; /* what next() hands out; points into the held slot */
 };
 
 /* ---- reading a batch ---- */
@@ -256,16 +256,15 @@ static void *prefetch_main(void *arg) {
     pthread_mutex_lock(&l->mu);
     for (;;) {
         slot_t *slot = NULL;
-        while (!l->stop &&
-               (l->paused || l->next_k >= l->num_batches || (slot = find_slot(l, SLOT_FREE)) == NULL))
+        while (!l->stop && (l->paused || l->next_k >= l->num_batches ||
+                            (slot = find_slot(l, SLOT_FREE)) == NULL))
             pthread_cond_wait(&l->cv_work, &l->mu);
         if (l->stop) break;
         uint64_t gen = l->gen;
         slot->state = SLOT_FILLING;
         slot->epoch = l->epoch;
         slot->index = l->next_k++;
-        acx_sampler_batch(&l->sampler, slot->index, slot->indices, &slot->size,
-                          &slot->num_padding);
+        acx_sampler_batch(&l->sampler, slot->index, slot->indices, &slot->size, &slot->num_padding);
         pthread_mutex_unlock(&l->mu);
 
         acx_status_t st = read_batch(l, slot);
@@ -312,8 +311,9 @@ static acx_status_t start_thread(acx_dataloader_t *l) {
     int ret = pthread_create(&l->thread, NULL, prefetch_main, l);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (ret != 0)
-        return ACX_ERROR(ACX_ERR_SYSTEM, "pthread_create of the prefetch thread for '%s' failed: %s",
-                         l->path, strerror(ret));
+        return ACX_ERROR(ACX_ERR_SYSTEM,
+                         "pthread_create of the prefetch thread for '%s' failed: %s", l->path,
+                         strerror(ret));
     l->thread_started = 1;
     return ACX_OK;
 }
@@ -406,8 +406,8 @@ static acx_status_t open_dataset(acx_dataloader_t *l, const char *name, dataset_
         return ACX_ERROR(ACX_ERR_IO, "dataset '%s' not found in data file '%s'", name, l->path);
     ACX_H5_CHECK_GOTO(d->dset = H5Oopen(l->file, name, H5P_DEFAULT), what, status, err);
     if (H5Iget_type(d->dset) != H5I_DATASET) {
-        status = ACX_ERROR(ACX_ERR_FORMAT, "'%s' in data file '%s' is not a dataset", name,
-                           l->path);
+        status =
+            ACX_ERROR(ACX_ERR_FORMAT, "'%s' in data file '%s' is not a dataset", name, l->path);
         goto err;
     }
     /* no filter plugin, no virtual or external storage, storage inside the
@@ -417,8 +417,10 @@ static acx_status_t open_dataset(acx_dataloader_t *l, const char *name, dataset_
     int ndim = H5Sget_simple_extent_ndims(d->space);
     if (ndim < 0) return acx_error_h5("H5Sget_simple_extent_ndims", what, __FILE__, __LINE__);
     if (ndim < 1) {
-        status = ACX_ERROR(ACX_ERR_FORMAT, "dataset '%s' in '%s' is a scalar: a loader dataset "
-                           "needs dimension 0 = samples", name, l->path);
+        status = ACX_ERROR(ACX_ERR_FORMAT,
+                           "dataset '%s' in '%s' is a scalar: a loader dataset "
+                           "needs dimension 0 = samples",
+                           name, l->path);
         goto err;
     }
     d->ndim = ndim;
@@ -426,20 +428,21 @@ static acx_status_t open_dataset(acx_dataloader_t *l, const char *name, dataset_
     ACX_H5_CHECK_GOTO(type = H5Dget_type(d->dset), what, status, err);
     int dtype = acx_h5_to_dtype(type);
     if (dtype < 0) {
-        status = ACX_ERROR(ACX_ERR_FORMAT, "dataset '%s' in '%s' has HDF5 type class %s, size %zu "
+        status = ACX_ERROR(ACX_ERR_FORMAT,
+                           "dataset '%s' in '%s' has HDF5 type class %s, size %zu "
                            "bytes; supported: int8, uint8, int32, int64, float16, bfloat16, "
-                           "float32, float64", name, l->path, h5_class_name(H5Tget_class(type)),
-                           H5Tget_size(type));
+                           "float32, float64",
+                           name, l->path, h5_class_name(H5Tget_class(type)), H5Tget_size(type));
         goto err;
     }
     H5Tclose(type);
     type = -1;
     d->dtype = (acx_dtype_t)dtype;
     d->memtype = acx_h5_native(dtype);
-    if (d->memtype < 0)
-        return acx_error_h5("acx_h5_native", what, __FILE__, __LINE__);
+    if (d->memtype < 0) return acx_error_h5("acx_h5_native", what, __FILE__, __LINE__);
     d->sample_numel = 1;
-    for (int k = 1; k < ndim; k++) d->sample_numel *= (int64_t)d->dims[k];
+    for (int k = 1; k < ndim; k++)
+        d->sample_numel *= (int64_t)d->dims[k];
     d->row_bytes = (size_t)d->sample_numel * acx_dtype_size(d->dtype);
     return ACX_OK;
 err:
@@ -468,7 +471,8 @@ static acx_status_t loader_release(acx_dataloader_t *l) {
     if (l->slots != NULL)
         for (int s = 0; s < l->num_slots; s++) {
             free(l->slots[s].indices);
-            for (int i = 0; i < ACX_MAX_TENSORS; i++) free(l->slots[s].tensors[i]);
+            for (int i = 0; i < ACX_MAX_TENSORS; i++)
+                free(l->slots[s].tensors[i]);
         }
     free(l->slots);
     l->slots = NULL;
@@ -491,7 +495,8 @@ static void loader_destroy(acx_dataloader_t *l) {
         pthread_cond_destroy(&l->cv_work);
         pthread_mutex_destroy(&l->mu);
     }
-    for (int i = 0; i < ACX_MAX_TENSORS; i++) free(l->ds[i].name);
+    for (int i = 0; i < ACX_MAX_TENSORS; i++)
+        free(l->ds[i].name);
     free(l->path);
     free(l);
 }
@@ -506,7 +511,7 @@ static acx_status_t loader_build(acx_comm_t *world, uint64_t seed, const char *p
 
     if (path == NULL || names == NULL || opts == NULL)
         return ACX_ERROR(ACX_ERR_INVALID_ARG, "dataloader: path, dataset names and options "
-                         "must not be NULL");
+                                              "must not be NULL");
     if (num_datasets < 1 || num_datasets > ACX_MAX_TENSORS)
         return ACX_ERROR(ACX_ERR_INVALID_ARG, "dataloader: %d datasets for '%s'; expected 1 to %d",
                          num_datasets, path, ACX_MAX_TENSORS);
@@ -521,7 +526,8 @@ static acx_status_t loader_build(acx_comm_t *world, uint64_t seed, const char *p
     *l_p = l;
     l->world = world;
     l->file = -1;
-    for (int i = 0; i < ACX_MAX_TENSORS; i++) l->ds[i].dset = l->ds[i].space = -1;
+    for (int i = 0; i < ACX_MAX_TENSORS; i++)
+        l->ds[i].dset = l->ds[i].space = -1;
     l->num_datasets = num_datasets;
     l->prefetch = opts->prefetch;
     l->path = strdup(path);
@@ -552,7 +558,8 @@ static acx_status_t loader_build(acx_comm_t *world, uint64_t seed, const char *p
     for (int i = 0; i < num_datasets; i++) {
         ACX_CHECK_GOTO(open_dataset(l, names[i], &l->ds[i]), status, err_unlock);
         if (l->ds[i].dims[0] != l->ds[0].dims[0]) {
-            status = ACX_ERROR(ACX_ERR_FORMAT, "datasets '%s' (%llu samples) and '%s' (%llu "
+            status = ACX_ERROR(ACX_ERR_FORMAT,
+                               "datasets '%s' (%llu samples) and '%s' (%llu "
                                "samples) in '%s' differ in their first dimension",
                                names[0], (unsigned long long)l->ds[0].dims[0], names[i],
                                (unsigned long long)l->ds[i].dims[0], path);
@@ -570,19 +577,21 @@ static acx_status_t loader_build(acx_comm_t *world, uint64_t seed, const char *p
         return ACX_ERROR(ACX_ERR_FORMAT, "dataset '%s' in '%s' has no samples", names[0], path);
     if (b > n) {
         if (opts->split_batches)
-            return ACX_ERROR(ACX_ERR_FORMAT, "batch_size %lld (split_batches: %lld per rank on "
+            return ACX_ERROR(ACX_ERR_FORMAT,
+                             "batch_size %lld (split_batches: %lld per rank on "
                              "world size %d) exceeds the %lld samples of '%s'",
                              (long long)opts->batch_size, (long long)b, world_size, (long long)n,
                              path);
-        return ACX_ERROR(ACX_ERR_FORMAT, "batch_size %lld x world size %d = %lld exceeds the %lld "
-                         "samples of '%s' (already one rank's batch does)", (long long)b,
-                         world_size, (long long)(b * world_size), (long long)n, path);
+        return ACX_ERROR(ACX_ERR_FORMAT,
+                         "batch_size %lld x world size %d = %lld exceeds the %lld "
+                         "samples of '%s' (already one rank's batch does)",
+                         (long long)b, world_size, (long long)(b * world_size), (long long)n, path);
     }
     if (opts->drop_last && b * world_size > n)
-        return ACX_ERROR(ACX_ERR_FORMAT, "batch_size %lld x world size %d = %lld exceeds the %lld "
+        return ACX_ERROR(ACX_ERR_FORMAT,
+                         "batch_size %lld x world size %d = %lld exceeds the %lld "
                          "samples of '%s' with drop_last: no batch would remain",
-                         (long long)b, world_size, (long long)(b * world_size), (long long)n,
-                         path);
+                         (long long)b, world_size, (long long)(b * world_size), (long long)n, path);
     ACX_CHECK(acx_sampler_init(&l->sampler, n, b, world_size, world->rank, opts->shuffle,
                                opts->drop_last, opts->even_batches, seed));
     l->num_batches = acx_sampler_num_batches(&l->sampler);
@@ -634,11 +643,12 @@ err_unlock:
     return status;
 }
 
-acx_status_t acx_loader_open(acx_comm_t *world, uint64_t seed, const char *path,
-                             int num_datasets, const char *const *dataset_names,
-                             const acx_dataloader_options_t *opts, acx_dataloader_t **loader_p) {
+acx_status_t acx_loader_open(acx_comm_t *world, uint64_t seed, const char *path, int num_datasets,
+                             const char *const *dataset_names, const acx_dataloader_options_t *opts,
+                             acx_dataloader_t **loader_p) {
     if (world == NULL || loader_p == NULL)
-        return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_loader_open: world and loader_p must not be NULL");
+        return ACX_ERROR(ACX_ERR_INVALID_ARG,
+                         "acx_loader_open: world and loader_p must not be NULL");
     acx_dataloader_t *l = NULL;
     acx_status_t status = loader_build(world, seed, path, num_datasets, dataset_names, opts, &l);
     /* every rank learns the lowest failing rank's status and message */
@@ -655,8 +665,7 @@ acx_status_t acx_loader_open(acx_comm_t *world, uint64_t seed, const char *path,
 
 static acx_status_t check_open(const acx_dataloader_t *l, const char *fn) {
     if (l == NULL) return ACX_ERROR(ACX_ERR_INVALID_ARG, "%s: loader is NULL", fn);
-    if (!l->open)
-        return ACX_ERROR(ACX_ERR_STATE, "%s: the loader of '%s' was closed", fn, l->path);
+    if (!l->open) return ACX_ERROR(ACX_ERR_STATE, "%s: the loader of '%s' was closed", fn, l->path);
     return ACX_OK;
 }
 
@@ -708,7 +717,8 @@ ACX_API acx_status_t acx_dataloader_next(acx_dataloader_t *l, const acx_batch_t 
     b->size = slot->size;
     b->num_padding = slot->num_padding;
     b->indices = slot->indices;
-    for (int i = 0; i < l->num_datasets; i++) b->tensors[i] = slot->tensors[i];
+    for (int i = 0; i < l->num_datasets; i++)
+        b->tensors[i] = slot->tensors[i];
     b->epoch = slot->epoch;
     b->index = slot->index;
     b->is_last = slot->index == l->num_batches - 1;
@@ -746,7 +756,8 @@ ACX_API int acx_dataloader_dataset_shape(const acx_dataloader_t *l, int i, int m
                                          int64_t *dims) {
     if (l == NULL || i < 0 || i >= l->num_datasets) return -1;
     const dataset_t *d = &l->ds[i];
-    for (int k = 0; k < d->ndim && k < max_dims && dims != NULL; k++) dims[k] = (int64_t)d->dims[k];
+    for (int k = 0; k < d->ndim && k < max_dims && dims != NULL; k++)
+        dims[k] = (int64_t)d->dims[k];
     return d->ndim;
 }
 

@@ -120,7 +120,8 @@ static void call_name(const char *call, char *out, size_t cap) {
     const char *eq = strstr(call, " = ");
     const char *paren = strchr(call, '(');
     if (eq != NULL && (paren == NULL || eq < paren)) call = eq + 3;
-    while (*call == '(' || *call == ' ') call++;
+    while (*call == '(' || *call == ' ')
+        call++;
     size_t n = strcspn(call, "( ");
     if (n >= cap) n = cap - 1;
     memcpy(out, call, n);
@@ -150,8 +151,8 @@ acx_status_t acx_error_h5(const char *call, const char *what, const char *file, 
     if (w.damage)
         return acx_error_set(ACX_ERR_FORMAT, file, line, "%s is damaged: %s (%s)",
                              what && what[0] ? what : "the HDF5 file", text, name);
-    return acx_error_set(ACX_ERR_HDF5, file, line, "%s %s failed: %s", name,
-                         what ? what : "", text);
+    return acx_error_set(ACX_ERR_HDF5, file, line, "%s %s failed: %s", name, what ? what : "",
+                         text);
 }
 
 /* ---- datatypes ---- */
@@ -195,8 +196,10 @@ int acx_h5_to_dtype(hid_t type) {
         } else if (size == 2) {
             size_t spos, epos, esize, mpos, msize;
             if (H5Tget_fields(type, &spos, &epos, &esize, &mpos, &msize) >= 0) {
-                if (esize == 5 && msize == 10) dtype = ACX_DTYPE_FLOAT16;
-                else if (esize == 8 && msize == 7) dtype = ACX_DTYPE_BFLOAT16;
+                if (esize == 5 && msize == 10)
+                    dtype = ACX_DTYPE_FLOAT16;
+                else if (esize == 8 && msize == 7)
+                    dtype = ACX_DTYPE_BFLOAT16;
             }
         }
     }

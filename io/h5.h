@@ -37,12 +37,12 @@ int acx_h5_last_damaged(void);
 
 /* ret < 0 means failure for herr_t and hid_t alike. `what` names the
  * object ("dataset /train/images in 'x.h5'"). */
-#define ACX_H5_CHECK_GOTO(call, what, status, label)                           \
-    do {                                                                       \
-        if ((call) < 0) {                                                      \
-            (status) = acx_error_h5(#call, (what), __FILE__, __LINE__);        \
-            goto label;                                                        \
-        }                                                                      \
+#define ACX_H5_CHECK_GOTO(call, what, status, label)                                               \
+    do {                                                                                           \
+        if ((call) < 0) {                                                                          \
+            (status) = acx_error_h5(#call, (what), __FILE__, __LINE__);                            \
+            goto label;                                                                            \
+        }                                                                                          \
     } while (0)
 
 /* acx dtype of an HDF5 datatype (integer/float classes only), or -1. */

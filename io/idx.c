@@ -35,8 +35,8 @@ typedef struct {
     const char *path;
     int ndim;
     uint32_t dims[3];
-    size_t bytes;   /* prod(dims) */
-    uint8_t *data;  /* [bytes] */
+    size_t bytes;  /* prod(dims) */
+    uint8_t *data; /* [bytes] */
 } idx_file_t;
 
 /* ---- zlib errors ---- */
@@ -71,15 +71,19 @@ static acx_status_t zlib_error(const char *call, gzFile gz, int ret, const char 
             return acx_error_set(ACX_ERR_IO, file, line, "%.*s of %s failed: %s", name_len, name,
                                  what, strerror(err));
         if (errnum != Z_OK && msg != NULL && msg[0] != '\0')
-            return acx_error_set(ACX_ERR_ZLIB, file, line, "%.*s of %s failed: %s", name_len,
-                                 name, what, msg);
-        return acx_error_set(ACX_ERR_ZLIB, file, line, "%.*s of %s failed: zlib returned %d "
-                             "and recorded no reason", name_len, name, what, ret);
+            return acx_error_set(ACX_ERR_ZLIB, file, line, "%.*s of %s failed: %s", name_len, name,
+                                 what, msg);
+        return acx_error_set(ACX_ERR_ZLIB, file, line,
+                             "%.*s of %s failed: zlib returned %d "
+                             "and recorded no reason",
+                             name_len, name, what, ret);
     }
     if (ret == Z_ERRNO) { /* gzopen, or gzclose's close(2) */
         if (err == 0)
-            return acx_error_set(ACX_ERR_NO_MEMORY, file, line, "%.*s of %s failed: out of "
-                                 "memory in zlib", name_len, name, what);
+            return acx_error_set(ACX_ERR_NO_MEMORY, file, line,
+                                 "%.*s of %s failed: out of "
+                                 "memory in zlib",
+                                 name_len, name, what);
         return acx_error_set(err == ENOMEM ? ACX_ERR_NO_MEMORY : ACX_ERR_IO, file, line,
                              "%.*s of %s failed: %s", name_len, name, what, strerror(err));
     }
@@ -90,22 +94,22 @@ static acx_status_t zlib_error(const char *call, gzFile gz, int ret, const char 
 /* Calls returning an int (gzread, gzbuffer, gzclose): negative is failure.
  * `gz` is the handle whose gzerror() holds the reason; NULL for gzclose,
  * which frees it. `call` may assign the result: `got = gzread(...)`. */
-#define ACX_ZLIB_CHECK_GOTO(call, gz, what, status, label)                     \
-    do {                                                                       \
-        int acx_zlib_ret_ = (call);                                            \
-        if (acx_zlib_ret_ < 0) {                                               \
-            (status) = zlib_error(#call, (gz), acx_zlib_ret_, (what), __FILE__, __LINE__); \
-            goto label;                                                        \
-        }                                                                      \
+#define ACX_ZLIB_CHECK_GOTO(call, gz, what, status, label)                                         \
+    do {                                                                                           \
+        int acx_zlib_ret_ = (call);                                                                \
+        if (acx_zlib_ret_ < 0) {                                                                   \
+            (status) = zlib_error(#call, (gz), acx_zlib_ret_, (what), __FILE__, __LINE__);         \
+            goto label;                                                                            \
+        }                                                                                          \
     } while (0)
 
 /* gzopen: NULL is failure and errno holds the reason. */
-#define ACX_ZLIB_CHECK_PTR_GOTO(call, what, status, label)                     \
-    do {                                                                       \
-        if ((call) == NULL) {                                                  \
-            (status) = zlib_error(#call, NULL, Z_ERRNO, (what), __FILE__, __LINE__); \
-            goto label;                                                        \
-        }                                                                      \
+#define ACX_ZLIB_CHECK_PTR_GOTO(call, what, status, label)                                         \
+    do {                                                                                           \
+        if ((call) == NULL) {                                                                      \
+            (status) = zlib_error(#call, NULL, Z_ERRNO, (what), __FILE__, __LINE__);               \
+            goto label;                                                                            \
+        }                                                                                          \
     } while (0)
 
 /* ---- reading ---- */
@@ -147,19 +151,24 @@ static acx_status_t idx_read(const char *path, int ndim, const char *kind, idx_f
 
     ACX_CHECK_GOTO(gz_read_all(gz, what, head, 4, &got), status, err_close);
     if (got < 4) {
-        status = ACX_ERROR(ACX_ERR_IO, "IDX %s file '%s' is truncated: %lld bytes, shorter "
-                           "than the 4-byte magic", kind, path, (long long)got);
+        status = ACX_ERROR(ACX_ERR_IO,
+                           "IDX %s file '%s' is truncated: %lld bytes, shorter "
+                           "than the 4-byte magic",
+                           kind, path, (long long)got);
         goto err_close;
     }
     if (head[0] != 0 || head[1] != 0) {
-        status = ACX_ERROR(ACX_ERR_FORMAT, "'%s' is not an IDX file: magic %02x %02x %02x %02x, "
-                           "expected 00 00 08 %02x", path, head[0], head[1], head[2], head[3],
-                           ndim);
+        status = ACX_ERROR(ACX_ERR_FORMAT,
+                           "'%s' is not an IDX file: magic %02x %02x %02x %02x, "
+                           "expected 00 00 08 %02x",
+                           path, head[0], head[1], head[2], head[3], ndim);
         goto err_close;
     }
     if (head[2] != IDX_TYPE_UBYTE) {
-        status = ACX_ERROR(ACX_ERR_FORMAT, "IDX %s file '%s' has element type 0x%02x; only 0x08 "
-                           "(unsigned byte) is supported", kind, path, head[2]);
+        status = ACX_ERROR(ACX_ERR_FORMAT,
+                           "IDX %s file '%s' has element type 0x%02x; only 0x08 "
+                           "(unsigned byte) is supported",
+                           kind, path, head[2]);
         goto err_close;
     }
     if (head[3] != ndim) {
@@ -170,8 +179,10 @@ static acx_status_t idx_read(const char *path, int ndim, const char *kind, idx_f
     size_t dim_bytes = 4 * (size_t)ndim;
     ACX_CHECK_GOTO(gz_read_all(gz, what, head + 4, dim_bytes, &got), status, err_close);
     if ((size_t)got < dim_bytes) {
-        status = ACX_ERROR(ACX_ERR_IO, "IDX %s file '%s' is truncated inside its header "
-                           "(%d dims expected)", kind, path, ndim);
+        status = ACX_ERROR(ACX_ERR_IO,
+                           "IDX %s file '%s' is truncated inside its header "
+                           "(%d dims expected)",
+                           kind, path, ndim);
         goto err_close;
     }
     size_t bytes = 1;
@@ -179,13 +190,12 @@ static acx_status_t idx_read(const char *path, int ndim, const char *kind, idx_f
         const uint8_t *p = head + 4 + 4 * d;
         f->dims[d] = (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
         if (f->dims[d] == 0) {
-            status = ACX_ERROR(ACX_ERR_FORMAT, "IDX %s file '%s': dimension %d is 0", kind, path,
-                               d);
+            status =
+                ACX_ERROR(ACX_ERR_FORMAT, "IDX %s file '%s': dimension %d is 0", kind, path, d);
             goto err_close;
         }
         if (bytes > SIZE_MAX / f->dims[d]) {
-            status = ACX_ERROR(ACX_ERR_FORMAT, "IDX %s file '%s': dimensions overflow", kind,
-                               path);
+            status = ACX_ERROR(ACX_ERR_FORMAT, "IDX %s file '%s': dimensions overflow", kind, path);
             goto err_close;
         }
         bytes *= f->dims[d];
@@ -198,15 +208,19 @@ static acx_status_t idx_read(const char *path, int ndim, const char *kind, idx_f
     }
     ACX_CHECK_GOTO(gz_read_all(gz, what, f->data, bytes, &got), status, err_free);
     if ((size_t)got < bytes) {
-        status = ACX_ERROR(ACX_ERR_IO, "IDX %s file '%s' is truncated: expected %zu data bytes "
-                           "after the header, got %lld", kind, path, bytes, (long long)got);
+        status = ACX_ERROR(ACX_ERR_IO,
+                           "IDX %s file '%s' is truncated: expected %zu data bytes "
+                           "after the header, got %lld",
+                           kind, path, bytes, (long long)got);
         goto err_free;
     }
     uint8_t extra;
     ACX_CHECK_GOTO(gz_read_all(gz, what, &extra, 1, &got), status, err_free);
     if (got != 0) {
-        status = ACX_ERROR(ACX_ERR_FORMAT, "IDX %s file '%s' has data after the %zu bytes its "
-                           "header announces (trailing garbage)", kind, path, bytes);
+        status = ACX_ERROR(ACX_ERR_FORMAT,
+                           "IDX %s file '%s' has data after the %zu bytes its "
+                           "header announces (trailing garbage)",
+                           kind, path, bytes);
         goto err_free;
     }
     /* gzclose frees gz whatever it returns: no handle for the reason */
@@ -229,19 +243,20 @@ err_free_only:
 /* ---- writing ---- */
 
 /* Write one uint8 dataset /<group>/<name> with f's shape. */
-static acx_status_t write_u8(hid_t group, const char *gname, const char *name,
-                             const idx_file_t *f, const char *out) {
+static acx_status_t write_u8(hid_t group, const char *gname, const char *name, const idx_file_t *f,
+                             const char *out) {
     acx_status_t status = ACX_OK;
     hsize_t dims[3];
     char what[512];
     snprintf(what, sizeof what, "dataset /%s/%s in '%s'", gname, name, out);
-    for (int d = 0; d < f->ndim; d++) dims[d] = f->dims[d];
+    for (int d = 0; d < f->ndim; d++)
+        dims[d] = f->dims[d];
     hid_t space = -1, dset = -1;
     ACX_H5_CHECK_GOTO(space = H5Screate_simple(f->ndim, dims, NULL), what, status, done);
     /* default creation properties: contiguous layout, no filters */
-    ACX_H5_CHECK_GOTO(dset = H5Dcreate2(group, name, H5T_STD_U8LE, space, H5P_DEFAULT,
-                                        H5P_DEFAULT, H5P_DEFAULT),
-                      what, status, done);
+    ACX_H5_CHECK_GOTO(
+        dset = H5Dcreate2(group, name, H5T_STD_U8LE, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+        what, status, done);
     ACX_H5_CHECK_GOTO(H5Dwrite(dset, H5T_NATIVE_UCHAR, H5S_ALL, H5S_ALL, H5P_DEFAULT, f->data),
                       what, status, done);
     ACX_H5_CHECK_GOTO(H5Dclose(dset), what, status, done);
@@ -268,8 +283,7 @@ static acx_status_t write_h5(const char *tmp, split_t *splits, int nsplits) {
     acx_h5_quiet();
     ACX_H5_CHECK_GOTO(fapl = H5Pcreate(H5P_FILE_ACCESS), what, status, done);
     ACX_H5_CHECK_GOTO(H5Pset_fapl_sec2(fapl), what, status, done);
-    ACX_H5_CHECK_GOTO(file = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl), what, status,
-                      done);
+    ACX_H5_CHECK_GOTO(file = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl), what, status, done);
     ACX_H5_CHECK_GOTO(acx_h5_write_attr_str(file, "source", "idx"), "attribute /source", status,
                       done);
     for (int s = 0; s < nsplits; s++) {
@@ -277,11 +291,9 @@ static acx_status_t write_h5(const char *tmp, split_t *splits, int nsplits) {
         if (sp->images.data == NULL && sp->labels.data == NULL) continue;
         hid_t group;
         snprintf(what, sizeof what, "group /%s in '%s'", sp->name, tmp);
-        ACX_H5_CHECK_GOTO(group = H5Gcreate2(file, sp->name, H5P_DEFAULT, H5P_DEFAULT,
-                                             H5P_DEFAULT),
+        ACX_H5_CHECK_GOTO(group = H5Gcreate2(file, sp->name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
                           what, status, done);
-        if (sp->images.data != NULL)
-            status = write_u8(group, sp->name, "images", &sp->images, tmp);
+        if (sp->images.data != NULL) status = write_u8(group, sp->name, "images", &sp->images, tmp);
         if (status == ACX_OK && sp->labels.data != NULL)
             status = write_u8(group, sp->name, "labels", &sp->labels, tmp);
         if (status != ACX_OK) {
@@ -315,7 +327,7 @@ ACX_API acx_status_t acx_import_idx(const char *train_images, const char *train_
         return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_import_idx: no output path");
     if (!((train_images && train_labels) || (test_images && test_labels)))
         return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_import_idx: need at least one pair of images "
-                         "and labels files (train or test)");
+                                              "and labels files (train or test)");
 
     ACX_CHECK(acx_io_check_target(out_path));
 
@@ -328,9 +340,11 @@ ACX_API acx_status_t acx_import_idx(const char *train_images, const char *train_
             ACX_CHECK_GOTO(idx_read(paths[s][1], 1, "labels", &sp->labels), status, err_free);
         if (sp->images.data != NULL && sp->labels.data != NULL &&
             sp->images.dims[0] != sp->labels.dims[0]) {
-            status = ACX_ERROR(ACX_ERR_FORMAT, "%s images '%s' has %u samples but labels '%s' "
-                               "has %u", sp->name, sp->images.path, sp->images.dims[0],
-                               sp->labels.path, sp->labels.dims[0]);
+            status = ACX_ERROR(ACX_ERR_FORMAT,
+                               "%s images '%s' has %u samples but labels '%s' "
+                               "has %u",
+                               sp->name, sp->images.path, sp->images.dims[0], sp->labels.path,
+                               sp->labels.dims[0]);
             goto err_free;
         }
     }
@@ -347,8 +361,8 @@ ACX_API acx_status_t acx_import_idx(const char *train_images, const char *train_
     status = write_h5(tmp, splits, 2);
     if (status != ACX_OK) goto err_unlink;
     if (rename(tmp, out_path) != 0) {
-        status = ACX_ERROR(ACX_ERR_IO, "rename('%s', '%s') failed: %s", tmp, out_path,
-                           strerror(errno));
+        status =
+            ACX_ERROR(ACX_ERR_IO, "rename('%s', '%s') failed: %s", tmp, out_path, strerror(errno));
         goto err_unlink;
     }
     goto out;

@@ -12,9 +12,9 @@
 
 /* opts: fully resolved (no ACX_UNSET fields). Collective over world (status
  * agreed with acx_coll_agree). */
-acx_status_t acx_loader_open(acx_comm_t *world, uint64_t seed, const char *path,
-                             int num_datasets, const char *const *dataset_names,
-                             const acx_dataloader_options_t *opts, acx_dataloader_t **loader_p);
+acx_status_t acx_loader_open(acx_comm_t *world, uint64_t seed, const char *path, int num_datasets,
+                             const char *const *dataset_names, const acx_dataloader_options_t *opts,
+                             acx_dataloader_t **loader_p);
 
 /* Stop the prefetch thread and release the file and buffers; the object
  * itself stays valid (every call but free then fails with ACX_ERR_STATE).

@@ -38,9 +38,7 @@
 
 /* ---- set-up ---- */
 
-static int64_t clamp64(int64_t v, int64_t lo, int64_t hi) {
-    return v < lo ? lo : v > hi ? hi : v;
-}
+static int64_t clamp64(int64_t v, int64_t lo, int64_t hi) { return v < lo ? lo : v > hi ? hi : v; }
 
 /* Real (non-padding) samples rank r has in the last, incomplete global batch. */
 static int64_t last_real(const acx_sampler_t *s) {
@@ -51,15 +49,13 @@ static int64_t last_real(const acx_sampler_t *s) {
 acx_status_t acx_sampler_init(acx_sampler_t *s, int64_t num_samples, int64_t batch_size,
                               int world_size, int rank, int shuffle, int drop_last,
                               int even_batches, uint64_t seed) {
-    if (s == NULL)
-        return ACX_ERROR(ACX_ERR_INVALID_ARG, "sampler: NULL sampler");
+    if (s == NULL) return ACX_ERROR(ACX_ERR_INVALID_ARG, "sampler: NULL sampler");
     if (num_samples < 0 || batch_size < 1 || world_size < 1 || rank < 0 || rank >= world_size)
         return ACX_ERROR(ACX_ERR_INVALID_ARG,
                          "sampler: invalid arguments (num_samples %lld, batch_size %lld, "
                          "world size %d, rank %d)",
                          (long long)num_samples, (long long)batch_size, world_size, rank);
-    if (num_samples == 0)
-        return ACX_ERROR(ACX_ERR_FORMAT, "dataset has no samples");
+    if (num_samples == 0) return ACX_ERROR(ACX_ERR_FORMAT, "dataset has no samples");
     if (batch_size > INT64_MAX / world_size)
         return ACX_ERROR(ACX_ERR_INVALID_ARG, "sampler: batch_size %lld x world size %d overflows",
                          (long long)batch_size, world_size);
@@ -94,8 +90,7 @@ acx_status_t acx_sampler_init(acx_sampler_t *s, int64_t num_samples, int64_t bat
         .perm = perm,
     };
     int64_t n = full;
-    if (!s->drop_last && num_samples % global != 0 && (s->even_batches || last_real(s) > 0))
-        n++;
+    if (!s->drop_last && num_samples % global != 0 && (s->even_batches || last_real(s) > 0)) n++;
     s->num_batches = n;
     acx_sampler_set_epoch(s, 0);
     return ACX_OK;

@@ -12,17 +12,17 @@
 #include "acx/status.h"
 
 typedef struct acx_sampler {
-    int64_t num_samples;  /* dataset rows N */
-    int64_t batch_size;   /* per rank (after split_batches division) */
+    int64_t num_samples; /* dataset rows N */
+    int64_t batch_size;  /* per rank (after split_batches division) */
     int world_size, rank;
     int shuffle, drop_last, even_batches;
     uint64_t seed;
     /* derived */
-    int64_t global_batch;  /* batch_size * world_size */
-    int64_t num_batches;   /* batches per epoch on this rank */
+    int64_t global_batch; /* batch_size * world_size */
+    int64_t num_batches;  /* batches per epoch on this rank */
     /* current epoch's permutation */
     int64_t epoch;
-    int64_t *perm;         /* [num_samples] */
+    int64_t *perm; /* [num_samples] */
 } acx_sampler_t;
 
 /* Set up. batch_size is what each rank gets (the caller divides a global

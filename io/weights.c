@@ -96,9 +96,9 @@ static acx_status_t write_param(hid_t file, hid_t lcpl, hid_t dxpl, const acx_mo
     writer_rows(m, p, first_node, &b, &e);
 
     ACX_H5_CHECK_GOTO(fspace = H5Screate_simple(p->ndim, dims, NULL), what, status, done);
-    ACX_H5_CHECK_GOTO(dset = H5Dcreate2(file, p->name, H5T_IEEE_F32LE, fspace, lcpl, H5P_DEFAULT,
-                                        H5P_DEFAULT),
-                      what, status, done);
+    ACX_H5_CHECK_GOTO(
+        dset = H5Dcreate2(file, p->name, H5T_IEEE_F32LE, fspace, lcpl, H5P_DEFAULT, H5P_DEFAULT),
+        what, status, done);
     hsize_t melems = (hsize_t)(e - b) * (hsize_t)p->row_numel;
     const float *buf = &dummy;
     if (melems > 0) {
@@ -146,7 +146,7 @@ static acx_status_t save_weights(acx_model_t *model, const char *path) {
                          "acx_model_save_weights: model and path must not be NULL or empty");
     if (!model->prepared)
         return ACX_ERROR(ACX_ERR_STATE, "acx_model_save_weights before acx_prepare (no weights "
-                         "to save yet)");
+                                        "to save yet)");
     acx_comm_t *world = model->ctx.world;
     if (world == NULL)
         return ACX_ERROR(ACX_ERR_INTERNAL, "acx_model_save_weights: the model has no communicator");
@@ -174,10 +174,13 @@ static acx_status_t save_weights(acx_model_t *model, const char *path) {
     float *mirror = NULL;
     if (status == ACX_OK && model->shard_dev != NULL && model->shard_numel > 0) {
         size_t bytes = (size_t)model->shard_numel * sizeof(float);
-        mirror = acx_mem_alloc_raw(ACX_MEM_TRANSIENT, bytes, "weights host copy of the master weights");
+        mirror =
+            acx_mem_alloc_raw(ACX_MEM_TRANSIENT, bytes, "weights host copy of the master weights");
         if (mirror == NULL)
-            status = ACX_ERROR(ACX_ERR_NO_MEMORY, "acx_model_save_weights: no memory for a %zu-byte "
-                               "host copy of the device-resident weights", bytes);
+            status = ACX_ERROR(ACX_ERR_NO_MEMORY,
+                               "acx_model_save_weights: no memory for a %zu-byte "
+                               "host copy of the device-resident weights",
+                               bytes);
         else
             status = model->shard_dev->to_host(mirror, model->master, bytes, model->ctx.stream);
         master = mirror;
@@ -209,8 +212,7 @@ agreed_create:
 
     ACX_H5_CHECK_GOTO(acx_h5_write_attr_str(file, "format", "acx-weights"), what, status,
                       agreed_write);
-    ACX_H5_CHECK_GOTO(acx_h5_write_attr_i64(file, "step", model->step), what, status,
-                      agreed_write);
+    ACX_H5_CHECK_GOTO(acx_h5_write_attr_i64(file, "step", model->step), what, status, agreed_write);
 agreed_write:
     status = acx_coll_agree(world, status);
     if (status != ACX_OK) goto out;
@@ -231,8 +233,7 @@ agreed_write:
     status = acx_coll_agree(world, status);
     if (status != ACX_OK) goto out;
     if (world->rank == 0 && rename(tmp, path) != 0)
-        status = ACX_ERROR(ACX_ERR_IO, "rename('%s', '%s') failed: %s", tmp, path,
-                           strerror(errno));
+        status = ACX_ERROR(ACX_ERR_IO, "rename('%s', '%s') failed: %s", tmp, path, strerror(errno));
     /* the agreement is also the barrier: nobody returns before the rename */
     status = acx_coll_agree(world, status);
 

@@ -71,7 +71,8 @@ typedef struct argv_opts {
 } argv_opts_t;
 
 static void argv_opts_free(argv_opts_t *o) {
-    for (int i = 0; i < o->n_overrides; i++) free(o->overrides[i]);
+    for (int i = 0; i < o->n_overrides; i++)
+        free(o->overrides[i]);
     o->n_overrides = 0;
 }
 
@@ -84,7 +85,8 @@ static acx_status_t argv_strip(int *argc, char ***argv, argv_opts_t *o) {
     for (int i = 1; i < *argc; i++) {
         const char *a = v[i];
         if (strcmp(a, "--") == 0) { /* the program's own options follow */
-            while (i < *argc) v[out++] = v[i++];
+            while (i < *argc)
+                v[out++] = v[i++];
             break;
         }
         if (strcmp(a, "--config") == 0 || strncmp(a, "--config=", 9) == 0) {
@@ -98,7 +100,8 @@ static acx_status_t argv_strip(int *argc, char ***argv, argv_opts_t *o) {
         }
         if (strcmp(a, "--debug") == 0) {
             if (o->n_overrides == ACX_MAX_OVERRIDES)
-                return ACX_ERROR(ACX_ERR_INVALID_CONFIG, "more than %d acx options", ACX_MAX_OVERRIDES);
+                return ACX_ERROR(ACX_ERR_INVALID_CONFIG, "more than %d acx options",
+                                 ACX_MAX_OVERRIDES);
             char *s = acx_malloc(sizeof "log_level=debug", "option");
             if (s == NULL) return ACX_ERR_NO_MEMORY;
             memcpy(s, "log_level=debug", sizeof "log_level=debug");
@@ -120,12 +123,14 @@ static acx_status_t argv_strip(int *argc, char ***argv, argv_opts_t *o) {
             for (int k = 0; k < acx_config_num_keys(); k++)
                 if (key_equal(acx_config_key_name(k), key, klen)) canon = acx_config_key_name(k);
             if (canon == NULL)
-                return ACX_ERROR(ACX_ERR_INVALID_CONFIG,
-                                 "unknown option --acx-%.*s: no configuration key of that name "
-                                 "(see docs/config.md; e.g. --acx-seed=1, --acx-dataloader.drop_last=true)",
-                                 (int)klen, key);
+                return ACX_ERROR(
+                    ACX_ERR_INVALID_CONFIG,
+                    "unknown option --acx-%.*s: no configuration key of that name "
+                    "(see docs/config.md; e.g. --acx-seed=1, --acx-dataloader.drop_last=true)",
+                    (int)klen, key);
             if (o->n_overrides == ACX_MAX_OVERRIDES)
-                return ACX_ERROR(ACX_ERR_INVALID_CONFIG, "more than %d --acx-* options", ACX_MAX_OVERRIDES);
+                return ACX_ERROR(ACX_ERR_INVALID_CONFIG, "more than %d --acx-* options",
+                                 ACX_MAX_OVERRIDES);
             size_t n = strlen(canon) + (value ? strlen(value) : 0) + 2;
             char *s = acx_malloc(n, "option");
             if (s == NULL) return ACX_ERR_NO_MEMORY;
@@ -149,13 +154,14 @@ static acx_status_t discover_topology(acx_accelerator_t *acc) {
     MPI_Comm node;
     ACX_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &acc->rank));
     ACX_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &acc->world_size));
-    ACX_MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, acc->rank,
-                                      MPI_INFO_NULL, &node));
+    ACX_MPI_CHECK(
+        MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, acc->rank, MPI_INFO_NULL, &node));
     MPI_Comm_rank(node, &acc->local_rank);
     MPI_Comm_size(node, &acc->local_size);
     int leader = acc->local_rank == 0, before = 0;
     acx_status_t status = ACX_OK;
-    ACX_MPI_CHECK_GOTO(MPI_Exscan(&leader, &before, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD), status, out);
+    ACX_MPI_CHECK_GOTO(MPI_Exscan(&leader, &before, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD), status,
+                       out);
     if (acc->rank == 0) before = 0; /* MPI_Exscan leaves rank 0's result undefined */
     ACX_MPI_CHECK_GOTO(MPI_Bcast(&before, 1, MPI_INT, 0, node), status, out);
     acc->node_rank = before;
@@ -187,8 +193,9 @@ static acx_status_t simulate_nodes(acx_accelerator_t *acc) {
     acc->local_size = rpn;
     acc->node_rank = acc->rank / rpn;
     acc->num_nodes = acc->world_size / rpn;
-    ACX_INFO(ACX_SUBSYS_INIT, "ranks_per_node=%d: simulating %d node(s); this rank is local rank %d of node %d",
-             rpn, acc->num_nodes, acc->local_rank, acc->node_rank);
+    ACX_INFO(ACX_SUBSYS_INIT,
+             "ranks_per_node=%d: simulating %d node(s); this rank is local rank %d of node %d", rpn,
+             acc->num_nodes, acc->local_rank, acc->node_rank);
     return ACX_OK;
 }
 
@@ -200,7 +207,8 @@ extern char **environ;
 static int edit_distance(const char *a, const char *b) {
     int la = (int)strlen(a), lb = (int)strlen(b), row[128];
     if (la > 120 || lb > 120) return 99;
-    for (int j = 0; j <= lb; j++) row[j] = j;
+    for (int j = 0; j <= lb; j++)
+        row[j] = j;
     for (int i = 1; i <= la; i++) {
         int diag = row[0];
         row[0] = i;
@@ -230,9 +238,8 @@ static void key_env_name(int k, char *buf, size_t n) {
  * read elsewhere and the ACX_TEST_ prefix (the test suite's) are known. */
 static void warn_unknown_env(const acx_accelerator_t *acc) {
     static const char *const other[] = {
-        "ACX_CONFIG_FILE",    "ACX_LOG_SUBSYS",    "ACX_LOG_FILE",
-        "ACX_DEBUG_MODE",     "ACX_SHM_DISABLE",   "ACX_SHM_SLOT_BYTES",
-        "ACX_SHM_MIN_BYTES",  "ACX_DEVICE_CACHE_DISABLE"};
+        "ACX_CONFIG_FILE", "ACX_LOG_SUBSYS",     "ACX_LOG_FILE",      "ACX_DEBUG_MODE",
+        "ACX_SHM_DISABLE", "ACX_SHM_SLOT_BYTES", "ACX_SHM_MIN_BYTES", "ACX_DEVICE_CACHE_DISABLE"};
     if (acc->rank != 0 || environ == NULL) return;
     for (char **e = environ; *e != NULL; e++) {
         if (strncmp(*e, "ACX_", 4) != 0 || strncmp(*e, "ACX_TEST_", 9) == 0) continue;
@@ -242,7 +249,8 @@ static void warn_unknown_env(const acx_accelerator_t *acc) {
         memcpy(name, *e, len);
         name[len] = '\0';
         int known = 0, best_d = 3;
-        for (size_t i = 0; i < sizeof other / sizeof *other && !known; i++) known = strcmp(name, other[i]) == 0;
+        for (size_t i = 0; i < sizeof other / sizeof *other && !known; i++)
+            known = strcmp(name, other[i]) == 0;
         for (int k = 0; k < acx_config_num_keys() && !known; k++) {
             key_env_name(k, env, sizeof env);
             known = strcmp(name, env) == 0;
@@ -253,8 +261,9 @@ static void warn_unknown_env(const acx_accelerator_t *acc) {
             }
         }
         if (!known)
-            ACX_WARN(ACX_SUBSYS_INIT, "ignoring environment variable %s: not an acx setting%s%s%s", name,
-                     best[0] ? " (did you mean " : "", best, best[0] ? "?)" : " (see docs/config.md)");
+            ACX_WARN(ACX_SUBSYS_INIT, "ignoring environment variable %s: not an acx setting%s%s%s",
+                     name, best[0] ? " (did you mean " : "", best,
+                     best[0] ? "?)" : " (see docs/config.md)");
     }
 }
 
@@ -270,7 +279,8 @@ static acx_status_t check_config_agrees(acx_accelerator_t *acc) {
         char value[1024];
         acx_config_format_value(&acc->config, k, value, sizeof value);
         uint64_t x = 1469598103934665603ull;
-        for (const char *p = value; *p; p++) x = (x ^ (unsigned char)*p) * 1099511628211ull;
+        for (const char *p = value; *p; p++)
+            x = (x ^ (unsigned char)*p) * 1099511628211ull;
         h[k] = strcmp(acx_config_key_name(k), "log_level") == 0 ? 0 : x;
     }
     ACX_MPI_CHECK(MPI_Allreduce(h, lo, nk, MPI_UINT64_T, MPI_MIN, acc->world->mpi));
@@ -280,11 +290,12 @@ static acx_status_t check_config_agrees(acx_accelerator_t *acc) {
         char value[256];
         acx_config_format_value(&acc->config, k, value, sizeof value);
         const acx_config_origin_t *o = &acc->config.origin[k];
-        return ACX_ERROR(ACX_ERR_INVALID_CONFIG,
-                         "ranks resolved different values for '%s' (rank %d has %s, from %s): every "
-                         "rank must see the same config file, ACX_* environment and --acx options",
-                         acx_config_key_name(k), acc->rank, value,
-                         o->source == ACX_SRC_DEFAULT ? "default" : o->where);
+        return ACX_ERROR(
+            ACX_ERR_INVALID_CONFIG,
+            "ranks resolved different values for '%s' (rank %d has %s, from %s): every "
+            "rank must see the same config file, ACX_* environment and --acx options",
+            acx_config_key_name(k), acc->rank, value,
+            o->source == ACX_SRC_DEFAULT ? "default" : o->where);
     }
     return ACX_OK;
 }
@@ -321,8 +332,10 @@ static acx_status_t select_device_state(acx_accelerator_t *acc) {
         if (acc->dev == NULL)
             return ACX_ERROR(ACX_ERR_NOT_SUPPORTED, "device_state: cuda: %s", why);
         if (!on_device) ACX_CHECK(acx_device_use(acc->local_rank, acc->local_size));
-        ACX_INFO(ACX_SUBSYS_INIT, "device_state: cuda: parameters, gradients and optimizer state "
-                                  "in the memory of device %d", acx_device_bound());
+        ACX_INFO(ACX_SUBSYS_INIT,
+                 "device_state: cuda: parameters, gradients and optimizer state "
+                 "in the memory of device %d",
+                 acx_device_bound());
         return ACX_OK;
     case ACX_DEVICE_STATE_EMULATED:
         if (on_device && !acc->coll->emulated)
@@ -340,8 +353,10 @@ static acx_status_t select_device_state(acx_accelerator_t *acc) {
                      "not for training)");
         return ACX_OK;
     default:
-        return ACX_ERROR(ACX_ERR_INVALID_CONFIG, "device_state %d is not one of auto, host, cuda, "
-                         "emulated", ds);
+        return ACX_ERROR(ACX_ERR_INVALID_CONFIG,
+                         "device_state %d is not one of auto, host, cuda, "
+                         "emulated",
+                         ds);
     }
 }
 
@@ -366,9 +381,11 @@ static acx_status_t check_offload(const acx_accelerator_t *acc) {
                          : "");
         return ACX_OK;
     }
-    ACX_INFO(ACX_SUBSYS_INIT, "offload_optimizer: cpu: fp32 master weights and optimizer state "
-                              "in host memory, the step on the CPU; parameters and gradients "
-                              "in %s device memory", acc->dev->name);
+    ACX_INFO(ACX_SUBSYS_INIT,
+             "offload_optimizer: cpu: fp32 master weights and optimizer state "
+             "in host memory, the step on the CPU; parameters and gradients "
+             "in %s device memory",
+             acc->dev->name);
     return ACX_OK;
 }
 
@@ -382,8 +399,9 @@ ACX_API acx_status_t acx_init(int *argc, char ***argv, const acx_config_t *confi
     argv_opts_t opts = {0};
     if (acc_p == NULL) return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_init: acc_p must not be NULL");
     if (config != NULL && config->size == 0)
-        return ACX_ERROR(ACX_ERR_INVALID_ARG,
-                         "acx_init: config->size is 0: initialize the struct with ACX_CONFIG_DEFAULT");
+        return ACX_ERROR(
+            ACX_ERR_INVALID_ARG,
+            "acx_init: config->size is 0: initialize the struct with ACX_CONFIG_DEFAULT");
 
     acx_accelerator_t *acc = acx_calloc(1, sizeof *acc, "accelerator");
     if (acc == NULL) return ACX_ERR_NO_MEMORY;
@@ -422,16 +440,19 @@ ACX_API acx_status_t acx_init(int *argc, char ***argv, const acx_config_t *confi
     /* Return MPI errors as codes instead of aborting, so they become acx statuses. */
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     ACX_CHECK_GOTO(discover_topology(acc), status, err_mpi);
-    acx_log_setup(acc->rank, acc->world_size, ACX_LOG_WARN, NULL); /* subsystems once the level is known */
+    acx_log_setup(acc->rank, acc->world_size, ACX_LOG_WARN,
+                  NULL); /* subsystems once the level is known */
 
     /* The world communicator exists before the config is known because the
      * config outcome is agreed over it; it speaks MPI, as agreement always does. */
-    ACX_CHECK_GOTO(acx_comm_create(MPI_COMM_WORLD, &acx_coll_mpi_ops, &acc->world), status, err_mpi);
+    ACX_CHECK_GOTO(acx_comm_create(MPI_COMM_WORLD, &acx_coll_mpi_ops, &acc->world), status,
+                   err_mpi);
 
     acx_launch_env_t env;
     acx_launch_env_detect(env_lookup, &env);
     status = acx_launch_env_check(&env, acc->world_size);
-    if (status == ACX_OK && argv_status != ACX_OK) status = acx_error_set_raw(argv_status, argv_error);
+    if (status == ACX_OK && argv_status != ACX_OK)
+        status = acx_error_set_raw(argv_status, argv_error);
     if (status == ACX_OK && config_status != ACX_OK)
         status = acx_error_set_raw(config_status, config_error);
     ACX_CHECK_GOTO(acx_coll_agree(acc->world, status), status, err_comm);
@@ -448,9 +469,9 @@ ACX_API acx_status_t acx_init(int *argc, char ***argv, const acx_config_t *confi
     status = acx_coll_agree(acc->world, status);
     if (status != ACX_OK) goto err_comm;
     /* the device (cuda/device.c) before a device backend's communicators use it */
-    ACX_CHECK_GOTO(acx_coll_agree(acc->world, acx_device_setup(acc->coll, acc->local_rank,
-                                                               acc->local_size)),
-                   status, err_comm);
+    ACX_CHECK_GOTO(
+        acx_coll_agree(acc->world, acx_device_setup(acc->coll, acc->local_rank, acc->local_size)),
+        status, err_comm);
     ACX_CHECK_GOTO(acx_coll_agree(acc->world, select_device_state(acc)), status, err_comm);
     ACX_CHECK_GOTO(acx_coll_agree(acc->world, check_offload(acc)), status, err_comm);
     /* a device backend gets its own world; the MPI one stays for host data */
@@ -465,10 +486,9 @@ ACX_API acx_status_t acx_init(int *argc, char ***argv, const acx_config_t *confi
     ACX_CHECK_GOTO(acx_coll_agree(acc->world, simulate_nodes(acc)), status, err_comm);
     acx_scaler_init(&acc->scaler, c);
     if (c->collective_timeout > 0 && isfinite(c->collective_timeout))
-        ACX_CHECK_GOTO(acx_coll_agree(acc->world, acx_watchdog_start(c->collective_timeout,
-                                                                     c->checkpoint_timeout,
-                                                                     acc->rank, acc->host,
-                                                                     &acc->step)),
+        ACX_CHECK_GOTO(acx_coll_agree(acc->world, acx_watchdog_start(
+                                                      c->collective_timeout, c->checkpoint_timeout,
+                                                      acc->rank, acc->host, &acc->step)),
                        status, err_comm);
     ACX_CHECK_GOTO(acx_comm_split(acc->world, acc->node_rank, acc->local_rank, &acc->node), status,
                    err_comm);
@@ -481,10 +501,12 @@ ACX_API acx_status_t acx_init(int *argc, char ***argv, const acx_config_t *confi
     } else if (env.warnings[0] != '\0') {
         ACX_WARN(ACX_SUBSYS_LAUNCH, "launcher environment: %s", env.warnings);
     }
-    ACX_INFO(ACX_SUBSYS_INIT, "acx %s: rank %d/%d, local rank %d/%d, node %d/%d on %s; launcher %s; backend %s; MPI %s",
-             acx_version(), acc->rank, acc->world_size, acc->local_rank, acc->local_size,
-             acc->node_rank, acc->num_nodes, acc->host, env.launcher, acc->coll->name,
-             acc->mpi_owned ? "initialized by acx" : "adopted from the program");
+    ACX_INFO(
+        ACX_SUBSYS_INIT,
+        "acx %s: rank %d/%d, local rank %d/%d, node %d/%d on %s; launcher %s; backend %s; MPI %s",
+        acx_version(), acc->rank, acc->world_size, acc->local_rank, acc->local_size, acc->node_rank,
+        acc->num_nodes, acc->host, env.launcher, acc->coll->name,
+        acc->mpi_owned ? "initialized by acx" : "adopted from the program");
     if (acx_log_enabled(ACX_LOG_DEBUG, ACX_SUBSYS_INIT)) {
         for (int k = 0; k < acx_config_num_keys(); k++) {
             char value[256];
@@ -516,13 +538,16 @@ err_free:
 }
 
 static void accelerator_free(acx_accelerator_t *acc) {
-    for (int i = acc->num_loaders - 1; i >= 0; i--) acx_loader_free(acc->loaders[i]);
+    for (int i = acc->num_loaders - 1; i >= 0; i--)
+        acx_loader_free(acc->loaders[i]);
     /* device state: the optimizer's last step may still run on the compute
      * stream, and the device table's free waits for nothing */
     for (int i = 0; acc->dev != NULL && i < acc->num_models; i++)
         (void)acc->dev->sync(acc->models[i]->ctx.stream);
-    for (int i = acc->num_optimizers - 1; i >= 0; i--) acx_optimizer_free(acc->optimizers[i]);
-    for (int i = acc->num_models - 1; i >= 0; i--) acx_model_free(acc->models[i]);
+    for (int i = acc->num_optimizers - 1; i >= 0; i--)
+        acx_optimizer_free(acc->optimizers[i]);
+    for (int i = acc->num_models - 1; i >= 0; i--)
+        acx_model_free(acc->models[i]);
     acx_mem_cache_empty(); /* whatever was freed after the models, too */
     acx_devcache_empty();
     free(acc->loaders);
@@ -548,8 +573,10 @@ ACX_API acx_status_t acx_finalize(acx_accelerator_t *acc) {
     acx_watch_enter("acx_finalize");
     int pending = acx_requests_drain(acc);
     if (pending > 0)
-        ACX_WARN(ACX_SUBSYS_COLL, "acx_finalize: completed %d non-blocking collective(s) the program "
-                 "never waited for (call acx_request_wait)", pending);
+        ACX_WARN(ACX_SUBSYS_COLL,
+                 "acx_finalize: completed %d non-blocking collective(s) the program "
+                 "never waited for (call acx_request_wait)",
+                 pending);
     if (acc->world != NULL) status = acc->world->ops->barrier(acc->world);
     int owned = acc->mpi_owned, rank = acc->rank;
     double limit = acc->config.values.collective_timeout;
@@ -560,10 +587,10 @@ ACX_API acx_status_t acx_finalize(acx_accelerator_t *acc) {
     /* the test suite's: this rank stops past the watched part (stall_stopped.test) */
     const char *stop = getenv("ACX_TEST_FINALIZE_STOP_RANK");
     if (stop != NULL && atoi(stop) == rank) kill(getpid(), SIGSTOP);
-    int deadline = limit > 0 && isfinite(limit) &&
-                   acx_deadline_start(limit, "acx_finalize",
-                                      "the stall detector's teardown (MPI_Win_free)", rank,
-                                      host) == ACX_OK;
+    int deadline =
+        limit > 0 && isfinite(limit) &&
+        acx_deadline_start(limit, "acx_finalize", "the stall detector's teardown (MPI_Win_free)",
+                           rank, host) == ACX_OK;
     acx_watchdog_stop();
     if (owned) {
         acx_deadline_step("MPI_Finalize");
@@ -597,7 +624,9 @@ ACX_API int acx_local_size(const acx_accelerator_t *acc) { return acc ? acc->loc
 ACX_API int acx_num_nodes(const acx_accelerator_t *acc) { return acc ? acc->num_nodes : -1; }
 ACX_API int acx_node_rank(const acx_accelerator_t *acc) { return acc ? acc->node_rank : -1; }
 ACX_API int acx_is_main_process(const acx_accelerator_t *acc) { return acc && acc->rank == 0; }
-ACX_API int acx_is_local_main_process(const acx_accelerator_t *acc) { return acc && acc->local_rank == 0; }
+ACX_API int acx_is_local_main_process(const acx_accelerator_t *acc) {
+    return acc && acc->local_rank == 0;
+}
 ACX_API acx_device_state_t acx_device_state(const acx_accelerator_t *acc) {
     if (acc == NULL) return ACX_DEVICE_STATE_AUTO;
     if (acc->dev == NULL) return ACX_DEVICE_STATE_HOST;
@@ -643,16 +672,20 @@ ACX_API acx_status_t acx_wait_for_everyone(acx_accelerator_t *acc) {
 
 static uint64_t fnv_bytes(uint64_t h, const void *p, size_t n) {
     const unsigned char *b = p;
-    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 1099511628211ull;
     return h;
 }
 
-static uint64_t fnv_str(uint64_t h, const char *s) { return fnv_bytes(h, s ? s : "", s ? strlen(s) + 1 : 1); }
+static uint64_t fnv_str(uint64_t h, const char *s) {
+    return fnv_bytes(h, s ? s : "", s ? strlen(s) + 1 : 1);
+}
 
 /* ACX_OK when every rank passed the same hash; otherwise an error on every
  * rank naming `what` and this rank's own `detail`, so each rank's message
  * shows what it had. Collective (two small all-reduces). */
-static acx_status_t agree_on(acx_accelerator_t *acc, uint64_t h, const char *what, const char *detail) {
+static acx_status_t agree_on(acx_accelerator_t *acc, uint64_t h, const char *what,
+                             const char *detail) {
     uint64_t lo, hi;
     ACX_MPI_CHECK(MPI_Allreduce(&h, &lo, 1, MPI_UINT64_T, MPI_MIN, acc->world->mpi));
     ACX_MPI_CHECK(MPI_Allreduce(&h, &hi, 1, MPI_UINT64_T, MPI_MAX, acc->world->mpi));
@@ -668,7 +701,8 @@ static acx_status_t push(void ***arr, int *n, int *cap, void *obj) {
     if (*n == *cap) {
         int nc = *cap ? 2 * *cap : 4;
         void **p = realloc(*arr, (size_t)nc * sizeof *p);
-        if (p == NULL) return ACX_ERROR(ACX_ERR_NO_MEMORY, "cannot grow the accelerator's object list");
+        if (p == NULL)
+            return ACX_ERROR(ACX_ERR_NO_MEMORY, "cannot grow the accelerator's object list");
         *arr = p;
         *cap = nc;
     }
@@ -693,7 +727,8 @@ ACX_API acx_status_t acx_model_create(acx_accelerator_t *acc, acx_model_t **mode
                         : c->reduce_dtype == ACX_REDUCE_FP16 ? ACX_DTYPE_FLOAT16
                                                              : ACX_DTYPE_FLOAT32,
         .forward_prefetch = c->fsdp.forward_prefetch > 0,
-        .backward_prefetch = c->fsdp.backward_prefetch >= 0 ? c->fsdp.backward_prefetch : ACX_BACKWARD_PRE,
+        .backward_prefetch =
+            c->fsdp.backward_prefetch >= 0 ? c->fsdp.backward_prefetch : ACX_BACKWARD_PRE,
         .limit_all_gathers = c->fsdp.limit_all_gathers >= 0 ? c->fsdp.limit_all_gathers : 2,
         .owner = acc,
         .dev = acc->dev,
@@ -759,14 +794,17 @@ static acx_status_t dataloader_open(acx_accelerator_t *acc, const char *path, in
      * The path may differ (node-local copies of the data are common); a
      * missing file on one rank is reported by the open itself. */
     uint64_t h = 1469598103934665603ull;
-    for (int i = 0; i < num_datasets && dataset_names != NULL; i++) h = fnv_str(h, dataset_names[i]);
-    int64_t args[7] = {num_datasets, o.batch_size, o.shuffle, o.drop_last, o.even_batches,
-                       o.split_batches, o.prefetch};
+    for (int i = 0; i < num_datasets && dataset_names != NULL; i++)
+        h = fnv_str(h, dataset_names[i]);
+    int64_t args[7] = {num_datasets,   o.batch_size,    o.shuffle, o.drop_last,
+                       o.even_batches, o.split_batches, o.prefetch};
     h = fnv_bytes(h, args, sizeof args);
     char detail[512];
-    snprintf(detail, sizeof detail, "%d dataset(s), batch_size %lld, shuffle %d, drop_last %d, "
-             "even_batches %d, split_batches %d, prefetch %d", num_datasets,
-             (long long)o.batch_size, o.shuffle, o.drop_last, o.even_batches, o.split_batches, o.prefetch);
+    snprintf(detail, sizeof detail,
+             "%d dataset(s), batch_size %lld, shuffle %d, drop_last %d, "
+             "even_batches %d, split_batches %d, prefetch %d",
+             num_datasets, (long long)o.batch_size, o.shuffle, o.drop_last, o.even_batches,
+             o.split_batches, o.prefetch);
     ACX_CHECK(agree_on(acc, h, "arguments to acx_dataloader_open", detail));
     acx_dataloader_t *l = NULL;
     ACX_CHECK(acx_loader_open(acc->world, (uint64_t)acc->config.values.seed, path, num_datasets,
@@ -793,11 +831,14 @@ ACX_API acx_status_t acx_prepare(acx_accelerator_t *acc, acx_model_t *model,
     if (acc == NULL || model == NULL)
         return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_prepare: acc and model must not be NULL");
     if (model->ctx.owner != acc)
-        return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_prepare: the model belongs to another accelerator");
+        return ACX_ERROR(ACX_ERR_INVALID_ARG,
+                         "acx_prepare: the model belongs to another accelerator");
     if (acc->model != NULL)
-        return ACX_ERROR(ACX_ERR_STATE, "acx_prepare was already called (one prepared model per accelerator)");
+        return ACX_ERROR(ACX_ERR_STATE,
+                         "acx_prepare was already called (one prepared model per accelerator)");
     if (optimizer != NULL && acx_optimizer_model(optimizer) != model)
-        return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_prepare: the optimizer was created for another model");
+        return ACX_ERROR(ACX_ERR_INVALID_ARG,
+                         "acx_prepare: the optimizer was created for another model");
     /* Every rank must register the same model (the buckets and, later, the
      * shards are planned independently on each rank from it). */
     uint64_t h = 1469598103934665603ull;
@@ -818,13 +859,14 @@ ACX_API acx_status_t acx_prepare(acx_accelerator_t *acc, acx_model_t *model,
         ACX_MPI_CHECK(MPI_Allreduce(&nb, &lo, 1, MPI_INT64_T, MPI_MIN, acc->world->mpi));
         ACX_MPI_CHECK(MPI_Allreduce(&nb, &hi, 1, MPI_INT64_T, MPI_MAX, acc->world->mpi));
         if (lo != hi)
-            return ACX_ERROR(ACX_ERR_INVALID_CONFIG,
-                             "the training loader gives ranks different numbers of batches per epoch "
-                             "(this rank %lld, others between %lld and %lld): gradient synchronization "
-                             "needs the same number of steps on every rank; use "
-                             "dataloader.even_batches=true (pads the last batches) or "
-                             "dataloader.drop_last=true",
-                             (long long)nb, (long long)lo, (long long)hi);
+            return ACX_ERROR(
+                ACX_ERR_INVALID_CONFIG,
+                "the training loader gives ranks different numbers of batches per epoch "
+                "(this rank %lld, others between %lld and %lld): gradient synchronization "
+                "needs the same number of steps on every rank; use "
+                "dataloader.even_batches=true (pads the last batches) or "
+                "dataloader.drop_last=true",
+                (long long)nb, (long long)lo, (long long)hi);
     }
     acx_status_t status = acx_model_prepare(model);
     if (status == ACX_OK && optimizer != NULL) status = acx_optimizer_bind(optimizer);
@@ -845,7 +887,8 @@ ACX_API acx_status_t acx_prepare(acx_accelerator_t *acc, acx_model_t *model,
 
 ACX_API acx_status_t acx_accumulate_begin(acx_accelerator_t *acc) {
     if (acc == NULL) return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_accumulate_begin: acc is NULL");
-    if (acc->model == NULL) return ACX_ERROR(ACX_ERR_STATE, "acx_accumulate_begin before acx_prepare");
+    if (acc->model == NULL)
+        return ACX_ERROR(ACX_ERR_STATE, "acx_accumulate_begin before acx_prepare");
     if (acc->in_micro_step)
         return ACX_ERROR(ACX_ERR_STATE, "acx_accumulate_begin twice without acx_accumulate_end");
     int k = acc->config.values.gradient_accumulation_steps;
@@ -856,8 +899,9 @@ ACX_API acx_status_t acx_accumulate_begin(acx_accelerator_t *acc) {
     acc->micro_since_sync++;
     /* The end of the loader's epoch is a boundary too (Accelerate's
      * end_of_dataloader), so no gradients leak into the next epoch. */
-    int end_of_data = acc->loader != NULL && acx_dataloader_position(acc->loader) > 0 &&
-                      acx_dataloader_position(acc->loader) == acx_dataloader_num_batches(acc->loader);
+    int end_of_data =
+        acc->loader != NULL && acx_dataloader_position(acc->loader) > 0 &&
+        acx_dataloader_position(acc->loader) == acx_dataloader_num_batches(acc->loader);
     acc->sync = acc->micro_since_sync >= k || end_of_data;
     acc->model->sync = acc->sync;
     /* Mean over ranks and over the micro-steps actually accumulated (a short
@@ -887,7 +931,8 @@ ACX_API int acx_sync_gradients(const acx_accelerator_t *acc) { return acc ? acc-
 ACX_API acx_status_t acx_accumulate_items(acx_accelerator_t *acc, int64_t items) {
     if (acc == NULL) return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_accumulate_items: acc is NULL");
     if (!acc->in_micro_step)
-        return ACX_ERROR(ACX_ERR_STATE, "acx_accumulate_items outside acx_accumulate_begin/end: "
+        return ACX_ERROR(ACX_ERR_STATE,
+                         "acx_accumulate_items outside acx_accumulate_begin/end: "
                          "report each micro-batch's items inside its micro-step, before backward");
     if (items < 0)
         return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_accumulate_items: items %lld; expected >= 0",
@@ -982,11 +1027,13 @@ ACX_API acx_status_t acx_print_ordered(acx_accelerator_t *acc, const char *fmt, 
         if (len >= ACX_PRINT_MAX) len = ACX_PRINT_MAX - 1;
         /* each rank prefixes its own lines: only it knows its host */
         char prefix[ACX_HOST_MAX + 48];
-        int plen = snprintf(prefix, sizeof prefix, "[rank %d/%d %s] ", acc->rank, acc->world_size, acc->host);
+        int plen = snprintf(prefix, sizeof prefix, "[rank %d/%d %s] ", acc->rank, acc->world_size,
+                            acc->host);
         for (int i = 0; i < len && n < 2 * ACX_PRINT_MAX - plen - 2;) {
             memcpy(mine + n, prefix, (size_t)plen);
             n += plen;
-            while (i < len && text[i] != '\n' && n < 2 * ACX_PRINT_MAX - 2) mine[n++] = text[i++];
+            while (i < len && text[i] != '\n' && n < 2 * ACX_PRINT_MAX - 2)
+                mine[n++] = text[i++];
             mine[n++] = '\n';
             if (i < len && text[i] == '\n') i++;
         }
@@ -1007,11 +1054,15 @@ ACX_API acx_status_t acx_print_ordered(acx_accelerator_t *acc, const char *fmt, 
             displs[r] = (int)total;
             total += lens[r];
         }
-        if (total > INT_MAX) status = ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_print_ordered: %ld bytes in all; too much", total);
-        else if ((all = acx_malloc((size_t)total + 1, "ordered print text")) == NULL) status = ACX_ERR_NO_MEMORY;
+        if (total > INT_MAX)
+            status = ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_print_ordered: %ld bytes in all; too much",
+                               total);
+        else if ((all = acx_malloc((size_t)total + 1, "ordered print text")) == NULL)
+            status = ACX_ERR_NO_MEMORY;
     }
     ACX_CHECK_GOTO(acx_coll_agree(acc->world, status), status, out);
-    ACX_MPI_CHECK_GOTO(MPI_Gatherv(mine, n, MPI_CHAR, all, lens, displs, MPI_CHAR, 0, comm), status, out);
+    ACX_MPI_CHECK_GOTO(MPI_Gatherv(mine, n, MPI_CHAR, all, lens, displs, MPI_CHAR, 0, comm), status,
+                       out);
     if (acc->rank == 0) {
         fwrite(all, 1, (size_t)total, stdout);
         fflush(stdout);

@@ -49,17 +49,17 @@ struct acx_accelerator {
 
     /* step state */
     int in_micro_step;
-    int sync;               /* current micro-step ends at a boundary */
-    int grads_reduced;      /* acx_backward_end completed a boundary's reduction this micro-step */
-    int micro_since_sync;   /* micro-steps accumulated in the gradients, this one included */
-    int64_t micro_step;     /* micro-steps begun */
-    int64_t step;           /* boundaries passed */
-    acx_scaler_t scaler;    /* fp16 loss scaling (runtime/scaler.c) */
-    int64_t items_local;    /* acx_accumulate_items since the last boundary (this rank) */
-    int items_micro;        /* micro-steps of this window that called acx_accumulate_items */
-    int64_t items_last_micro; /* micro_step of the last such call (counts a micro-step once) */
-    int items_reduced;        /* this micro-step all-reduced the boundary's item total */
-    int64_t items_total;    /* the last boundary's total over ranks and micro-steps */
+    int sync;             /* current micro-step ends at a boundary */
+    int grads_reduced;    /* acx_backward_end completed a boundary's reduction this micro-step */
+    int micro_since_sync; /* micro-steps accumulated in the gradients, this one included */
+    int64_t micro_step;   /* micro-steps begun */
+    int64_t step;         /* boundaries passed */
+    acx_scaler_t scaler;  /* fp16 loss scaling (runtime/scaler.c) */
+    int64_t items_local;  /* acx_accumulate_items since the last boundary (this rank) */
+    int items_micro;      /* micro-steps of this window that called acx_accumulate_items */
+    int64_t items_last_micro;     /* micro_step of the last such call (counts a micro-step once) */
+    int items_reduced;            /* this micro-step all-reduced the boundary's item total */
+    int64_t items_total;          /* the last boundary's total over ranks and micro-steps */
     struct acx_request *requests; /* public non-blocking collectives not yet waited */
 
     /* public collectives (runtime/coll_debug.h, runtime/eval.c) */
@@ -71,9 +71,9 @@ struct acx_accelerator {
     /* checkpoint state (runtime/checkpoint.c) */
     struct acx_ckpt_entry *ckpt_user; /* registered program state */
     int num_ckpt_user, cap_ckpt_user;
-    uint64_t rng_seed;    /* this rank's stream is (rng_seed, rank) ... */
-    uint64_t rng_counter; /* ... at draw rng_counter */
-    int rng_restored;     /* rng_seed came from a checkpoint (else: the config's seed) */
+    uint64_t rng_seed;           /* this rank's stream is (rng_seed, rank) ... */
+    uint64_t rng_counter;        /* ... at draw rng_counter */
+    int rng_restored;            /* rng_seed came from a checkpoint (else: the config's seed) */
     struct acx_project *project; /* the project directory: lock, run_id (runtime/project.c) */
 
     /* preemption state (runtime/preempt.c) */

@@ -51,15 +51,15 @@ ACX_API acx_status_t acx_clip_grad_norm(acx_accelerator_t *acc, double max_norm,
                          max_norm);
     int inf = isinf(norm_type) && norm_type > 0;
     if (!inf && norm_type != 2.0)
-        return ACX_ERROR(ACX_ERR_INVALID_ARG,
-                         "acx_clip_grad_norm: norm_type %g is not supported; expected 2 or INFINITY",
-                         norm_type);
+        return ACX_ERROR(
+            ACX_ERR_INVALID_ARG,
+            "acx_clip_grad_norm: norm_type %g is not supported; expected 2 or INFINITY", norm_type);
     /* under fp16 the norm is of the true gradients: unscale first (once) */
     ACX_CHECK(acx_scaler_unscale(acc));
     acx_model_t *m = acc->model;
     const float *g = m->shard_grad;
     double acc_v = 0.0;
-    const acx_devops_t *d = m->shard_dev; /* NULL with host state or CPU offload */
+    const acx_devops_t *d = m->shard_dev;                 /* NULL with host state or CPU offload */
     if (d == NULL) ACX_CHECK(acx_model_grads_to_host(m)); /* offload: the copies into g */
     if (d != NULL) { /* device state: the same reduction as a kernel, 8 bytes read back */
         double *r = (double *)((char *)m->dev_scratch + 8);
@@ -74,7 +74,8 @@ ACX_API acx_status_t acx_clip_grad_norm(acx_accelerator_t *acc, double max_norm,
             if (a > acc_v || isnan(a)) acc_v = a;
         }
     } else {
-        for (size_t i = 0; i < m->shard_numel; i++) acc_v += (double)g[i] * (double)g[i];
+        for (size_t i = 0; i < m->shard_numel; i++)
+            acc_v += (double)g[i] * (double)g[i];
     }
     if (m->shard_comm != NULL && m->shard_comm->size > 1)
         ACX_MPI_CHECK(ACX_WATCHED("clip_grad_norm",
@@ -90,7 +91,8 @@ ACX_API acx_status_t acx_clip_grad_norm(acx_accelerator_t *acc, double max_norm,
         if (d != NULL)
             ACX_CHECK(d->scale(w, m->shard_numel, c, m->ctx.stream));
         else
-            for (size_t i = 0; i < m->shard_numel; i++) w[i] *= c;
+            for (size_t i = 0; i < m->shard_numel; i++)
+                w[i] *= c;
     }
     if (total_norm_p != NULL) *total_norm_p = total;
     return ACX_OK;

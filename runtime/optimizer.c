@@ -212,7 +212,8 @@ acx_status_t acx_optimizer_bind(acx_optimizer_t *opt) {
         else if (m->ctx.offload)
             status = acx_devops_host_alloc(m->ctx.dev, ACX_MEM_OPTIMIZER, bytes,
                                            "offloaded optimizer state", (void **)&opt->state[i]);
-        else if ((opt->state[i] = acx_mem_alloc(ACX_MEM_OPTIMIZER, bytes, "optimizer state")) == NULL)
+        else if ((opt->state[i] = acx_mem_alloc(ACX_MEM_OPTIMIZER, bytes, "optimizer state")) ==
+                 NULL)
             status = ACX_ERR_NO_MEMORY;
         if (status != ACX_OK) {
             for (int j = 0; j < i; j++) {

@@ -73,17 +73,16 @@
 #include "runtime/preempt.h"
 #include "runtime/project.h"
 
-#define PREEMPT_PATH_MAX    4096
-#define REQUEUE_TIMEOUT_S   30
+#define PREEMPT_PATH_MAX  4096
+#define REQUEUE_TIMEOUT_S 30
 
 extern char **environ;
 
-
 /* ---- the handler and its state (process-wide, as dispositions are) ---- */
 
-static volatile sig_atomic_t pending_signal; /* first signal not yet acted on, 0 = none */
+static volatile sig_atomic_t pending_signal;   /* first signal not yet acted on, 0 = none */
 static volatile sig_atomic_t repeat_ends_mask; /* bit i: acx_signal_names[i] ends on repeat */
-static struct sigaction default_action;      /* SIG_DFL, built before any handler runs */
+static struct sigaction default_action;        /* SIG_DFL, built before any handler runs */
 static struct sigaction saved_action[ACX_NUM_SIGNAL_NAMES];
 static int installed[ACX_NUM_SIGNAL_NAMES];
 
@@ -146,8 +145,8 @@ static acx_status_t install_handlers(int mask) {
         if (acx_signal_names[i].repeat_ends) repeat_ends_mask |= 1 << i;
         if (sigaction(acx_signal_names[i].sig, &sa, installed[i] ? NULL : &saved_action[i]) != 0) {
             int err = errno;
-            return ACX_ERROR(ACX_ERR_SYSTEM, "sigaction(SIG%s) failed: %s", acx_signal_names[i].name,
-                             strerror(err));
+            return ACX_ERROR(ACX_ERR_SYSTEM, "sigaction(SIG%s) failed: %s",
+                             acx_signal_names[i].name, strerror(err));
         }
         installed[i] = 1;
     }
@@ -165,8 +164,7 @@ acx_status_t acx_preempt_install(acx_accelerator_t *acc) {
 void acx_preempt_test_raise(void) {
     const char *name = getenv("ACX_TEST_PREEMPT_RAISE_AT_INIT");
     int mask = 0;
-    if (name == NULL || name[0] == '\0' || acx_signal_list_parse(name, &mask, NULL, 0) != 0)
-        return;
+    if (name == NULL || name[0] == '\0' || acx_signal_list_parse(name, &mask, NULL, 0) != 0) return;
     for (int i = 0; i < ACX_NUM_SIGNAL_NAMES; i++)
         if (mask & (1 << i)) raise(acx_signal_names[i].sig);
 }
@@ -179,7 +177,8 @@ acx_status_t acx_preempt_init(acx_accelerator_t *acc) {
     const char *job = getenv("SLURM_JOB_ID"), *restarts = getenv("SLURM_RESTART_COUNT");
     if (acc->rank == 0 && job != NULL)
         ACX_INFO(ACX_SUBSYS_LAUNCH, "Slurm job %s: SLURM_RESTART_COUNT=%s%s", job,
-                 restarts != NULL ? restarts : "0", restarts != NULL ? " (requeued)" : " (first run)");
+                 restarts != NULL ? restarts : "0",
+                 restarts != NULL ? " (requeued)" : " (first run)");
     if (acc->rank == 0 && c->preemption.requeue && job == NULL && mask != 0)
         ACX_WARN(ACX_SUBSYS_LAUNCH, "preemption.requeue is set but this is not a Slurm job "
                                     "(no SLURM_JOB_ID): a preempted run will not be requeued");
@@ -201,12 +200,15 @@ acx_status_t acx_preempt_init(acx_accelerator_t *acc) {
     }
     acc->preempt_active = 1;
     if (acc->rank == 0)
-        ACX_INFO(ACX_SUBSYS_LAUNCH, "preemption: %s stop the job at the next step boundary with a "
+        ACX_INFO(ACX_SUBSYS_LAUNCH,
+                 "preemption: %s stop the job at the next step boundary with a "
                  "checkpoint%s",
                  names, c->preemption.requeue && job != NULL ? ", then requeue it" : "");
     if (pending_signal != 0)
-        ACX_INFO(ACX_SUBSYS_LAUNCH, "SIG%s arrived while acx_init was starting: the job stops at "
-                 "the first step boundary", signal_name(pending_signal));
+        ACX_INFO(ACX_SUBSYS_LAUNCH,
+                 "SIG%s arrived while acx_init was starting: the job stops at "
+                 "the first step boundary",
+                 signal_name(pending_signal));
     return ACX_OK;
 }
 
@@ -238,8 +240,10 @@ acx_status_t acx_preempt_prepared(acx_accelerator_t *acc) {
     const char *restarts = getenv("SLURM_RESTART_COUNT");
     if (!found) {
         if (acc->rank == 0)
-            ACX_INFO(ACX_SUBSYS_LAUNCH, "resume: auto: no checkpoint in '%s' (no 'latest'): "
-                     "starting fresh", dir);
+            ACX_INFO(ACX_SUBSYS_LAUNCH,
+                     "resume: auto: no checkpoint in '%s' (no 'latest'): "
+                     "starting fresh",
+                     dir);
         return ACX_OK;
     }
     ACX_CHECK(acx_load_state(acc, NULL, 1));
@@ -259,7 +263,8 @@ static acx_status_t slurm_requeue(const char *job) {
     pid_t pid;
     int ret = posix_spawnp(&pid, "scontrol", NULL, NULL, argv, environ);
     if (ret != 0)
-        return ACX_ERROR(ACX_ERR_SYSTEM, "cannot run `scontrol requeue %s`: %s", job, strerror(ret));
+        return ACX_ERROR(ACX_ERR_SYSTEM, "cannot run `scontrol requeue %s`: %s", job,
+                         strerror(ret));
     int wstatus = 0;
     struct timespec tick = {0, 20 * 1000 * 1000};
     for (int waited = 0;; waited++) {
@@ -270,14 +275,17 @@ static acx_status_t slurm_requeue(const char *job) {
         if (waited * 20 >= REQUEUE_TIMEOUT_S * 1000) {
             kill(pid, SIGKILL);
             waitpid(pid, &wstatus, 0);
-            return ACX_ERROR(ACX_ERR_TIMEOUT, "`scontrol requeue %s` did not finish within %d s "
-                             "(slurmctld unreachable?)", job, REQUEUE_TIMEOUT_S);
+            return ACX_ERROR(ACX_ERR_TIMEOUT,
+                             "`scontrol requeue %s` did not finish within %d s "
+                             "(slurmctld unreachable?)",
+                             job, REQUEUE_TIMEOUT_S);
         }
         nanosleep(&tick, NULL);
     }
     if (WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0) return ACX_OK;
     if (WIFEXITED(wstatus))
-        return ACX_ERROR(ACX_ERR_SYSTEM, "`scontrol requeue %s` exited %d (its message is above; "
+        return ACX_ERROR(ACX_ERR_SYSTEM,
+                         "`scontrol requeue %s` exited %d (its message is above; "
                          "was the job submitted with --no-requeue, or is it not a batch job?)",
                          job, WEXITSTATUS(wstatus));
     return ACX_ERROR(ACX_ERR_SYSTEM, "`scontrol requeue %s` was killed by signal %d", job,
@@ -313,13 +321,18 @@ acx_status_t acx_preempt_step_end(acx_accelerator_t *acc) {
         acx_status_t status = acc->rank == 0 ? slurm_requeue(job) : ACX_OK;
         status = acx_coll_agree(acc->world, status);
         if (acc->rank == 0 && status == ACX_OK)
-            ACX_WARN(ACX_SUBSYS_LAUNCH, "requeued Slurm job %s (`scontrol requeue`): it starts "
-                     "again from the batch script%s", job,
-                     c->resume == ACX_RESUME_AUTO ? " and resumes from this checkpoint"
-                                                  : "; set resume: auto to continue from this checkpoint");
+            ACX_WARN(ACX_SUBSYS_LAUNCH,
+                     "requeued Slurm job %s (`scontrol requeue`): it starts "
+                     "again from the batch script%s",
+                     job,
+                     c->resume == ACX_RESUME_AUTO
+                         ? " and resumes from this checkpoint"
+                         : "; set resume: auto to continue from this checkpoint");
         else if (acc->rank == 0)
-            ACX_WARN(ACX_SUBSYS_LAUNCH, "the job was not requeued: %s; the checkpoint is saved: "
-                     "resubmit to continue", acx_last_error());
+            ACX_WARN(ACX_SUBSYS_LAUNCH,
+                     "the job was not requeued: %s; the checkpoint is saved: "
+                     "resubmit to continue",
+                     acx_last_error());
     }
     acc->preempted = 1;
     char text[PREEMPT_PATH_MAX + 256];

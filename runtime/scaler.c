@@ -95,7 +95,8 @@ acx_status_t acx_scaler_unscale(acx_accelerator_t *acc) {
                                                                  MPI_MAX, acc->world->mpi)));
     if (dev_status != ACX_OK) return dev_status;
     if (flags[2])
-        return ACX_ERROR(ACX_ERR_CUDA, "loss scaler check: the device state of another rank "
+        return ACX_ERROR(ACX_ERR_CUDA,
+                         "loss scaler check: the device state of another rank "
                          "failed (see that rank's error); this rank's step is abandoned too");
     s->found_inf = flags[0];
     s->loss_nonfinite = flags[1];
@@ -191,7 +192,8 @@ acx_status_t acx_scaler_step(acx_accelerator_t *acc, int *skip_p) {
     s->consecutive_skips++;
     s->growth_tracker = 0;
     s->scale *= 0.5;
-    ACX_INFO(ACX_SUBSYS_OPTIM, "step %lld skipped: non-finite gradients at loss scale %g; scale now %g",
+    ACX_INFO(ACX_SUBSYS_OPTIM,
+             "step %lld skipped: non-finite gradients at loss scale %g; scale now %g",
              (long long)acc->step, used, s->scale);
     const char *why;
     if (!isfinite((float)(1.0 / used)))

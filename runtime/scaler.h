@@ -23,7 +23,7 @@ typedef struct acx_scaler {
     int loss_nonfinite; /* a loss recorded since the last step was inf/NaN (this rank) */
     double last_loss;   /* the last recorded loss (this rank) */
     int64_t last_loss_step;
-    int step_skipped;   /* the last optimizer step was skipped */
+    int step_skipped; /* the last optimizer step was skipped */
     int64_t skipped_total;
 } acx_scaler_t;
 

@@ -71,7 +71,8 @@ void acx_model_free(acx_model_t *m) {
         free(m->units[i]->params);
         free(m->units[i]);
     }
-    for (int i = 0; i < m->num_params; i++) free(m->params[i]);
+    for (int i = 0; i < m->num_params; i++)
+        free(m->params[i]);
     free(m->units);
     free(m->params);
     free(m);
@@ -112,7 +113,8 @@ static acx_status_t check_name(const char *name, const char *what) {
 
 ACX_API acx_status_t acx_model_add_unit(acx_model_t *model, const char *name, acx_unit_t **unit_p) {
     if (model == NULL || unit_p == NULL)
-        return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_model_add_unit: model and unit_p must not be NULL");
+        return ACX_ERROR(ACX_ERR_INVALID_ARG,
+                         "acx_model_add_unit: model and unit_p must not be NULL");
     if (model->prepared)
         return ACX_ERROR(ACX_ERR_STATE, "cannot add unit '%s': the model is already prepared",
                          name ? name : "(null)");
@@ -136,32 +138,36 @@ ACX_API acx_status_t acx_unit_add_param(acx_unit_t *unit, const char *name, int 
                                         const int64_t *shape, acx_init_spec_t init,
                                         acx_param_t **param_p) {
     if (unit == NULL || param_p == NULL || shape == NULL)
-        return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_unit_add_param: unit, shape and param_p must not be NULL");
+        return ACX_ERROR(ACX_ERR_INVALID_ARG,
+                         "acx_unit_add_param: unit, shape and param_p must not be NULL");
     acx_model_t *m = unit->model;
     if (m->prepared)
         return ACX_ERROR(ACX_ERR_STATE, "cannot add parameter '%s': the model is already prepared",
                          name ? name : "(null)");
     ACX_CHECK(check_name(name, "parameter"));
     if (ndim < 1 || ndim > ACX_MAX_DIMS)
-        return ACX_ERROR(ACX_ERR_INVALID_ARG, "parameter '%s': ndim %d is outside 1..%d", name, ndim,
-                         ACX_MAX_DIMS);
+        return ACX_ERROR(ACX_ERR_INVALID_ARG, "parameter '%s': ndim %d is outside 1..%d", name,
+                         ndim, ACX_MAX_DIMS);
     int64_t numel = 1;
     for (int d = 0; d < ndim; d++) {
         if (shape[d] < 1)
-            return ACX_ERROR(ACX_ERR_INVALID_ARG, "parameter '%s': dimension %d is %lld; must be >= 1",
-                             name, d, (long long)shape[d]);
+            return ACX_ERROR(ACX_ERR_INVALID_ARG,
+                             "parameter '%s': dimension %d is %lld; must be >= 1", name, d,
+                             (long long)shape[d]);
         if (numel > INT64_MAX / shape[d])
             return ACX_ERROR(ACX_ERR_INVALID_ARG, "parameter '%s': element count overflows", name);
         numel *= shape[d];
     }
     for (int i = 0; i < m->num_params; i++)
         if (strcmp(m->params[i]->name, name) == 0)
-            return ACX_ERROR(ACX_ERR_INVALID_ARG, "parameter '%s' is already registered (unit '%s')",
-                             name, m->params[i]->unit->name);
+            return ACX_ERROR(ACX_ERR_INVALID_ARG,
+                             "parameter '%s' is already registered (unit '%s')", name,
+                             m->params[i]->unit->name);
     ACX_CHECK(acx_param_init_check(name, &init, ndim, shape));
-    ACX_CHECK(grow((void **)&m->params, &m->cap_params, m->num_params, sizeof *m->params, "parameter"));
-    ACX_CHECK(grow((void **)&unit->params, &unit->cap_params, unit->num_params, sizeof *unit->params,
-                   "unit parameter"));
+    ACX_CHECK(
+        grow((void **)&m->params, &m->cap_params, m->num_params, sizeof *m->params, "parameter"));
+    ACX_CHECK(grow((void **)&unit->params, &unit->cap_params, unit->num_params,
+                   sizeof *unit->params, "unit parameter"));
     acx_param_t *p = acx_calloc(1, sizeof *p, "parameter");
     if (p == NULL) return ACX_ERR_NO_MEMORY;
     strcpy(p->name, name);
@@ -206,7 +212,8 @@ ACX_API float *acx_param_grad(acx_param_t *param) {
     }
     const acx_model_t *m = param->unit->model;
     if (!m->prepared) {
-        ACX_ERROR(ACX_ERR_STATE, "parameter '%s': no gradient buffer before acx_prepare", param->name);
+        ACX_ERROR(ACX_ERR_STATE, "parameter '%s': no gradient buffer before acx_prepare",
+                  param->name);
         return NULL;
     }
     if (param->grad == NULL && m->strategy->materialize_grads != NULL &&
@@ -223,7 +230,8 @@ ACX_API acx_status_t acx_param_gather(acx_param_t *param, float *out) {
         return ACX_ERROR(ACX_ERR_STATE, "acx_param_gather('%s') before acx_prepare", param->name);
     const float *mine = m->master + param->shard_offset;
     if (m->shard_dev != NULL && m->shard_comm == NULL) /* device state (NO_SHARD): copy it back */
-        return m->shard_dev->to_host(out, mine, (size_t)param->numel * sizeof(float), m->ctx.stream);
+        return m->shard_dev->to_host(out, mine, (size_t)param->numel * sizeof(float),
+                                     m->ctx.stream);
     if (m->shard_comm == NULL) { /* every row is here */
         memcpy(out, mine, (size_t)param->numel * sizeof(float));
         return ACX_OK;
@@ -242,7 +250,8 @@ ACX_API acx_status_t acx_param_gather(acx_param_t *param, float *out) {
                            "than one MPI call moves",
                            param->name, piece);
     } else if (m->shard_dev != NULL) { /* device state: this rank's piece to the host first */
-        float *host = acx_mem_alloc_raw(ACX_MEM_TRANSIENT, piece * sizeof(float), "parameter gather piece");
+        float *host =
+            acx_mem_alloc_raw(ACX_MEM_TRANSIENT, piece * sizeof(float), "parameter gather piece");
         if (host == NULL) status = ACX_ERR_NO_MEMORY;
         if (status == ACX_OK)
             status = m->shard_dev->to_host(host, mine, piece * sizeof(float), m->ctx.stream);
@@ -273,7 +282,9 @@ ACX_API acx_status_t acx_param_gather(acx_param_t *param, float *out) {
 
 ACX_API const char *acx_param_name(const acx_param_t *param) { return param ? param->name : NULL; }
 ACX_API int acx_param_ndim(const acx_param_t *param) { return param ? param->ndim : 0; }
-ACX_API const int64_t *acx_param_shape(const acx_param_t *param) { return param ? param->shape : NULL; }
+ACX_API const int64_t *acx_param_shape(const acx_param_t *param) {
+    return param ? param->shape : NULL;
+}
 ACX_API int64_t acx_param_numel(const acx_param_t *param) { return param ? param->numel : 0; }
 ACX_API int acx_model_num_params(const acx_model_t *model) { return model ? model->num_params : 0; }
 ACX_API int64_t acx_model_numel(const acx_model_t *model) { return model ? model->numel : 0; }
@@ -287,7 +298,9 @@ ACX_API acx_param_t *acx_model_param(acx_model_t *model, int i) {
 acx_status_t acx_model_prepare(acx_model_t *m) {
     if (m->prepared) return ACX_ERROR(ACX_ERR_STATE, "the model is already prepared");
     if (m->num_params == 0)
-        return ACX_ERROR(ACX_ERR_STATE, "the model has no parameters: register units and parameters before acx_prepare");
+        return ACX_ERROR(
+            ACX_ERR_STATE,
+            "the model has no parameters: register units and parameters before acx_prepare");
     for (int i = 0; i < m->num_units; i++)
         if (m->units[i]->num_params == 0)
             return ACX_ERROR(ACX_ERR_STATE, "unit '%s' has no parameters", m->units[i]->name);
@@ -297,8 +310,10 @@ acx_status_t acx_model_prepare(acx_model_t *m) {
     case ACX_FULL_SHARD: m->strategy = &acx_strategy_full_shard; break;
     case ACX_HYBRID_SHARD: m->strategy = &acx_strategy_hybrid_shard; break;
     default:
-        return ACX_ERROR(ACX_ERR_INVALID_ARG, "sharding_strategy %d is not one of no_shard, "
-                         "shard_grad_op, full_shard, hybrid_shard", m->ctx.strategy);
+        return ACX_ERROR(ACX_ERR_INVALID_ARG,
+                         "sharding_strategy %d is not one of no_shard, "
+                         "shard_grad_op, full_shard, hybrid_shard",
+                         m->ctx.strategy);
     }
     /* ctx.offload implies device state: the accelerator leaves it 0 with
      * host state (the optimizer is on the host already) */
@@ -312,7 +327,9 @@ acx_status_t acx_model_prepare(acx_model_t *m) {
     m->shard_dev = m->ctx.offload ? NULL : m->ctx.dev;
     ACX_CHECK(m->strategy->prepare(m));
     m->prepared = 1;
-    ACX_INFO(ACX_SUBSYS_SHARD, "model prepared: %d units, %d parameters, %lld elements, strategy %s, local shard %zu elements",
+    ACX_INFO(ACX_SUBSYS_SHARD,
+             "model prepared: %d units, %d parameters, %lld elements, strategy %s, local shard %zu "
+             "elements",
              m->num_units, m->num_params, (long long)m->numel, m->strategy->name, m->shard_numel);
     return ACX_OK;
 }
@@ -362,8 +379,8 @@ acx_status_t acx_model_backward_end(acx_model_t *m) {
             if (m->units[i]->grads_reported) continue;
             missing++;
             if (len < sizeof names - 2)
-                len += (size_t)snprintf(names + len, sizeof names - len, "%s'%s'", missing > 1 ? ", " : "",
-                                        m->units[i]->name);
+                len += (size_t)snprintf(names + len, sizeof names - len, "%s'%s'",
+                                        missing > 1 ? ", " : "", m->units[i]->name);
         }
         if (missing > 0)
             st = ACX_ERROR(ACX_ERR_STATE,
@@ -372,7 +389,8 @@ acx_status_t acx_model_backward_end(acx_model_t *m) {
                            "rank; or acx_backward_end was called twice)",
                            missing, names);
     }
-    for (int i = 0; i < m->num_units; i++) m->units[i]->grads_reported = 0;
+    for (int i = 0; i < m->num_units; i++)
+        m->units[i]->grads_reported = 0;
     return st;
 }
 

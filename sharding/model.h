@@ -40,14 +40,14 @@ typedef struct acx_shard_context {
     acx_comm_t *world; /* all ranks */
     acx_comm_t *node;  /* ranks of this node (HYBRID_SHARD) */
     uint64_t seed;
-    int strategy;      /* acx_sharding_strategy_t */
+    int strategy; /* acx_sharding_strategy_t */
     size_t bucket_bytes;
     acx_dtype_t param_dtype;  /* compute copies: float32, or bfloat16/float16 (mixed precision) */
     acx_dtype_t reduce_dtype; /* gradients on the wire: float32, bfloat16 or float16 */
-    int forward_prefetch;  /* fsdp.* options (acx/config.h) */
+    int forward_prefetch;     /* fsdp.* options (acx/config.h) */
     int backward_prefetch;
     int limit_all_gathers;
-    void *owner;       /* the runtime's accelerator (opaque here) */
+    void *owner; /* the runtime's accelerator (opaque here) */
     /* Device-resident state (device_state: cuda or emulated), else NULL:
      * the strategy keeps parameters, gradients and master weights in this
      * device's memory, and the runtime keeps optimizer state there too. The
@@ -82,13 +82,13 @@ struct acx_param {
     int64_t rows;      /* shape[0] */
     int64_t row_numel; /* numel / rows */
     acx_init_spec_t init;
-    int index;         /* registration index in the model */
+    int index; /* registration index in the model */
     acx_unit_t *unit;
 
     /* valid after prepare */
-    float *data;         /* full values; valid while the unit is acquired */
-    float *grad;         /* full gradient the program adds into */
-    int64_t row_begin;   /* rows owned by this rank in the local shard */
+    float *data;       /* full values; valid while the unit is acquired */
+    float *grad;       /* full gradient the program adds into */
+    int64_t row_begin; /* rows owned by this rank in the local shard */
     int64_t row_end;
     size_t shard_offset; /* element offset of the owned rows in the shard arrays */
     /* sharded strategies: the unit's per-rank segment holds, for each of its
@@ -124,8 +124,8 @@ struct acx_model {
     void *strategy_state;
 
     /* the local shard (valid after prepare) */
-    float *master;      /* [shard_numel] fp32 master weights of the owned rows */
-    float *shard_grad;  /* [shard_numel] reduced gradients of the owned rows */
+    float *master;     /* [shard_numel] fp32 master weights of the owned rows */
+    float *shard_grad; /* [shard_numel] reduced gradients of the owned rows */
     /* With ctx.dev: master and shard_grad (and every param's data/grad) are
      * device pointers, and dev_scratch is 16 bytes of device memory for the
      * scalar results read back by the loss scaler (an int at byte 0) and
@@ -159,9 +159,9 @@ struct acx_model {
     acx_comm_t *load_comm;
 
     /* set by the runtime before each micro-step */
-    int sync;           /* this micro-step ends at a boundary */
+    int sync;            /* this micro-step ends at a boundary */
     float grad_prescale; /* 1 / (world size x micro-steps accumulated) */
-    int64_t step;       /* optimizer steps taken (written into weight files) */
+    int64_t step;        /* optimizer steps taken (written into weight files) */
 };
 
 struct acx_strategy_ops {

@@ -87,20 +87,20 @@
 
 typedef struct no_shard_state {
     const acx_devops_t *dev; /* device-resident state, or NULL (host memory) */
-    float *flat_param; /* [numel] in ready order */
-    float *flat_grad;  /* [numel] in ready order */
-    float *master;     /* [numel] fp32 master weights under mixed precision; else flat_param */
-    uint16_t *wire;    /* [numel] 16-bit gradients on the wire, or NULL */
+    float *flat_param;       /* [numel] in ready order */
+    float *flat_grad;        /* [numel] in ready order */
+    float *master;  /* [numel] fp32 master weights under mixed precision; else flat_param */
+    uint16_t *wire; /* [numel] 16-bit gradients on the wire, or NULL */
     /* offload_optimizer: cpu: host memory (dev->host_alloc), else NULL */
-    float *host_master; /* [numel] fp32 master weights (m->master) */
-    float *host_grad;   /* [numel] reduced gradients (m->shard_grad); after a step, the
-                           rounded compute copy under mixed precision */
-    void *copy_stream;  /* offload: the stream of the gradient copies (dev->stream_create) */
-    void *ev_ready;     /* offload: recorded on the compute stream when a bucket is final */
-    void *ev_copied;    /* offload: recorded on the copy stream after the copies */
+    float *host_master;    /* [numel] fp32 master weights (m->master) */
+    float *host_grad;      /* [numel] reduced gradients (m->shard_grad); after a step, the
+                              rounded compute copy under mixed precision */
+    void *copy_stream;     /* offload: the stream of the gradient copies (dev->stream_create) */
+    void *ev_ready;        /* offload: recorded on the compute stream when a bucket is final */
+    void *ev_copied;       /* offload: recorded on the copy stream after the copies */
     int copies_unrecorded; /* copies enqueued since ev_copied was last recorded */
     int copies_unwaited;   /* copies enqueued that the host has not waited for */
-    acx_model_t *model; /* for the done hook */
+    acx_model_t *model;    /* for the done hook */
     acx_buckets_t *buckets;
     acx_comm_t *load_comm; /* m->load_comm (owned), or NULL */
 } no_shard_state_t;
@@ -131,8 +131,8 @@ static acx_status_t device_alloc(acx_model_t *m, no_shard_state_t *s) {
     size_t n = (size_t)m->numel;
     ACX_CHECK(acx_devops_alloc(d, ACX_MEM_PARAMS, n * sizeof(float), "parameters",
                                (void **)&s->flat_param));
-    ACX_CHECK(acx_devops_alloc(d, ACX_MEM_GRADS, n * sizeof(float), "gradients",
-                               (void **)&s->flat_grad));
+    ACX_CHECK(
+        acx_devops_alloc(d, ACX_MEM_GRADS, n * sizeof(float), "gradients", (void **)&s->flat_grad));
     s->master = s->flat_param;
     if (m->ctx.offload) {
         ACX_CHECK(acx_devops_host_alloc(d, ACX_MEM_MASTER, n * sizeof(float),
@@ -280,15 +280,15 @@ static acx_status_t no_shard_prepare(acx_model_t *m) {
             acx_param_init_fill(&p->init, p->ndim, p->shape, m->ctx.seed, p->name, 0, p->rows,
                                 s->master + off);
         if (status != ACX_OK) goto out;
-        segs[k] = (acx_bucket_segment_t){.offset = off, .count = (size_t)p->numel,
-                                         .unit = p->unit->index};
+        segs[k] = (acx_bucket_segment_t){
+            .offset = off, .count = (size_t)p->numel, .unit = p->unit->index};
         off += (size_t)p->numel;
     }
     if (m->ctx.offload)
         status = offload_write_back(m, s);
     else if (mixed(m) && s->dev != NULL)
-        status = s->dev->half_round_f32(m->ctx.param_dtype, s->master, s->flat_param, n,
-                                        m->ctx.stream);
+        status =
+            s->dev->half_round_f32(m->ctx.param_dtype, s->master, s->flat_param, n, m->ctx.stream);
     else if (mixed(m))
         acx_half_round_f32_n(m->ctx.param_dtype, s->master, s->flat_param, n);
     if (status != ACX_OK) goto out;
@@ -304,7 +304,9 @@ static acx_status_t no_shard_prepare(acx_model_t *m) {
     if (status == ACX_OK && m->ctx.offload)
         status = acx_buckets_on_done(s->buckets, offload_bucket_done, s);
     if (status == ACX_OK)
-        ACX_INFO(ACX_SUBSYS_SHARD, "NO_SHARD: %zu parameters' elements in %d gradient bucket(s) of <= %zu bytes; state in %s memory%s",
+        ACX_INFO(ACX_SUBSYS_SHARD,
+                 "NO_SHARD: %zu parameters' elements in %d gradient bucket(s) of <= %zu bytes; "
+                 "state in %s memory%s",
                  n, acx_buckets_count(s->buckets), m->ctx.bucket_bytes,
                  s->dev != NULL ? s->dev->name : "host",
                  m->ctx.offload ? "; master weights and optimizer offloaded to host memory" : "");
@@ -338,7 +340,8 @@ static acx_status_t no_shard_after_step(acx_model_t *m) {
     if (mixed(m) && s->dev != NULL)
         return s->dev->half_round_f32(m->ctx.param_dtype, s->master, s->flat_param,
                                       (size_t)m->numel, m->ctx.stream);
-    if (mixed(m)) acx_half_round_f32_n(m->ctx.param_dtype, s->master, s->flat_param, (size_t)m->numel);
+    if (mixed(m))
+        acx_half_round_f32_n(m->ctx.param_dtype, s->master, s->flat_param, (size_t)m->numel);
     return ACX_OK;
 }
 

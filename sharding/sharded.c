@@ -80,10 +80,9 @@
  * unit's full parameters, which is what it exists to avoid.
  *
  * Memory accounting: every buffer goes through acx_mem_alloc (host) or
- * acx_devcache_alloc (device; counted as acx_devops_alloc counts) with its category, so acx_memory_stats
- * measures what acx_memory_estimate predicts.
- * Left to others: the optimizer math (runtime/), checkpoint rows
- * (acx_param_save_rows), the shared bookkeeping (model.c).
+ * acx_devcache_alloc (device; counted as acx_devops_alloc counts) with its category, so
+ * acx_memory_stats measures what acx_memory_estimate predicts. Left to others: the optimizer math
+ * (runtime/), checkpoint rows (acx_param_save_rows), the shared bookkeeping (model.c).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -180,13 +179,16 @@ static void store_scaled(acx_dtype_t dt, void *dst, size_t off, const float *src
                          float scale) {
     if (dt == ACX_DTYPE_BFLOAT16) {
         uint16_t *d = (uint16_t *)dst + off;
-        for (size_t k = 0; k < n; k++) d[k] = acx_bf16_from_f32(src[k] * scale);
+        for (size_t k = 0; k < n; k++)
+            d[k] = acx_bf16_from_f32(src[k] * scale);
     } else if (dt == ACX_DTYPE_FLOAT16) {
         uint16_t *d = (uint16_t *)dst + off;
-        for (size_t k = 0; k < n; k++) d[k] = acx_f16_from_f32(src[k] * scale);
+        for (size_t k = 0; k < n; k++)
+            d[k] = acx_f16_from_f32(src[k] * scale);
     } else {
         float *d = (float *)dst + off;
-        for (size_t k = 0; k < n; k++) d[k] = src[k] * scale;
+        for (size_t k = 0; k < n; k++)
+            d[k] = src[k] * scale;
     }
 }
 
@@ -235,13 +237,15 @@ static void log_plan(const acx_model_t *m, const sharded_state_t *st) {
     if (!acx_log_enabled(ACX_LOG_DEBUG, ACX_SUBSYS_SHARD)) return;
     for (int u = 0; u < m->num_units; u++) {
         const acx_unit_t *unit = m->units[u];
-        ACX_DEBUG(ACX_SUBSYS_SHARD, "%s plan: unit '%s' (%zu elements): segment %zu elements at %zu; "
+        ACX_DEBUG(ACX_SUBSYS_SHARD,
+                  "%s plan: unit '%s' (%zu elements): segment %zu elements at %zu; "
                   "one all-gather/reduce-scatter of %zu x %d",
                   m->strategy->name, unit->name, unit->numel, st->units[u].seg,
                   st->units[u].shard_off, st->units[u].seg, st->shard->size);
         for (int i = 0; i < unit->num_params; i++) {
             const acx_param_t *p = unit->params[i];
-            ACX_DEBUG(ACX_SUBSYS_SHARD, "%s plan:   '%s' %lld rows: owns rows [%lld, %lld) of %lld "
+            ACX_DEBUG(ACX_SUBSYS_SHARD,
+                      "%s plan:   '%s' %lld rows: owns rows [%lld, %lld) of %lld "
                       "per rank, at shard offset %zu",
                       m->strategy->name, p->name, (long long)p->rows, (long long)p->row_begin,
                       (long long)p->row_end, (long long)p->shard_rows, p->shard_offset);
@@ -291,19 +295,19 @@ static acx_status_t gather_start(acx_model_t *m, int u) {
     if (status != ACX_OK) return status;
     const void *send = m->master + us->shard_off;
     if (acx_dtype_is_half(dt)) { /* round the segment once: the wire carries param_dtype */
-        status = buf_alloc(m, ACX_MEM_TRANSIENT, us->seg * esz, 0, "all-gather send buffer",
-                           &us->send);
+        status =
+            buf_alloc(m, ACX_MEM_TRANSIENT, us->seg * esz, 0, "all-gather send buffer", &us->send);
         if (status == ACX_OK && d != NULL)
-            status = d->half_from_f32(dt, m->master + us->shard_off, us->send, us->seg,
-                                      m->ctx.stream);
+            status =
+                d->half_from_f32(dt, m->master + us->shard_off, us->send, us->seg, m->ctx.stream);
         else if (status == ACX_OK)
             acx_half_from_f32_n(dt, m->master + us->shard_off, us->send, us->seg);
         send = us->send;
     }
     if (status == ACX_OK) status = before_collective(m, st->shard);
     if (status == ACX_OK)
-        status = st->shard->ops->all_gather_start(st->shard, send, us->staging, us->seg, dt,
-                                                  &us->req);
+        status =
+            st->shard->ops->all_gather_start(st->shard, send, us->staging, us->seg, dt, &us->req);
     if (status != ACX_OK) {
         buf_free(m, ACX_MEM_TRANSIENT, us->staging, S * us->seg * esz);
         buf_free(m, ACX_MEM_TRANSIENT, us->send, us->seg * esz);
@@ -433,8 +437,8 @@ static acx_status_t rs_complete(acx_model_t *m, pending_rs_t *pr) {
     if (status == ACX_OK && st->replica != NULL && st->replica->size > 1)
         status = st->replica->ops->all_reduce(st->replica, mine, mine, seg, dt, ACX_OP_SUM);
     if (status == ACX_OK && m->ctx.dev != NULL) {
-        status = m->ctx.dev->accumulate(dt, mine, m->shard_grad + us->shard_off, seg,
-                                        m->ctx.stream);
+        status =
+            m->ctx.dev->accumulate(dt, mine, m->shard_grad + us->shard_off, seg, m->ctx.stream);
     } else if (status == ACX_OK) {
         float *g = m->shard_grad + us->shard_off;
         if (acx_dtype_is_half(dt)) {
@@ -443,7 +447,8 @@ static acx_status_t rs_complete(acx_model_t *m, pending_rs_t *pr) {
                 g[k] += dt == ACX_DTYPE_BFLOAT16 ? acx_bf16_to_f32(h[k]) : acx_f16_to_f32(h[k]);
         } else {
             const float *f = mine;
-            for (size_t k = 0; k < seg; k++) g[k] += f[k];
+            for (size_t k = 0; k < seg; k++)
+                g[k] += f[k];
         }
     }
     buf_free(m, ACX_MEM_TRANSIENT, pr->staging, S * seg * esz);
@@ -455,7 +460,8 @@ static acx_status_t rs_complete(acx_model_t *m, pending_rs_t *pr) {
 static acx_status_t rs_complete_oldest(acx_model_t *m) {
     sharded_state_t *st = state_of(m);
     acx_status_t status = rs_complete(m, &st->pending[0]);
-    memmove(&st->pending[0], &st->pending[1], (size_t)(st->num_pending - 1) * sizeof st->pending[0]);
+    memmove(&st->pending[0], &st->pending[1],
+            (size_t)(st->num_pending - 1) * sizeof st->pending[0]);
     st->num_pending--;
     return status;
 }
@@ -466,7 +472,8 @@ static void free_grad(acx_model_t *m, int u) {
     if (us->grad == NULL) return;
     buf_free(m, ACX_MEM_GRADS, us->grad, unit->numel * sizeof(float));
     us->grad = NULL;
-    for (int i = 0; i < unit->num_params; i++) unit->params[i]->grad = NULL;
+    for (int i = 0; i < unit->num_params; i++)
+        unit->params[i]->grad = NULL;
 }
 
 /* Copy unit u's full gradients (x prescale) into segment order and start
@@ -545,8 +552,8 @@ static acx_status_t device_init_piece(acx_model_t *m, acx_param_t *p) {
     size_t bytes = (size_t)((p->row_end - p->row_begin) * p->row_numel) * sizeof(float);
     float *host = acx_malloc(bytes ? bytes : 1, "initial values");
     if (host == NULL) return ACX_ERR_NO_MEMORY;
-    acx_param_init_fill(&p->init, p->ndim, p->shape, m->ctx.seed, p->name, p->row_begin,
-                        p->row_end, host);
+    acx_param_init_fill(&p->init, p->ndim, p->shape, m->ctx.seed, p->name, p->row_begin, p->row_end,
+                        host);
     acx_status_t status =
         m->ctx.dev->to_device(m->master + p->shard_offset, host, bytes, m->ctx.stream);
     free(host);
@@ -594,8 +601,8 @@ static acx_status_t sharded_prepare_policy(acx_model_t *m, policy_t policy) {
     ACX_CHECK(buf_alloc(m, ACX_MEM_GRADS, bytes, 1, "reduced gradients (shard)", &shard_grad));
     m->shard_grad = shard_grad;
     if (m->ctx.dev != NULL) /* the scaler's flag and clipping's norm (runtime/) */
-        ACX_CHECK(acx_devops_alloc(m->ctx.dev, ACX_MEM_TRANSIENT, 16, "scalar results",
-                                   &m->dev_scratch));
+        ACX_CHECK(
+            acx_devops_alloc(m->ctx.dev, ACX_MEM_TRANSIENT, 16, "scalar results", &m->dev_scratch));
     /* Each rank initializes only its rows; the initializer is keyed by
      * (seed, name, element), so they equal a 1-rank run's values and no
      * rank ever materializes the full model (init_empty_weights, done at
@@ -610,7 +617,8 @@ static acx_status_t sharded_prepare_policy(acx_model_t *m, policy_t policy) {
     }
     log_plan(m, st);
     if (policy == POLICY_GRAD_OP) ACX_CHECK(gather_units(m, 0));
-    ACX_INFO(ACX_SUBSYS_SHARD, "%s: %d unit(s) sharded over %d rank(s)%s; local shard %zu of %lld "
+    ACX_INFO(ACX_SUBSYS_SHARD,
+             "%s: %d unit(s) sharded over %d rank(s)%s; local shard %zu of %lld "
              "elements in %s memory",
              m->strategy->name, m->num_units, st->shard->size,
              st->replica ? " per node, replicated across nodes" : "", m->shard_numel,
@@ -618,9 +626,13 @@ static acx_status_t sharded_prepare_policy(acx_model_t *m, policy_t policy) {
     return ACX_OK;
 }
 
-static acx_status_t grad_op_prepare(acx_model_t *m) { return sharded_prepare_policy(m, POLICY_GRAD_OP); }
+static acx_status_t grad_op_prepare(acx_model_t *m) {
+    return sharded_prepare_policy(m, POLICY_GRAD_OP);
+}
 static acx_status_t full_prepare(acx_model_t *m) { return sharded_prepare_policy(m, POLICY_FULL); }
-static acx_status_t hybrid_prepare(acx_model_t *m) { return sharded_prepare_policy(m, POLICY_HYBRID); }
+static acx_status_t hybrid_prepare(acx_model_t *m) {
+    return sharded_prepare_policy(m, POLICY_HYBRID);
+}
 
 static acx_status_t sharded_acquire(acx_unit_t *unit) {
     acx_model_t *m = unit->model;
@@ -693,19 +705,21 @@ static acx_status_t sharded_after_step(acx_model_t *m) {
 
 static acx_status_t sharded_zero_grad(acx_model_t *m) {
     if (m->ctx.dev != NULL)
-        ACX_CHECK(m->ctx.dev->memset(m->shard_grad, 0, m->shard_numel * sizeof(float),
-                                     m->ctx.stream));
+        ACX_CHECK(
+            m->ctx.dev->memset(m->shard_grad, 0, m->shard_numel * sizeof(float), m->ctx.stream));
     else
         memset(m->shard_grad, 0, m->shard_numel * sizeof(float));
     /* set_to_none for the full buffers: they are recreated zeroed on use */
-    for (int u = 0; u < m->num_units; u++) free_grad(m, u);
+    for (int u = 0; u < m->num_units; u++)
+        free_grad(m, u);
     return ACX_OK;
 }
 
 static void sharded_destroy(acx_model_t *m) {
     sharded_state_t *st = state_of(m);
     if (st == NULL) return;
-    while (st->num_pending > 0) (void)rs_complete_oldest(m);
+    while (st->num_pending > 0)
+        (void)rs_complete_oldest(m);
     if (st->units != NULL) {
         for (int u = 0; u < m->num_units; u++) {
             unit_state_t *us = &st->units[u];
@@ -728,13 +742,12 @@ static void sharded_destroy(acx_model_t *m) {
     m->shard_comm = NULL;
 }
 
-#define SHARDED_OPS(NAME, PREPARE)                                                       \
-    {                                                                                    \
-        .name = NAME, .prepare = PREPARE, .acquire = sharded_acquire,                    \
-        .release = sharded_release, .materialize_grads = sharded_materialize_grads,      \
-        .grads_ready = sharded_grads_ready, .backward_end = sharded_backward_end,        \
-        .after_step = sharded_after_step, .zero_grad = sharded_zero_grad,                \
-        .destroy = sharded_destroy,                                                      \
+#define SHARDED_OPS(NAME, PREPARE)                                                                 \
+    {                                                                                              \
+        .name = NAME, .prepare = PREPARE, .acquire = sharded_acquire, .release = sharded_release,  \
+        .materialize_grads = sharded_materialize_grads, .grads_ready = sharded_grads_ready,        \
+        .backward_end = sharded_backward_end, .after_step = sharded_after_step,                    \
+        .zero_grad = sharded_zero_grad, .destroy = sharded_destroy,                                \
     }
 
 const acx_strategy_ops_t acx_strategy_shard_grad_op = SHARDED_OPS("shard_grad_op", grad_op_prepare);

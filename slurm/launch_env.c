@@ -137,13 +137,15 @@ static int tasks_on_node(const char *text, int node, int *tasks_p) {
     for (;;) {
         long count = 0, rep = 1;
         if (*p < '0' || *p > '9') return 0;
-        while (*p >= '0' && *p <= '9' && count <= INT_MAX) count = count * 10 + (*p++ - '0');
+        while (*p >= '0' && *p <= '9' && count <= INT_MAX)
+            count = count * 10 + (*p++ - '0');
         if (count < 1 || count > INT_MAX) return 0;
         if (*p == '(') {
             if (p[1] != 'x' || p[2] < '0' || p[2] > '9') return 0;
             p += 2;
             rep = 0;
-            while (*p >= '0' && *p <= '9' && rep <= INT_MAX) rep = rep * 10 + (*p++ - '0');
+            while (*p >= '0' && *p <= '9' && rep <= INT_MAX)
+                rep = rep * 10 + (*p++ - '0');
             if (*p++ != ')' || rep < 1 || rep > INT_MAX) return 0;
         }
         if (found < 0 && node < seen + rep) {
@@ -165,8 +167,7 @@ static void detect_launcher(env_fn_t env, acx_launch_env_t *e) {
     static const char *const hydra_vars[] = {"PMI_SIZE"};
     /* Inside a step srun rewrites SLURM_NTASKS/SLURM_NPROCS to the step's
      * count too, but SLURM_STEP_NUM_TASKS is the one meant for it. */
-    static const char *const step_vars[] = {"SLURM_STEP_NUM_TASKS", "SLURM_NTASKS",
-                                            "SLURM_NPROCS"};
+    static const char *const step_vars[] = {"SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", "SLURM_NPROCS"};
 
     const char *job_text = env("SLURM_JOB_ID");
     const char *job_var = "SLURM_JOB_ID";
@@ -289,8 +290,8 @@ static void detect_nodes(env_fn_t env, acx_launch_env_t *e) {
             if (e->num_nodes < 0) {
                 e->num_nodes = n <= INT_MAX ? (int)n : -1;
             } else if ((size_t)e->num_nodes != n) {
-                warn(e, "%s=%d but %s lists %zu nodes", count_var, e->num_nodes,
-                     e->nodelist_var, n);
+                warn(e, "%s=%d but %s lists %zu nodes", count_var, e->num_nodes, e->nodelist_var,
+                     n);
                 consistent = 0;
             }
             if (consistent && e->node_id >= 0 && (size_t)e->node_id < n &&
@@ -302,8 +303,7 @@ static void detect_nodes(env_fn_t env, acx_launch_env_t *e) {
         }
     }
     if (e->node_id >= 0 && e->num_nodes >= 0 && e->node_id >= e->num_nodes) {
-        warn(e, "SLURM_NODEID=%d ignored (not below the node count %d)", e->node_id,
-             e->num_nodes);
+        warn(e, "SLURM_NODEID=%d ignored (not below the node count %d)", e->node_id, e->num_nodes);
         e->node_id = -1;
     }
 
@@ -312,8 +312,10 @@ static void detect_nodes(env_fn_t env, acx_launch_env_t *e) {
     if (tpn != NULL && e->node_id >= 0) {
         int r = tasks_on_node(tpn, e->node_id, &e->local_size);
         if (r == 0)
-            warn(e, "SLURM_STEP_TASKS_PER_NODE='%.64s' ignored (expected counts like "
-                    "\"2(x3),1\")", tpn);
+            warn(e,
+                 "SLURM_STEP_TASKS_PER_NODE='%.64s' ignored (expected counts like "
+                 "\"2(x3),1\")",
+                 tpn);
         else if (r < 0)
             warn(e, "SLURM_STEP_TASKS_PER_NODE='%.64s' ignored (no entry for node %d)", tpn,
                  e->node_id);
@@ -323,14 +325,14 @@ static void detect_nodes(env_fn_t env, acx_launch_env_t *e) {
 /* Values that contradict each other: the dependent one is dropped. */
 static void check_ranges(acx_launch_env_t *e) {
     if (e->rank >= 0 && e->declared_size > 0 && e->rank >= e->declared_size) {
-        warn(e, "%s=%d ignored (not below the world size %s=%d)", e->rank_var, e->rank,
-             e->size_var, e->declared_size);
+        warn(e, "%s=%d ignored (not below the world size %s=%d)", e->rank_var, e->rank, e->size_var,
+             e->declared_size);
         e->rank = -1;
         e->rank_var = NULL;
     }
     if (e->local_size > 0 && e->declared_size > 0 && e->local_size > e->declared_size) {
-        warn(e, "local size %d ignored (above the world size %s=%d)", e->local_size,
-             e->size_var, e->declared_size);
+        warn(e, "local size %d ignored (above the world size %s=%d)", e->local_size, e->size_var,
+             e->declared_size);
         e->local_size = -1;
     }
     if (e->local_rank >= 0 && e->local_size > 0 && e->local_rank >= e->local_size) {
@@ -371,8 +373,7 @@ acx_status_t acx_launch_env_check(const acx_launch_env_t *e, int mpi_world_size)
         return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_launch_env_check: launch environment is NULL");
     if (mpi_world_size < 1)
         return ACX_ERROR(ACX_ERR_INVALID_ARG,
-                         "acx_launch_env_check: MPI world size %d, expected >= 1",
-                         mpi_world_size);
+                         "acx_launch_env_check: MPI world size %d, expected >= 1", mpi_world_size);
     if (e->declared_size <= 1 || mpi_world_size != 1) return ACX_OK;
 
     const char *var = e->size_var != NULL ? e->size_var : "(unknown variable)";

@@ -18,8 +18,8 @@
 
 #include "acx/status.h"
 
-#define ACX_LAUNCH_NODE_NAME_MAX 256 /* bytes of acx_launch_env_t.node_name */
-#define ACX_LAUNCH_WARNINGS_MAX 1024 /* bytes of acx_launch_env_t.warnings */
+#define ACX_LAUNCH_NODE_NAME_MAX 256  /* bytes of acx_launch_env_t.node_name */
+#define ACX_LAUNCH_WARNINGS_MAX  1024 /* bytes of acx_launch_env_t.warnings */
 
 /* What the launcher says about this process. Integers are -1 where the
  * launcher does not say (declared_size: 0, as before); strings are NULL or
@@ -27,18 +27,18 @@
  * environment as returned by env() (nodelist, pmix_namespace): valid until
  * that variable is changed. Plain value: copy it freely, nothing to free. */
 typedef struct acx_launch_env {
-    const char *launcher;  /* "slurm", "openmpi", "pmix", "hydra", or "none" (static) */
-    int declared_size;     /* world size the launcher announced, or 0 */
-    const char *size_var;  /* the variable it came from ("SLURM_NTASKS"), or NULL */
-    int in_slurm_job;      /* SLURM_JOB_ID set */
-    long slurm_job_id;     /* 0 if unknown */
+    const char *launcher; /* "slurm", "openmpi", "pmix", "hydra", or "none" (static) */
+    int declared_size;    /* world size the launcher announced, or 0 */
+    const char *size_var; /* the variable it came from ("SLURM_NTASKS"), or NULL */
+    int in_slurm_job;     /* SLURM_JOB_ID set */
+    long slurm_job_id;    /* 0 if unknown */
 
     /* The Slurm step this process is a task of: 1 only when srun launched
      * it (launcher "slurm" or "pmix" inside a step). mpirun and Hydra
      * inside an allocation run their ranks under their daemons' step,
      * whose SLURM_* task variables describe the daemons, not the ranks. */
     int in_slurm_step;
-    long slurm_step_id;    /* SLURM_STEP_ID, -1 outside a step */
+    long slurm_step_id; /* SLURM_STEP_ID, -1 outside a step */
 
     /* This process in the world the launcher declared (from the winning
      * launcher's own variables only; see launch_env.c). */
@@ -51,11 +51,11 @@ typedef struct acx_launch_env {
 
     /* Slurm nodes: the step's inside an srun step; otherwise the job
      * allocation's (what a batch script or an mpirun inside it may use). */
-    int node_id;                /* SLURM_NODEID: index of this node in nodelist */
-    int num_nodes;              /* SLURM_STEP_NUM_NODES / SLURM_JOB_NUM_NODES /
-                                 * SLURM_NNODES, else the count of nodelist */
-    const char *nodelist;       /* compact Slurm host list ("node[01-04]"), or NULL */
-    const char *nodelist_var;   /* SLURM_STEP_NODELIST, SLURM_JOB_NODELIST or SLURM_NODELIST */
+    int node_id;              /* SLURM_NODEID: index of this node in nodelist */
+    int num_nodes;            /* SLURM_STEP_NUM_NODES / SLURM_JOB_NUM_NODES /
+                               * SLURM_NNODES, else the count of nodelist */
+    const char *nodelist;     /* compact Slurm host list ("node[01-04]"), or NULL */
+    const char *nodelist_var; /* SLURM_STEP_NODELIST, SLURM_JOB_NODELIST or SLURM_NODELIST */
     char node_name[ACX_LAUNCH_NODE_NAME_MAX]; /* host node_id of nodelist, or "" */
 
     const char *pmix_namespace; /* PMIX_NAMESPACE, or NULL */

@@ -48,7 +48,8 @@ static inline int acx_test_write_i32(int rank, const char *path, const char *nam
         hid_t f = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
         hid_t s = H5Screate_simple(1, &n, NULL);
         hid_t d = H5Dcreate2(f, name, H5T_NATIVE_INT32, s, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-        failed = f < 0 || d < 0 || H5Dwrite(d, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, v) < 0;
+        failed =
+            f < 0 || d < 0 || H5Dwrite(d, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, v) < 0;
         if (d >= 0) H5Dclose(d);
         H5Sclose(s);
         if (f >= 0) H5Fclose(f);

@@ -218,7 +218,9 @@ static void env_name(const char *key, size_t klen, char *buf, size_t n) {
     size_t o = (size_t)snprintf(buf, n, "ACX_");
     for (size_t i = 0; i < klen && o + 1 < n; i++) {
         char c = key[i];
-        buf[o++] = (c == '.' || c == '-') ? '_' : (c >= 'a' && c <= 'z') ? (char)(c - 'a' + 'A') : c;
+        buf[o++] = (c == '.' || c == '-')   ? '_'
+                   : (c >= 'a' && c <= 'z') ? (char)(c - 'a' + 'A')
+                                            : c;
     }
     buf[o] = '\0';
 }
@@ -252,7 +254,8 @@ static void write_script(FILE *f, const sbatch_opts_t *o, const char *program) {
     fprintf(f, "#SBATCH %s\n", o->requeue ? "--requeue" : "--no-requeue");
     fprintf(f, "#SBATCH --open-mode=append\n");
     put_directive(f, "--output", o->output);
-    for (int k = 0; k < o->n_sbatch; k++) fprintf(f, "#SBATCH %s\n", o->sbatch[k]);
+    for (int k = 0; k < o->n_sbatch; k++)
+        fprintf(f, "#SBATCH %s\n", o->sbatch[k]);
 
     fprintf(f, "\n# acx settings of every rank (lowest precedence: the program's own win)\n");
     fprintf(f, "export ACX_PREEMPTION_SIGNALS=${ACX_PREEMPTION_SIGNALS:-USR1,TERM}\n");
@@ -278,9 +281,10 @@ static void write_script(FILE *f, const sbatch_opts_t *o, const char *program) {
     fprintf(f, "\n# Ranks that outnumber this node's CPUs must yield while they wait, or\n"
                "# Open MPI's busy polling slows them down several times (docs/slurm.md);\n"
                "# mpirun does this itself, srun does not.\n");
-    fprintf(f, "if [ %ld -gt \"$(getconf _NPROCESSORS_ONLN)\" ]; then\n"
-               "    export OMPI_MCA_mpi_yield_when_idle=${OMPI_MCA_mpi_yield_when_idle:-1}\n"
-               "fi\n",
+    fprintf(f,
+            "if [ %ld -gt \"$(getconf _NPROCESSORS_ONLN)\" ]; then\n"
+            "    export OMPI_MCA_mpi_yield_when_idle=${OMPI_MCA_mpi_yield_when_idle:-1}\n"
+            "fi\n",
             o->tasks_per_node);
     fprintf(f, "\necho \"acx: job $SLURM_JOB_ID (restart ${SLURM_RESTART_COUNT:-0}) on "
                "$SLURM_JOB_NODELIST, $(date -u +%%FT%%TZ)\"\n");
@@ -337,8 +341,11 @@ static int submit(const char *path) {
 /* ---- acx slurm sbatch ---- */
 
 static int parse_sbatch(int argc, char **argv, sbatch_opts_t *o) {
-    *o = (sbatch_opts_t){.nodes = -1, .tasks_per_node = -1, .signal_before = 120,
-                         .output = "%x-%j.out", .requeue = 1};
+    *o = (sbatch_opts_t){.nodes = -1,
+                         .tasks_per_node = -1,
+                         .signal_before = 120,
+                         .output = "%x-%j.out",
+                         .requeue = 1};
     int i = 1;
     for (; i < argc; i++) {
         const char *a = argv[i], *v = NULL;
@@ -358,7 +365,8 @@ static int parse_sbatch(int argc, char **argv, sbatch_opts_t *o) {
          : r)
         if ((r = VALUE("--nodes", "-N")) != 0) {
             if (r < 0) return -1;
-            if (!parse_count(v, 1, &o->nodes)) return usage_error("--nodes: '%s' is not an integer >= 1", v), -1;
+            if (!parse_count(v, 1, &o->nodes))
+                return usage_error("--nodes: '%s' is not an integer >= 1", v), -1;
         } else if ((r = VALUE("--ntasks-per-node", NULL)) != 0) {
             if (r < 0) return -1;
             if (!parse_count(v, 1, &o->tasks_per_node))
@@ -366,7 +374,9 @@ static int parse_sbatch(int argc, char **argv, sbatch_opts_t *o) {
         } else if ((r = VALUE("--signal-before", NULL)) != 0) {
             if (r < 0) return -1;
             if (!parse_count(v, 0, &o->signal_before) || o->signal_before > 65535)
-                return usage_error("--signal-before: '%s' is not a number of seconds (0..65535)", v), -1;
+                return usage_error("--signal-before: '%s' is not a number of seconds (0..65535)",
+                                   v),
+                       -1;
         } else if ((r = VALUE("--time", "-t")) != 0) {
             if (r < 0) return -1;
             o->time = v;
@@ -387,7 +397,8 @@ static int parse_sbatch(int argc, char **argv, sbatch_opts_t *o) {
             o->out = v;
         } else if ((r = VALUE("--sbatch", NULL)) != 0) {
             if (r < 0) return -1;
-            if (o->n_sbatch == MAX_EXTRA) return usage_error("more than %s --sbatch options", "32"), -1;
+            if (o->n_sbatch == MAX_EXTRA)
+                return usage_error("more than %s --sbatch options", "32"), -1;
             if (strchr(v, '\n') != NULL) return usage_error("--sbatch '%s' spans lines", v), -1;
             o->sbatch[o->n_sbatch++] = v;
         } else if (strcmp(a, "--no-requeue") == 0) {
@@ -445,15 +456,19 @@ static int cmd_sbatch(int argc, char **argv) {
     }
     char value[64];
     long machines = 0, processes = 0;
-    if (described_value(text, "num_machines", value, sizeof value)) parse_count(value, 1, &machines);
-    if (described_value(text, "num_processes", value, sizeof value)) parse_count(value, 1, &processes);
+    if (described_value(text, "num_machines", value, sizeof value))
+        parse_count(value, 1, &machines);
+    if (described_value(text, "num_processes", value, sizeof value))
+        parse_count(value, 1, &processes);
     free(text);
     if (o.nodes < 0) o.nodes = machines > 0 ? machines : 1;
     if (o.tasks_per_node < 0) {
         long nodes = machines > 0 ? machines : o.nodes;
         if (processes > 0 && processes % nodes != 0) {
-            fprintf(stderr, "acx slurm sbatch: the config file's num_processes %ld is not a "
-                            "multiple of %ld node(s); give --ntasks-per-node\n", processes, nodes);
+            fprintf(stderr,
+                    "acx slurm sbatch: the config file's num_processes %ld is not a "
+                    "multiple of %ld node(s); give --ntasks-per-node\n",
+                    processes, nodes);
             return EXIT_FAIL;
         }
         o.tasks_per_node = processes > 0 ? processes / nodes : 1;
@@ -468,7 +483,8 @@ static int cmd_sbatch(int argc, char **argv) {
     }
     if (o.config_file != NULL) {
         if (realpath(o.config_file, config) == NULL) {
-            fprintf(stderr, "acx slurm sbatch: --config '%s': %s\n", o.config_file, strerror(errno));
+            fprintf(stderr, "acx slurm sbatch: --config '%s': %s\n", o.config_file,
+                    strerror(errno));
             return EXIT_FAIL;
         }
         o.config_file = config;

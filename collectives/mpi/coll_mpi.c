@@ -1041,7 +1041,7 @@ static acx_status_t mpi_all_reduce_start(acx_comm_t *comm, const void *sendbuf, 
     acx_shm_t *shm = NULL;
     ACX_CHECK(
         all_reduce_setup(comm, sendbuf, recvbuf, count, dtype, op, &plan, &post, &shm, &src, &dst));
-    status = req_create(shm != NULL  ? 0
+    status = req_create(shm != NULL ? 0
                         : plan.half ? post.half->npieces
                                     : num_chunks(count),
                         "all-reduce request", &req);
@@ -1444,7 +1444,8 @@ static acx_status_t mpi_all_gather_start(acx_comm_t *comm, const void *sendbuf, 
     acx_coll_req_t *req = NULL;
     ACX_CHECK(req_create(0, "all-gather request", &req));
     req->shm = shm; /* advanced by test and wait, and by every other op's */
-    acx_shm_all_gather_start(shm, &req->shm_op, sendbuf, recvbuf, count, acx_dtype_size(dtype), req);
+    acx_shm_all_gather_start(shm, &req->shm_op, sendbuf, recvbuf, count, acx_dtype_size(dtype),
+                             req);
     *req_p = req;
     return ACX_OK;
 }

@@ -64,7 +64,7 @@ typedef struct stage {
         uintptr_t dev; /* device address of the staged range */
         char *pin;     /* its pinned host block (malloc'd for the emulated device) */
         size_t bytes;
-        int emul;      /* the range is emulated device memory */
+        int emul; /* the range is emulated device memory */
     } block[2];
     struct {
         void *dev;
@@ -107,8 +107,7 @@ static acx_status_t stage_map(stage_t *st, const void *p, size_t bytes, int copy
         if (a >= lo && a + bytes <= hi) {
             mapped = st->block[b].pin + (a - lo);
             emul = st->block[b].emul;
-        }
-        else if (a < hi && lo < a + bytes)
+        } else if (a < hi && lo < a + bytes)
             return ACX_ERROR(ACX_ERR_INVALID_ARG,
                              "MPI backend, device buffers: the send and receive buffers overlap "
                              "but neither holds the other (in place means one is this rank's "

@@ -309,11 +309,12 @@ static acx_status_t check_bufs(const void *sendbuf, const void *recvbuf, size_t 
         int on_device = 0;
         ACX_CHECK(acx_cuda_pointer_is_device(bufs[i], &on_device));
         if (!on_device)
-            return ACX_ERROR(ACX_ERR_INVALID_ARG,
-                             "%s of %zu elements on the nccl backend: %s (%p) is not device memory "
-                             "(cudaMalloc); host buffers go through the MPI backend (backend: mpi), "
-                             "host scalars through acx_reduce_scalar/acx_reduce",
-                             what, count, i == 0 ? "sendbuf" : "recvbuf", bufs[i]);
+            return ACX_ERROR(
+                ACX_ERR_INVALID_ARG,
+                "%s of %zu elements on the nccl backend: %s (%p) is not device memory "
+                "(cudaMalloc); host buffers go through the MPI backend (backend: mpi), "
+                "host scalars through acx_reduce_scalar/acx_reduce",
+                what, count, i == 0 ? "sendbuf" : "recvbuf", bufs[i]);
     }
     return ACX_OK;
 }

@@ -71,43 +71,44 @@ typedef struct options {
 } options_t;
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: acx-fmnist --data FILE.h5 [options]\n"
-            "Train an MLP (784-256-128-10) on Fashion-MNIST on every rank of the job.\n\n"
-            "  --data FILE.h5        dataset from `acx data import-idx` (/train, /test)\n"
-            "  --epochs N            epochs (default 10)\n"
-            "  --batch-size N        samples per rank per step (default 64)\n"
-            "  --lr X                peak learning rate, 0..1000 (default 1e-3)\n"
-            "  --weight-decay X      weight decay, 0..1 (default 0.01; AdamW: decoupled)\n"
-            "  --optimizer NAME      adamw | sgd (default adamw; sgd uses --momentum)\n"
-            "  --momentum X          SGD momentum, 0..1 (default 0.9)\n"
-            "  --schedule NAME       constant | linear | cosine (default constant)\n"
-            "  --warmup N            warmup optimizer steps (default 0)\n"
-            "  --seed N              seed for initialization and shuffling (default: config, 42)\n"
-            "  --metrics FILE.jsonl  append one JSON object per logged step and per epoch\n"
-            "  --log-every N         log the training loss every N steps (default 100)\n"
-            "  --save FILE.h5        trained weights (default PROJECT_DIR/fmnist-weights.h5)\n"
-            "  --project-dir DIR     where checkpoints (DIR/checkpoints) and default outputs go\n"
-            "                        (default: config project_dir, \".\")\n"
-            "  --save-every N        save a checkpoint every N optimizer steps (default: config\n"
-            "                        checkpoint.save_every_steps, 0 = never)\n"
-            "  --resume latest|PATH  continue from a checkpoint: the newest in\n"
-            "                        PROJECT_DIR/checkpoints, a checkpoint directory or a file;\n"
-            "                        --epochs still counts from the start of the run\n"
-            "                        (--acx-resume=auto: the newest, if there is one)\n"
-            "  --quiet               no progress output (final line only)\n"
-            "  --progress, --no-progress  force the progress line on/off (default: on when rank\n"
-            "                        0's output reaches a terminal, through mpirun or acx launch too)\n"
-            "  --sharding-strategy S no_shard | shard_grad_op | full_shard | hybrid_shard\n"
-            "                        (default: config sharding_strategy, no_shard)\n"
-            "  --mixed-precision P   no | bf16 | fp16 (default: config mixed_precision, no)\n"
-            "  --reduce-dtype D      fp32 | bf16 | fp16: gradients on the wire (default fp32)\n"
-            "  --gradient-accumulation-steps K   micro-batches per optimizer step (default 1)\n"
-            "  --max-grad-norm X     clip gradients to this global L2 norm (default: no clipping)\n"
-            "  --device cpu|cuda     where the model computes (default cpu); cuda: cuBLAS on this\n"
-            "                        rank's GPU, with acx's state in device memory (device_state:\n"
-            "                        cuda; backend auto then picks NCCL when it is usable)\n"
-            "  --config FILE, --acx-KEY=VALUE   acx configuration (see docs/config.md)\n");
+    fprintf(
+        f,
+        "usage: acx-fmnist --data FILE.h5 [options]\n"
+        "Train an MLP (784-256-128-10) on Fashion-MNIST on every rank of the job.\n\n"
+        "  --data FILE.h5        dataset from `acx data import-idx` (/train, /test)\n"
+        "  --epochs N            epochs (default 10)\n"
+        "  --batch-size N        samples per rank per step (default 64)\n"
+        "  --lr X                peak learning rate, 0..1000 (default 1e-3)\n"
+        "  --weight-decay X      weight decay, 0..1 (default 0.01; AdamW: decoupled)\n"
+        "  --optimizer NAME      adamw | sgd (default adamw; sgd uses --momentum)\n"
+        "  --momentum X          SGD momentum, 0..1 (default 0.9)\n"
+        "  --schedule NAME       constant | linear | cosine (default constant)\n"
+        "  --warmup N            warmup optimizer steps (default 0)\n"
+        "  --seed N              seed for initialization and shuffling (default: config, 42)\n"
+        "  --metrics FILE.jsonl  append one JSON object per logged step and per epoch\n"
+        "  --log-every N         log the training loss every N steps (default 100)\n"
+        "  --save FILE.h5        trained weights (default PROJECT_DIR/fmnist-weights.h5)\n"
+        "  --project-dir DIR     where checkpoints (DIR/checkpoints) and default outputs go\n"
+        "                        (default: config project_dir, \".\")\n"
+        "  --save-every N        save a checkpoint every N optimizer steps (default: config\n"
+        "                        checkpoint.save_every_steps, 0 = never)\n"
+        "  --resume latest|PATH  continue from a checkpoint: the newest in\n"
+        "                        PROJECT_DIR/checkpoints, a checkpoint directory or a file;\n"
+        "                        --epochs still counts from the start of the run\n"
+        "                        (--acx-resume=auto: the newest, if there is one)\n"
+        "  --quiet               no progress output (final line only)\n"
+        "  --progress, --no-progress  force the progress line on/off (default: on when rank\n"
+        "                        0's output reaches a terminal, through mpirun or acx launch too)\n"
+        "  --sharding-strategy S no_shard | shard_grad_op | full_shard | hybrid_shard\n"
+        "                        (default: config sharding_strategy, no_shard)\n"
+        "  --mixed-precision P   no | bf16 | fp16 (default: config mixed_precision, no)\n"
+        "  --reduce-dtype D      fp32 | bf16 | fp16: gradients on the wire (default fp32)\n"
+        "  --gradient-accumulation-steps K   micro-batches per optimizer step (default 1)\n"
+        "  --max-grad-norm X     clip gradients to this global L2 norm (default: no clipping)\n"
+        "  --device cpu|cuda     where the model computes (default cpu); cuda: cuBLAS on this\n"
+        "                        rank's GPU, with acx's state in device memory (device_state:\n"
+        "                        cuda; backend auto then picks NCCL when it is usable)\n"
+        "  --config FILE, --acx-KEY=VALUE   acx configuration (see docs/config.md)\n");
 }
 
 /* ---- numbers on the command line ----
@@ -161,22 +162,39 @@ static int parse_f64(const char *flag, const char *s, double lo, int lo_open, do
 #define FM_BATCH_MAX    ((int64_t)1 << 24)
 
 static int parse_options(int argc, char **argv, options_t *o) {
-    *o = (options_t){.epochs = 10, .batch_size = 64, .lr = 1e-3, .weight_decay = 0.01,
-                     .momentum = 0.9, .schedule = "constant", .optimizer = "adamw",
-                     .log_every = 100, .seed = ACX_UNSET_I64, .progress = -1};
-    static const struct option longopts[] = {
-        {"data", required_argument, 0, 'd'},        {"epochs", required_argument, 0, 'e'},
-        {"batch-size", required_argument, 0, 'b'},  {"lr", required_argument, 0, 'l'},
-        {"weight-decay", required_argument, 0, 'w'}, {"optimizer", required_argument, 0, 'o'},
-        {"momentum", required_argument, 0, 'm'},    {"schedule", required_argument, 0, 's'},
-        {"warmup", required_argument, 0, 'W'},      {"seed", required_argument, 0, 'S'},
-        {"metrics", required_argument, 0, 'M'},     {"log-every", required_argument, 0, 'L'},
-        {"save", required_argument, 0, 'O'},        {"quiet", no_argument, 0, 'q'},
-        {"progress", no_argument, 0, 'P'},          {"no-progress", no_argument, 0, 'N'},
-        {"project-dir", required_argument, 0, 'D'}, {"save-every", required_argument, 0, 'E'},
-        {"resume", required_argument, 0, 'R'},      {"help", no_argument, 0, 'h'},
-        {"max-grad-norm", required_argument, 0, 'G'}, {"device", required_argument, 0, 'C'},
-        {0, 0, 0, 0}};
+    *o = (options_t){.epochs = 10,
+                     .batch_size = 64,
+                     .lr = 1e-3,
+                     .weight_decay = 0.01,
+                     .momentum = 0.9,
+                     .schedule = "constant",
+                     .optimizer = "adamw",
+                     .log_every = 100,
+                     .seed = ACX_UNSET_I64,
+                     .progress = -1};
+    static const struct option longopts[] = {{"data", required_argument, 0, 'd'},
+                                             {"epochs", required_argument, 0, 'e'},
+                                             {"batch-size", required_argument, 0, 'b'},
+                                             {"lr", required_argument, 0, 'l'},
+                                             {"weight-decay", required_argument, 0, 'w'},
+                                             {"optimizer", required_argument, 0, 'o'},
+                                             {"momentum", required_argument, 0, 'm'},
+                                             {"schedule", required_argument, 0, 's'},
+                                             {"warmup", required_argument, 0, 'W'},
+                                             {"seed", required_argument, 0, 'S'},
+                                             {"metrics", required_argument, 0, 'M'},
+                                             {"log-every", required_argument, 0, 'L'},
+                                             {"save", required_argument, 0, 'O'},
+                                             {"quiet", no_argument, 0, 'q'},
+                                             {"progress", no_argument, 0, 'P'},
+                                             {"no-progress", no_argument, 0, 'N'},
+                                             {"project-dir", required_argument, 0, 'D'},
+                                             {"save-every", required_argument, 0, 'E'},
+                                             {"resume", required_argument, 0, 'R'},
+                                             {"help", no_argument, 0, 'h'},
+                                             {"max-grad-norm", required_argument, 0, 'G'},
+                                             {"device", required_argument, 0, 'C'},
+                                             {0, 0, 0, 0}};
     int c, idx = 0;
     int64_t v;
     while ((c = getopt_long(argc, argv, "h", longopts, &idx)) != -1) {
@@ -252,7 +270,8 @@ static int parse_options(int argc, char **argv, options_t *o) {
         return -1;
     }
     if (o->data == NULL) {
-        fprintf(stderr, "acx-fmnist: --data FILE.h5 is required (create it with `acx data import-idx`)\n");
+        fprintf(stderr,
+                "acx-fmnist: --data FILE.h5 is required (create it with `acx data import-idx`)\n");
         return -1;
     }
     if (strcmp(o->optimizer, "adamw") != 0 && strcmp(o->optimizer, "sgd") != 0) {
@@ -267,13 +286,15 @@ static int parse_options(int argc, char **argv, options_t *o) {
     }
 #elif !FMNIST_DEVICE_PATH
     if (o->cuda) {
-        fprintf(stderr, "acx-fmnist: --device cuda needs device-resident state (not in this build)\n");
+        fprintf(stderr,
+                "acx-fmnist: --device cuda needs device-resident state (not in this build)\n");
         return -1;
     }
 #endif
     if (strcmp(o->schedule, "constant") != 0 && strcmp(o->schedule, "linear") != 0 &&
         strcmp(o->schedule, "cosine") != 0) {
-        fprintf(stderr, "acx-fmnist: --schedule must be constant, linear or cosine, not '%s'\n", o->schedule);
+        fprintf(stderr, "acx-fmnist: --schedule must be constant, linear or cosine, not '%s'\n",
+                o->schedule);
         return -1;
     }
     return 0;
@@ -305,7 +326,8 @@ static int dir_writable(const char *path) {
     else
         *slash = '\0';
     if (access(dir, W_OK | X_OK) != 0) return 0;
-    /* the weights are written to a new file renamed over `path`: never over a device or directory */
+    /* the weights are written to a new file renamed over `path`: never over a device or directory
+     */
     struct stat st;
     if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
         errno = EEXIST;
@@ -341,7 +363,8 @@ static long parent_pid(long pid) {
 static int launcher_stdout_is_tty(void) {
     struct stat self;
     if (fstat(STDOUT_FILENO, &self) != 0) return 0;
-    for (long pid = (long)getppid(), depth = 0; pid > 1 && depth < 8; pid = parent_pid(pid), depth++) {
+    for (long pid = (long)getppid(), depth = 0; pid > 1 && depth < 8;
+         pid = parent_pid(pid), depth++) {
         char path[64];
         struct stat st;
         snprintf(path, sizeof path, "/proc/%ld/fd/1", pid);
@@ -403,17 +426,20 @@ static acx_status_t model_register(acx_accelerator_t *acc, model_t *md) {
 static int check_datasets(const acx_dataloader_t *dl, const char *group) {
     int64_t dims[8];
     int nd = acx_dataloader_dataset_shape(dl, 0, 8, dims);
-    if (nd != 3 || dims[1] != 28 || dims[2] != 28 || acx_dataloader_dataset_dtype(dl, 0) != ACX_DTYPE_UINT8) {
+    if (nd != 3 || dims[1] != 28 || dims[2] != 28 ||
+        acx_dataloader_dataset_dtype(dl, 0) != ACX_DTYPE_UINT8) {
         char shape[128] = "";
         for (int k = 0, n = 0; k < nd && n < (int)sizeof shape; k++)
-            n += snprintf(shape + n, sizeof shape - (size_t)n, "%s%lld", k ? " x " : "", (long long)dims[k]);
-        fprintf(stderr, "acx-fmnist: %s/images must be uint8 [N x 28 x 28]; the file has %s [%s]\n", group,
-                acx_dtype_name((acx_dtype_t)acx_dataloader_dataset_dtype(dl, 0)), shape);
+            n += snprintf(shape + n, sizeof shape - (size_t)n, "%s%lld", k ? " x " : "",
+                          (long long)dims[k]);
+        fprintf(stderr, "acx-fmnist: %s/images must be uint8 [N x 28 x 28]; the file has %s [%s]\n",
+                group, acx_dtype_name((acx_dtype_t)acx_dataloader_dataset_dtype(dl, 0)), shape);
         return -1;
     }
     nd = acx_dataloader_dataset_shape(dl, 1, 8, dims);
     if (nd != 1 || acx_dataloader_dataset_dtype(dl, 1) != ACX_DTYPE_UINT8) {
-        fprintf(stderr, "acx-fmnist: %s/labels must be uint8 [N]; the file has %s with %d dimension(s)\n",
+        fprintf(stderr,
+                "acx-fmnist: %s/labels must be uint8 [N]; the file has %s with %d dimension(s)\n",
                 group, acx_dtype_name((acx_dtype_t)acx_dataloader_dataset_dtype(dl, 1)), nd);
         return -1;
     }
@@ -465,7 +491,8 @@ static acx_status_t train_step(acx_accelerator_t *acc, model_t *md, mlp_workspac
     int n = (int)batch->size;
     mlp_tensors_t p, g;
     ACX_TRY(check_labels(batch, md->dims.out));
-    for (int l = 0; l < MLP_LAYERS; l++) ACX_TRY(acx_unit_acquire(md->unit[l]));
+    for (int l = 0; l < MLP_LAYERS; l++)
+        ACX_TRY(acx_unit_acquire(md->unit[l]));
     model_tensors(md, &p, &g);
     mlp_load_input(ws, &md->dims, batch->tensors[0], n);
     mlp_forward(&md->dims, &p, ws, n);
@@ -474,7 +501,8 @@ static acx_status_t train_step(acx_accelerator_t *acc, model_t *md, mlp_workspac
     /* fp16: backward starts from the scaled loss (1 otherwise) */
     float scale = (float)acx_loss_scale(acc);
     if (scale != 1.0f)
-        for (size_t i = 0; i < (size_t)n * (size_t)md->dims.out; i++) ws->dact[i] *= scale;
+        for (size_t i = 0; i < (size_t)n * (size_t)md->dims.out; i++)
+            ws->dact[i] *= scale;
     for (int l = MLP_LAYERS - 1; l >= 0; l--) {
         mlp_backward_layer(&md->dims, &p, &g, ws, l, n);
         ACX_TRY(acx_unit_grads_ready(md->unit[l]));
@@ -502,13 +530,15 @@ static acx_status_t train_step_cuda(acx_accelerator_t *acc, model_t *md, mlp_cud
     int n = (int)batch->size;
     mlp_tensors_t p, g;
     ACX_TRY(check_labels(batch, md->dims.out));
-    for (int l = 0; l < MLP_LAYERS; l++) ACX_TRY(acx_unit_acquire(md->unit[l]));
+    for (int l = 0; l < MLP_LAYERS; l++)
+        ACX_TRY(acx_unit_acquire(md->unit[l]));
     model_tensors(md, &p, &g);
     if (mlp_cuda_load_batch(gpu, &md->dims, batch->tensors[0], batch->tensors[1], n) != 0 ||
         mlp_cuda_forward(&md->dims, &p, gpu, n) != 0 || mlp_cuda_loss(&md->dims, gpu, n) != 0)
         return cuda_failed(gpu);
     float scale = (float)acx_loss_scale(acc); /* fp16: backward starts from the scaled loss */
-    if (scale != 1.0f && mlp_cuda_scale_dloss(&md->dims, gpu, n, scale) != 0) return cuda_failed(gpu);
+    if (scale != 1.0f && mlp_cuda_scale_dloss(&md->dims, gpu, n, scale) != 0)
+        return cuda_failed(gpu);
     for (int l = MLP_LAYERS - 1; l >= 0; l--) {
         if (mlp_cuda_backward_layer(&md->dims, &p, &g, gpu, l, n) != 0) return cuda_failed(gpu);
         ACX_TRY(acx_unit_grads_ready(md->unit[l]));
@@ -539,10 +569,11 @@ static acx_status_t cuda_setup(acx_accelerator_t *acc, model_t *md, mlp_cuda_t *
         ACX_TRY(acx_unit_release(md->unit[0]));
         if (on_device != 1) {
             fprintf(stderr, "acx-fmnist (rank %d): --device cuda: %s\n", acx_rank(acc),
-                    on_device < 0 ? gpu->err
-                                  : "acx keeps the parameters and gradients in host memory; "
-                                    "device-resident state needs backend: nccl or device_state: cuda "
-                                    "(docs/gpu.md)");
+                    on_device < 0
+                        ? gpu->err
+                        : "acx keeps the parameters and gradients in host memory; "
+                          "device-resident state needs backend: nccl or device_state: cuda "
+                          "(docs/gpu.md)");
             bad = 1.0;
         }
     }
@@ -575,7 +606,8 @@ static acx_status_t evaluate(acx_accelerator_t *acc, model_t *md, acx_dataloader
     while ((st = acx_dataloader_next(test, &batch)) == ACX_OK) {
         int n = (int)batch->size;
         ACX_TRY(check_labels(batch, md->dims.out));
-        for (int l = 0; l < MLP_LAYERS; l++) ACX_TRY(acx_unit_acquire(md->unit[l]));
+        for (int l = 0; l < MLP_LAYERS; l++)
+            ACX_TRY(acx_unit_acquire(md->unit[l]));
         model_tensors(md, &p, &g);
 #if FMNIST_DEVICE_PATH
         if (gpu != NULL) {
@@ -586,26 +618,30 @@ static acx_status_t evaluate(acx_accelerator_t *acc, model_t *md, acx_dataloader
                 st = cuda_failed(gpu);
                 goto out;
             }
-            for (int l = 0; l < MLP_LAYERS; l++) ACX_TRY(acx_unit_release(md->unit[l]));
+            for (int l = 0; l < MLP_LAYERS; l++)
+                ACX_TRY(acx_unit_release(md->unit[l]));
         } else
 #endif
         {
             mlp_load_input(ws, &md->dims, batch->tensors[0], n);
             mlp_forward(&md->dims, &p, ws, n);
-            for (int l = 0; l < MLP_LAYERS; l++) ACX_TRY(acx_unit_release(md->unit[l]));
+            for (int l = 0; l < MLP_LAYERS; l++)
+                ACX_TRY(acx_unit_release(md->unit[l]));
             mlp_count_correct(&md->dims, ws, batch->tensors[1], n, mine);
         }
         int64_t got = 0;
-        st = acx_gather_for_metrics(acc, batch, mine, 1, all ? all + seen : NULL, n_test - seen, 1, &got);
+        st = acx_gather_for_metrics(acc, batch, mine, 1, all ? all + seen : NULL, n_test - seen, 1,
+                                    &got);
         if (st != ACX_OK) goto out;
-        for (int64_t i = 0; i < got; i++) hits += all[seen + i];
+        for (int64_t i = 0; i < got; i++)
+            hits += all[seen + i];
         seen += got;
     }
     if (st != ACX_END_OF_DATA) goto out;
     st = ACX_OK;
     if (acx_is_main_process(acc) && seen != n_test)
-        fprintf(stderr, "acx-fmnist: warning: evaluated %lld of %lld test samples\n", (long long)seen,
-                (long long)n_test);
+        fprintf(stderr, "acx-fmnist: warning: evaluated %lld of %lld test samples\n",
+                (long long)seen, (long long)n_test);
     double acc_local = seen > 0 ? (double)hits / (double)seen : 0.0;
     /* Only the main process gathered; share the value so every rank returns
      * it: a host-memory helper, whatever the backend (acx_broadcast of a
@@ -622,8 +658,8 @@ out:
  * over the epoch so far and the time left for the whole run at that rate;
  * logs get the epoch lines only. i: step index in the epoch (0..n-1); t0:
  * the epoch's start (now_s()); global_batch: samples per step on all ranks. */
-static void progress(const acx_accelerator_t *acc, const options_t *o, int tty, int epoch, int64_t i,
-                     int64_t n, double loss, double t0, int64_t global_batch) {
+static void progress(const acx_accelerator_t *acc, const options_t *o, int tty, int epoch,
+                     int64_t i, int64_t n, double loss, double t0, int64_t global_batch) {
     if (o->quiet || !tty || !acx_is_main_process(acc)) return;
     if ((i + 1) % (n / 30 > 0 ? n / 30 : 1) != 0 && i + 1 != n) return;
     int width = 20, fill = (int)(width * (i + 1) / (n > 0 ? n : 1));
@@ -685,15 +721,18 @@ static int run(int argc, char **argv) {
         static const char *const keys[] = {"--seed", "--project-dir", "--save-every", "--resume"};
         for (int k = 0; k < 4; k++) {
             size_t len = strlen(keys[k]);
-            const char *v = strncmp(argv[i], keys[k], len) != 0 ? NULL
-                            : argv[i][len] == '=' ? argv[i] + len + 1
-                            : argv[i][len] == '\0' && i + 1 < argc ? argv[i + 1] : NULL;
+            const char *v = strncmp(argv[i], keys[k], len) != 0    ? NULL
+                            : argv[i][len] == '='                  ? argv[i] + len + 1
+                            : argv[i][len] == '\0' && i + 1 < argc ? argv[i + 1]
+                                                                   : NULL;
             char *end;
             if (v == NULL) continue;
             if (k == 1 || k == 3) {
                 /* "" is refused by parse_options */
-                if (*v != '\0' && k == 1) cfg.project_dir = v;
-                else if (*v != '\0') cfg.resume_from = v;
+                if (*v != '\0' && k == 1)
+                    cfg.project_dir = v;
+                else if (*v != '\0')
+                    cfg.resume_from = v;
                 continue;
             }
             /* a malformed value is left for parse_options to report
@@ -701,7 +740,8 @@ static int run(int argc, char **argv) {
             errno = 0;
             long long x = strtoll(v, &end, 10);
             if (*v == '\0' || *end != '\0' || errno == ERANGE) continue;
-            if (k == 0) cfg.seed = x;
+            if (k == 0)
+                cfg.seed = x;
             else if (x >= 0 && x <= FM_STEPS_MAX)
                 cfg.checkpoint.save_every_steps = x;
         }
@@ -724,8 +764,10 @@ static int run(int argc, char **argv) {
             for (int k = 0; k < 2; k++) {
                 size_t len = strlen(spell[k]);
                 if (strncmp(argv[i], spell[k], len) != 0) continue;
-                if (argv[i][len] == '=') user = argv[i] + len + 1;
-                else if (argv[i][len] == '\0' && i + 1 < argc) user = argv[i + 1];
+                if (argv[i][len] == '=')
+                    user = argv[i] + len + 1;
+                else if (argv[i][len] == '\0' && i + 1 < argc)
+                    user = argv[i + 1];
             }
         }
         if (user != NULL && strcasecmp(user, "cuda") != 0 && strcasecmp(user, "auto") != 0) {
@@ -777,9 +819,9 @@ static int run(int argc, char **argv) {
     const char *const train_sets[] = {"/train/images", "/train/labels"};
     const char *const test_sets[] = {"/test/images", "/test/labels"};
 
-#define CHECK(call)                                                                \
-    do {                                                                           \
-        if ((st = (call)) != ACX_OK) goto fail;                                    \
+#define CHECK(call)                                                                                \
+    do {                                                                                           \
+        if ((st = (call)) != ACX_OK) goto fail;                                                    \
     } while (0)
 
     CHECK(model_register(acc, &md));
@@ -821,11 +863,12 @@ static int run(int argc, char **argv) {
     int64_t opt_steps_per_epoch = (steps_per_epoch + accum - 1) / accum;
     int64_t total_steps = opt_steps_per_epoch * o.epochs;
     if (strcmp(o.schedule, "constant") != 0)
-        CHECK(acx_scheduler_create(opt,
-                                   strcmp(o.schedule, "linear") == 0 ? ACX_SCHED_LINEAR : ACX_SCHED_COSINE,
-                                   o.warmup, total_steps, 0.5, &sched));
+        CHECK(acx_scheduler_create(
+            opt, strcmp(o.schedule, "linear") == 0 ? ACX_SCHED_LINEAR : ACX_SCHED_COSINE, o.warmup,
+            total_steps, 0.5, &sched));
     else if (o.warmup > 0)
-        CHECK(acx_scheduler_create(opt, ACX_SCHED_CONSTANT_WITH_WARMUP, o.warmup, total_steps, 0.5, &sched));
+        CHECK(acx_scheduler_create(opt, ACX_SCHED_CONSTANT_WITH_WARMUP, o.warmup, total_steps, 0.5,
+                                   &sched));
     CHECK(acx_prepare(acc, md.m, opt, train));
     /* Resuming restores the parameters, the optimizer and its schedule, the
      * loader's epoch and position and the step counters: the loop below
@@ -873,7 +916,8 @@ static int run(int argc, char **argv) {
     CHECK(acx_wait_for_everyone(acc));
     double bad = 0.0;
     if (o.metrics && acx_is_main_process(acc) && (metrics = fopen(o.metrics, "a")) == NULL) {
-        fprintf(stderr, "acx-fmnist: cannot open metrics file '%s': %s\n", o.metrics, strerror(errno));
+        fprintf(stderr, "acx-fmnist: cannot open metrics file '%s': %s\n", o.metrics,
+                strerror(errno));
         bad = 1.0;
     }
     if (acx_is_main_process(acc) && !dir_writable(path)) {
@@ -886,14 +930,15 @@ static int run(int argc, char **argv) {
     static const char *const strategy_names[] = {"no_shard", "shard_grad_op", "full_shard",
                                                  "hybrid_shard"};
     static const char *const mp_names[] = {"fp32", "bf16", "fp16"};
-    acx_print(acc, "acx-fmnist: %d rank(s) on %d node(s), %lld train / %lld test samples, "
-                   "batch %lld per rank (global %lld), %lld batches and %lld optimizer steps per epoch, "
-                   "%s lr %g, seed %lld, %s, %s\n",
+    acx_print(acc,
+              "acx-fmnist: %d rank(s) on %d node(s), %lld train / %lld test samples, "
+              "batch %lld per rank (global %lld), %lld batches and %lld optimizer steps per epoch, "
+              "%s lr %g, seed %lld, %s, %s\n",
               acx_world_size(acc), acx_num_nodes(acc), (long long)acx_dataloader_num_samples(train),
               (long long)acx_dataloader_num_samples(test), (long long)rank_batch,
-              (long long)global_batch, (long long)steps_per_epoch,
-              (long long)opt_steps_per_epoch, o.optimizer, o.lr, (long long)c->seed,
-              strategy_names[c->sharding_strategy & 3], mp_names[c->mixed_precision % 3]);
+              (long long)global_batch, (long long)steps_per_epoch, (long long)opt_steps_per_epoch,
+              o.optimizer, o.lr, (long long)c->seed, strategy_names[c->sharding_strategy & 3],
+              mp_names[c->mixed_precision % 3]);
 
     training = 1; /* from here a failure may be local to one rank */
     double accuracy = 0.0, train_time = 0.0;
@@ -937,7 +982,8 @@ static int run(int argc, char **argv) {
                 double t = now_s();
                 if (metrics)
                     fprintf(metrics,
-                            "{\"epoch\": %d, \"step\": %lld, \"train_loss\": %.6f, \"lr\": %.6g, \"samples_per_s\": %.1f}\n",
+                            "{\"epoch\": %d, \"step\": %lld, \"train_loss\": %.6f, \"lr\": %.6g, "
+                            "\"samples_per_s\": %.1f}\n",
                             epoch, (long long)acx_step(acc), mean, acx_optimizer_lr(opt),
                             (double)window_samples / (t - tw));
                 window_loss = 0.0;
@@ -956,13 +1002,15 @@ static int run(int argc, char **argv) {
         CHECK(evaluate(acc, &md, test, &ws, gpu, &accuracy));
         if (!o.quiet) {
             if (tty) acx_print(acc, "\n");
-            acx_print(acc, "epoch %d: train_loss %.4f  test_accuracy %.4f  %.0f samples/s\n", epoch + 1,
-                      mean_loss, accuracy, (double)epoch_samples / epoch_time);
+            acx_print(acc, "epoch %d: train_loss %.4f  test_accuracy %.4f  %.0f samples/s\n",
+                      epoch + 1, mean_loss, accuracy, (double)epoch_samples / epoch_time);
         }
         if (metrics) {
             fprintf(metrics,
-                    "{\"epoch\": %d, \"step\": %lld, \"train_loss\": %.6f, \"test_accuracy\": %.6f, \"samples_per_s\": %.1f}\n",
-                    epoch, (long long)acx_step(acc), mean_loss, accuracy, (double)epoch_samples / epoch_time);
+                    "{\"epoch\": %d, \"step\": %lld, \"train_loss\": %.6f, \"test_accuracy\": "
+                    "%.6f, \"samples_per_s\": %.1f}\n",
+                    epoch, (long long)acx_step(acc), mean_loss, accuracy,
+                    (double)epoch_samples / epoch_time);
             fflush(metrics);
         }
     }

@@ -30,7 +30,8 @@ int mlp_workspace_init(mlp_workspace_t *ws, const mlp_dims_t *d, int max_batch) 
     ws->max_batch = max_batch;
     size_t b = (size_t)max_batch, w = (size_t)max_width(d);
     ws->x = malloc(b * (size_t)d->in * sizeof(float));
-    for (int l = 0; l < MLP_LAYERS; l++) ws->act[l] = malloc(b * (size_t)mlp_fan_out(d, l) * sizeof(float));
+    for (int l = 0; l < MLP_LAYERS; l++)
+        ws->act[l] = malloc(b * (size_t)mlp_fan_out(d, l) * sizeof(float));
     ws->dact = malloc(b * w * sizeof(float));
     ws->dtmp = malloc(b * w * sizeof(float));
     if (!ws->x || !ws->act[0] || !ws->act[1] || !ws->act[2] || !ws->dact || !ws->dtmp) {
@@ -42,7 +43,8 @@ int mlp_workspace_init(mlp_workspace_t *ws, const mlp_dims_t *d, int max_batch) 
 
 void mlp_workspace_free(mlp_workspace_t *ws) {
     free(ws->x);
-    for (int l = 0; l < MLP_LAYERS; l++) free(ws->act[l]);
+    for (int l = 0; l < MLP_LAYERS; l++)
+        free(ws->act[l]);
     free(ws->dact);
     free(ws->dtmp);
     memset(ws, 0, sizeof *ws);
@@ -50,7 +52,8 @@ void mlp_workspace_free(mlp_workspace_t *ws) {
 
 void mlp_load_input(mlp_workspace_t *ws, const mlp_dims_t *d, const uint8_t *pixels, int batch) {
     size_t n = (size_t)batch * (size_t)d->in;
-    for (size_t i = 0; i < n; i++) ws->x[i] = ((float)pixels[i] / 255.0f - FMNIST_MEAN) / FMNIST_STD;
+    for (size_t i = 0; i < n; i++)
+        ws->x[i] = ((float)pixels[i] / 255.0f - FMNIST_MEAN) / FMNIST_STD;
 }
 
 void mlp_forward(const mlp_dims_t *d, const mlp_tensors_t *p, mlp_workspace_t *ws, int batch) {
@@ -59,8 +62,8 @@ void mlp_forward(const mlp_dims_t *d, const mlp_tensors_t *p, mlp_workspace_t *w
         int fi = mlp_fan_in(d, l), fo = mlp_fan_out(d, l);
         float *out = ws->act[l];
         /* out[B x fo] = in[B x fi] . W^T, W [fo x fi]; then + b, ReLU on hidden layers */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, batch, fo, fi, 1.0f, in, fi, p->w[l], fi,
-                    0.0f, out, fo);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, batch, fo, fi, 1.0f, in, fi, p->w[l],
+                    fi, 0.0f, out, fo);
         const float *b = p->b[l];
         int relu = l < MLP_LAYERS - 1;
         for (int i = 0; i < batch; i++) {
@@ -83,9 +86,11 @@ double mlp_loss(const mlp_dims_t *d, mlp_workspace_t *ws, const uint8_t *labels,
         const float *z = logits + (size_t)i * k;
         float *dz = ws->dact + (size_t)i * k;
         float zmax = z[0];
-        for (int j = 1; j < k; j++) zmax = z[j] > zmax ? z[j] : zmax;
+        for (int j = 1; j < k; j++)
+            zmax = z[j] > zmax ? z[j] : zmax;
         double sum = 0.0;
-        for (int j = 0; j < k; j++) sum += exp((double)(z[j] - zmax));
+        for (int j = 0; j < k; j++)
+            sum += exp((double)(z[j] - zmax));
         double log_sum = log(sum);
         total += log_sum - (double)(z[labels[i]] - zmax);
         /* d/dz of mean CE = (softmax - onehot) / B */
@@ -103,17 +108,18 @@ void mlp_backward_layer(const mlp_dims_t *d, const mlp_tensors_t *p, mlp_tensors
     const float *in = layer == 0 ? ws->x : ws->act[layer - 1];
     const float *dout = ws->dact; /* [B x fo] */
     /* dW[fo x fi] += dout^T . in ; db[fo] += column sums of dout */
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, fo, fi, batch, 1.0f, dout, fo, in, fi, 1.0f,
-                g->w[layer], fi);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, fo, fi, batch, 1.0f, dout, fo, in, fi,
+                1.0f, g->w[layer], fi);
     float *db = g->b[layer];
     for (int i = 0; i < batch; i++) {
         const float *row = dout + (size_t)i * fo;
-        for (int j = 0; j < fo; j++) db[j] += row[j];
+        for (int j = 0; j < fo; j++)
+            db[j] += row[j];
     }
     if (layer == 0) return; /* no gradient needed w.r.t. the input pixels */
     /* din[B x fi] = dout . W, masked by the ReLU of the previous layer */
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, batch, fi, fo, 1.0f, dout, fo, p->w[layer],
-                fi, 0.0f, ws->dtmp, fi);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, batch, fi, fo, 1.0f, dout, fo,
+                p->w[layer], fi, 0.0f, ws->dtmp, fi);
     size_t n = (size_t)batch * fi;
     for (size_t i = 0; i < n; i++)
         if (in[i] <= 0.0f) ws->dtmp[i] = 0.0f;

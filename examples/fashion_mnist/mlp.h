@@ -18,7 +18,7 @@
 /* Fashion-MNIST training-set pixel statistics (pixels scaled to [0,1]);
  * mlp_load_input and its device twin (mlp_cuda.h) normalize with them. */
 #define FMNIST_MEAN 0.2860f
-#define FMNIST_STD 0.3530f
+#define FMNIST_STD  0.3530f
 
 typedef struct mlp_dims {
     int in, h1, h2, out; /* 784, 256, 128, 10 for Fashion-MNIST */
@@ -34,10 +34,10 @@ typedef struct mlp_tensors {
 /* Activations for batches of up to max_batch samples. */
 typedef struct mlp_workspace {
     int max_batch;
-    float *x;      /* [B x in] normalized input */
+    float *x;               /* [B x in] normalized input */
     float *act[MLP_LAYERS]; /* [B x fan_out(l)]: post-ReLU for hidden layers, logits for the last */
-    float *dact;   /* [B x max(fan_out)] gradient w.r.t. the current layer's output */
-    float *dtmp;   /* [B x max(fan_out)] gradient w.r.t. the current layer's input */
+    float *dact;            /* [B x max(fan_out)] gradient w.r.t. the current layer's output */
+    float *dtmp;            /* [B x max(fan_out)] gradient w.r.t. the current layer's input */
 } mlp_workspace_t;
 
 int mlp_fan_in(const mlp_dims_t *d, int layer);
@@ -64,7 +64,7 @@ void mlp_backward_layer(const mlp_dims_t *d, const mlp_tensors_t *p, mlp_tensors
                         mlp_workspace_t *ws, int layer, int batch);
 
 /* Number of correct argmax predictions among the first n samples. */
-int mlp_count_correct(const mlp_dims_t *d, const mlp_workspace_t *ws, const uint8_t *labels,
-                      int n, uint8_t *correct);
+int mlp_count_correct(const mlp_dims_t *d, const mlp_workspace_t *ws, const uint8_t *labels, int n,
+                      uint8_t *correct);
 
 #endif

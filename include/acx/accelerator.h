@@ -51,12 +51,12 @@ ACX_API void acx_abort(acx_accelerator_t *acc, int code, const char *message);
 
 /* ---- topology (valid after acx_init; never fail) ---- */
 
-ACX_API int acx_rank(const acx_accelerator_t *acc);       /* 0..world_size-1 */
+ACX_API int acx_rank(const acx_accelerator_t *acc); /* 0..world_size-1 */
 ACX_API int acx_world_size(const acx_accelerator_t *acc);
 ACX_API int acx_local_rank(const acx_accelerator_t *acc); /* rank within this node */
 ACX_API int acx_local_size(const acx_accelerator_t *acc); /* ranks on this node */
 ACX_API int acx_num_nodes(const acx_accelerator_t *acc);
-ACX_API int acx_node_rank(const acx_accelerator_t *acc);  /* 0..num_nodes-1 */
+ACX_API int acx_node_rank(const acx_accelerator_t *acc);             /* 0..num_nodes-1 */
 ACX_API int acx_is_main_process(const acx_accelerator_t *acc);       /* rank 0 */
 ACX_API int acx_is_local_main_process(const acx_accelerator_t *acc); /* local rank 0 */
 

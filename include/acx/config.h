@@ -31,9 +31,9 @@
 extern "C" {
 #endif
 
-#define ACX_UNSET (-1)                 /* unset int/enum field */
-#define ACX_UNSET_I64 INT64_MIN        /* unset int64 field */
-#define ACX_UNSET_F (-1.0)             /* unset non-negative double field */
+#define ACX_UNSET     (-1)      /* unset int/enum field */
+#define ACX_UNSET_I64 INT64_MIN /* unset int64 field */
+#define ACX_UNSET_F   (-1.0)    /* unset non-negative double field */
 
 typedef enum acx_mixed_precision {
     ACX_MP_NO = 0,
@@ -102,31 +102,36 @@ typedef struct acx_checkpoint_config {
 /* FULL_SHARD / HYBRID_SHARD prefetching (PyTorch FSDP's options of the same
  * names). */
 typedef enum acx_backward_prefetch {
-    ACX_BACKWARD_PRE = 0,  /* BACKWARD_PRE: start unit i-1's all-gather when unit i is acquired in backward */
+    ACX_BACKWARD_PRE =
+        0, /* BACKWARD_PRE: start unit i-1's all-gather when unit i is acquired in backward */
     ACX_BACKWARD_POST = 1, /* BACKWARD_POST: start it when unit i's gradients are ready */
     ACX_BACKWARD_NONE = 2  /* NO_PREFETCH: gather each unit only when acquired */
 } acx_backward_prefetch_t;
 
 typedef struct acx_fsdp_config {
-    int forward_prefetch;  /* 0/1: start unit i+1's all-gather when unit i is acquired in forward (default 0) */
+    int forward_prefetch;  /* 0/1: start unit i+1's all-gather when unit i is acquired in forward
+                              (default 0) */
     int backward_prefetch; /* acx_backward_prefetch_t (default ACX_BACKWARD_PRE) */
     int limit_all_gathers; /* most units gathered at once counting prefetches, >= 0;
-                              0 = no cap (default 2); acquires the program asks for are never refused */
+                              0 = no cap (default 2); acquires the program asks for are never
+                              refused */
 } acx_fsdp_config_t;
 
 /* The dtype gradients travel in (FSDP's MixedPrecision.reduce_dtype). */
 typedef enum acx_reduce_dtype {
     ACX_REDUCE_FP32 = 0, /* default: exact sums of float32 */
-    ACX_REDUCE_BF16 = 1, /* rounded to bfloat16 before the reduction (half the bytes on NCCL; not on MPI) */
-    ACX_REDUCE_FP16 = 2  /* rounded to float16 (mind overflow past 65504); bytes as bf16 */
+    ACX_REDUCE_BF16 =
+        1, /* rounded to bfloat16 before the reduction (half the bytes on NCCL; not on MPI) */
+    ACX_REDUCE_FP16 = 2 /* rounded to float16 (mind overflow past 65504); bytes as bf16 */
 } acx_reduce_dtype_t;
 
 /* Dynamic loss scaling under mixed_precision fp16 (torch.amp.GradScaler). */
 typedef struct acx_loss_scale_config {
-    double init;               /* initial scale, > 0 (default 65536 = 2^16) */
-    int growth_interval;       /* clean steps in a row before the scale doubles, >= 1 (default 2000) */
-    double min;                /* the run stops when the scale would fall below this, >= 0 (default 1) */
-    int max_consecutive_skips; /* the run stops after this many skipped steps in a row, >= 1 (default 20) */
+    double init;         /* initial scale, > 0 (default 65536 = 2^16) */
+    int growth_interval; /* clean steps in a row before the scale doubles, >= 1 (default 2000) */
+    double min;          /* the run stops when the scale would fall below this, >= 0 (default 1) */
+    int max_consecutive_skips; /* the run stops after this many skipped steps in a row, >= 1
+                                  (default 20) */
 } acx_loss_scale_config_t;
 
 /* What acx_prepare does about an earlier run's checkpoints. */
@@ -162,12 +167,12 @@ typedef struct acx_config {
     int mixed_precision;     /* acx_mixed_precision_t */
     int sharding_strategy;   /* acx_sharding_strategy_t */
     int gradient_accumulation_steps; /* >= 1 (default 1) */
-    int64_t seed;            /* any value (default 42) */
-    const char *project_dir; /* checkpoints, logs (default ".") */
-    int log_level;           /* acx_log_level_t (default ACX_LOG_WARN) */
-    double collective_timeout; /* seconds, >= 0; 0 = no stall detector (default 600) */
-    double bucket_size_mb;   /* gradient fusion bucket size in MiB, > 0 (default 25) */
-    int backend;             /* acx_backend_kind_t (default AUTO) */
+    int64_t seed;                    /* any value (default 42) */
+    const char *project_dir;         /* checkpoints, logs (default ".") */
+    int log_level;                   /* acx_log_level_t (default ACX_LOG_WARN) */
+    double collective_timeout;       /* seconds, >= 0; 0 = no stall detector (default 600) */
+    double bucket_size_mb;           /* gradient fusion bucket size in MiB, > 0 (default 25) */
+    int backend;                     /* acx_backend_kind_t (default AUTO) */
     acx_dataloader_config_t dataloader;
     /* New fields go at the end: a program built against an older header
      * passes a smaller size, and acx reads only the fields it holds. */
@@ -176,53 +181,48 @@ typedef struct acx_config {
     acx_fsdp_config_t fsdp;
     int ranks_per_node; /* > 0: treat every `ranks_per_node` consecutive ranks as one node
                            (simulates nodes for HYBRID_SHARD); 0 = the real nodes (default) */
-    int reduce_dtype; /* acx_reduce_dtype_t: gradients on the wire under mixed precision (default fp32) */
+    int reduce_dtype;   /* acx_reduce_dtype_t: gradients on the wire under mixed precision (default
+                           fp32) */
     acx_loss_scale_config_t loss_scale;
     int resume; /* acx_resume_t (default ACX_RESUME_NO) */
     acx_preemption_config_t preemption;
-    int device_state; /* acx_device_state_t (default AUTO) */
-    int offload_optimizer; /* acx_offload_t (default ACX_OFFLOAD_NONE) */
+    int device_state;          /* acx_device_state_t (default AUTO) */
+    int offload_optimizer;     /* acx_offload_t (default ACX_OFFLOAD_NONE) */
     double checkpoint_timeout; /* checkpoint.timeout: seconds, > 0, the stall detector's limit
                                   for a checkpoint save or load, a weights file or a dataset
                                   open, file I/O included (default 1800) */
-    const char *resume_from; /* load at acx_prepare (before the first step): "latest" (the
-                                project's newest), a checkpoint file, or a checkpoints
-                                directory; "none" or NULL = do not (default "none") */
-    int checkpoint_existing; /* checkpoint.existing: acx_checkpoint_existing_t (default REFUSE) */
+    const char *resume_from;   /* load at acx_prepare (before the first step): "latest" (the
+                                  project's newest), a checkpoint file, or a checkpoints
+                                  directory; "none" or NULL = do not (default "none") */
+    int checkpoint_existing;   /* checkpoint.existing: acx_checkpoint_existing_t (default REFUSE) */
     int checkpoint_allow_unverified; /* checkpoint.allow_unverified: load data without checksums,
                                         with a warning (default 0) */
 } acx_config_t;
 
-#define ACX_CONFIG_DEFAULT                                                     \
-    {                                                                          \
-        .size = sizeof(acx_config_t), .config_file = NULL,                     \
-        .mixed_precision = ACX_UNSET, .sharding_strategy = ACX_UNSET,          \
-        .gradient_accumulation_steps = ACX_UNSET, .seed = ACX_UNSET_I64,       \
-        .project_dir = NULL, .log_level = ACX_UNSET,                           \
-        .collective_timeout = ACX_UNSET_F, .bucket_size_mb = ACX_UNSET_F,      \
-        .backend = ACX_UNSET,                                                  \
-        .dataloader = {.drop_last = ACX_UNSET,                                 \
-                       .even_batches = ACX_UNSET,                              \
-                       .split_batches = ACX_UNSET,                             \
-                       .prefetch = ACX_UNSET },                                \
-        .log_with = ACX_UNSET,                                                 \
-        .checkpoint = {.total_limit = ACX_UNSET,                               \
-                       .save_every_steps = ACX_UNSET_I64 },                    \
-        .fsdp = {.forward_prefetch = ACX_UNSET,                                \
-                 .backward_prefetch = ACX_UNSET,                               \
-                 .limit_all_gathers = ACX_UNSET },                             \
-        .ranks_per_node = ACX_UNSET,                                           \
-        .reduce_dtype = ACX_UNSET,                                             \
-        .loss_scale = {.init = ACX_UNSET_F, .growth_interval = ACX_UNSET,      \
-                       .min = ACX_UNSET_F, .max_consecutive_skips = ACX_UNSET }, \
-        .resume = ACX_UNSET,                                                   \
-        .preemption = {.signals = NULL, .requeue = ACX_UNSET },                \
-        .device_state = ACX_UNSET,                                             \
-        .offload_optimizer = ACX_UNSET,                                        \
-        .checkpoint_timeout = ACX_UNSET_F,                                     \
-        .resume_from = NULL,                                                   \
-        .checkpoint_existing = ACX_UNSET,                                      \
-        .checkpoint_allow_unverified = ACX_UNSET                               \
+#define ACX_CONFIG_DEFAULT                                                                         \
+    {                                                                                              \
+        .size = sizeof(acx_config_t), .config_file = NULL, .mixed_precision = ACX_UNSET,           \
+        .sharding_strategy = ACX_UNSET, .gradient_accumulation_steps = ACX_UNSET,                  \
+        .seed = ACX_UNSET_I64, .project_dir = NULL, .log_level = ACX_UNSET,                        \
+        .collective_timeout = ACX_UNSET_F, .bucket_size_mb = ACX_UNSET_F, .backend = ACX_UNSET,    \
+        .dataloader = {.drop_last = ACX_UNSET,                                                     \
+                       .even_batches = ACX_UNSET,                                                  \
+                       .split_batches = ACX_UNSET,                                                 \
+                       .prefetch = ACX_UNSET},                                                     \
+        .log_with = ACX_UNSET,                                                                     \
+        .checkpoint = {.total_limit = ACX_UNSET, .save_every_steps = ACX_UNSET_I64},               \
+        .fsdp = {.forward_prefetch = ACX_UNSET,                                                    \
+                 .backward_prefetch = ACX_UNSET,                                                   \
+                 .limit_all_gathers = ACX_UNSET},                                                  \
+        .ranks_per_node = ACX_UNSET, .reduce_dtype = ACX_UNSET,                                    \
+        .loss_scale = {.init = ACX_UNSET_F,                                                        \
+                       .growth_interval = ACX_UNSET,                                               \
+                       .min = ACX_UNSET_F,                                                         \
+                       .max_consecutive_skips = ACX_UNSET},                                        \
+        .resume = ACX_UNSET, .preemption = {.signals = NULL, .requeue = ACX_UNSET},                \
+        .device_state = ACX_UNSET, .offload_optimizer = ACX_UNSET,                                 \
+        .checkpoint_timeout = ACX_UNSET_F, .resume_from = NULL, .checkpoint_existing = ACX_UNSET,  \
+        .checkpoint_allow_unverified = ACX_UNSET                                                   \
     }
 
 /* Resolve the configuration the way acx_init would, without starting MPI,
@@ -247,8 +247,7 @@ typedef struct acx_config {
  * from acx_last_error(), names file:line, key, value and accepted values);
  * ACX_ERR_NO_MEMORY. */
 ACX_API acx_status_t acx_config_describe(const acx_config_t *program, const char *config_file,
-                                         int n_options, const char *const *options,
-                                         char **text_p);
+                                         int n_options, const char *const *options, char **text_p);
 
 #ifdef __cplusplus
 }

@@ -42,24 +42,28 @@ typedef struct acx_dataloader_options {
     int drop_last, even_batches, split_batches, prefetch;
 } acx_dataloader_options_t;
 
-#define ACX_DATALOADER_OPTIONS_DEFAULT                                                    \
-    ((acx_dataloader_options_t){.batch_size = 1, .shuffle = 1, .drop_last = -1,            \
-                                .even_batches = -1, .split_batches = -1, .prefetch = -1})
+#define ACX_DATALOADER_OPTIONS_DEFAULT                                                             \
+    ((acx_dataloader_options_t){.batch_size = 1,                                                   \
+                                .shuffle = 1,                                                      \
+                                .drop_last = -1,                                                   \
+                                .even_batches = -1,                                                \
+                                .split_batches = -1,                                               \
+                                .prefetch = -1})
 
 /* One rank's batch. Owned by the loader; valid until the next
  * acx_dataloader_next or acx_dataloader_close. */
 typedef struct acx_batch {
-    int64_t size;          /* samples in this batch on this rank (may be 0 without even_batches) */
-    int64_t num_padding;   /* trailing samples that repeat earlier ones (even_batches) */
+    int64_t size;           /* samples in this batch on this rank (may be 0 without even_batches) */
+    int64_t num_padding;    /* trailing samples that repeat earlier ones (even_batches) */
     const int64_t *indices; /* [size] dataset row of each sample */
     int num_tensors;
     /* tensors[i]: [size x sample_numel(i)] of dtype(i), row-major, sample-major */
     const void *tensors[ACX_MAX_TENSORS];
     acx_dtype_t dtypes[ACX_MAX_TENSORS];
     int64_t sample_numel[ACX_MAX_TENSORS]; /* elements per sample (product of dims 1..) */
-    int64_t epoch;         /* epoch this batch belongs to */
-    int64_t index;         /* batch index within the epoch, from 0 */
-    int is_last;           /* nonzero for the epoch's last batch on this rank */
+    int64_t epoch;                         /* epoch this batch belongs to */
+    int64_t index;                         /* batch index within the epoch, from 0 */
+    int is_last;                           /* nonzero for the epoch's last batch on this rank */
 } acx_batch_t;
 
 /* Open `path` and the datasets dataset_names[0..num_datasets-1] (absolute
@@ -71,8 +75,8 @@ typedef struct acx_batch {
  * Errors: ACX_ERR_IO (missing file/dataset), ACX_ERR_FORMAT (first
  * dimensions differ, unsupported dtype, batch larger than the data),
  * ACX_ERR_INVALID_ARG, ACX_ERR_HDF5, ACX_ERR_REMOTE (another rank failed). */
-ACX_API acx_status_t acx_dataloader_open(acx_accelerator_t *acc, const char *path,
-                                         int num_datasets, const char *const *dataset_names,
+ACX_API acx_status_t acx_dataloader_open(acx_accelerator_t *acc, const char *path, int num_datasets,
+                                         const char *const *dataset_names,
                                          const acx_dataloader_options_t *opts,
                                          acx_dataloader_t **loader_p);
 

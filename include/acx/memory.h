@@ -102,22 +102,22 @@ typedef struct acx_memory_estimate {
 } acx_memory_estimate_t;
 
 typedef struct acx_memory_model {
-    int64_t numel;             /* P: elements of all parameters */
-    int64_t largest_unit;      /* elements of the largest unit (transient buffers) */
-    int64_t shard_numel;       /* elements of the largest rank's padded shard; 0 = ceil(P / N) */
-    int world_size;            /* >= 1 */
-    int ranks_per_node;        /* HYBRID_SHARD's shard group size; 0 = world_size */
-    int strategy;              /* acx_sharding_strategy_t */
-    int mixed_precision;       /* acx_mixed_precision_t */
-    int optimizer_states;      /* fp32 states per element: AdamW 2, SGD with momentum 1, else 0 */
-    int limit_all_gathers;     /* as in the config; 0 = no cap (then every unit counts) */
-    int num_units;             /* units in the model: the gathered units when
-                                  limit_all_gathers = 0, and their cap otherwise
-                                  (0 = unknown: no cap) */
-    int reduce_dtype;          /* acx_reduce_dtype_t; 0 = fp32. The dtype gradients are
-                                  reduced in, as in the config: bf16/fp16 halves the
-                                  reduce-scatter staging and adds NO_SHARD's 2 x P wire
-                                  buffer. Independent of mixed_precision */
+    int64_t numel;         /* P: elements of all parameters */
+    int64_t largest_unit;  /* elements of the largest unit (transient buffers) */
+    int64_t shard_numel;   /* elements of the largest rank's padded shard; 0 = ceil(P / N) */
+    int world_size;        /* >= 1 */
+    int ranks_per_node;    /* HYBRID_SHARD's shard group size; 0 = world_size */
+    int strategy;          /* acx_sharding_strategy_t */
+    int mixed_precision;   /* acx_mixed_precision_t */
+    int optimizer_states;  /* fp32 states per element: AdamW 2, SGD with momentum 1, else 0 */
+    int limit_all_gathers; /* as in the config; 0 = no cap (then every unit counts) */
+    int num_units;         /* units in the model: the gathered units when
+                              limit_all_gathers = 0, and their cap otherwise
+                              (0 = unknown: no cap) */
+    int reduce_dtype;      /* acx_reduce_dtype_t; 0 = fp32. The dtype gradients are
+                              reduced in, as in the config: bf16/fp16 halves the
+                              reduce-scatter staging and adds NO_SHARD's 2 x P wire
+                              buffer. Independent of mixed_precision */
 } acx_memory_model_t;
 
 /* Fill *est_p for the model and strategy described by *m (written only on
@@ -129,8 +129,7 @@ typedef struct acx_memory_model {
  * limit_all_gathers or num_units, shard_numel neither 0 nor between
  * ceil(numel / N) and numel, byte counts beyond int64), each naming the
  * field and value. */
-ACX_API acx_status_t acx_memory_estimate(const acx_memory_model_t *m,
-                                         acx_memory_estimate_t *est_p);
+ACX_API acx_status_t acx_memory_estimate(const acx_memory_model_t *m, acx_memory_estimate_t *est_p);
 
 #ifdef __cplusplus
 }

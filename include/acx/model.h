@@ -60,23 +60,29 @@ typedef enum acx_fan_mode { ACX_FAN_IN = 0, ACX_FAN_OUT = 1 } acx_fan_mode_t;
  * fan_in is its weight's). */
 typedef struct acx_init_spec {
     acx_init_kind_t kind;
-    double a, b;                    /* kind-specific, see acx_init_kind_t */
+    double a, b; /* kind-specific, see acx_init_kind_t */
     acx_nonlinearity_t nonlinearity;
     acx_fan_mode_t mode;
     int64_t fan_override;
 } acx_init_spec_t;
 
-#define ACX_INIT_SPEC_ZEROS ((acx_init_spec_t){.kind = ACX_INIT_ZEROS})
+#define ACX_INIT_SPEC_ZEROS       ((acx_init_spec_t){.kind = ACX_INIT_ZEROS})
 #define ACX_INIT_SPEC_CONSTANT(v) ((acx_init_spec_t){.kind = ACX_INIT_CONSTANT, .a = (v)})
-#define ACX_INIT_SPEC_UNIFORM(lo, hi) ((acx_init_spec_t){.kind = ACX_INIT_UNIFORM, .a = (lo), .b = (hi)})
-#define ACX_INIT_SPEC_NORMAL(mean, std) ((acx_init_spec_t){.kind = ACX_INIT_NORMAL, .a = (mean), .b = (std)})
-/* nn.Linear's default weight init: kaiming_uniform_(a=sqrt(5)) => U(-1/sqrt(fan_in), 1/sqrt(fan_in)). */
-#define ACX_INIT_SPEC_LINEAR_WEIGHT                                                     \
-    ((acx_init_spec_t){.kind = ACX_INIT_KAIMING_UNIFORM, .a = 2.23606797749979,          \
-                       .nonlinearity = ACX_NONLIN_LEAKY_RELU, .mode = ACX_FAN_IN})
+#define ACX_INIT_SPEC_UNIFORM(lo, hi)                                                              \
+    ((acx_init_spec_t){.kind = ACX_INIT_UNIFORM, .a = (lo), .b = (hi)})
+#define ACX_INIT_SPEC_NORMAL(mean, std)                                                            \
+    ((acx_init_spec_t){.kind = ACX_INIT_NORMAL, .a = (mean), .b = (std)})
+/* nn.Linear's default weight init: kaiming_uniform_(a=sqrt(5)) => U(-1/sqrt(fan_in),
+ * 1/sqrt(fan_in)). */
+#define ACX_INIT_SPEC_LINEAR_WEIGHT                                                                \
+    ((acx_init_spec_t){.kind = ACX_INIT_KAIMING_UNIFORM,                                           \
+                       .a = 2.23606797749979,                                                      \
+                       .nonlinearity = ACX_NONLIN_LEAKY_RELU,                                      \
+                       .mode = ACX_FAN_IN})
 /* nn.Linear's default bias init: U(-1/sqrt(fan_in), 1/sqrt(fan_in)) with the weight's fan_in. */
-#define ACX_INIT_SPEC_LINEAR_BIAS(fan_in)                                               \
-    ((acx_init_spec_t){.kind = ACX_INIT_UNIFORM, .a = -1.0 / sqrt((double)(fan_in)),     \
+#define ACX_INIT_SPEC_LINEAR_BIAS(fan_in)                                                          \
+    ((acx_init_spec_t){.kind = ACX_INIT_UNIFORM,                                                   \
+                       .a = -1.0 / sqrt((double)(fan_in)),                                         \
                        .b = 1.0 / sqrt((double)(fan_in))})
 
 /* ---- registration (before acx_prepare) ---- */
@@ -90,8 +96,7 @@ ACX_API acx_status_t acx_model_create(acx_accelerator_t *acc, acx_model_t **mode
 /* Append a unit named `name` (unique in the model, < ACX_MAX_NAME bytes).
  * Errors: ACX_ERR_INVALID_ARG (duplicate or bad name), ACX_ERR_STATE (after
  * prepare), ACX_ERR_NO_MEMORY. */
-ACX_API acx_status_t acx_model_add_unit(acx_model_t *model, const char *name,
-                                        acx_unit_t **unit_p);
+ACX_API acx_status_t acx_model_add_unit(acx_model_t *model, const char *name, acx_unit_t **unit_p);
 
 /* Append a float32 parameter to a unit. shape: ndim dims (1..ACX_MAX_DIMS),
  * each >= 1, copied. name: unique in the model; it keys the initializer's

@@ -36,8 +36,12 @@ typedef struct acx_sgd_hparams {
 typedef struct acx_adam_hparams {
     double lr, beta1, beta2, eps, weight_decay;
 } acx_adam_hparams_t;
-#define ACX_ADAM_DEFAULT ((acx_adam_hparams_t){.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.0})
-#define ACX_ADAMW_DEFAULT ((acx_adam_hparams_t){.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 1e-2})
+#define ACX_ADAM_DEFAULT                                                                           \
+    ((acx_adam_hparams_t){                                                                         \
+        .lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.0})
+#define ACX_ADAMW_DEFAULT                                                                          \
+    ((acx_adam_hparams_t){                                                                         \
+        .lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 1e-2})
 
 /* Create an optimizer over every parameter of `model` (before acx_prepare;
  * its state is allocated there, sharded like the master weights). Owned by
@@ -93,8 +97,9 @@ ACX_API int64_t acx_optimizer_num_steps(const acx_optimizer_t *opt);
 typedef enum acx_schedule_kind {
     ACX_SCHED_CONSTANT = 0,             /* factor 1 */
     ACX_SCHED_CONSTANT_WITH_WARMUP = 1, /* s/w for s < w, then 1 */
-    ACX_SCHED_LINEAR = 2,   /* s/w for s < w, then max(0, (T-s)/max(1, T-w)) */
-    ACX_SCHED_COSINE = 3    /* s/w for s < w, then max(0, 0.5(1+cos(pi*2c*p))), p=(s-w)/max(1,T-w), c=num_cycles */
+    ACX_SCHED_LINEAR = 2,               /* s/w for s < w, then max(0, (T-s)/max(1, T-w)) */
+    ACX_SCHED_COSINE =
+        3 /* s/w for s < w, then max(0, 0.5(1+cos(pi*2c*p))), p=(s-w)/max(1,T-w), c=num_cycles */
 } acx_schedule_kind_t;
 
 /* Attach a schedule to opt: lr(s) = base_lr * factor(s), where s counts

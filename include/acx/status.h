@@ -28,11 +28,11 @@ typedef enum acx_status {
     ACX_ERR_SYSTEM = 5, /* a system call failed (errno text in the message) */
     ACX_ERR_MPI = 6,
     ACX_ERR_HDF5 = 7,
-    ACX_ERR_IO = 8, /* a file is missing, truncated or not what was expected */
-    ACX_ERR_FORMAT = 9, /* a file parsed but its contents are invalid */
-    ACX_ERR_STATE = 10, /* a call made at the wrong time (e.g. before acx_prepare) */
+    ACX_ERR_IO = 8,             /* a file is missing, truncated or not what was expected */
+    ACX_ERR_FORMAT = 9,         /* a file parsed but its contents are invalid */
+    ACX_ERR_STATE = 10,         /* a call made at the wrong time (e.g. before acx_prepare) */
     ACX_ERR_NOT_SUPPORTED = 11, /* compiled out, or not implemented for this case */
-    ACX_ERR_REMOTE = 12,  /* another rank failed; the message says which and why */
+    ACX_ERR_REMOTE = 12,        /* another rank failed; the message says which and why */
     ACX_ERR_NCCL = 13,
     ACX_ERR_CUDA = 14,
     ACX_ERR_YAML = 15,
@@ -55,10 +55,10 @@ ACX_API const char *acx_last_error(void);
 /* Evaluate an acx call and return its status from the enclosing function
  * (which must return acx_status_t) when it is not ACX_OK. A convenience for
  * programs; acx_last_error() still holds the detailed message. */
-#define ACX_TRY(call)                                                          \
-    do {                                                                       \
-        acx_status_t acx_try_status_ = (call);                                 \
-        if (acx_try_status_ != ACX_OK) return acx_try_status_;                 \
+#define ACX_TRY(call)                                                                              \
+    do {                                                                                           \
+        acx_status_t acx_try_status_ = (call);                                                     \
+        if (acx_try_status_ != ACX_OK) return acx_try_status_;                                     \
     } while (0)
 
 #ifdef __cplusplus

@@ -632,8 +632,8 @@ static const char *const zero_stage_valid[] = {"0", "1", "2", "3", NULL};
 #define AMAP(name, valid, fn)      {name, AK_MAPPED, valid, NULL, NULL, fn}
 /* clang-format on */
 
-#define NO_PARAM_OFFLOAD                                                                   \
-    "ignored: acx keeps parameters in device memory (only the optimizer offloads: "       \
+#define NO_PARAM_OFFLOAD                                                                           \
+    "ignored: acx keeps parameters in device memory (only the optimizer offloads: "                \
     "offload_optimizer)"
 
 /* A section's rows follow each other, after the top-level rows. */
@@ -816,12 +816,12 @@ static acx_status_t yaml_error(const yaml_parser_t *p, const char *path, const c
 }
 
 /* `parser` is a yaml_parser_t *, `path` the file named in the message. */
-#define ACX_YAML_CHECK_GOTO(call, parser, path, status, label)                 \
-    do {                                                                       \
-        if (!(call)) {                                                         \
-            (status) = yaml_error((parser), (path), #call, __FILE__, __LINE__); \
-            goto label;                                                        \
-        }                                                                      \
+#define ACX_YAML_CHECK_GOTO(call, parser, path, status, label)                                     \
+    do {                                                                                           \
+        if (!(call)) {                                                                             \
+            (status) = yaml_error((parser), (path), #call, __FILE__, __LINE__);                    \
+            goto label;                                                                            \
+        }                                                                                          \
     } while (0)
 
 /* ---- the YAML file ---- */

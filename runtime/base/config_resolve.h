@@ -111,7 +111,7 @@ void acx_config_to_yaml(const acx_resolved_config_t *cfg, char *buf, size_t n);
 const char *acx_sharding_strategy_name(int s);
 const char *acx_mixed_precision_name(int mp);
 const char *acx_backend_name(int b);
-const char *acx_device_state_name(int d); /* "auto", "host", "cuda", "emulated" */
+const char *acx_device_state_name(int d);      /* "auto", "host", "cuda", "emulated" */
 const char *acx_offload_optimizer_name(int o); /* "none", "cpu" */
 const char *acx_log_with_name(int w);
 const char *acx_backward_prefetch_name(int p);

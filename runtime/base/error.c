@@ -58,8 +58,7 @@ static const char *short_path(const char *file) {
     }
 }
 
-acx_status_t acx_error_set(acx_status_t status, const char *file, int line, const char *fmt,
-                           ...) {
+acx_status_t acx_error_set(acx_status_t status, const char *file, int line, const char *fmt, ...) {
     int n = snprintf(last_error, sizeof last_error, "%s:%d: ", short_path(file), line);
     if (n < 0 || (size_t)n >= sizeof last_error) n = 0;
     va_list ap;

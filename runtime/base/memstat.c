@@ -174,7 +174,8 @@ ACX_API acx_status_t acx_memory_stats(acx_memory_stats_t *stats_p) {
 }
 
 ACX_API void acx_memory_reset_peak(void) {
-    for (int c = 0; c < ACX_MEM_NUM_CATEGORIES; c++) atomic_store(&peak[c], atomic_load(&current[c]));
+    for (int c = 0; c < ACX_MEM_NUM_CATEGORIES; c++)
+        atomic_store(&peak[c], atomic_load(&current[c]));
     atomic_store(&peak_total, atomic_load(&current_total));
     for (int c = 0; c < ACX_MEM_NUM_CATEGORIES; c++)
         atomic_store(&dev_peak[c], atomic_load(&dev_current[c]));

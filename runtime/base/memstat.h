@@ -33,7 +33,7 @@ void *acx_mem_alloc_(acx_mem_category_t cat, size_t bytes, const char *what, con
  * before they are read (gathered units, all-gather staging). */
 void *acx_mem_alloc_raw_(acx_mem_category_t cat, size_t bytes, const char *what, const char *file,
                          int line);
-#define acx_mem_alloc_raw(cat, bytes, what) \
+#define acx_mem_alloc_raw(cat, bytes, what)                                                        \
     acx_mem_alloc_raw_((cat), (bytes), (what), __FILE__, __LINE__)
 
 /* Free a buffer from acx_mem_alloc of `bytes` bytes in cat (NULL is fine).

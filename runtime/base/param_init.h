@@ -25,8 +25,7 @@ double acx_param_init_scale(const acx_init_spec_t *spec, int ndim, const int64_t
 
 /* Fill rows [row_begin, row_end) of the tensor into out
  * [(row_end-row_begin) x row_numel], row_numel = prod(shape[1..]). */
-void acx_param_init_fill(const acx_init_spec_t *spec, int ndim, const int64_t *shape,
-                         uint64_t seed, const char *name, int64_t row_begin, int64_t row_end,
-                         float *out);
+void acx_param_init_fill(const acx_init_spec_t *spec, int ndim, const int64_t *shape, uint64_t seed,
+                         const char *name, int64_t row_begin, int64_t row_end, float *out);
 
 #endif /* ACX_BASE_PARAM_INIT_H */

@@ -24,8 +24,7 @@ typedef enum acx_rng_purpose {
 void acx_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]);
 
 /* The 4 words at address (seed, purpose, key, index). */
-void acx_rng_block(uint64_t seed, uint32_t purpose, uint64_t key, uint64_t index,
-                   uint32_t out[4]);
+void acx_rng_block(uint64_t seed, uint32_t purpose, uint64_t key, uint64_t index, uint32_t out[4]);
 
 /* FNV-1a 64-bit hash of a NUL-terminated string (stable across platforms). */
 uint64_t acx_hash64(const char *s);
@@ -45,7 +44,6 @@ uint64_t acx_rng_below(uint64_t seed, uint32_t purpose, uint64_t key, uint64_t *
 
 /* perm[0..n-1] = a uniformly random permutation of 0..n-1 (Fisher–Yates
  * driven by acx_rng_below on the stream (seed, purpose, key)). n >= 0. */
-void acx_rng_permutation(uint64_t seed, uint32_t purpose, uint64_t key, int64_t n,
-                         int64_t *perm);
+void acx_rng_permutation(uint64_t seed, uint32_t purpose, uint64_t key, int64_t n, int64_t *perm);
 
 #endif /* ACX_BASE_RNG_H */

@@ -550,17 +550,20 @@ static int test_round_and_scaled_check(void) {
         CU(cudaMemcpy(d, x, n * 4, cudaMemcpyHostToDevice));
         CHECK_OK(acx_cuda_half_round_f32(dt, d, d2, n, NULL));
         CU(cudaMemcpy(out, d2, n * 4, cudaMemcpyDeviceToHost));
-        for (size_t i = 0; i < n; i++) CHECK(f32_bits(out[i]) == f32_bits(want[i]));
+        for (size_t i = 0; i < n; i++)
+            CHECK(f32_bits(out[i]) == f32_bits(want[i]));
         CHECK_OK(acx_cuda_half_round_f32(dt, d, d, n, NULL)); /* in place */
         CU(cudaMemcpy(out, d, n * 4, cudaMemcpyDeviceToHost));
-        for (size_t i = 0; i < n; i++) CHECK(f32_bits(out[i]) == f32_bits(want[i]));
+        for (size_t i = 0; i < n; i++)
+            CHECK(f32_bits(out[i]) == f32_bits(want[i]));
     }
-    for (size_t i = 0; i < n; i++) x[i] = rndf(-4, 4);
+    for (size_t i = 0; i < n; i++)
+        x[i] = rndf(-4, 4);
     CU(cudaMemcpy(d, x, n * 4, cudaMemcpyHostToDevice));
     CU(cudaMemset(dflag, 0, sizeof(int)));
     CHECK_OK(acx_cuda_nonfinite_check_scaled(d, n, 0x1p100f, dflag, NULL));
     CU(cudaMemcpy(&flag, dflag, sizeof flag, cudaMemcpyDeviceToHost));
-    CHECK(flag == 0); /* 4 * 2^100 is finite */
+    CHECK(flag == 0);          /* 4 * 2^100 is finite */
     const float big = 0x1p30f; /* finite, but big * 2^100 overflows */
     CU(cudaMemcpy(d + n / 3, &big, 4, cudaMemcpyHostToDevice));
     CHECK_OK(acx_cuda_nonfinite_check_scaled(d, n, 0x1p100f, dflag, NULL));
@@ -588,7 +591,8 @@ error:
  * 32-bit dtype that is not float32 is refused. */
 static int test_accumulate(void) {
     const size_t n = 200003;
-    float *dst0 = malloc(n * 4), *src32 = malloc(n * 4), *out = malloc(n * 4), *want = malloc(n * 4);
+    float *dst0 = malloc(n * 4), *src32 = malloc(n * 4), *out = malloc(n * 4),
+          *want = malloc(n * 4);
     uint16_t *src16 = malloc(n * 2);
     float *d_dst = NULL;
     void *d_src = NULL;

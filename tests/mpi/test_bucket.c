@@ -264,8 +264,8 @@ static int in_flight, max_seen_in_flight;
 static acx_status_t counting_start(acx_comm_t *comm, const void *sendbuf, void *recvbuf,
                                    size_t count, acx_dtype_t dtype, acx_red_op_t op,
                                    acx_coll_req_t **req_p) {
-    acx_status_t st = acx_coll_mpi_ops.all_reduce_start(comm, sendbuf, recvbuf, count, dtype, op,
-                                                        req_p);
+    acx_status_t st =
+        acx_coll_mpi_ops.all_reduce_start(comm, sendbuf, recvbuf, count, dtype, op, req_p);
     if (st == ACX_OK && ++in_flight > max_seen_in_flight) max_seen_in_flight = in_flight;
     return st;
 }
@@ -293,8 +293,8 @@ static int test_in_flight_bound(void) {
         CHECK(full_step(b, 400 + step, 0.5f) == 0);
     CHECK(in_flight == 0);
     if (max_seen_in_flight != 2) {
-        fprintf(stderr, "\n[r%d] %d bucket all-reduces were in flight at once, expected 2\n",
-                rank_, max_seen_in_flight);
+        fprintf(stderr, "\n[r%d] %d bucket all-reduces were in flight at once, expected 2\n", rank_,
+                max_seen_in_flight);
         goto error;
     }
     acx_buckets_destroy(b);
@@ -395,8 +395,10 @@ int main(int argc, char **argv) {
     failed |= acx_test_run_case("bucketed steps equal per-parameter MPI_Allreduce", test_steps);
     failed |= acx_test_run_case("at most 2 bucket all-reduces in flight, sums exact",
                                 test_in_flight_bound);
-    failed |= acx_test_run_case("double report -> ACX_ERR_STATE, step still correct", test_double_report);
-    failed |= acx_test_run_case("missing unit -> ACX_ERR_STATE naming it, no hang", test_missing_unit);
+    failed |=
+        acx_test_run_case("double report -> ACX_ERR_STATE, step still correct", test_double_report);
+    failed |=
+        acx_test_run_case("missing unit -> ACX_ERR_STATE naming it, no hang", test_missing_unit);
     failed |= acx_test_run_case("reset mid-step, then new steps", test_reset);
 
     acx_comm_destroy(world);

@@ -776,7 +776,8 @@ static int test_faults(const char *dir) {
     }
     CHECK(!agree_fail(rc));
     CHECK_STATUS(read_rows(p, 1, 0, 37), ACX_ERR_FORMAT, "'/model/vec' in '");
-    CHECK(strstr(acx_last_error(), "has no checksum (no CRC-32 attributes 'acx_crc32_blocks'") != NULL);
+    CHECK(strstr(acx_last_error(), "has no checksum (no CRC-32 attributes 'acx_crc32_blocks'") !=
+          NULL);
     snprintf(p, sizeof p, "%s/badcrc.h5", dir);
     if (rank == 0) {
         uint32_t v = 0;

@@ -50,8 +50,8 @@ static void fill(void *buf, acx_dtype_t dt, size_t n, int rank, int salt) {
         case ACX_DTYPE_FLOAT64: ((double *)buf)[i] = gen_real(rank, i, salt); break;
         case ACX_DTYPE_INT32: ((int32_t *)buf)[i] = gen_int(rank, i, salt); break;
         case ACX_DTYPE_INT64:
-            ((int64_t *)buf)[i] =
-                (int64_t)(((uint64_t)acx_test_hash3(rank, i, salt) << 32) | acx_test_hash3(rank, i, ~salt));
+            ((int64_t *)buf)[i] = (int64_t)(((uint64_t)acx_test_hash3(rank, i, salt) << 32) |
+                                            acx_test_hash3(rank, i, ~salt));
             break;
         default: ((uint16_t *)buf)[i] = (uint16_t)acx_test_hash3(rank, i, salt); break;
         }
@@ -581,7 +581,8 @@ int main(int argc, char **argv) {
     }
 
     int failed = 0;
-    failed |= acx_test_run_case("all-reduce float32 sum (blocking/async, in/out of place)", test_f32_sum);
+    failed |=
+        acx_test_run_case("all-reduce float32 sum (blocking/async, in/out of place)", test_f32_sum);
     failed |= acx_test_run_case("all-reduce float32 avg", test_f32_avg);
     failed |= acx_test_run_case("all-reduce float32 max", test_f32_max);
     failed |= acx_test_run_case("all-reduce float32 min", test_f32_min);

@@ -791,20 +791,24 @@ int main(int argc, char **argv) {
     }
 
     int failed = 0;
-    failed |=
-        acx_test_run_case("all-reduce: 6 dtypes x sum/avg/max/min x 3 modes x in/out", test_all_reduce);
+    failed |= acx_test_run_case("all-reduce: 6 dtypes x sum/avg/max/min x 3 modes x in/out",
+                                test_all_reduce);
     failed |= acx_test_run_case("reduce-scatter: 6 dtypes x sum/avg/max/min x 3 modes x in/out",
-                       test_reduce_scatter);
-    failed |= acx_test_run_case("all-gather: 6 dtypes x 3 modes x in/out of place", test_all_gather);
+                                test_reduce_scatter);
+    failed |=
+        acx_test_run_case("all-gather: 6 dtypes x 3 modes x in/out of place", test_all_gather);
     failed |= acx_test_run_case("gather to every root: 6 dtypes x 3 modes", test_gather);
     failed |= acx_test_run_case("broadcast from every root: 6 dtypes x 3 modes", test_broadcast);
-    failed |= acx_test_run_case("barrier: blocking waits, non-blocking tests not done", test_barrier);
-    failed |= acx_test_run_case("four requests in flight, completed in reverse", test_in_flight);
     failed |=
-        acx_test_run_case("16-bit max/min specials (NaN, -0, inf), prod, overflow", test_half_specials);
-    failed |= acx_test_run_case("gradient buckets of bf16/f16/f64/f32/i32 with prescale", test_buckets);
+        acx_test_run_case("barrier: blocking waits, non-blocking tests not done", test_barrier);
+    failed |= acx_test_run_case("four requests in flight, completed in reverse", test_in_flight);
+    failed |= acx_test_run_case("16-bit max/min specials (NaN, -0, inf), prod, overflow",
+                                test_half_specials);
+    failed |=
+        acx_test_run_case("gradient buckets of bf16/f16/f64/f32/i32 with prescale", test_buckets);
     failed |= acx_test_run_case("unsupported ops and invalid arguments", test_invalid);
-    failed |= acx_test_run_case("public wrappers (acx_reduce_scatter, acx_gather, ...)", test_public);
+    failed |=
+        acx_test_run_case("public wrappers (acx_reduce_scatter, acx_gather, ...)", test_public);
 
     acx_comm_destroy(world);
     int any = 0;

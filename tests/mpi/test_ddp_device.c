@@ -476,7 +476,8 @@ static int compare_weights(const char *a, const char *b) {
         hid_t fa = H5Fopen(a, H5F_ACC_RDONLY, H5P_DEFAULT),
               fb = H5Fopen(b, H5F_ACC_RDONLY, H5P_DEFAULT);
         failed = fa < 0 || fb < 0;
-        for (int q = 0; q < NPAR && !failed; q++) failed |= !same_dataset(fa, fb, par_name[q]);
+        for (int q = 0; q < NPAR && !failed; q++)
+            failed |= !same_dataset(fa, fb, par_name[q]);
         if (fa >= 0) H5Fclose(fa);
         if (fb >= 0) H5Fclose(fb);
     }

@@ -21,12 +21,12 @@
 
 #include "tests/acx_test_mpi.h"
 
-#define NS 120  /* samples: exactly one epoch of STEPS global batches */
-#define DIN 7
-#define DH 5
-#define DOUT 3
+#define NS           120 /* samples: exactly one epoch of STEPS global batches */
+#define DIN          7
+#define DH           5
+#define DOUT         3
 #define GLOBAL_BATCH 24
-#define STEPS 5
+#define STEPS        5
 
 typedef enum { CASE_SGD, CASE_ADAMW, CASE_SGD_ACCUM, CASE_ADAMW_ACCUM, NUM_CASES } case_t;
 static const char *const case_name[NUM_CASES] = {"sgd", "adamw", "sgd_accum2", "adamw_accum2"};
@@ -45,8 +45,10 @@ static double data_y(int i, int k) { return cos(0.21 * i - 0.7 * k); }
 static int write_dataset(const char *path) {
     float x[NS][DIN], y[NS][DOUT];
     for (int i = 0; i < NS; i++) {
-        for (int j = 0; j < DIN; j++) x[i][j] = (float)data_x(i, j);
-        for (int k = 0; k < DOUT; k++) y[i][k] = (float)data_y(i, k);
+        for (int j = 0; j < DIN; j++)
+            x[i][j] = (float)data_x(i, j);
+        for (int k = 0; k < DOUT; k++)
+            y[i][k] = (float)data_y(i, k);
     }
     hid_t f = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
     if (f < 0) return -1;
@@ -56,7 +58,11 @@ static int write_dataset(const char *path) {
     hid_t ay = H5Dcreate2(f, "y", H5T_NATIVE_FLOAT, sy, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
     herr_t e1 = H5Dwrite(ax, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, x);
     herr_t e2 = H5Dwrite(ay, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, y);
-    H5Dclose(ax); H5Dclose(ay); H5Sclose(sx); H5Sclose(sy); H5Fclose(f);
+    H5Dclose(ax);
+    H5Dclose(ay);
+    H5Sclose(sx);
+    H5Sclose(sy);
+    H5Fclose(f);
     return e1 < 0 || e2 < 0 ? -1 : 0;
 }
 
@@ -78,32 +84,37 @@ static acx_status_t micro_step(net_t *net, const float *x, const float *y, int n
     for (int s = 0; s < n; s++) {
         for (int a = 0; a < DH; a++) {
             float z = B1[a];
-            for (int j = 0; j < DIN; j++) z += W1[a * DIN + j] * x[s * DIN + j];
+            for (int j = 0; j < DIN; j++)
+                z += W1[a * DIN + j] * x[s * DIN + j];
             h[s][a] = tanhf(z);
         }
         for (int k = 0; k < DOUT; k++) {
             float o = B2[k];
-            for (int a = 0; a < DH; a++) o += W2[k * DH + a] * h[s][a];
+            for (int a = 0; a < DH; a++)
+                o += W2[k * DH + a] * h[s][a];
             dout[s][k] = (o - y[s * DOUT + k]) / (float)n; /* d/do of mean 0.5*||o-y||^2 */
         }
     }
     for (int s = 0; s < n; s++)
         for (int k = 0; k < DOUT; k++) {
             gB2[k] += dout[s][k];
-            for (int a = 0; a < DH; a++) gW2[k * DH + a] += dout[s][k] * h[s][a];
+            for (int a = 0; a < DH; a++)
+                gW2[k * DH + a] += dout[s][k] * h[s][a];
         }
     acx_status_t st = acx_unit_grads_ready(net->u2);
     if (st != ACX_OK) return st;
     for (int s = 0; s < n; s++)
         for (int a = 0; a < DH; a++) {
             float d = 0;
-            for (int k = 0; k < DOUT; k++) d += dout[s][k] * W2[k * DH + a];
+            for (int k = 0; k < DOUT; k++)
+                d += dout[s][k] * W2[k * DH + a];
             dh[s][a] = d * (1.0f - h[s][a] * h[s][a]);
         }
     for (int s = 0; s < n; s++)
         for (int a = 0; a < DH; a++) {
             gB1[a] += dh[s][a];
-            for (int j = 0; j < DIN; j++) gW1[a * DIN + j] += dh[s][a] * x[s * DIN + j];
+            for (int j = 0; j < DIN; j++)
+                gW1[a * DIN + j] += dh[s][a] * x[s * DIN + j];
         }
     return acx_unit_grads_ready(net->u1);
 }
@@ -127,24 +138,29 @@ static void ref_grad(const ref_t *r, const int64_t *idx, int n, double *g) {
         double h[DH], dout[DOUT];
         for (int a = 0; a < DH; a++) {
             double z = RB1(r)[a];
-            for (int j = 0; j < DIN; j++) z += RW1(r)[a * DIN + j] * (double)(float)data_x(i, j);
+            for (int j = 0; j < DIN; j++)
+                z += RW1(r)[a * DIN + j] * (double)(float)data_x(i, j);
             h[a] = tanh(z);
         }
         for (int k = 0; k < DOUT; k++) {
             double o = RB2(r)[k];
-            for (int a = 0; a < DH; a++) o += RW2(r)[k * DH + a] * h[a];
+            for (int a = 0; a < DH; a++)
+                o += RW2(r)[k * DH + a] * h[a];
             dout[k] = (o - (double)(float)data_y(i, k)) / n;
         }
         for (int k = 0; k < DOUT; k++) {
             g[DH * DIN + DH + DOUT * DH + k] += dout[k];
-            for (int a = 0; a < DH; a++) g[DH * DIN + DH + k * DH + a] += dout[k] * h[a];
+            for (int a = 0; a < DH; a++)
+                g[DH * DIN + DH + k * DH + a] += dout[k] * h[a];
         }
         for (int a = 0; a < DH; a++) {
             double d = 0;
-            for (int k = 0; k < DOUT; k++) d += dout[k] * RW2(r)[k * DH + a];
+            for (int k = 0; k < DOUT; k++)
+                d += dout[k] * RW2(r)[k * DH + a];
             d *= 1 - h[a] * h[a];
             g[DH * DIN + a] += d;
-            for (int j = 0; j < DIN; j++) g[a * DIN + j] += d * (double)(float)data_x(i, j);
+            for (int j = 0; j < DIN; j++)
+                g[a * DIN + j] += d * (double)(float)data_x(i, j);
         }
     }
 }
@@ -189,11 +205,15 @@ static int run_case(case_t c, const char *data) {
     CHECK_OK(acx_init(NULL, NULL, &cfg, &acc));
     CHECK_OK(acx_model_create(acc, &m));
     CHECK_OK(acx_model_add_unit(m, "enc", &net.u1));
-    CHECK_OK(acx_unit_add_param(net.u1, "enc.weight", 2, (int64_t[]){DH, DIN}, ACX_INIT_SPEC_LINEAR_WEIGHT, &net.w1));
-    CHECK_OK(acx_unit_add_param(net.u1, "enc.bias", 1, (int64_t[]){DH}, ACX_INIT_SPEC_LINEAR_BIAS(DIN), &net.b1));
+    CHECK_OK(acx_unit_add_param(net.u1, "enc.weight", 2, (int64_t[]){DH, DIN},
+                                ACX_INIT_SPEC_LINEAR_WEIGHT, &net.w1));
+    CHECK_OK(acx_unit_add_param(net.u1, "enc.bias", 1, (int64_t[]){DH},
+                                ACX_INIT_SPEC_LINEAR_BIAS(DIN), &net.b1));
     CHECK_OK(acx_model_add_unit(m, "head", &net.u2));
-    CHECK_OK(acx_unit_add_param(net.u2, "head.weight", 2, (int64_t[]){DOUT, DH}, ACX_INIT_SPEC_LINEAR_WEIGHT, &net.w2));
-    CHECK_OK(acx_unit_add_param(net.u2, "head.bias", 1, (int64_t[]){DOUT}, ACX_INIT_SPEC_LINEAR_BIAS(DH), &net.b2));
+    CHECK_OK(acx_unit_add_param(net.u2, "head.weight", 2, (int64_t[]){DOUT, DH},
+                                ACX_INIT_SPEC_LINEAR_WEIGHT, &net.w2));
+    CHECK_OK(acx_unit_add_param(net.u2, "head.bias", 1, (int64_t[]){DOUT},
+                                ACX_INIT_SPEC_LINEAR_BIAS(DH), &net.b2));
     if (is_sgd(c)) {
         acx_sgd_hparams_t hp = {.lr = 0.1, .momentum = 0.9, .nesterov = 1, .weight_decay = 0.01};
         CHECK_OK(acx_sgd_create(m, &hp, &opt));
@@ -215,7 +235,8 @@ static int run_case(case_t c, const char *data) {
         int off = 0;
         for (int q = 0; q < 4; q++) {
             const float *d = acx_param_data((acx_param_t *)ps[q]);
-            for (int64_t e = 0; e < acx_param_numel(ps[q]); e++) ref.p[off++] = d[e];
+            for (int64_t e = 0; e < acx_param_numel(ps[q]); e++)
+                ref.p[off++] = d[e];
         }
     }
 
@@ -246,7 +267,8 @@ static int run_case(case_t c, const char *data) {
         int off = 0;
         for (int q = 0; q < 4; q++) {
             const float *d = acx_param_data((acx_param_t *)ps[q]);
-            for (int64_t e = 0; e < acx_param_numel(ps[q]); e++) got[off++] = d[e];
+            for (int64_t e = 0; e < acx_param_numel(ps[q]); e++)
+                got[off++] = d[e];
         }
     }
 
@@ -291,7 +313,8 @@ static int run_case(case_t c, const char *data) {
             }
             double rel = sqrt(num / den);
             if (!(rel <= 1e-5)) {
-                fprintf(stderr, "\n%s: np=%d parameter %d differs from 1 rank: relative %.3g > 1e-5\n",
+                fprintf(stderr,
+                        "\n%s: np=%d parameter %d differs from 1 rank: relative %.3g > 1e-5\n",
                         case_name[c], world, q, rel);
                 TEST_ERROR;
             }
@@ -325,7 +348,10 @@ int main(int argc, char **argv) {
         TESTING(what);
         int f = run_case((case_t)c, data);
         MPI_Allreduce(MPI_IN_PLACE, &f, 1, MPI_INT, MPI_LOR, MPI_COMM_WORLD);
-        if (f) FAILED(); else PASSED();
+        if (f)
+            FAILED();
+        else
+            PASSED();
         failed |= f;
     }
     MPI_Finalize();

@@ -26,9 +26,9 @@
 
 #include "tests/acx_test.h"
 
-#define N 103
-#define MAXB 128 /* batches per epoch recorded, at most */
-#define MAXBS 16 /* per-rank batch size, at most */
+#define N     103
+#define MAXB  128 /* batches per epoch recorded, at most */
+#define MAXBS 16  /* per-rank batch size, at most */
 
 static acx_accelerator_t *acc;
 static int rank, world;
@@ -57,9 +57,11 @@ static int make_data_file(void) {
     static float shorter[100];
     static char str[N][8];
     for (int i = 0; i < N; i++) {
-        for (int j = 0; j < 3; j++) x[i][j] = (float)(i * 10 + j);
+        for (int j = 0; j < 3; j++)
+            x[i][j] = (float)(i * 10 + j);
         y[i] = i;
-        for (int k = 0; k < 4; k++) z[i][k] = (uint8_t)((i * 4 + k) % 256);
+        for (int k = 0; k < 4; k++)
+            z[i][k] = (uint8_t)((i * 4 + k) % 256);
         snprintf(str[i], sizeof str[i], "s%d", i);
     }
     hid_t f = H5Fcreate(data_path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
@@ -69,8 +71,8 @@ static int make_data_file(void) {
     /* big-endian on disk: the loader must hand out native values */
     rc |= write_dataset(f, "/y", H5T_STD_I64BE, H5T_NATIVE_INT64, 1, (hsize_t[]){N}, y);
     rc |= write_dataset(f, "/g/z", H5T_STD_U8LE, H5T_NATIVE_UCHAR, 3, (hsize_t[]){N, 2, 2}, z);
-    rc |= write_dataset(f, "/short", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 1, (hsize_t[]){100},
-                        shorter);
+    rc |=
+        write_dataset(f, "/short", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 1, (hsize_t[]){100}, shorter);
     hid_t st = H5Tcopy(H5T_C_S1);
     H5Tset_size(st, 8);
     rc |= write_dataset(f, "/str", st, st, 1, (hsize_t[]){N}, str);
@@ -112,9 +114,9 @@ static int make_data_file(void) {
 /* An epoch as a flat int64 record, so ranks can all-gather it:
  * [0] = batches, then per batch g: [1 + g*(2+MAXBS)] = size, [+1] = padding,
  * [+2 ..] = rows (MAXBS, unused -1). */
-#define REC_LEN (1 + MAXB * (2 + MAXBS))
-#define REC_SIZE(rec, g) (rec)[1 + (g) * (2 + MAXBS)]
-#define REC_PAD(rec, g) (rec)[2 + (g) * (2 + MAXBS)]
+#define REC_LEN            (1 + MAXB * (2 + MAXBS))
+#define REC_SIZE(rec, g)   (rec)[1 + (g) * (2 + MAXBS)]
+#define REC_PAD(rec, g)    (rec)[2 + (g) * (2 + MAXBS)]
 #define REC_ROW(rec, g, j) (rec)[3 + (g) * (2 + MAXBS) + (j)]
 
 static const char *const names3[] = {"/x", "/y", "/g/z"};
@@ -136,9 +138,11 @@ static int check_batch(const acx_batch_t *bt, int64_t b, int64_t epoch, int64_t 
     for (int64_t s = 0; s < bt->size; s++) {
         int64_t i = bt->indices[s];
         CHECK(i >= 0 && i < N);
-        for (int j = 0; j < 3; j++) CHECK(x[s * 3 + j] == (float)(i * 10 + j));
+        for (int j = 0; j < 3; j++)
+            CHECK(x[s * 3 + j] == (float)(i * 10 + j));
         CHECK(y[s] == i);
-        for (int k2 = 0; k2 < 4; k2++) CHECK(z[s * 4 + k2] == (uint8_t)((i * 4 + k2) % 256));
+        for (int k2 = 0; k2 < 4; k2++)
+            CHECK(z[s * 4 + k2] == (uint8_t)((i * 4 + k2) % 256));
     }
     return 0;
 error:
@@ -151,7 +155,8 @@ error:
 static int run_epoch(acx_dataloader_t *dl, int64_t b, int64_t *rec) {
     const acx_batch_t *bt = NULL;
     int64_t epoch = acx_dataloader_epoch(dl), nb = acx_dataloader_num_batches(dl);
-    for (int i = 0; i < REC_LEN; i++) rec[i] = -1;
+    for (int i = 0; i < REC_LEN; i++)
+        rec[i] = -1;
     CHECK(nb >= 0 && nb <= MAXB);
     int64_t k = 0;
     for (;;) {
@@ -163,7 +168,8 @@ static int run_epoch(acx_dataloader_t *dl, int64_t b, int64_t *rec) {
         CHECK(acx_dataloader_position(dl) == k + 1);
         REC_SIZE(rec, k) = bt->size;
         REC_PAD(rec, k) = bt->num_padding;
-        for (int64_t s = 0; s < bt->size; s++) REC_ROW(rec, k, s) = bt->indices[s];
+        for (int64_t s = 0; s < bt->size; s++)
+            REC_ROW(rec, k, s) = bt->indices[s];
         k++;
     }
     CHECK(k == nb);
@@ -186,7 +192,8 @@ static int check_stream(const int64_t *all, int64_t b, int mode, int shuffle) {
     int64_t len = nglobal * g_size;
     int64_t *stream = malloc((size_t)len * sizeof *stream);
     int *pad = calloc((size_t)len, sizeof *pad), *seen = calloc(N, sizeof *seen);
-    for (int64_t q = 0; q < len; q++) stream[q] = -1;
+    for (int64_t q = 0; q < len; q++)
+        stream[q] = -1;
     int64_t padding_total = 0;
     for (int r = 0; r < world; r++) {
         const int64_t *rec = all + (size_t)r * REC_LEN;
@@ -266,8 +273,8 @@ static int run_config(int64_t batch, int split, int mode, int shuffle, int prefe
     }
     int64_t dims[4];
     failed |= acx_dataloader_num_samples(dl) != N;
-    failed |= acx_dataloader_dataset_shape(dl, 2, 4, dims) != 3 || dims[0] != N ||
-              dims[1] != 2 || dims[2] != 2;
+    failed |= acx_dataloader_dataset_shape(dl, 2, 4, dims) != 3 || dims[0] != N || dims[1] != 2 ||
+              dims[2] != 2;
     failed |= acx_dataloader_dataset_shape(dl, 3, 4, dims) != -1;
     for (int e = 0; e < 2; e++) {
         int64_t *rec = recs + (size_t)e * REC_LEN;
@@ -280,7 +287,8 @@ static int run_config(int64_t batch, int split, int mode, int shuffle, int prefe
         /* epochs reshuffle: the two epochs' first batches differ somewhere
          * in the gathered stream (N = 103 makes equality astronomically unlikely) */
         int differ = 0;
-        for (int i = 1; i < REC_LEN; i++) differ |= recs[i] != recs[REC_LEN + i];
+        for (int i = 1; i < REC_LEN; i++)
+            differ |= recs[i] != recs[REC_LEN + i];
         failed |= !any_failed(differ) ? 1 : 0;
     }
     CHECK_OK(acx_dataloader_close(dl));
@@ -334,7 +342,8 @@ static int test_set_epoch(void) {
             failed = 1;
             break;
         }
-        for (int i = 0; i < 3; i++) failed |= acx_dataloader_next(d1, &bt) != ACX_OK;
+        for (int i = 0; i < 3; i++)
+            failed |= acx_dataloader_next(d1, &bt) != ACX_OK;
         failed |= acx_dataloader_set_epoch(d1, 5) != ACX_OK;
         failed |= acx_dataloader_epoch(d1) != 5 || acx_dataloader_position(d1) != 0;
         failed |= acx_dataloader_set_epoch(d2, 5) != ACX_OK;
@@ -385,7 +394,8 @@ static int test_read_error(void) {
         }
         int64_t k = 0, err_k = -1;
         acx_status_t st;
-        while ((st = acx_dataloader_next(dl, &bt)) == ACX_OK) k++;
+        while ((st = acx_dataloader_next(dl, &bt)) == ACX_OK)
+            k++;
         if (st != ACX_END_OF_DATA) {
             err_k = k;
             failed |= st != ACX_ERR_FORMAT || strstr(acx_last_error(), "'/bad'") == NULL ||
@@ -398,8 +408,8 @@ static int test_read_error(void) {
                       bt->indices[0] != 4 * rank;
         }
         if (err_k != expect_k) {
-            fprintf(stderr, "\n[r%d] prefetch %d: error at batch %lld, expected %lld (%s)\n",
-                    rank, prefetch, (long long)err_k, (long long)expect_k, acx_last_error());
+            fprintf(stderr, "\n[r%d] prefetch %d: error at batch %lld, expected %lld (%s)\n", rank,
+                    prefetch, (long long)err_k, (long long)expect_k, acx_last_error());
             failed = 1;
         }
         acx_dataloader_close(dl);
@@ -414,9 +424,9 @@ static int test_read_error(void) {
 
 /* ---- bad inputs: the same status and message on every rank ---- */
 
-static int expect_open_error(const char *what, const char *path, int nds,
-                             const char *const *names, int64_t batch, int drop, int split,
-                             acx_status_t expected, const char *needle) {
+static int expect_open_error(const char *what, const char *path, int nds, const char *const *names,
+                             int64_t batch, int drop, int split, acx_status_t expected,
+                             const char *needle) {
     acx_dataloader_options_t o = ACX_DATALOADER_OPTIONS_DEFAULT;
     o.batch_size = batch;
     o.drop_last = drop;
@@ -458,25 +468,25 @@ static int test_bad_inputs(void) {
     failed |= expect_open_error("loader: compound dataset -> ACX_ERR_FORMAT", data_path, 1,
                                 (const char *const[]){"/cmpd"}, 4, 0, 0, ACX_ERR_FORMAT,
                                 "HDF5 type class compound");
-    failed |= expect_open_error("loader: scalar dataset -> ACX_ERR_FORMAT", data_path, 1,
-                                (const char *const[]){"/scalar"}, 4, 0, 0, ACX_ERR_FORMAT,
-                                "scalar");
-    failed |= expect_open_error("loader: a group, not a dataset -> ACX_ERR_FORMAT", data_path, 1,
-                                (const char *const[]){"/g"}, 4, 0, 0, ACX_ERR_FORMAT,
-                                "is not a dataset");
+    failed |=
+        expect_open_error("loader: scalar dataset -> ACX_ERR_FORMAT", data_path, 1,
+                          (const char *const[]){"/scalar"}, 4, 0, 0, ACX_ERR_FORMAT, "scalar");
+    failed |=
+        expect_open_error("loader: a group, not a dataset -> ACX_ERR_FORMAT", data_path, 1,
+                          (const char *const[]){"/g"}, 4, 0, 0, ACX_ERR_FORMAT, "is not a dataset");
     /* one global batch more than N: b*W > N with drop_last (b > N on 1 rank) */
     int64_t b = N / world + 1;
     failed |= expect_open_error("loader: batch > data with drop_last -> ACX_ERR_FORMAT", data_path,
                                 3, names3, b, 1, 0, ACX_ERR_FORMAT, "exceeds the 103 samples");
-    failed |= expect_open_error("loader: batch_size 0 -> ACX_ERR_INVALID_ARG", data_path, 3,
-                                names3, 0, 0, 0, ACX_ERR_INVALID_ARG, "batch_size 0");
-    failed |= expect_open_error("loader: 9 datasets -> ACX_ERR_INVALID_ARG", data_path, 9,
-                                (const char *const[]){"/x", "/x", "/x", "/x", "/x", "/x", "/x",
-                                                      "/x", "/x"},
-                                4, 0, 0, ACX_ERR_INVALID_ARG, "expected 1 to 8");
+    failed |= expect_open_error("loader: batch_size 0 -> ACX_ERR_INVALID_ARG", data_path, 3, names3,
+                                0, 0, 0, ACX_ERR_INVALID_ARG, "batch_size 0");
+    failed |= expect_open_error(
+        "loader: 9 datasets -> ACX_ERR_INVALID_ARG", data_path, 9,
+        (const char *const[]){"/x", "/x", "/x", "/x", "/x", "/x", "/x", "/x", "/x"}, 4, 0, 0,
+        ACX_ERR_INVALID_ARG, "expected 1 to 8");
     if (world > 1) {
-        failed |= expect_open_error("loader: split_batches not divisible -> INVALID_ARG",
-                                    data_path, 3, names3, world + 1, 0, 1, ACX_ERR_INVALID_ARG,
+        failed |= expect_open_error("loader: split_batches not divisible -> INVALID_ARG", data_path,
+                                    3, names3, world + 1, 0, 1, ACX_ERR_INVALID_ARG,
                                     "not divisible by the world size");
         /* the same global batch served by padding without drop_last */
         acx_dataloader_options_t o = ACX_DATALOADER_OPTIONS_DEFAULT;
@@ -539,8 +549,8 @@ int main(int argc, char **argv) {
     snprintf(what, sizeof what, "loader: batch 4, even_batches, prefetch 0 == 2 (W=%d)", world);
     failed |= test_iterate(what, 4, 0, MODE_EVEN);
     failed |= test_iterate("loader: batch 4, drop_last", 4, 0, MODE_DROP);
-    failed |= test_iterate("loader: batch 4, neither drop_last nor even_batches", 4, 0,
-                           MODE_NEITHER);
+    failed |=
+        test_iterate("loader: batch 4, neither drop_last nor even_batches", 4, 0, MODE_NEITHER);
     failed |= test_iterate("loader: split_batches, global batch 12, even", 12, 1, MODE_EVEN);
     failed |= test_iterate("loader: split_batches, global batch 12, drop_last", 12, 1, MODE_DROP);
     failed |= test_iterate("loader: batch 1, even_batches", 1, 0, MODE_EVEN);

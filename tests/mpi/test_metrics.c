@@ -83,20 +83,22 @@ static int run(const char *data) {
     int64_t G = 2 * world, expect_batches = (N + G - 1) / G;
     CHECK(nb == expect_batches);
     CHECK(total == N);
-    for (int i = 0; i < N; i++) CHECK(seen[i] == 1);
+    for (int i = 0; i < N; i++)
+        CHECK(seen[i] == 1);
     /* the padding is exactly what makes the last global batch full */
     int64_t all_pad = 0;
     CHECK_OK(acx_all_reduce(acc, &padded, &all_pad, 1, ACX_DTYPE_INT64, ACX_OP_SUM));
     CHECK(all_pad == expect_batches * G - N);
 
-    /* to_main_only: rank 0 gets everything, others nothing; a too-small output is an error on every rank */
+    /* to_main_only: rank 0 gets everything, others nothing; a too-small output is an error on every
+     * rank */
     CHECK_OK(acx_dataloader_set_epoch(dl, 1));
     CHECK_OK(acx_dataloader_next(dl, &b));
     int64_t got = -1;
     CHECK_OK(acx_gather_for_metrics(acc, b, b->tensors[0], 4, out, 64, 1, &got));
     CHECK(got == (rank == 0 ? G : 0)); /* the first global batch is all real (G <= 8 < N) */
-    CHECK_STATUS(acx_gather_for_metrics(acc, b, b->tensors[0], 4, out, 1, 0, &got), ACX_ERR_INVALID_ARG,
-                 "output holds 1 samples");
+    CHECK_STATUS(acx_gather_for_metrics(acc, b, b->tensors[0], 4, out, 1, 0, &got),
+                 ACX_ERR_INVALID_ARG, "output holds 1 samples");
     CHECK_OK(acx_finalize(acc));
     return 0;
 error:
@@ -144,7 +146,7 @@ static int gather_epoch(acx_accelerator_t *acc, const char *path, int64_t n, int
     o.drop_last = drop_last;
     o.even_batches = even;
     o.shuffle = 1;
-    int64_t G = batch * world; /* the global batch either way */
+    int64_t G = batch * world;        /* the global batch either way */
     if (drop_last && G > n) return 2; /* nothing to evaluate: open refuses it */
     CHECK_OK(acx_dataloader_open(acc, path, 1, (const char *const[]){"/v"}, &o, &dl));
     int64_t nb = acx_dataloader_num_batches(dl), nb_min = nb, nb_max = nb;
@@ -161,7 +163,8 @@ static int gather_epoch(acx_accelerator_t *acc, const char *path, int64_t n, int
     while ((st = acx_dataloader_next(dl, &b)) == ACX_OK) {
         int64_t got = -1, want = reference_rows(b, ref, 256);
         CHECK(want >= 0);
-        CHECK_OK(acx_gather_for_metrics(acc, b, b->indices, sizeof(int64_t), out, 256, to_main_only, &got));
+        CHECK_OK(acx_gather_for_metrics(acc, b, b->indices, sizeof(int64_t), out, 256, to_main_only,
+                                        &got));
         if (to_main_only && rank != 0) {
             CHECK(got == 0);
             continue;
@@ -178,7 +181,8 @@ static int gather_epoch(acx_accelerator_t *acc, const char *path, int64_t n, int
     if (!to_main_only || rank == 0) {
         int64_t expect = drop_last ? n / G * G : n;
         CHECK(total == expect);
-        for (int64_t i = 0; i < n; i++) CHECK(seen[i] <= 1);
+        for (int64_t i = 0; i < n; i++)
+            CHECK(seen[i] <= 1);
     }
     CHECK_OK(acx_dataloader_close(dl));
     return 0;
@@ -204,10 +208,12 @@ static int run_matrix(char paths[][1100]) {
     CHECK_OK(acx_init(NULL, NULL, NULL, &acc));
     for (int d = 0; d < 3; d++)
         for (size_t k = 0; k < sizeof settings / sizeof settings[0]; k++) {
-            int r = gather_epoch(acc, paths[d], lengths[d], 2, settings[k].split, settings[k].drop_last,
-                                 settings[k].even, settings[k].to_main_only);
+            int r = gather_epoch(acc, paths[d], lengths[d], 2, settings[k].split,
+                                 settings[k].drop_last, settings[k].even, settings[k].to_main_only);
             if (r == 1) {
-                fprintf(stderr, "[r%d] gather_for_metrics: N %lld split %d drop_last %d even %d to_main %d failed\n",
+                fprintf(stderr,
+                        "[r%d] gather_for_metrics: N %lld split %d drop_last %d even %d to_main %d "
+                        "failed\n",
                         rank, (long long)lengths[d], settings[k].split, settings[k].drop_last,
                         settings[k].even, settings[k].to_main_only);
                 goto error;
@@ -229,7 +235,8 @@ int main(int argc, char **argv) {
     snprintf(name, sizeof name, "metrics_%d.h5", world);
     acx_test_tmp_path(data, sizeof data, name);
     int32_t v[16];
-    for (int i = 0; i < 16; i++) v[i] = 100 + i;
+    for (int i = 0; i < 16; i++)
+        v[i] = 100 + i;
     int failed = acx_test_write_i32(rank, data, "v", v, N);
     TESTING("reduce_scalar, all_reduce, broadcast, gather_for_metrics without padding");
     if (!failed) failed = run(data);

@@ -36,7 +36,8 @@ static int run(const char *data) {
     CHECK_STATUS(acx_unit_add_param(u1, "..", 1, (int64_t[]){4}, ACX_INIT_SPEC_ZEROS, &p),
                  ACX_ERR_INVALID_ARG, "not '.' or '..'");
     /* a model whose last parameter's shape depends on the rank (when world > 1) */
-    CHECK_OK(acx_unit_add_param(u1, "a.w", 1, (int64_t[]){10 + (world > 1 ? rank : 0)}, ACX_INIT_SPEC_ZEROS, &p));
+    CHECK_OK(acx_unit_add_param(u1, "a.w", 1, (int64_t[]){10 + (world > 1 ? rank : 0)},
+                                ACX_INIT_SPEC_ZEROS, &p));
     if (world > 1) {
         CHECK_STATUS(acx_prepare(acc, m, NULL, NULL), ACX_ERR_INVALID_ARG, "different models");
         CHECK_OK(acx_finalize(acc));

@@ -495,7 +495,7 @@ static int test_zero_before_step(void) {
                           (size_t)(par_off[q + 1] - par_off[q])));
     CHECK_OK(acx_optimizer_zero_grad(net.opt));
     CHECK_OK(acx_model_grads_to_host(net.m)); /* what the step does first */
-    for (int q = 0; q < NPAR; q++) /* the host copy is in the flat (ready) order */
+    for (int q = 0; q < NPAR; q++)            /* the host copy is in the flat (ready) order */
         CHECK(same_bits(mean + par_off[q], net.m->shard_grad + net.p[q]->shard_offset,
                         (size_t)(par_off[q + 1] - par_off[q]), "host gradient copy"));
     CHECK_OK(acx_optimizer_step(net.opt));

@@ -20,8 +20,8 @@ int main(int argc, char **argv) {
     acx_wait_for_everyone(acc);
     /* ranks reach the call at different times: rank order must not depend on it */
     usleep((unsigned)(acx_world_size(acc) - acx_rank(acc)) * 20000u);
-    acx_status_t st = acx_print_ordered(acc, "hello from %d\nsecond line %d", acx_rank(acc),
-                                        acx_rank(acc) * 10);
+    acx_status_t st =
+        acx_print_ordered(acc, "hello from %d\nsecond line %d", acx_rank(acc), acx_rank(acc) * 10);
     if (st != ACX_OK) fprintf(stderr, "acx_print_ordered: %s\n", acx_last_error());
     acx_finalize(acc);
     return st == ACX_OK ? 0 : 1;

@@ -241,8 +241,8 @@ static int check_strategy(int strategy, int rpn, const char *label, int64_t *pea
         EXPECT(ms.rest.cached > 0, "no freed buffer cached at rest (cached %lld)",
                (long long)ms.rest.cached);
     EXPECT(ms.rest.current_total + ms.rest.cached <= est.total + est.total / 8 + 64 * 4096,
-           "in use %lld + cached %lld bytes > estimate %lld + 1/8", (long long)ms.rest.current_total,
-           (long long)ms.rest.cached, (long long)est.total);
+           "in use %lld + cached %lld bytes > estimate %lld + 1/8",
+           (long long)ms.rest.current_total, (long long)ms.rest.cached, (long long)est.total);
     EXPECT(ms.after.cached == 0, "%lld bytes still cached after acx_finalize",
            (long long)ms.after.cached);
 #undef EXPECT

@@ -99,8 +99,8 @@ static acx_status_t resolve(const acx_config_t *program, const char *file, int n
 
 static int test_table(void) {
     TESTING("key table, names, formatting");
-    CHECK(acx_config_num_keys() == 34); /* 30 + checkpoint.timeout, resume_from, checkpoint.existing,
-                                           checkpoint.allow_unverified */
+    CHECK(acx_config_num_keys() == 34); /* 30 + checkpoint.timeout, resume_from,
+                                           checkpoint.existing, checkpoint.allow_unverified */
     CHECK(strcmp(acx_config_key_name(0), "mixed_precision") == 0);
     CHECK(acx_config_key_name(-1) == NULL);
     CHECK(acx_config_key_name(acx_config_num_keys()) == NULL);
@@ -461,9 +461,9 @@ static int test_precision_keys(void) {
     CHECK(cfg.values.loss_scale.growth_interval == 2000);
     CHECK(cfg.values.loss_scale.min == 1.0);
     CHECK(cfg.values.loss_scale.max_consecutive_skips == 20);
-    const char *path = write_yaml("reduce_dtype: bf16\n"    /* 1 */
-                                  "loss_scale:\n"           /* 2 */
-                                  "  init: 1024\n"          /* 3 */
+    const char *path = write_yaml("reduce_dtype: bf16\n"     /* 1 */
+                                  "loss_scale:\n"            /* 2 */
+                                  "  init: 1024\n"           /* 3 */
                                   "  growth_interval: 3\n"); /* 4 */
     char where[128];
     CHECK_OK(resolve(NULL, path, 0, NULL));
@@ -835,9 +835,11 @@ static char *nested(int depth, const char *leaf) {
     char *s = malloc(n);
     if (s == NULL) exit(99);
     char *p = s + sprintf(s, "seed: ");
-    for (int k = 0; k < depth; k++) p += sprintf(p, "{a: ");
+    for (int k = 0; k < depth; k++)
+        p += sprintf(p, "{a: ");
     p += sprintf(p, "%s", leaf);
-    for (int k = 0; k < depth; k++) *p++ = '}';
+    for (int k = 0; k < depth; k++)
+        *p++ = '}';
     sprintf(p, "\n");
     return s;
 }
@@ -881,7 +883,8 @@ static int test_file_limits(void) {
     const char *tail = "seed: 7\n";
     size_t body = (1u << 20) - strlen(tail);
     memset(big, '#', body);
-    for (size_t k = 63; k < body; k += 64) big[k] = '\n';
+    for (size_t k = 63; k < body; k += 64)
+        big[k] = '\n';
     big[body - 1] = '\n';
     strcpy(big + body, tail);
     CHECK_OK(resolve(NULL, write_yaml(big), 0, NULL));

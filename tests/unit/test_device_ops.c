@@ -265,11 +265,11 @@ static int test_clamp(void) {
     uint32_t qb = 0x7fc01234u, nb = 0xffc00005u; /* NaNs with payloads, both signs */
     memcpy(&qnan, &qb, sizeof qnan);
     memcpy(&nnan, &nb, sizeof nnan);
-    const float in[K] = {-INFINITY, INFINITY, qnan, nnan,  1.5f,  -1.5f, 1.0f,
+    const float in[K] = {-INFINITY, INFINITY, qnan,   nnan,  1.5f,   -1.5f, 1.0f,
                          -1.0f,     below,    -below, above, -above, -0.0f, 3e38f};
-    const float want1[K] = {-1.0f, 1.0f,   qnan, nnan,  1.0f, -1.0f, 1.0f,
+    const float want1[K] = {-1.0f, 1.0f,  qnan,   nnan, 1.0f,  -1.0f, 1.0f,
                             -1.0f, below, -below, 1.0f, -1.0f, -0.0f, 1.0f};
-    const float want0[K] = {-0.0f, 0.0f, qnan, nnan, 0.0f, -0.0f, 0.0f,
+    const float want0[K] = {-0.0f, 0.0f, qnan,  nnan, 0.0f,  -0.0f, 0.0f,
                             -0.0f, 0.0f, -0.0f, 0.0f, -0.0f, -0.0f, 0.0f};
     CHECK_OK(D->alloc(sizeof in, "x", (void **)&x));
     CHECK_OK(D->to_device(x, in, sizeof in, NULL));

@@ -61,7 +61,8 @@ static int make_pair(const char *img, const char *lab, int gz, int n, int rows, 
     for (int i = 0; i < n; i++) {
         labels[i] = label(i);
         for (int y = 0; y < rows; y++)
-            for (int x = 0; x < cols; x++) data[((size_t)i * rows + y) * cols + x] = pixel(i, y, x);
+            for (int x = 0; x < cols; x++)
+                data[((size_t)i * rows + y) * cols + x] = pixel(i, y, x);
     }
     uint32_t idims[3] = {(uint32_t)n, (uint32_t)rows, (uint32_t)cols}, ldims[1] = {(uint32_t)n};
     int rc = write_idx(img, gz, 0x08, 3, idims, data, (size_t)n * rows * cols) ||
@@ -137,7 +138,8 @@ error:
 
 static int test_import(int gz) {
     char ti[300], tl[300], vi[300], vl[300], out[300], tmp[310];
-    TESTING(gz ? "import_idx: gzipped train+test, read back" : "import_idx: plain train+test, read back");
+    TESTING(gz ? "import_idx: gzipped train+test, read back"
+               : "import_idx: plain train+test, read back");
     path_of(ti, sizeof ti, "ti"), path_of(tl, sizeof tl, "tl");
     path_of(vi, sizeof vi, "vi"), path_of(vl, sizeof vl, "vl");
     path_of(out, sizeof out, gz ? "gz.h5" : "plain.h5");
@@ -167,7 +169,8 @@ error:
 static int test_train_only(void) {
     char ti[300], tl[300], out[300];
     TESTING("import_idx: train only (test paths NULL)");
-    path_of(ti, sizeof ti, "ti"), path_of(tl, sizeof tl, "tl"), path_of(out, sizeof out, "train.h5");
+    path_of(ti, sizeof ti, "ti"), path_of(tl, sizeof tl, "tl"),
+        path_of(out, sizeof out, "train.h5");
     CHECK(make_pair(ti, tl, 1, 3, 2, 2) == 0);
     CHECK_OK(acx_import_idx(ti, tl, NULL, NULL, out));
     hid_t f = H5Fopen(out, H5F_ACC_RDONLY, H5P_DEFAULT);
@@ -274,7 +277,8 @@ static int test_failures(void) {
     path_of(out, sizeof out, "no-dir/out.h5");
     snprintf(tmp, sizeof tmp, "%s.tmp", out);
     TESTING("import_idx: unwritable output -> ACX_ERR_HDF5 with HDF5's text");
-    CHECK_STATUS(acx_import_idx(ti, tl, NULL, NULL, out), ACX_ERR_HDF5, "No such file or directory");
+    CHECK_STATUS(acx_import_idx(ti, tl, NULL, NULL, out), ACX_ERR_HDF5,
+                 "No such file or directory");
     CHECK(strstr(acx_last_error(), "H5Fcreate") != NULL);
     CHECK(!exists(tmp));
     PASSED();

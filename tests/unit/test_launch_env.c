@@ -90,24 +90,22 @@ error:
 static int test_srun_fallbacks(void) {
     TESTING("srun step without step count: NTASKS, then NPROCS");
     acx_launch_env_t e = detect((const char *[]){"SLURM_JOBID", "7", "SLURM_STEPID", "3",
-                                                 "SLURM_NTASKS", "6", "SLURM_NPROCS", "5",
-                                                 NULL});
+                                                 "SLURM_NTASKS", "6", "SLURM_NPROCS", "5", NULL});
     CHECK(same(e.launcher, "slurm"));
     CHECK(e.declared_size == 6);
     CHECK(same(e.size_var, "SLURM_NTASKS"));
     CHECK(e.slurm_job_id == 7);
     /* A mangled value is skipped, never parsed as a prefix ("4x" is not 4). */
-    e = detect((const char *[]){"SLURM_JOB_ID", "7", "SLURM_STEP_ID", "0",
-                                "SLURM_STEP_NUM_TASKS", "4x", "SLURM_NTASKS", "",
-                                "SLURM_NPROCS", "3", NULL});
+    e = detect((const char *[]){"SLURM_JOB_ID", "7", "SLURM_STEP_ID", "0", "SLURM_STEP_NUM_TASKS",
+                                "4x", "SLURM_NTASKS", "", "SLURM_NPROCS", "3", NULL});
     CHECK(e.declared_size == 3);
     CHECK(same(e.size_var, "SLURM_NPROCS"));
-    e = detect((const char *[]){"SLURM_JOB_ID", "7", "SLURM_STEP_ID", "0",
-                                "SLURM_STEP_NUM_TASKS", "-2", NULL});
+    e = detect((const char *[]){"SLURM_JOB_ID", "7", "SLURM_STEP_ID", "0", "SLURM_STEP_NUM_TASKS",
+                                "-2", NULL});
     CHECK(e.declared_size == 0);
     CHECK(e.size_var == NULL);
-    e = detect((const char *[]){"SLURM_JOB_ID", "7", "SLURM_STEP_ID", "0",
-                                "SLURM_STEP_NUM_TASKS", "99999999999999999999", NULL});
+    e = detect((const char *[]){"SLURM_JOB_ID", "7", "SLURM_STEP_ID", "0", "SLURM_STEP_NUM_TASKS",
+                                "99999999999999999999", NULL});
     CHECK(e.declared_size == 0);
     PASSED();
     return 0;
@@ -121,8 +119,7 @@ static int test_batch_shell(void) {
     /* What sbatch -n 4 gives the batch script itself: SLURM_PROCID=0 but no
      * step variables. A single process there is legitimate. */
     acx_launch_env_t e = detect((const char *[]){"SLURM_JOB_ID", "555", "SLURM_NTASKS", "4",
-                                                 "SLURM_NPROCS", "4", "SLURM_PROCID", "0",
-                                                 NULL});
+                                                 "SLURM_NPROCS", "4", "SLURM_PROCID", "0", NULL});
     CHECK(same(e.launcher, "slurm"));
     CHECK(e.in_slurm_job == 1);
     CHECK(e.slurm_job_id == 555);
@@ -138,18 +135,16 @@ error:
 
 static int test_openmpi(void) {
     TESTING("Open MPI mpirun: OMPI_COMM_WORLD_SIZE wins over Slurm/PMIx");
-    acx_launch_env_t e = detect((const char *[]){"OMPI_COMM_WORLD_SIZE", "3",
-                                                 "OMPI_COMM_WORLD_RANK", "1", "PMIX_RANK", "1",
-                                                 NULL});
+    acx_launch_env_t e = detect((const char *[]){
+        "OMPI_COMM_WORLD_SIZE", "3", "OMPI_COMM_WORLD_RANK", "1", "PMIX_RANK", "1", NULL});
     CHECK(same(e.launcher, "openmpi"));
     CHECK(e.declared_size == 3);
     CHECK(same(e.size_var, "OMPI_COMM_WORLD_SIZE"));
     CHECK(e.in_slurm_job == 0);
     /* mpirun -np 2 inside a 2-node allocation: the ranks inherit the
      * daemon step's SLURM_STEP_NUM_TASKS=2 (one daemon per node)... */
-    e = detect((const char *[]){"SLURM_JOB_ID", "9", "SLURM_STEP_ID", "0",
-                                "SLURM_STEP_NUM_TASKS", "2", "OMPI_COMM_WORLD_SIZE", "1",
-                                "PMIX_RANK", "0", NULL});
+    e = detect((const char *[]){"SLURM_JOB_ID", "9", "SLURM_STEP_ID", "0", "SLURM_STEP_NUM_TASKS",
+                                "2", "OMPI_COMM_WORLD_SIZE", "1", "PMIX_RANK", "0", NULL});
     CHECK(same(e.launcher, "openmpi"));
     CHECK(e.declared_size == 1);
     CHECK(e.in_slurm_job == 1);
@@ -165,9 +160,9 @@ error:
 
 static int test_pmix(void) {
     TESTING("PMIx: srun --mpi=pmix takes Slurm's size; alone, none");
-    acx_launch_env_t e = detect((const char *[]){"SLURM_JOB_ID", "12", "SLURM_STEP_ID", "1",
-                                                 "SLURM_STEP_NUM_TASKS", "4", "SLURM_PROCID",
-                                                 "3", "PMIX_RANK", "3", NULL});
+    acx_launch_env_t e =
+        detect((const char *[]){"SLURM_JOB_ID", "12", "SLURM_STEP_ID", "1", "SLURM_STEP_NUM_TASKS",
+                                "4", "SLURM_PROCID", "3", "PMIX_RANK", "3", NULL});
     CHECK(same(e.launcher, "pmix"));
     CHECK(e.declared_size == 4);
     CHECK(same(e.size_var, "SLURM_STEP_NUM_TASKS"));
@@ -191,12 +186,12 @@ static int test_hydra(void) {
     CHECK(e.declared_size == 5);
     CHECK(same(e.size_var, "PMI_SIZE"));
     /* Hydra inside an allocation starts proxies with srun (2 nodes). */
-    e = detect((const char *[]){"SLURM_JOB_ID", "4", "SLURM_STEP_ID", "0",
-                                "SLURM_STEP_NUM_TASKS", "2", "PMI_SIZE", "8", NULL});
+    e = detect((const char *[]){"SLURM_JOB_ID", "4", "SLURM_STEP_ID", "0", "SLURM_STEP_NUM_TASKS",
+                                "2", "PMI_SIZE", "8", NULL});
     CHECK(same(e.launcher, "hydra"));
     CHECK(e.declared_size == 8);
-    e = detect((const char *[]){"SLURM_JOB_ID", "4", "SLURM_STEP_ID", "0",
-                                "SLURM_STEP_NUM_TASKS", "8", "PMI_SIZE", "8", NULL});
+    e = detect((const char *[]){"SLURM_JOB_ID", "4", "SLURM_STEP_ID", "0", "SLURM_STEP_NUM_TASKS",
+                                "8", "PMI_SIZE", "8", NULL});
     CHECK(same(e.launcher, "slurm"));
     CHECK(e.declared_size == 8);
     CHECK(same(e.size_var, "PMI_SIZE"));
@@ -227,8 +222,8 @@ static int test_singletons(void) {
                  "1. Use `srun --mpi=pmix` (check `srun --mpi=list`; or set MpiDefault=pmix in "
                  "slurm.conf)") == 0);
     /* After an Open MPI singleton's MPI_Init, PMIX_RANK=0 is set: same advice. */
-    e = detect((const char *[]){"SLURM_JOB_ID", "1", "SLURM_STEP_ID", "0",
-                                "SLURM_STEP_NUM_TASKS", "2", "PMIX_RANK", "0", NULL});
+    e = detect((const char *[]){"SLURM_JOB_ID", "1", "SLURM_STEP_ID", "0", "SLURM_STEP_NUM_TASKS",
+                                "2", "PMIX_RANK", "0", NULL});
     CHECK_STATUS(acx_launch_env_check(&e, 1), ACX_ERR_STATE, "`srun --mpi=pmix`");
     CHECK(strstr(acx_last_error(), "(SLURM_STEP_NUM_TASKS=2)") != NULL);
     PASSED();
@@ -261,9 +256,9 @@ error:
 
 static int test_consistent(void) {
     TESTING("consistent launches and bad arguments");
-    acx_launch_env_t e = detect((const char *[]){"SLURM_JOB_ID", "2", "SLURM_STEP_ID", "0",
-                                                 "SLURM_STEP_NUM_TASKS", "4", "PMIX_RANK", "0",
-                                                 NULL});
+    acx_launch_env_t e =
+        detect((const char *[]){"SLURM_JOB_ID", "2", "SLURM_STEP_ID", "0", "SLURM_STEP_NUM_TASKS",
+                                "4", "PMIX_RANK", "0", NULL});
     CHECK_OK(acx_launch_env_check(&e, 4));
     e = detect((const char *[]){"OMPI_COMM_WORLD_SIZE", "1", NULL});
     CHECK_OK(acx_launch_env_check(&e, 1));
@@ -298,14 +293,47 @@ static int test_srun_pmix_full(void) {
     TESTING("srun --mpi=pmix, 8 tasks on 4 nodes: every field");
     /* sbatch -N 4 -n 8, then srun --mpi=pmix: task 3 is the second task on
      * the second node. */
-    acx_launch_env_t e = detect((const char *[]){
-        "SLURM_JOB_ID", "1234", "SLURM_JOBID", "1234", "SLURM_STEP_ID", "0", "SLURM_STEPID", "0",
-        "SLURM_PROCID", "3", "SLURM_LOCALID", "1", "SLURM_NODEID", "1", "SLURM_NTASKS", "8",
-        "SLURM_NPROCS", "8", "SLURM_STEP_NUM_TASKS", "8", "SLURM_STEP_NUM_NODES", "4",
-        "SLURM_NNODES", "4", "SLURM_JOB_NUM_NODES", "4", "SLURM_STEP_NODELIST", "node[01-04]",
-        "SLURM_JOB_NODELIST", "node[01-04]", "SLURM_NODELIST", "node[01-04]",
-        "SLURM_STEP_TASKS_PER_NODE", "2(x4)", "SLURM_TASKS_PER_NODE", "2(x4)", "PMIX_RANK", "3",
-        "PMIX_NAMESPACE", "slurm.pmix.1234.0", NULL});
+    acx_launch_env_t e = detect((const char *[]){"SLURM_JOB_ID",
+                                                 "1234",
+                                                 "SLURM_JOBID",
+                                                 "1234",
+                                                 "SLURM_STEP_ID",
+                                                 "0",
+                                                 "SLURM_STEPID",
+                                                 "0",
+                                                 "SLURM_PROCID",
+                                                 "3",
+                                                 "SLURM_LOCALID",
+                                                 "1",
+                                                 "SLURM_NODEID",
+                                                 "1",
+                                                 "SLURM_NTASKS",
+                                                 "8",
+                                                 "SLURM_NPROCS",
+                                                 "8",
+                                                 "SLURM_STEP_NUM_TASKS",
+                                                 "8",
+                                                 "SLURM_STEP_NUM_NODES",
+                                                 "4",
+                                                 "SLURM_NNODES",
+                                                 "4",
+                                                 "SLURM_JOB_NUM_NODES",
+                                                 "4",
+                                                 "SLURM_STEP_NODELIST",
+                                                 "node[01-04]",
+                                                 "SLURM_JOB_NODELIST",
+                                                 "node[01-04]",
+                                                 "SLURM_NODELIST",
+                                                 "node[01-04]",
+                                                 "SLURM_STEP_TASKS_PER_NODE",
+                                                 "2(x4)",
+                                                 "SLURM_TASKS_PER_NODE",
+                                                 "2(x4)",
+                                                 "PMIX_RANK",
+                                                 "3",
+                                                 "PMIX_NAMESPACE",
+                                                 "slurm.pmix.1234.0",
+                                                 NULL});
     CHECK(same(e.launcher, "pmix"));
     CHECK(e.declared_size == 8);
     CHECK(same(e.size_var, "SLURM_STEP_NUM_TASKS"));
@@ -334,12 +362,33 @@ static int test_srun_subset(void) {
     /* sbatch -N 4 (node[01-04]), then srun -N 2 -n 3 -w node[03-04]: 2 tasks
      * on node03, 1 on node04; task 2 is alone on node04 (step node 1).
      * SLURM_NODEID indexes the step's list, not the job's. */
-    acx_launch_env_t e = detect((const char *[]){
-        "SLURM_JOB_ID", "77", "SLURM_STEP_ID", "2", "SLURM_PROCID", "2", "SLURM_LOCALID", "0",
-        "SLURM_NODEID", "1", "SLURM_NTASKS", "3", "SLURM_STEP_NUM_TASKS", "3",
-        "SLURM_STEP_NUM_NODES", "2", "SLURM_NNODES", "2", "SLURM_JOB_NUM_NODES", "4",
-        "SLURM_STEP_NODELIST", "node[03-04]", "SLURM_JOB_NODELIST", "node[01-04]",
-        "SLURM_STEP_TASKS_PER_NODE", "2,1", NULL});
+    acx_launch_env_t e = detect((const char *[]){"SLURM_JOB_ID",
+                                                 "77",
+                                                 "SLURM_STEP_ID",
+                                                 "2",
+                                                 "SLURM_PROCID",
+                                                 "2",
+                                                 "SLURM_LOCALID",
+                                                 "0",
+                                                 "SLURM_NODEID",
+                                                 "1",
+                                                 "SLURM_NTASKS",
+                                                 "3",
+                                                 "SLURM_STEP_NUM_TASKS",
+                                                 "3",
+                                                 "SLURM_STEP_NUM_NODES",
+                                                 "2",
+                                                 "SLURM_NNODES",
+                                                 "2",
+                                                 "SLURM_JOB_NUM_NODES",
+                                                 "4",
+                                                 "SLURM_STEP_NODELIST",
+                                                 "node[03-04]",
+                                                 "SLURM_JOB_NODELIST",
+                                                 "node[01-04]",
+                                                 "SLURM_STEP_TASKS_PER_NODE",
+                                                 "2,1",
+                                                 NULL});
     CHECK(same(e.launcher, "slurm"));
     CHECK(e.declared_size == 3 && e.rank == 2 && e.local_rank == 0 && e.local_size == 1);
     CHECK(e.node_id == 1 && e.num_nodes == 2);
@@ -350,10 +399,9 @@ static int test_srun_subset(void) {
                          "(node04), nodes node[03-04]"));
     /* Same step, the first task: 2 tasks on step node 0. */
     e = detect((const char *[]){"SLURM_JOB_ID", "77", "SLURM_STEP_ID", "2", "SLURM_PROCID", "0",
-                                "SLURM_LOCALID", "0", "SLURM_NODEID", "0",
-                                "SLURM_STEP_NUM_TASKS", "3", "SLURM_STEP_NUM_NODES", "2",
-                                "SLURM_STEP_NODELIST", "node[03-04]",
-                                "SLURM_STEP_TASKS_PER_NODE", "2,1", NULL});
+                                "SLURM_LOCALID", "0", "SLURM_NODEID", "0", "SLURM_STEP_NUM_TASKS",
+                                "3", "SLURM_STEP_NUM_NODES", "2", "SLURM_STEP_NODELIST",
+                                "node[03-04]", "SLURM_STEP_TASKS_PER_NODE", "2,1", NULL});
     CHECK(e.local_size == 2 && strcmp(e.node_name, "node03") == 0);
     /* An old srun without step node variables: the job's list and count. */
     e = detect((const char *[]){"SLURM_JOBID", "5", "SLURM_STEPID", "0", "SLURM_PROCID", "1",
@@ -373,11 +421,31 @@ error:
 static int test_batch_fields(void) {
     TESTING("sbatch script without srun: the allocation, no world");
     /* The batch shell of sbatch -N 4 -n 8, as Slurm 22.05 sets it. */
-    acx_launch_env_t e = detect((const char *[]){
-        "SLURM_JOB_ID", "555", "SLURM_JOBID", "555", "SLURM_JOB_NODELIST", "node[01-04]",
-        "SLURM_NODELIST", "node[01-04]", "SLURM_JOB_NUM_NODES", "4", "SLURM_NNODES", "4",
-        "SLURM_LOCALID", "0", "SLURM_NODEID", "0", "SLURM_PROCID", "0", "SLURM_NTASKS", "8",
-        "SLURM_NPROCS", "8", "SLURM_TASKS_PER_NODE", "2(x4)", NULL});
+    acx_launch_env_t e = detect((const char *[]){"SLURM_JOB_ID",
+                                                 "555",
+                                                 "SLURM_JOBID",
+                                                 "555",
+                                                 "SLURM_JOB_NODELIST",
+                                                 "node[01-04]",
+                                                 "SLURM_NODELIST",
+                                                 "node[01-04]",
+                                                 "SLURM_JOB_NUM_NODES",
+                                                 "4",
+                                                 "SLURM_NNODES",
+                                                 "4",
+                                                 "SLURM_LOCALID",
+                                                 "0",
+                                                 "SLURM_NODEID",
+                                                 "0",
+                                                 "SLURM_PROCID",
+                                                 "0",
+                                                 "SLURM_NTASKS",
+                                                 "8",
+                                                 "SLURM_NPROCS",
+                                                 "8",
+                                                 "SLURM_TASKS_PER_NODE",
+                                                 "2(x4)",
+                                                 NULL});
     CHECK(same(e.launcher, "slurm"));
     CHECK(e.declared_size == 0 && e.size_var == NULL);
     CHECK(e.in_slurm_step == 0 && e.slurm_step_id == -1);
@@ -401,14 +469,45 @@ static int test_mpirun_in_allocation(void) {
     /* mpirun -np 4 in sbatch -N 2: rank 3 runs on node02 under the orted
      * started by srun, so it inherits that daemon step (1 task on 1 node,
      * SLURM_PROCID 0, SLURM_NODEID 0), none of which describes the rank. */
-    acx_launch_env_t e = detect((const char *[]){
-        "SLURM_JOB_ID", "9", "SLURM_STEP_ID", "0", "SLURM_STEP_NUM_TASKS", "1", "SLURM_NTASKS",
-        "1", "SLURM_PROCID", "0", "SLURM_LOCALID", "0", "SLURM_NODEID", "0",
-        "SLURM_STEP_NODELIST", "node02", "SLURM_STEP_NUM_NODES", "1", "SLURM_NNODES", "1",
-        "SLURM_JOB_NUM_NODES", "2", "SLURM_JOB_NODELIST", "node[01-02]",
-        "OMPI_COMM_WORLD_SIZE", "4", "OMPI_COMM_WORLD_RANK", "3", "OMPI_COMM_WORLD_LOCAL_RANK",
-        "1", "OMPI_COMM_WORLD_LOCAL_SIZE", "2", "OMPI_COMM_WORLD_NODE_RANK", "1", "PMIX_RANK",
-        "3", "PMIX_NAMESPACE", "1963982849", NULL});
+    acx_launch_env_t e = detect((const char *[]){"SLURM_JOB_ID",
+                                                 "9",
+                                                 "SLURM_STEP_ID",
+                                                 "0",
+                                                 "SLURM_STEP_NUM_TASKS",
+                                                 "1",
+                                                 "SLURM_NTASKS",
+                                                 "1",
+                                                 "SLURM_PROCID",
+                                                 "0",
+                                                 "SLURM_LOCALID",
+                                                 "0",
+                                                 "SLURM_NODEID",
+                                                 "0",
+                                                 "SLURM_STEP_NODELIST",
+                                                 "node02",
+                                                 "SLURM_STEP_NUM_NODES",
+                                                 "1",
+                                                 "SLURM_NNODES",
+                                                 "1",
+                                                 "SLURM_JOB_NUM_NODES",
+                                                 "2",
+                                                 "SLURM_JOB_NODELIST",
+                                                 "node[01-02]",
+                                                 "OMPI_COMM_WORLD_SIZE",
+                                                 "4",
+                                                 "OMPI_COMM_WORLD_RANK",
+                                                 "3",
+                                                 "OMPI_COMM_WORLD_LOCAL_RANK",
+                                                 "1",
+                                                 "OMPI_COMM_WORLD_LOCAL_SIZE",
+                                                 "2",
+                                                 "OMPI_COMM_WORLD_NODE_RANK",
+                                                 "1",
+                                                 "PMIX_RANK",
+                                                 "3",
+                                                 "PMIX_NAMESPACE",
+                                                 "1963982849",
+                                                 NULL});
     CHECK(same(e.launcher, "openmpi"));
     CHECK(e.declared_size == 4 && same(e.size_var, "OMPI_COMM_WORLD_SIZE"));
     CHECK(e.rank == 3 && same(e.rank_var, "OMPI_COMM_WORLD_RANK"));
@@ -437,21 +536,41 @@ error:
 
 static int test_hydra_and_pmix_fields(void) {
     TESTING("Hydra, srun --mpi=pmi2, bare PMIx, none: fields");
-    acx_launch_env_t e = detect((const char *[]){"PMI_RANK", "4", "PMI_SIZE", "5",
-                                                 "MPI_LOCALRANKID", "0", "MPI_LOCALNRANKS", "2",
-                                                 NULL});
+    acx_launch_env_t e = detect((const char *[]){
+        "PMI_RANK", "4", "PMI_SIZE", "5", "MPI_LOCALRANKID", "0", "MPI_LOCALNRANKS", "2", NULL});
     CHECK(same(e.launcher, "hydra"));
     CHECK(e.rank == 4 && same(e.rank_var, "PMI_RANK"));
     CHECK(e.local_rank == 0 && same(e.local_rank_var, "MPI_LOCALRANKID") && e.local_size == 2);
     CHECK(e.node_id == -1 && e.num_nodes == -1 && e.slurm_step_id == -1);
     CHECK(formats_as(&e, "launcher hydra: rank 4/5, local rank 0/2"));
     /* srun --mpi=pmi2 -n 2 (Slurm 22.05): PMI_* beside the step's SLURM_*. */
-    e = detect((const char *[]){"SLURM_JOB_ID", "9", "SLURM_STEP_ID", "0", "SLURM_PROCID", "1",
-                                "SLURM_LOCALID", "1", "SLURM_NODEID", "0",
-                                "SLURM_STEP_NUM_TASKS", "2", "SLURM_STEP_NUM_NODES", "1",
-                                "SLURM_STEP_NODELIST", "vm", "SLURM_STEP_TASKS_PER_NODE", "2",
-                                "PMI_FD", "13", "PMI_JOBID", "9.0", "PMI_RANK", "1", "PMI_SIZE",
-                                "2", NULL});
+    e = detect((const char *[]){"SLURM_JOB_ID",
+                                "9",
+                                "SLURM_STEP_ID",
+                                "0",
+                                "SLURM_PROCID",
+                                "1",
+                                "SLURM_LOCALID",
+                                "1",
+                                "SLURM_NODEID",
+                                "0",
+                                "SLURM_STEP_NUM_TASKS",
+                                "2",
+                                "SLURM_STEP_NUM_NODES",
+                                "1",
+                                "SLURM_STEP_NODELIST",
+                                "vm",
+                                "SLURM_STEP_TASKS_PER_NODE",
+                                "2",
+                                "PMI_FD",
+                                "13",
+                                "PMI_JOBID",
+                                "9.0",
+                                "PMI_RANK",
+                                "1",
+                                "PMI_SIZE",
+                                "2",
+                                NULL});
     CHECK(same(e.launcher, "slurm") && e.in_slurm_step == 1);
     CHECK(e.rank == 1 && same(e.rank_var, "SLURM_PROCID"));
     CHECK(formats_as(&e, "launcher slurm (job 9, step 0): rank 1/2, local rank 1/2, node 0/1 "
@@ -479,11 +598,27 @@ error:
 
 static int test_malformed(void) {
     TESTING("malformed values: ignored, each named in the warnings");
-    acx_launch_env_t e = detect((const char *[]){
-        "SLURM_JOB_ID", "12", "SLURM_STEP_ID", "0", "SLURM_STEP_NUM_TASKS", "abc",
-        "SLURM_NTASKS", "4", "SLURM_PROCID", "-1", "SLURM_LOCALID", "5",
-        "SLURM_STEP_TASKS_PER_NODE", "2(x2)", "SLURM_NODEID", "1", "SLURM_STEP_NUM_NODES", "2",
-        "SLURM_STEP_NODELIST", "n[1-2]", NULL});
+    acx_launch_env_t e = detect((const char *[]){"SLURM_JOB_ID",
+                                                 "12",
+                                                 "SLURM_STEP_ID",
+                                                 "0",
+                                                 "SLURM_STEP_NUM_TASKS",
+                                                 "abc",
+                                                 "SLURM_NTASKS",
+                                                 "4",
+                                                 "SLURM_PROCID",
+                                                 "-1",
+                                                 "SLURM_LOCALID",
+                                                 "5",
+                                                 "SLURM_STEP_TASKS_PER_NODE",
+                                                 "2(x2)",
+                                                 "SLURM_NODEID",
+                                                 "1",
+                                                 "SLURM_STEP_NUM_NODES",
+                                                 "2",
+                                                 "SLURM_STEP_NODELIST",
+                                                 "n[1-2]",
+                                                 NULL});
     CHECK(e.declared_size == 4 && same(e.size_var, "SLURM_NTASKS"));
     CHECK(e.rank == -1 && e.rank_var == NULL);
     CHECK(e.local_rank == -1 && e.local_rank_var == NULL && e.local_size == 2);
@@ -499,8 +634,8 @@ static int test_malformed(void) {
     /* A malformed size never makes the singleton check fire... */
     CHECK_OK(acx_launch_env_check(&e, 4));
     /* ...and with no valid size left, it cannot. */
-    e = detect((const char *[]){"SLURM_JOB_ID", "12", "SLURM_STEP_ID", "0", "SLURM_NTASKS",
-                                "4 ", NULL});
+    e = detect(
+        (const char *[]){"SLURM_JOB_ID", "12", "SLURM_STEP_ID", "0", "SLURM_NTASKS", "4 ", NULL});
     CHECK(e.declared_size == 0);
     CHECK(strcmp(e.warnings, "SLURM_NTASKS='4 ' ignored (expected an integer >= 1)") == 0);
     CHECK_OK(acx_launch_env_check(&e, 1));
@@ -529,10 +664,10 @@ error:
 static int test_malformed_nodes(void) {
     TESTING("bad node lists, counts and ids: warned, last error kept");
     acx_error_set_raw(ACX_ERR_IO, "an earlier error");
-    acx_launch_env_t e = detect((const char *[]){
-        "SLURM_JOB_ID", "3", "SLURM_STEP_ID", "0", "SLURM_STEP_NUM_TASKS", "2", "SLURM_PROCID",
-        "0", "SLURM_NODEID", "0", "SLURM_STEP_NUM_NODES", "2", "SLURM_STEP_NODELIST",
-        "node[5-3]", NULL});
+    acx_launch_env_t e = detect((const char *[]){"SLURM_JOB_ID", "3", "SLURM_STEP_ID", "0",
+                                                 "SLURM_STEP_NUM_TASKS", "2", "SLURM_PROCID", "0",
+                                                 "SLURM_NODEID", "0", "SLURM_STEP_NUM_NODES", "2",
+                                                 "SLURM_STEP_NODELIST", "node[5-3]", NULL});
     CHECK(strcmp(acx_last_error(), "an earlier error") == 0);
     CHECK(e.nodelist == NULL && e.nodelist_var == NULL && strcmp(e.node_name, "") == 0);
     CHECK(e.num_nodes == 2 && e.node_id == 0);
@@ -543,8 +678,7 @@ static int test_malformed_nodes(void) {
                                 "SLURM_STEP_NUM_NODES", "3", "SLURM_STEP_NODELIST", "n[1-2]",
                                 NULL});
     CHECK(e.num_nodes == 3 && e.node_id == 1 && strcmp(e.node_name, "") == 0);
-    CHECK(strcmp(e.warnings, "SLURM_STEP_NUM_NODES=3 but SLURM_STEP_NODELIST lists 2 nodes") ==
-          0);
+    CHECK(strcmp(e.warnings, "SLURM_STEP_NUM_NODES=3 but SLURM_STEP_NODELIST lists 2 nodes") == 0);
     /* A node id past the node count. */
     e = detect((const char *[]){"SLURM_JOB_ID", "3", "SLURM_STEP_ID", "0", "SLURM_NODEID", "4",
                                 "SLURM_STEP_NODELIST", "n[1-4]", NULL});
@@ -580,11 +714,31 @@ static int test_warnings_overflow(void) {
     TESTING("too many warnings: truncated with '...'");
     const char *v = "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx";
     /* 11 malformed variables of ~100 characters each exceed 1023. */
-    acx_launch_env_t e = detect((const char *[]){
-        "SLURM_JOB_ID", "1", "SLURM_STEP_ID", v, "SLURM_STEP_NUM_TASKS", v, "SLURM_NTASKS", v,
-        "SLURM_NPROCS", v, "SLURM_PROCID", v, "SLURM_LOCALID", v, "SLURM_NODEID", v,
-        "SLURM_STEP_NUM_NODES", v, "SLURM_NNODES", v, "SLURM_STEP_NODELIST", v, "PMIX_RANK", v,
-        NULL});
+    acx_launch_env_t e = detect((const char *[]){"SLURM_JOB_ID",
+                                                 "1",
+                                                 "SLURM_STEP_ID",
+                                                 v,
+                                                 "SLURM_STEP_NUM_TASKS",
+                                                 v,
+                                                 "SLURM_NTASKS",
+                                                 v,
+                                                 "SLURM_NPROCS",
+                                                 v,
+                                                 "SLURM_PROCID",
+                                                 v,
+                                                 "SLURM_LOCALID",
+                                                 v,
+                                                 "SLURM_NODEID",
+                                                 v,
+                                                 "SLURM_STEP_NUM_NODES",
+                                                 v,
+                                                 "SLURM_NNODES",
+                                                 v,
+                                                 "SLURM_STEP_NODELIST",
+                                                 v,
+                                                 "PMIX_RANK",
+                                                 v,
+                                                 NULL});
     size_t n = strlen(e.warnings);
     CHECK(n == ACX_LAUNCH_WARNINGS_MAX - 1);
     CHECK(strcmp(e.warnings + n - 3, "...") == 0);
@@ -602,9 +756,8 @@ error:
 static int test_check_rank(void) {
     TESTING("rank cross-check: a warning text, never an error");
     acx_launch_env_t e = detect((const char *[]){"SLURM_JOB_ID", "1", "SLURM_STEP_ID", "0",
-                                                 "SLURM_STEP_NUM_TASKS", "4", "SLURM_PROCID",
-                                                 "3", "SLURM_LOCALID", "1", "PMIX_RANK", "3",
-                                                 NULL});
+                                                 "SLURM_STEP_NUM_TASKS", "4", "SLURM_PROCID", "3",
+                                                 "SLURM_LOCALID", "1", "PMIX_RANK", "3", NULL});
     char w[512];
     strcpy(w, "untouched");
     CHECK(acx_launch_env_check_rank(&e, 3, 1, w, sizeof w) == 0);
@@ -617,15 +770,13 @@ static int test_check_rank(void) {
     CHECK(acx_launch_env_check_rank(&e, 2, 0, w, sizeof w) == 1);
     CHECK(strcmp(w, "launcher pmix numbers this process differently from MPI: SLURM_PROCID=3 "
                     "but MPI rank 2, SLURM_LOCALID=1 but MPI local rank 0 (acx uses MPI's "
-                    "numbering; a rankfile or the MPI library may have reordered the ranks)") ==
-          0);
+                    "numbering; a rankfile or the MPI library may have reordered the ranks)") == 0);
     e = detect((const char *[]){"OMPI_COMM_WORLD_SIZE", "2", "OMPI_COMM_WORLD_RANK", "1",
                                 "OMPI_COMM_WORLD_LOCAL_RANK", "1", NULL});
     CHECK(acx_launch_env_check_rank(&e, 1, 0, w, sizeof w) == 1);
     CHECK(strcmp(w, "launcher openmpi numbers this process differently from MPI: "
                     "OMPI_COMM_WORLD_LOCAL_RANK=1 but MPI local rank 0 (acx uses MPI's "
-                    "numbering; a rankfile or the MPI library may have reordered the ranks)") ==
-          0);
+                    "numbering; a rankfile or the MPI library may have reordered the ranks)") == 0);
     /* Nothing declared: nothing to disagree with. */
     e = detect((const char *[]){NULL});
     strcpy(w, "untouched");

@@ -140,14 +140,13 @@ static int test_mpirun_settings(void) {
     q.sharding_strategy = "full_shard";
     q.gradient_accumulation_steps = "4";
     q.debug = 1;
-    CHECK(expect_cmd(
-        &q, (acx_launch_host_t){2, 0, ACX_MPI_FLAVOR_OPENMPI}, no_env,
-        "mpirun -np 2 -x ACX_CONFIG_FILE -x ACX_MIXED_PRECISION -x "
-        "ACX_SHARDING_STRATEGY -x ACX_GRADIENT_ACCUMULATION_STEPS -x ACX_LOG_LEVEL "
-        "-x ACX_DEBUG_MODE " RANK_CMD,
-        "ACX_CONFIG_FILE=run.yaml ACX_MIXED_PRECISION=bf16 "
-        "ACX_SHARDING_STRATEGY=full_shard ACX_GRADIENT_ACCUMULATION_STEPS=4 "
-        "ACX_LOG_LEVEL=debug ACX_DEBUG_MODE=1"));
+    CHECK(expect_cmd(&q, (acx_launch_host_t){2, 0, ACX_MPI_FLAVOR_OPENMPI}, no_env,
+                     "mpirun -np 2 -x ACX_CONFIG_FILE -x ACX_MIXED_PRECISION -x "
+                     "ACX_SHARDING_STRATEGY -x ACX_GRADIENT_ACCUMULATION_STEPS -x ACX_LOG_LEVEL "
+                     "-x ACX_DEBUG_MODE " RANK_CMD,
+                     "ACX_CONFIG_FILE=run.yaml ACX_MIXED_PRECISION=bf16 "
+                     "ACX_SHARDING_STRATEGY=full_shard ACX_GRADIENT_ACCUMULATION_STEPS=4 "
+                     "ACX_LOG_LEVEL=debug ACX_DEBUG_MODE=1"));
     PASSED();
     return 0;
 error:
@@ -187,12 +186,13 @@ static int test_mpirun_hostfile_passthrough(void) {
     /* Across nodes, the library path, PATH and thread counts that are set
      * are forwarded by name (mpirun takes their values from its own
      * environment); unset or empty ones are not. */
-    static const char *const paths[] = {"LD_LIBRARY_PATH", "/opt/acx/lib", "PATH", "/usr/bin",
-                                        "OMP_NUM_THREADS", "", NULL};
-    CHECK(expect_cmd(&q, (acx_launch_host_t){2, 1, ACX_MPI_FLAVOR_OPENMPI}, paths,
-                     "mpirun -np 8 --allow-run-as-root --hostfile hosts.txt -x PATH "
-                     "-x LD_LIBRARY_PATH -x ACX_MIXED_PRECISION --bind-to core --tag-output " RANK_CMD,
-                     "ACX_MIXED_PRECISION=fp16"));
+    static const char *const paths[] = {
+        "LD_LIBRARY_PATH", "/opt/acx/lib", "PATH", "/usr/bin", "OMP_NUM_THREADS", "", NULL};
+    CHECK(expect_cmd(
+        &q, (acx_launch_host_t){2, 1, ACX_MPI_FLAVOR_OPENMPI}, paths,
+        "mpirun -np 8 --allow-run-as-root --hostfile hosts.txt -x PATH "
+        "-x LD_LIBRARY_PATH -x ACX_MIXED_PRECISION --bind-to core --tag-output " RANK_CMD,
+        "ACX_MIXED_PRECISION=fp16"));
     q.supervisor = NULL;
     q.hostfile = NULL;
     q.n_launcher_args = 0;

@@ -23,10 +23,16 @@
 /* A model of P elements whose largest unit is U, on N ranks, fp32 AdamW,
  * fp32 reduction, two units gathered at most, four units. */
 static acx_memory_model_t model(int64_t P, int64_t U, int N, int strategy) {
-    return (acx_memory_model_t){.numel = P, .largest_unit = U, .shard_numel = 0,
-                                .world_size = N, .ranks_per_node = 0, .strategy = strategy,
-                                .mixed_precision = ACX_MP_NO, .optimizer_states = 2,
-                                .limit_all_gathers = 2, .num_units = 4,
+    return (acx_memory_model_t){.numel = P,
+                                .largest_unit = U,
+                                .shard_numel = 0,
+                                .world_size = N,
+                                .ranks_per_node = 0,
+                                .strategy = strategy,
+                                .mixed_precision = ACX_MP_NO,
+                                .optimizer_states = 2,
+                                .limit_all_gathers = 2,
+                                .num_units = 4,
                                 .reduce_dtype = ACX_REDUCE_FP32};
 }
 

@@ -35,8 +35,8 @@ static void epoch_free(epoch_t *e) {
 static acx_status_t run_epoch(int64_t n, int64_t b, int w, int r, int shuffle, int mode,
                               uint64_t seed, int64_t epoch, epoch_t *out) {
     acx_sampler_t s;
-    acx_status_t st = acx_sampler_init(&s, n, b, w, r, shuffle, mode == MODE_DROP_LAST,
-                                       mode == MODE_EVEN, seed);
+    acx_status_t st =
+        acx_sampler_init(&s, n, b, w, r, shuffle, mode == MODE_DROP_LAST, mode == MODE_EVEN, seed);
     if (st != ACX_OK) return st;
     acx_sampler_set_epoch(&s, epoch);
     int64_t nb = acx_sampler_num_batches(&s);
@@ -89,16 +89,13 @@ static int test_hand_cases(void) {
     CHECK(!expect_rank(10, 2, 3, 2, MODE_EVEN, (int64_t[]){4, 5, -1, 0, 1, -1, -2},
                        (int64_t[]){0, 2}, 2));
     /* same, drop_last: only the first global batch */
-    CHECK(!expect_rank(10, 2, 3, 2, MODE_DROP_LAST, (int64_t[]){4, 5, -1, -2},
-                       (int64_t[]){0}, 1));
+    CHECK(!expect_rank(10, 2, 3, 2, MODE_DROP_LAST, (int64_t[]){4, 5, -1, -2}, (int64_t[]){0}, 1));
     /* same, neither: rank 2 has nothing in the last global batch → 1 batch */
     CHECK(!expect_rank(10, 2, 3, 1, MODE_NEITHER, (int64_t[]){2, 3, -1, 8, 9, -1, -2},
                        (int64_t[]){0, 0}, 2));
-    CHECK(!expect_rank(10, 2, 3, 2, MODE_NEITHER, (int64_t[]){4, 5, -1, -2},
-                       (int64_t[]){0}, 1));
+    CHECK(!expect_rank(10, 2, 3, 2, MODE_NEITHER, (int64_t[]){4, 5, -1, -2}, (int64_t[]){0}, 1));
     /* N=10, W=4, b=3, even: G=12 > N, positions 9,10,11 → rows 9,0,1 */
-    CHECK(!expect_rank(10, 3, 4, 3, MODE_EVEN, (int64_t[]){9, 0, 1, -1, -2},
-                       (int64_t[]){2}, 1));
+    CHECK(!expect_rank(10, 3, 4, 3, MODE_EVEN, (int64_t[]){9, 0, 1, -1, -2}, (int64_t[]){2}, 1));
     /* N=7, W=4, b=3, neither: 0,1,2 | 3,4,5 | 6 | (nothing) */
     CHECK(!expect_rank(7, 3, 4, 2, MODE_NEITHER, (int64_t[]){6, -1, -2}, (int64_t[]){0}, 1));
     CHECK(!expect_rank(7, 3, 4, 3, MODE_NEITHER, (int64_t[]){-2}, (int64_t[]){0}, 0));
@@ -121,7 +118,8 @@ static int test_errors(void) {
     /* drop_last with drop_last and even_batches both set: drop_last wins */
     CHECK_STATUS(acx_sampler_init(&s, 5, 3, 2, 1, 1, 1, 1, 1), ACX_ERR_FORMAT, "drop_last");
     CHECK_STATUS(acx_sampler_init(&s, 0, 3, 2, 0, 1, 0, 1, 1), ACX_ERR_FORMAT, "no samples");
-    CHECK_STATUS(acx_sampler_init(&s, 10, 0, 2, 0, 1, 0, 1, 1), ACX_ERR_INVALID_ARG, "batch_size 0");
+    CHECK_STATUS(acx_sampler_init(&s, 10, 0, 2, 0, 1, 0, 1, 1), ACX_ERR_INVALID_ARG,
+                 "batch_size 0");
     CHECK_STATUS(acx_sampler_init(&s, 10, 2, 2, 2, 1, 0, 1, 1), ACX_ERR_INVALID_ARG, "rank 2");
     /* even_batches with N < G is fine (it pads) */
     CHECK_OK(acx_sampler_init(&s, 5, 3, 2, 1, 1, 0, 1, 1));
@@ -141,7 +139,8 @@ static void reference_perm(int64_t n, int shuffle, uint64_t seed, int64_t epoch,
     if (shuffle)
         acx_rng_permutation(seed, ACX_RNG_SHUFFLE, (uint64_t)epoch, n, perm);
     else
-        for (int64_t i = 0; i < n; i++) perm[i] = i;
+        for (int64_t i = 0; i < n; i++)
+            perm[i] = i;
 }
 
 static int check_config(int64_t n, int64_t b, int w, int shuffle, int mode, uint64_t seed,
@@ -157,7 +156,8 @@ static int check_config(int64_t n, int64_t b, int w, int shuffle, int mode, uint
                      "fewer than one global batch");
         return 0;
     }
-    for (int64_t i = 0; i < n; i++) seen[i] = 0;
+    for (int64_t i = 0; i < n; i++)
+        seen[i] = 0;
     int64_t real_total = 0;
     for (int r = 0; r < w; r++, nr++) {
         CHECK_OK(run_epoch(n, b, w, r, shuffle, mode, seed, epoch, &e[r]));
@@ -198,22 +198,27 @@ static int check_config(int64_t n, int64_t b, int w, int shuffle, int mode, uint
         }
     }
     if (mode == MODE_EVEN)
-        for (int r = 1; r < w; r++) CHECK(e[r].num_batches == e[0].num_batches);
+        for (int r = 1; r < w; r++)
+            CHECK(e[r].num_batches == e[0].num_batches);
     if (mode == MODE_DROP_LAST) {
         /* exactly floor(N/G)*G distinct rows, none twice */
         CHECK(real_total == full * g_size);
-        for (int64_t i = 0; i < n; i++) CHECK(seen[i] <= 1);
+        for (int64_t i = 0; i < n; i++)
+            CHECK(seen[i] <= 1);
     } else {
         /* every row exactly once among the non-padding samples */
         CHECK(real_total == n);
-        for (int64_t i = 0; i < n; i++) CHECK(seen[i] == 1);
+        for (int64_t i = 0; i < n; i++)
+            CHECK(seen[i] == 1);
     }
-    for (int r = 0; r < nr; r++) epoch_free(&e[r]);
+    for (int r = 0; r < nr; r++)
+        epoch_free(&e[r]);
     return 0;
 error:
     fprintf(stderr, "  config: N=%lld b=%lld W=%d shuffle=%d %s epoch=%lld\n", (long long)n,
             (long long)b, w, shuffle, mode_name[mode], (long long)epoch);
-    for (int r = 0; r <= nr && r < 4; r++) epoch_free(&e[r]);
+    for (int r = 0; r <= nr && r < 4; r++)
+        epoch_free(&e[r]);
     return 1;
 }
 
@@ -232,8 +237,8 @@ static int test_sweep(void) {
                         /* epoch 3 on large N keeps the sweep fast but still
                          * exercises a non-zero epoch key */
                         int64_t epoch = ns[ni] >= 1000 ? 3 : (int64_t)(configs % 3);
-                        failed |= check_config(ns[ni], bs[bi], w, shuffle, mode, 12345, epoch,
-                                               perm, seen);
+                        failed |= check_config(ns[ni], bs[bi], w, shuffle, mode, 12345, epoch, perm,
+                                               seen);
                         configs++;
                     }
     free(perm);
@@ -273,13 +278,16 @@ static int test_epochs(void) {
      * and going back to epoch 0 reproduces it */
     acx_sampler_set_epoch(&c, 1);
     acx_sampler_batch(&c, 0, tmp, &size, &pad);
-    for (int i = 0; i < N; i++) CHECK(tmp[i] == e1[i]);
+    for (int i = 0; i < N; i++)
+        CHECK(tmp[i] == e1[i]);
     acx_sampler_set_epoch(&a, 0);
     acx_sampler_batch(&a, 0, tmp, &size, &pad);
-    for (int i = 0; i < N; i++) CHECK(tmp[i] == e0[i]);
+    for (int i = 0; i < N; i++)
+        CHECK(tmp[i] == e0[i]);
     /* order is the documented one: acx_rng_permutation(seed, SHUFFLE, epoch) */
     acx_rng_permutation(99, ACX_RNG_SHUFFLE, 1, N, tmp);
-    for (int i = 0; i < N; i++) CHECK(tmp[i] == e1[i]);
+    for (int i = 0; i < N; i++)
+        CHECK(tmp[i] == e1[i]);
     acx_sampler_fini(&a);
     acx_sampler_fini(&c);
 
@@ -287,7 +295,8 @@ static int test_epochs(void) {
     CHECK_OK(acx_sampler_init(&a, N, N, 1, 0, 1, 0, 1, 100));
     acx_sampler_batch(&a, 0, tmp, &size, &pad);
     differ = 0;
-    for (int i = 0; i < N; i++) differ += tmp[i] != e0[i];
+    for (int i = 0; i < N; i++)
+        differ += tmp[i] != e0[i];
     CHECK(differ > 0);
     acx_sampler_fini(&a);
 
@@ -297,7 +306,8 @@ static int test_epochs(void) {
         acx_sampler_set_epoch(&a, ep);
         acx_sampler_batch(&a, 0, tmp, &size, &pad);
         CHECK(size == 10);
-        for (int i = 0; i < 10; i++) CHECK(tmp[i] == i);
+        for (int i = 0; i < 10; i++)
+            CHECK(tmp[i] == i);
     }
     acx_sampler_fini(&a);
     PASSED();
