@@ -621,6 +621,23 @@ acx_status_t acx_project_prepare(acx_accelerator_t *acc) {
     const acx_config_t *c = &acc->config.values;
     int writes =
         c->checkpoint.save_every_steps > 0 || c->resume == ACX_RESUME_AUTO || resume_from_set(acc);
+    if (!writes && acc->preempt_active) {
+        /* A run that saves only when preempted still writes here then: an
+         * earlier run's checkpoints must stop it now, not refuse its only
+         * save after hours of training. No lock yet (every program with
+         * the default preemption.signals would lock "."): the first save
+         * takes it. */
+        if (acc->rank == 0) {
+            struct acx_project *pp = acc->project;
+            snprintf(pp->dir, sizeof pp->dir, "%s/checkpoints", c->project_dir);
+            struct stat st;
+            if (stat(pp->dir, &st) == 0 && S_ISDIR(st.st_mode)) {
+                status = check_existing(acc, pp, c->project_dir);
+                if (status == ACX_OK) pp->verified = 1;
+            }
+        }
+        return acx_coll_agree(acc->world, status);
+    }
     if (!writes) return ACX_OK; /* the first automatically named save opens it */
     if (acc->rank == 0) {
         char latest[PROJECT_PATH_MAX + 16];
