@@ -840,6 +840,19 @@ static int run(int argc, char **argv) {
         acx_print(acc, "acx-fmnist: resumed from %s at step %lld (epoch %d, batch %lld)\n",
                   o.resume != NULL ? o.resume : "latest (resume: auto)", (long long)acx_step(acc),
                   first_epoch + 1, (long long)acx_dataloader_position(train));
+        /* A checkpoint past --epochs leaves nothing to train: say so, rather
+         * than report a final accuracy of a model never evaluated and
+         * replace the weights file (every rank read the same checkpoint,
+         * so all stop here). */
+        if (first_epoch >= o.epochs) {
+            if (acx_is_main_process(acc))
+                fprintf(stderr,
+                        "acx-fmnist: the checkpoint is in epoch %d (step %lld) but --epochs is "
+                        "%d: nothing left to train (--epochs counts from the start of the run; "
+                        "raise it to continue)\n",
+                        first_epoch + 1, (long long)acx_step(acc), o.epochs);
+            goto fail_quiet;
+        }
     }
 
     /* split_batches: --batch-size is the global batch, divided among ranks */
