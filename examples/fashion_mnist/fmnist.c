@@ -302,16 +302,24 @@ static int parse_options(int argc, char **argv, options_t *o) {
 
 /* mkdir -p: create dir and its missing parents (errors surface in the
  * writability check that follows). */
-static void mkdir_p(const char *dir) {
+/* mkdir -p; on failure prints which directory could not be created and
+ * why (a project dir on a read-only file system must not be reported later
+ * as a missing one) and returns -1. */
+static int mkdir_p(const char *dir) {
     char p[4096];
     snprintf(p, sizeof p, "%s", dir);
-    for (char *s = p + 1; *s; s++)
-        if (*s == '/') {
-            *s = '\0';
-            mkdir(p, 0777);
-            *s = '/';
+    for (char *s = p + 1;; s++) {
+        if (*s != '/' && *s != '\0') continue;
+        char c = *s;
+        *s = '\0';
+        if (mkdir(p, 0777) != 0 && errno != EEXIST) {
+            fprintf(stderr, "acx-fmnist: cannot create project directory '%s': mkdir '%s': %s\n",
+                    dir, p, strerror(errno));
+            return -1;
         }
-    mkdir(p, 0777);
+        *s = c;
+        if (c == '\0') return 0;
+    }
 }
 
 /* Whether the directory that will hold `path` exists and is writable (errno set if not). */
@@ -883,6 +891,19 @@ static int run(int argc, char **argv) {
         acx_print(acc, "acx-fmnist: resumed from %s at step %lld (epoch %d, batch %lld)\n",
                   o.resume != NULL ? o.resume : "latest (resume: auto)", (long long)acx_step(acc),
                   first_epoch + 1, (long long)acx_dataloader_position(train));
+        /* A checkpoint past --epochs leaves nothing to train: say so, rather
+         * than report a final accuracy of a model never evaluated and
+         * replace the weights file (every rank read the same checkpoint,
+         * so all stop here). */
+        if (first_epoch >= o.epochs) {
+            if (acx_is_main_process(acc))
+                fprintf(stderr,
+                        "acx-fmnist: the checkpoint is in epoch %d (step %lld) but --epochs is "
+                        "%d: nothing left to train (--epochs counts from the start of the run; "
+                        "raise it to continue)\n",
+                        first_epoch + 1, (long long)acx_step(acc), o.epochs);
+            goto fail_quiet;
+        }
     }
 
     /* split_batches: --batch-size is the global batch, divided among ranks */
@@ -912,15 +933,15 @@ static int run(int argc, char **argv) {
      * learns the outcome, so all stop together. */
     /* The project directory is created on first use, as Accelerate does
      * (checkpoints go to its checkpoints/ subdirectory, made by acx). */
-    if (!o.save && acx_is_main_process(acc)) mkdir_p(c->project_dir);
-    CHECK(acx_wait_for_everyone(acc));
     double bad = 0.0;
+    if (!o.save && acx_is_main_process(acc) && mkdir_p(c->project_dir) != 0) bad = 1.0;
+    CHECK(acx_wait_for_everyone(acc));
     if (o.metrics && acx_is_main_process(acc) && (metrics = fopen(o.metrics, "a")) == NULL) {
         fprintf(stderr, "acx-fmnist: cannot open metrics file '%s': %s\n", o.metrics,
                 strerror(errno));
         bad = 1.0;
     }
-    if (acx_is_main_process(acc) && !dir_writable(path)) {
+    if (acx_is_main_process(acc) && bad == 0.0 && !dir_writable(path)) {
         fprintf(stderr, "acx-fmnist: cannot write weights to '%s': %s\n", path,
                 errno == EEXIST ? "it exists and is not a regular file" : strerror(errno));
         bad = 1.0;
