@@ -182,6 +182,38 @@ static void exec_program(char **args, const sigset_t *old_mask, pid_t supervisor
     _exit(err == ENOENT ? 127 : 126);
 }
 
+/* Whether process pid catches signal sig (its SigCgt mask in
+ * /proc/PID/status). 1 when that cannot be read: the signal is then passed
+ * on at once, as before. */
+static int catches(pid_t pid, int sig) {
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%ld/status", (long)pid);
+    FILE *f = fopen(path, "r");
+    if (f == NULL) return 1;
+    unsigned long long mask = 0;
+    int found = 0;
+    while (!found && fgets(line, sizeof line, f) != NULL)
+        found = sscanf(line, "SigCgt: %llx", &mask) == 1;
+    fclose(f);
+    return !found || (sig >= 1 && sig <= 64 && (mask >> (sig - 1)) & 1);
+}
+
+static double seconds_since(const struct timespec *t0) {
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (double)(now.tv_sec - t0->tv_sec) + (double)(now.tv_nsec - t0->tv_nsec) / 1e9;
+}
+
+/* How long a SIGUSR1/SIGUSR2 for the program is held while the program does
+ * not catch it yet. The launcher passes preemption on as one of these, and
+ * it may reach a rank before acx_init has installed its handlers (a
+ * preemption in the job's first seconds): delivered then, its default
+ * action would kill the rank, with no checkpoint. Held until the program
+ * catches it — acx_init installs the handlers first thing — the job stops
+ * at its first step boundary with a checkpoint. A program that never
+ * catches it (not an acx program) gets it after this long. */
+#define HOLD_USR_SIGNAL_S 10.0
+
 static int run_supervisor(int argc, char **argv) {
     /* argv: DIR PROGRAM [ARGS...] */
     if (argc < 2) {
@@ -222,17 +254,29 @@ static int run_supervisor(int argc, char **argv) {
     if (got != (ssize_t)sizeof exec_errno) exec_errno = 0;
     close(pipefd[0]);
 
-    int teardown = 0, wstatus = 0;
+    int teardown = 0, wstatus = 0, held = 0; /* held: a SIGUSR1/2 not passed on yet */
+    struct timespec started;
+    clock_gettime(CLOCK_MONOTONIC, &started);
     for (;;) {
         siginfo_t info;
-        int sig = sigwaitinfo(&set, &info);
-        if (sig < 0) continue; /* EINTR */
+        struct timespec poll = {0, 50 * 1000 * 1000};
+        int sig = held ? sigtimedwait(&set, &info, &poll) : sigwaitinfo(&set, &info);
+        if (held && (catches(child, held) || seconds_since(&started) > HOLD_USR_SIGNAL_S)) {
+            kill(child, held);
+            held = 0;
+        }
+        if (sig < 0) continue; /* EINTR, or the poll's timeout */
         if (sig == SIGCHLD) {
             pid_t w = waitpid(child, &wstatus, WNOHANG);
             if (w == child) break;
             continue;
         }
         teardown = 1;
+        if ((sig == SIGUSR1 || sig == SIGUSR2) && !catches(child, sig) &&
+            seconds_since(&started) <= HOLD_USR_SIGNAL_S) {
+            held = sig;
+            continue;
+        }
         kill(child, sig);
     }
     if (WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0) return EXIT_OK;
