@@ -610,6 +610,31 @@ static acx_status_t project_open(acx_accelerator_t *acc, int resuming) {
     return ACX_OK;
 }
 
+/* Rank 0, after resume_from loaded step `step` of run p->run_id: refuse
+ * when the checkpoints directory holds newer checkpoints of that run, which
+ * this run's saves would replace with other states. Names the newest. */
+static acx_status_t check_newer(struct acx_project *p, int64_t step) {
+    ckpt_list_t l;
+    ACX_CHECK(list_checkpoints(p->dir, &l));
+    int newer = 0;
+    char first[256] = "";
+    for (int i = 0; i < l.n && l.e[i].step > step; i++) { /* newest first */
+        char path[PROJECT_PATH_MAX + 300], id[ACX_RUN_ID_LEN];
+        snprintf(path, sizeof path, "%s/%s", p->dir, l.e[i].name);
+        run_id_of_file(path, id);
+        if (strcmp(id, p->run_id) != 0) continue;
+        if (newer++ == 0) snprintf(first, sizeof first, "%s", l.e[i].name);
+    }
+    free(l.e);
+    if (newer == 0) return ACX_OK;
+    return ACX_ERROR(ACX_ERR_IO,
+                     "resume_from loaded step %lld, but '%s' holds %d newer checkpoint(s) of the "
+                     "same run (newest '%s'): this run's saves would replace them. Resume the "
+                     "newest (resume_from: latest), move the newer ones away, or use another "
+                     "project_dir",
+                     (long long)step, p->dir, newer, first);
+}
+
 acx_status_t acx_project_prepare(acx_accelerator_t *acc) {
     struct acx_project *p = project_get(acc);
     acx_status_t status = p != NULL ? ACX_OK : ACX_ERROR(ACX_ERR_NO_MEMORY, "project state");
@@ -651,6 +676,13 @@ acx_status_t acx_project_prepare(acx_accelerator_t *acc) {
     if (!resume_from_set(acc)) return ACX_OK;
     const char *from = c->resume_from;
     ACX_CHECK(acx_load_state(acc, strcmp(from, "latest") == 0 ? NULL : from, 1));
+    /* An explicit older checkpoint of this run: its saves would replace
+     * the newer ones of the same run (a `latest` resume continues the
+     * newest: a newer file there is one a killed save completed). */
+    if (strcmp(from, "latest") != 0) {
+        if (acc->rank == 0) status = check_newer(acc->project, acc->step);
+        ACX_CHECK(acx_coll_agree(acc->world, status));
+    }
     if (acc->rank == 0)
         ACX_INFO(ACX_SUBSYS_IO, "resume_from: %s: continuing at step %lld", from,
                  (long long)acc->step);
