@@ -925,12 +925,23 @@ static void compare_hparams(acx_accelerator_t *acc, acx_ckpt_file_t *f, acx_opti
     int nh = acx_optimizer_hparams(opt, names, values, ACX_OPTIM_MAX_HPARAMS);
     for (int h = 0; h < nh && h < ACX_OPTIM_MAX_HPARAMS; h++) {
         double v;
-        if (acx_ckpt_get_f64(f, "/optimizer", names[h], &v) == ACX_OK && v != values[h] &&
-            acc->rank == 0)
-            ACX_WARN(
-                ACX_SUBSYS_IO,
-                "checkpoint optimizer %s = %g, the program's is %g: the program's value is kept",
-                names[h], v, values[h]);
+        if (acx_ckpt_get_f64(f, "/optimizer", names[h], &v) != ACX_OK || v == values[h] ||
+            acc->rank != 0)
+            continue;
+        /* The lr a resume continues with is the checkpoint's (its `lr`
+         * and the schedule's position are restored for an exact resume);
+         * the program's initial_lr is kept only as the schedule's base. */
+        if (strcmp(names[h], "initial_lr") == 0)
+            ACX_WARN(ACX_SUBSYS_IO,
+                     "checkpoint optimizer initial_lr = %g, the program's is %g: the run "
+                     "continues with the checkpoint's lr and schedule (call "
+                     "acx_optimizer_set_lr after acx_prepare to change it)",
+                     v, values[h]);
+        else
+            ACX_WARN(ACX_SUBSYS_IO,
+                     "checkpoint optimizer %s = %g, the program's is %g: the program's value is "
+                     "kept",
+                     names[h], v, values[h]);
     }
 }
 
