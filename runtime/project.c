@@ -676,10 +676,12 @@ acx_status_t acx_project_prepare(acx_accelerator_t *acc) {
     if (!resume_from_set(acc)) return ACX_OK;
     const char *from = c->resume_from;
     ACX_CHECK(acx_load_state(acc, strcmp(from, "latest") == 0 ? NULL : from, 1));
-    /* An explicit older checkpoint of this run: its saves would replace
-     * the newer ones of the same run (a `latest` resume continues the
-     * newest: a newer file there is one a killed save completed). */
-    if (strcmp(from, "latest") != 0) {
+    /* An explicit older checkpoint of this run, continued with periodic
+     * saves: they would replace the newer ones of the same run. (A
+     * `latest` resume continues the newest: a newer file there is one a
+     * killed save completed. A run without periodic saves may load an
+     * older checkpoint to look at it.) */
+    if (strcmp(from, "latest") != 0 && c->checkpoint.save_every_steps > 0) {
         if (acc->rank == 0) status = check_newer(acc->project, acc->step);
         ACX_CHECK(acx_coll_agree(acc->world, status));
     }
