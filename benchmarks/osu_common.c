@@ -16,7 +16,7 @@
  *
  * Buffers (-d) are host memory, or with -d cuda device memory of the
  * rank's device (local rank modulo the visible devices), allocated once per
- * table with cudaMalloc (cuda/memory.h, so this file needs no CUDA
+ * table with cudaMalloc (device/memory.h, so this file needs no CUDA
  * header). -b nccl runs acx's side on an NCCL communicator this driver
  * creates over MPI_COMM_WORLD (collectives/coll.h), the way acx_init will
  * for backend: nccl once model state can live on a device: acx_init still
@@ -50,8 +50,8 @@
 #include <string.h>
 
 #include "collectives/coll.h"
-#include "cuda/device.h"
-#include "cuda/memory.h"
+#include "device/device.h"
+#include "device/memory.h"
 #include "osu_common.h"
 
 /* OSU's defaults: messages up to 8 KiB get 1000 iterations and 100 warm-up

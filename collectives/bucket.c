@@ -22,9 +22,9 @@
 #include <string.h>
 
 #include "collectives/bucket.h"
-#include "collectives/half.h"
-#include "runtime/base/error.h"
-#include "runtime/base/log.h"
+#include "base/half.h"
+#include "base/error.h"
+#include "base/log.h"
 
 /* Most non-blocking bucket all-reduces in flight at once. Open MPI's
  * non-blocking all-reduce (libnbc) allocates a temporary buffer the size of

@@ -19,7 +19,7 @@
 #include <stdint.h>
 
 #include "collectives/coll.h"
-#include "cuda/device_ops.h"
+#include "device/ops.h"
 
 /* One parameter's gradient range inside the flat buffer, in ready order. */
 typedef struct acx_bucket_segment {
@@ -51,7 +51,7 @@ void acx_buckets_destroy(acx_buckets_t *b);
 acx_status_t acx_buckets_set_wire(acx_buckets_t *b, acx_dtype_t wire_dtype, uint16_t *wire);
 
 /* The flat gradients (and the wire buffer) are device memory of `dev`
- * (cuda/device_ops.h): the prescale, the rounding onto the wire and the
+ * (device/ops.h): the prescale, the rounding onto the wire and the
  * widening back run as dev's kernels on *stream_p (the program's compute
  * stream, read at each use; stream_p must outlive the buckets), after the
  * backward work the program enqueued there. A backend that reads host

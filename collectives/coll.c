@@ -16,10 +16,10 @@
 
 #include "collectives/coll.h"
 #include "collectives/watchdog.h"
-#include "cuda/device.h"
-#include "runtime/base/config_resolve.h"
-#include "runtime/base/error.h"
-#include "runtime/base/log.h"
+#include "device/device.h"
+#include "base/config_resolve.h"
+#include "base/error.h"
+#include "base/log.h"
 
 #if ACX_HAVE_NCCL
 #include "collectives/nccl/coll_nccl.h"

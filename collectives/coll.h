@@ -11,7 +11,7 @@
  * Backend functions are collective over comm, record their own errors and
  * never abort. Counts are in elements; buffers are host memory for the MPI
  * backend and device memory for NCCL (and for its test double,
- * nccl-emulated: the emulated device's memory, cuda/device_ops.h).
+ * nccl-emulated: the emulated device's memory, device/ops.h).
  */
 #ifndef ACX_COLL_H
 #define ACX_COLL_H

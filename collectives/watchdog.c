@@ -15,7 +15,7 @@
 
 #include "collectives/coll.h"
 #include "collectives/watchdog.h"
-#include "runtime/base/error.h"
+#include "base/error.h"
 
 #define OP_NAME_MAX 24
 

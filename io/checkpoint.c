@@ -141,8 +141,8 @@
 #include "io/checkpoint.h"
 #include "io/ckpt_crc.h"
 #include "io/h5.h"
-#include "runtime/base/error.h"
-#include "runtime/base/log.h"
+#include "base/error.h"
+#include "base/log.h"
 
 /* Bytes per H5Dwrite / H5Dread call of a tensor's rows (whole rows, at
  * least one): each piece's CRC is computed right before it is written or

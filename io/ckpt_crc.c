@@ -39,7 +39,7 @@
 
 #include "io/ckpt_crc.h"
 #include "io/h5.h"
-#include "runtime/base/error.h"
+#include "base/error.h"
 
 /* The CRCs are of the bytes as stored (little-endian). The writer and the
  * reader checksum acx's in-memory buffers, which hold the same bytes only

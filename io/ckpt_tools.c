@@ -22,7 +22,7 @@
  *
  * Left to others: the layout itself and the collective writer/reader
  * (io/checkpoint.c), what the state means (runtime/checkpoint.c), the
- * command-line parsing (tools/acx.c). The format is docs/checkpoint-format.md.
+ * command-line parsing (cli/acx.c). The format is docs/checkpoint-format.md.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -39,7 +39,7 @@
 #include "io/checkpoint.h"
 #include "io/ckpt_crc.h"
 #include "io/h5.h"
-#include "runtime/base/error.h"
+#include "base/error.h"
 
 /* Rows are read in blocks of about this many bytes (more when one row is
  * larger), so a tool's memory stays bounded whatever the checkpoint size. */

@@ -71,8 +71,8 @@
 #include "io/h5.h"
 #include "io/loader.h"
 #include "io/sampler.h"
-#include "runtime/base/error.h"
-#include "runtime/base/log.h"
+#include "base/error.h"
+#include "base/log.h"
 
 /* One dataset read in lockstep with the others. */
 typedef struct {

@@ -26,7 +26,7 @@
 
 #include "acx/types.h"
 #include "io/h5.h"
-#include "runtime/base/error.h"
+#include "base/error.h"
 
 /* ---- the lock ---- */
 

@@ -26,7 +26,7 @@
 
 #include "acx/data.h"
 #include "io/h5.h"
-#include "runtime/base/error.h"
+#include "base/error.h"
 
 #define IDX_TYPE_UBYTE 0x08
 
@@ -42,7 +42,7 @@ typedef struct {
 /* ---- zlib errors ---- */
 
 /* zlib is used only in this file, so its checking macro lives here and not
- * in runtime/base/error.h. The calls fail in different ways:
+ * in base/error.h. The calls fail in different ways:
  *   gzopen    NULL; errno as set by open(2) or malloc, still 0 when zlib
  *             failed on its own (idx_read clears errno before the call)
  *   gzread    < 0; the reason in gzerror(gz), Z_ERRNO meaning read(2)

@@ -33,8 +33,8 @@
 #include <stdlib.h>
 
 #include "io/sampler.h"
-#include "runtime/base/error.h"
-#include "runtime/base/rng.h"
+#include "base/error.h"
+#include "base/rng.h"
 
 /* ---- set-up ---- */
 

@@ -39,9 +39,9 @@
 #include "collectives/coll.h"
 #include "collectives/watchdog.h"
 #include "io/h5.h"
-#include "runtime/base/error.h"
-#include "runtime/base/log.h"
-#include "runtime/base/memstat.h"
+#include "base/error.h"
+#include "base/log.h"
+#include "base/memstat.h"
 #include "sharding/model.h"
 
 /* ---- which rows this rank writes ---- */

@@ -31,19 +31,19 @@
 #include <unistd.h>
 
 #include "collectives/watchdog.h"
-#include "cuda/device.h"
-#include "cuda/device_ops.h"
+#include "device/device.h"
+#include "device/ops.h"
 #include "io/loader.h"
 #include "runtime/coll_debug.h"
 #include "runtime/accelerator.h"
-#include "runtime/base/error.h"
-#include "runtime/base/log.h"
-#include "cuda/device_cache.h"
-#include "runtime/base/mem_cache.h"
+#include "base/error.h"
+#include "base/log.h"
+#include "device/cache.h"
+#include "base/mem_cache.h"
 #include "runtime/preempt.h"
 #include "runtime/project.h"
 #include "sharding/model.h"
-#include "slurm/launch_env.h"
+#include "launch/env.h"
 
 #define ACX_MAX_OVERRIDES 64
 
@@ -468,7 +468,7 @@ ACX_API acx_status_t acx_init(int *argc, char ***argv, const acx_config_t *confi
                              &acc->coll);
     status = acx_coll_agree(acc->world, status);
     if (status != ACX_OK) goto err_comm;
-    /* the device (cuda/device.c) before a device backend's communicators use it */
+    /* the device (device/device.c) before a device backend's communicators use it */
     ACX_CHECK_GOTO(
         acx_coll_agree(acc->world, acx_device_setup(acc->coll, acc->local_rank, acc->local_size)),
         status, err_comm);

@@ -10,7 +10,7 @@
 
 #include "acx/acx.h"
 #include "collectives/coll.h"
-#include "runtime/base/config_resolve.h"
+#include "base/config_resolve.h"
 #include "runtime/scaler.h"
 
 #define ACX_HOST_MAX 256

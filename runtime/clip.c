@@ -27,7 +27,7 @@
 
 #include "collectives/watchdog.h"
 #include "runtime/accelerator.h"
-#include "runtime/base/error.h"
+#include "base/error.h"
 #include "runtime/scaler.h"
 #include "sharding/model.h"
 

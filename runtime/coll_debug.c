@@ -29,8 +29,8 @@
 #include <string.h>
 
 #include "collectives/watchdog.h"
-#include "runtime/base/error.h"
-#include "runtime/base/log.h"
+#include "base/error.h"
+#include "base/log.h"
 #include "runtime/coll_debug.h"
 
 /* ---- reading ACX_DEBUG_MODE ---- */

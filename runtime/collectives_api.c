@@ -22,7 +22,7 @@
 #include <string.h>
 
 #include "runtime/accelerator.h"
-#include "runtime/base/error.h"
+#include "base/error.h"
 #include "runtime/coll_debug.h"
 
 /* A public request: the backend's request and the table that completes it.

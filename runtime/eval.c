@@ -20,10 +20,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "collectives/half.h"
+#include "base/half.h"
 #include "collectives/watchdog.h"
 #include "runtime/accelerator.h"
-#include "runtime/base/error.h"
+#include "base/error.h"
 #include "runtime/coll_debug.h"
 
 static acx_coll_call_t call_of(acx_coll_id_t id, int64_t count, int dtype, int op, int root,

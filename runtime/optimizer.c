@@ -3,7 +3,7 @@
  * model's local shard, with their hyperparameters, learning rate, step count
  * and state arrays.
  *
- * The arithmetic is runtime/optim_kernels.c's; where the shard lives and how
+ * The arithmetic is base/optim_kernels.c's; where the shard lives and how
  * updated master weights reach the program (all-gather under ZeRO) is the
  * strategy's (sharding/, through acx_model_after_step); the schedule is
  * runtime/scheduler.c's, owned by the optimizer and freed with it. The
@@ -28,10 +28,10 @@
 #include <string.h>
 
 #include "runtime/accelerator.h"
-#include "runtime/base/error.h"
-#include "runtime/base/log.h"
-#include "runtime/base/memstat.h"
-#include "runtime/optim_kernels.h"
+#include "base/error.h"
+#include "base/log.h"
+#include "base/memstat.h"
+#include "base/optim_kernels.h"
 #include "runtime/optim_state.h"
 #include "sharding/model.h"
 
@@ -241,7 +241,7 @@ void acx_optimizer_free(acx_optimizer_t *opt) {
     free(opt);
 }
 
-/* ---- scheduler hook (runtime/optim_kernels.h) ---- */
+/* ---- scheduler hook (base/optim_kernels.h) ---- */
 
 acx_status_t acx_optimizer_attach_scheduler(acx_optimizer_t *opt, acx_scheduler_t *sched) {
     if (opt->sched != NULL)

@@ -67,9 +67,9 @@
 
 #include "collectives/watchdog.h"
 #include "runtime/accelerator.h"
-#include "runtime/base/error.h"
-#include "runtime/base/log.h"
-#include "runtime/base/signal_list.h"
+#include "base/error.h"
+#include "base/log.h"
+#include "base/signal_list.h"
 #include "runtime/preempt.h"
 #include "runtime/project.h"
 
@@ -112,7 +112,7 @@ static const acx_config_origin_t *key_origin(const acx_accelerator_t *acc, const
     return NULL;
 }
 
-/* preemption.signals -> a mask over acx_signal_names (runtime/base/signal_list.c
+/* preemption.signals -> a mask over acx_signal_names (base/signal_list.c
  * parses; the config layer has already checked the text, so this fails only
  * for a value set after resolution). Returns ACX_OK or ACX_ERR_INVALID_CONFIG
  * naming the value, where it came from and what is wrong. */

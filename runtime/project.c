@@ -71,8 +71,8 @@
 
 #include "io/checkpoint.h"
 #include "runtime/accelerator.h"
-#include "runtime/base/error.h"
-#include "runtime/base/log.h"
+#include "base/error.h"
+#include "base/log.h"
 #include "runtime/project.h"
 
 #define PROJECT_PATH_MAX    4096

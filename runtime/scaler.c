@@ -39,8 +39,8 @@
 
 #include "collectives/watchdog.h"
 #include "runtime/accelerator.h"
-#include "runtime/base/error.h"
-#include "runtime/base/log.h"
+#include "base/error.h"
+#include "base/log.h"
 #include "runtime/scaler.h"
 #include "sharding/model.h"
 

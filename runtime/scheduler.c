@@ -4,7 +4,7 @@
  * were taken, and writes base_lr * factor(s) into its optimizer.
  *
  * The formulas (transformers' get_*_schedule_with_warmup) are pure and live
- * in runtime/optim_kernels.c (acx_schedule_factor); the optimizer owns the
+ * in base/optim_kernels.c (acx_schedule_factor); the optimizer owns the
  * scheduler and frees it (runtime/optimizer.c). Like torch's LambdaLR, the
  * schedule applies factor(0) at creation, so the first optimizer step uses
  * it, and each acx_scheduler_step moves to the next factor.
@@ -12,8 +12,8 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "runtime/base/error.h"
-#include "runtime/optim_kernels.h"
+#include "base/error.h"
+#include "base/optim_kernels.h"
 #include "runtime/optim_state.h"
 
 struct acx_scheduler {

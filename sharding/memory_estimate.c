@@ -5,7 +5,7 @@
  * with the strategies because it must say exactly what they allocate: a
  * strategy that changes its buffers changes the formula here, and the
  * memory tests hold the two against each other (acx_memory_stats measures
- * the same categories, runtime/base/memstat.c).
+ * the same categories, base/memstat.c).
  *
  * The layout is the host one (sharding/no_shard.c, sharding/sharded.c,
  * collectives/bucket.c): the parameters the program reads and its full
@@ -20,7 +20,7 @@
  * its own scratch, like MPI's internal buffers, and not counted here.
  *
  * Leaves to others: measuring (memstat.c), reading a model's size from a
- * file and printing tables (`acx estimate-memory`, tools/acx.c).
+ * file and printing tables (`acx estimate-memory`, cli/acx.c).
  *
  * ---- symbols (all sizes in elements; results in bytes per rank) ----
  *
@@ -129,7 +129,7 @@
 
 #include "acx/config.h"
 #include "acx/memory.h"
-#include "runtime/base/error.h"
+#include "base/error.h"
 
 /* ---- checked arithmetic ---- */
 

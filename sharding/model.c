@@ -5,7 +5,7 @@
  * This file owns the objects' bookkeeping; where storage lives and how units
  * are gathered and gradients reduced is the strategy's business (no_shard.c;
  * sharded.c for SHARD_GRAD_OP, FULL_SHARD and HYBRID_SHARD).
- * Initial values come from runtime/base/param_init.c, keyed by parameter name,
+ * Initial values come from base/param_init.c, keyed by parameter name,
  * so they never depend on the strategy or the world size.
  */
 #include <limits.h>
@@ -14,12 +14,12 @@
 #include <string.h>
 
 #include "collectives/watchdog.h"
-#include "runtime/base/error.h"
-#include "runtime/base/log.h"
-#include "cuda/device_cache.h"
-#include "runtime/base/mem_cache.h"
-#include "runtime/base/memstat.h"
-#include "runtime/base/param_init.h"
+#include "base/error.h"
+#include "base/log.h"
+#include "device/cache.h"
+#include "base/mem_cache.h"
+#include "base/memstat.h"
+#include "base/param_init.h"
 #include "sharding/model.h"
 
 /* ---- ownership ---- */

@@ -22,7 +22,7 @@
 #include "acx/config.h"
 #include "acx/model.h"
 #include "collectives/coll.h"
-#include "cuda/device_ops.h"
+#include "device/ops.h"
 
 /* A collective a sharded strategy is about to run on one unit, as the
  * debug mode compares it across ranks (acx_shard_context_t.unit_check). */

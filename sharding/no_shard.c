@@ -23,7 +23,7 @@
  *
  * Device-resident state (m->ctx.dev: device_state cuda, or the emulated
  * test device). The same arrays, same layout and offsets, live in device
- * memory through the device table (cuda/device_ops.h): initial values are
+ * memory through the device table (device/ops.h): initial values are
  * computed on the host per parameter (acx_param_init_fill, the same values
  * as with host state) and copied in; zero_grad is a memset and the
  * mixed-precision refresh a half_round_f32 launch, both on the program's
@@ -39,7 +39,7 @@
  * training too: the master is the optimizer's parameter copy — and
  * host_grad, the reduced gradients. The model's local shard (m->master,
  * m->shard_grad) is the host pair and m->shard_dev is NULL, so the loss
- * scaler, clipping, the optimizer (runtime/optim_kernels.c on the CPU) and
+ * scaler, clipping, the optimizer (base/optim_kernels.c on the CPU) and
  * checkpoints run their host code on it, exactly as host NO_SHARD does.
  * Each bucket is copied device -> host as its reduction completes (the
  * buckets' done hook: offload_bucket_done), while later buckets are still
@@ -78,11 +78,11 @@
 #include <string.h>
 
 #include "collectives/bucket.h"
-#include "collectives/half.h"
-#include "runtime/base/error.h"
-#include "runtime/base/log.h"
-#include "runtime/base/memstat.h"
-#include "runtime/base/param_init.h"
+#include "base/half.h"
+#include "base/error.h"
+#include "base/log.h"
+#include "base/memstat.h"
+#include "base/param_init.h"
 #include "sharding/model.h"
 
 typedef struct no_shard_state {

@@ -56,7 +56,7 @@
  * Device-resident state (m->ctx.dev: device_state cuda, or the emulated
  * test device; CPU offload is refused for these strategies, so m->shard_dev
  * is ctx.dev here). The same buffers, layout and offsets live in device memory
- * through the device table (cuda/device_ops.h), and the host loops become
+ * through the device table (device/ops.h), and the host loops become
  * table operations on the program's compute stream (m->ctx.stream):
  * the segment's rounding onto the 16-bit wire (half_from_f32), the
  * copy-out of the gathered staging (copy, or half_to_f32 from 16 bits), the
@@ -70,7 +70,7 @@
  * copies on the legacy stream) the compute stream is synchronized before
  * each collective, as in collectives/bucket.c. Buffers are allocated and
  * freed exactly when the host path does, through the device caching
- * allocator (cuda/device_cache.h: zeroed in stream order where the host
+ * allocator (device/cache.h: zeroed in stream order where the host
  * path zeroes, so the padding is zero as with acx_mem_alloc): a freed
  * block is kept for the next request on the compute stream, which stream
  * order makes safe while enqueued work may still use it, so after the
@@ -87,12 +87,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "collectives/half.h"
-#include "cuda/device_cache.h"
-#include "runtime/base/error.h"
-#include "runtime/base/log.h"
-#include "runtime/base/memstat.h"
-#include "runtime/base/param_init.h"
+#include "base/half.h"
+#include "device/cache.h"
+#include "base/error.h"
+#include "base/log.h"
+#include "base/memstat.h"
+#include "base/param_init.h"
 #include "sharding/model.h"
 
 #define MAX_PENDING_RS 2 /* reduce-scatters in flight (each holds S x seg staging) */

@@ -3,7 +3,7 @@
  *
  * Owns: the grammar below, counting, fetching the i-th host and expanding a
  * whole list. Leaves to others: which variable holds the list and what a
- * malformed one means for a run (slurm/launch_env.c), generating lists for
+ * malformed one means for a run (launch/env.c), generating lists for
  * sbatch (later). Keeps no global state; a parsed list is read-only and may
  * be shared between threads.
  *
@@ -31,7 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/base/error.h"
+#include "base/error.h"
 #include "slurm/hostlist.h"
 
 #define MAX_DIGITS 18 /* 10^18 - 1 fits an unsigned long long with room for hi - lo + 1 */

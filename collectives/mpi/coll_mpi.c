@@ -93,11 +93,11 @@
 #include <string.h>
 
 #include "collectives/coll.h"
-#include "collectives/half.h"
+#include "base/half.h"
 #include "collectives/mpi/coll_mpi.h"
 #include "collectives/mpi/coll_mpi_shm.h"
 #include "collectives/watchdog.h"
-#include "runtime/base/error.h"
+#include "base/error.h"
 
 /* Most elements one MPI call moves. Overridable at compile time only, so the
  * chunking paths can be exercised with small buffers (-DACX_COLL_MPI_CHUNK_MAX=1000). */

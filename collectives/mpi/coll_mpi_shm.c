@@ -31,11 +31,11 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
-#include "collectives/half.h"
+#include "base/half.h"
 #include "collectives/mpi/coll_mpi_shm.h"
-#include "runtime/base/error.h"
-#include "runtime/base/log.h"
-#include "runtime/base/memstat.h"
+#include "base/error.h"
+#include "base/log.h"
+#include "base/memstat.h"
 
 _Static_assert(ATOMIC_LLONG_LOCK_FREE == 2,
                "the shared-memory flags need lock-free 64-bit atomics (other processes read them)");

@@ -5,12 +5,12 @@
  *
  * Open MPI as Debian builds it is not CUDA-aware: given a device pointer it
  * reads host memory at that address and crashes. So each entry point asks
- * cuda/memory.h whether its buffers are device memory (no CUDA call at all
+ * device/memory.h whether its buffers are device memory (no CUDA call at all
  * in a build without CUDA or on a machine without a device), and when one
  * is:
  *
  *   1. takes a pinned host block per device buffer from the reused pool
- *      (cuda/memory.c), copies the input bytes device -> host;
+ *      (device/memory.c), copies the input bytes device -> host;
  *   2. runs coll_mpi.c's collective (acx_coll_mpi_host_ops) on the host
  *      blocks — same semantics, same rounding, same errors;
  *   3. copies the output bytes host -> device and gives the blocks back.
@@ -26,13 +26,13 @@
  * in (an in-place all-gather: this rank's block) and only those it writes
  * are copied out (an in-place reduce-scatter: this rank's block).
  *
- * The emulated test device (cuda/device_ops.h, device_state: emulated) is
+ * The emulated test device (device/ops.h, device_state: emulated) is
  * staged the same way: its memory is inaccessible to host code outside its
  * own ops, so a buffer inside one of its allocations gets a malloc'd host
  * block and acx_devops_emulated_memcpy copies; MPI sees host memory only.
  *
  * The copies are synchronous cudaMemcpy on the legacy default stream
- * (cuda/memory.h): they follow the work already enqueued on blocking
+ * (device/memory.h): they follow the work already enqueued on blocking
  * streams, and the device buffers hold the result when a blocking call
  * returns. Non-blocking calls copy in at the start and copy out when test
  * or wait sees the MPI side complete; the device buffers belong to the
@@ -48,9 +48,9 @@
 
 #include "collectives/coll.h"
 #include "collectives/mpi/coll_mpi.h"
-#include "cuda/device_ops.h"
-#include "cuda/memory.h"
-#include "runtime/base/error.h"
+#include "device/ops.h"
+#include "device/memory.h"
+#include "base/error.h"
 
 #define HOST (&acx_coll_mpi_host_ops)
 

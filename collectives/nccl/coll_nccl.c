@@ -6,7 +6,7 @@
  * Bootstrap (DESIGN.md "Bootstrap and devices"), collective over the acx
  * communicator's MPI communicator:
  *   1. every rank creates its CUDA resources on the current device (bound by
- *      cuda/device.c at acx_init): the communication stream, two events, a
+ *      device/device.c at acx_init): the communication stream, two events, a
  *      device word for the barrier;
  *   2. rank 0 calls ncclGetUniqueId;
  *   3. the ranks agree on steps 1-2 (acx_coll_agree: the lowest failing
@@ -43,7 +43,7 @@
  * inputs pre-multiplied by 1/size, within a rounding of the MPI backend's
  * sum-then-divide. Counts are size_t: no chunking.
  *
- * Choosing the backend is ../coll.c's; the device choice cuda/device.c's.
+ * Choosing the backend is ../coll.c's; the device choice device/device.c's.
  */
 #include <cuda_runtime_api.h>
 #include <nccl.h>
@@ -58,10 +58,10 @@
 #include "collectives/nccl/coll_nccl.h"
 #include "collectives/nccl/coll_nccl_args.h"
 #include "collectives/watchdog.h"
-#include "cuda/check.h"
-#include "cuda/memory.h"
-#include "runtime/base/error.h"
-#include "runtime/base/log.h"
+#include "device/cuda_check.h"
+#include "device/memory.h"
+#include "base/error.h"
+#include "base/log.h"
 
 /* ---- errors ---- */
 
@@ -302,7 +302,7 @@ static acx_status_t check_bufs(const void *sendbuf, const void *recvbuf, size_t 
     /* A host address in an NCCL kernel is an illegal access that poisons
      * the context (a sticky error: the process cannot continue), so refuse
      * it here, with a message, at one runtime call per buffer. Pinned and
-     * managed memory count as host memory (cuda/memory.h). */
+     * managed memory count as host memory (device/memory.h). */
     const void *bufs[2] = {sendbuf, recvbuf};
     for (int i = 0; i < 2 && count > 0; i++) {
         if (i == 1 && recvbuf == sendbuf) break;

@@ -6,7 +6,7 @@
 #include <stdint.h>
 
 #include "collectives/nccl/coll_nccl_args.h"
-#include "runtime/base/error.h"
+#include "base/error.h"
 
 static int dtype_is_float(acx_dtype_t dtype) {
     return dtype == ACX_DTYPE_FLOAT32 || dtype == ACX_DTYPE_FLOAT64 || dtype == ACX_DTYPE_FLOAT16 ||

@@ -39,9 +39,9 @@
 
 #include "collectives/coll.h"
 #include "collectives/nccl/coll_nccl_args.h"
-#include "cuda/device_ops.h"
-#include "runtime/base/error.h"
-#include "runtime/base/log.h"
+#include "device/ops.h"
+#include "base/error.h"
+#include "base/log.h"
 
 #define MPI_TABLE (&acx_coll_mpi_ops)
 

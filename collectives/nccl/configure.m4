@@ -4,7 +4,7 @@
 #   --with-nccl[=DIR]   likewise (default DIR: the CUDA directory)
 # Defines ACX_HAVE_CUDA / ACX_HAVE_NCCL to 0 or 1 (always defined; test with #if).
 # CUDA means the runtime API (cuda_runtime_api.h, -lcudart) and nvcc, which
-# compiles cuda/*.cu (Makefile.am: NVCC, ACX_NVCCFLAGS; NVCCFLAGS is the
+# compiles device/*.cu (Makefile.am: NVCC, ACX_NVCCFLAGS; NVCCFLAGS is the
 # user's). -lcuda is never linked: only a stub exists on machines without a
 # driver, and a program linked to it does not start there.
 AC_ARG_WITH([cuda],

@@ -51,7 +51,7 @@ static int fail(mlp_cuda_t *c, const char *fmt, ...) {
 }
 
 /* A failed runtime call leaves a (non-sticky) last error that a later
- * launch check would report again: read it back (cuda/check.h does too). */
+ * launch check would report again: read it back (device/cuda_check.h does too). */
 static int cuda_fail(mlp_cuda_t *c, cudaError_t ret, const char *call, const char *what) {
     (void)cudaGetLastError();
     return fail(c, "%s (%s) failed: %s: %s", call, what, cudaGetErrorName(ret),

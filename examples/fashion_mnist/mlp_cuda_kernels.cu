@@ -5,7 +5,7 @@
  * normalization. The matrix products are cuBLAS (mlp_cuda.c).
  *
  * Rounding: every float operation is an explicit _rn intrinsic, as in
- * cuda/kernels.cu: nvcc contracts a*b + c into an FMA by default, and the
+ * device/cuda_kernels.cu: nvcc contracts a*b + c into an FMA by default, and the
  * intrinsics keep each operation rounded on its own, so the kernels compute
  * mlp.c's expression tree exactly (gcc on x86-64 does not contract: no FMA
  * in the baseline ISA). Division is IEEE (no --use_fast_math). The one

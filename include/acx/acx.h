@@ -15,5 +15,6 @@
 #include "acx/collectives.h"
 #include "acx/checkpoint.h"
 #include "acx/memory.h"
+#include "acx/cli.h"
 
 #endif /* ACX_H */

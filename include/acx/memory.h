@@ -52,7 +52,7 @@ typedef struct acx_memory_stats {
     int64_t device_peak_total;
     int64_t cached;
     /* Device memory acx keeps for reuse (its device caching allocator,
-     * cuda/device_cache.h, like PyTorch's CUDACachingAllocator: freed
+     * device/cache.h, like PyTorch's CUDACachingAllocator: freed
      * blocks of the sharded strategies' per-step buffers), apart from the
      * device_* counters above, which count buffers in use. Released by
      * acx_memory_empty_cache, at a model's free and at acx_finalize. */

@@ -20,7 +20,7 @@
 #include <string.h>
 
 #include "collectives/coll.h"
-#include "cuda/device.h"
+#include "device/device.h"
 #include "tests/acx_test_mpi.h"
 
 #if ACX_HAVE_CUDA

@@ -1,12 +1,12 @@
 /*
- * tests/gpu/test_kernels.c — the device kernels (cuda/kernels.h) against
+ * tests/gpu/test_kernels.c — the device kernels (device/cuda_kernels.h) against
  * their CPU references, on the first visible GPU; exit 77 (skip) without one.
  *
  *   - casts: every one of the 65536 16-bit patterns widened, and ~12 million
  *     float32 patterns narrowed (every bfloat16 prefix with the low halves
  *     that decide rounding, the float16 tie points and their neighbours, the
  *     float16 subnormal and overflow ranges, uniform random patterns),
- *     compared bit for bit with collectives/half.h;
+ *     compared bit for bit with base/half.h;
  *   - Adam, AdamW and SGD (every variant) over several steps: bitwise equal
  *     to acx_kernel_*_ieee with the host build's multiply-add rounding, and
  *     within 1e-6 relative error (max norm) on the parameters with the
@@ -20,7 +20,7 @@
  *     sequential double sum, and bitwise reproducible) and max |x| (exact,
  *     NaN propagating);
  *   - argument errors;
- *   - the device table's copy stream (cuda/device_ops.h): an asynchronous
+ *   - the device table's copy stream (device/ops.h): an asynchronous
  *     device -> host copy into pinned memory on a stream that waits for an
  *     event behind 64 MiB of memsets and a scale on a non-blocking compute
  *     stream sees their result, bitwise.
@@ -35,11 +35,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "collectives/half.h"
-#include "cuda/device.h"
-#include "cuda/device_ops.h"
-#include "cuda/kernels.h"
-#include "runtime/optim_kernels.h"
+#include "base/half.h"
+#include "device/device.h"
+#include "device/ops.h"
+#include "device/cuda_kernels.h"
+#include "base/optim_kernels.h"
 #include "tests/acx_test.h"
 
 #define CU(call)                                                                                   \
@@ -684,7 +684,7 @@ error:
     return rc;
 }
 
-/* The device table's copy stream (cuda/device_ops.h): work queued on a
+/* The device table's copy stream (device/ops.h): work queued on a
  * non-blocking compute stream — 16 memsets to zero of 64 MiB, then the
  * bytes 0x3f, then a scale by 2 — is followed, without a host wait, by an
  * event on the compute stream, the copy stream waiting for it and an

@@ -49,7 +49,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cuda/device.h"
+#include "device/device.h"
 #include "mlp.h"
 #include "mlp_cuda.h"
 #include "tests/acx_test.h"

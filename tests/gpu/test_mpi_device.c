@@ -27,9 +27,9 @@
 
 #include "acx/acx.h"
 #include "collectives/coll.h"
-#include "collectives/half.h"
-#include "cuda/device.h"
-#include "cuda/memory.h"
+#include "base/half.h"
+#include "device/device.h"
+#include "device/memory.h"
 #include "tests/acx_test_mpi.h"
 
 #define CU(call)                                                                                   \
@@ -388,7 +388,7 @@ error:
 }
 
 /* A 64 MiB memset enqueued on the legacy default stream, then at once an
- * all-reduce of that buffer: the staging copy follows it (cuda/memory.h),
+ * all-reduce of that buffer: the staging copy follows it (device/memory.h),
  * so the collective sees every int 0x01010101. */
 static int test_stream_order(void) {
     const size_t n = (size_t)16 << 20;

@@ -26,9 +26,9 @@
 #include <unistd.h>
 
 #include "collectives/coll.h"
-#include "collectives/half.h"
+#include "base/half.h"
 #include "collectives/nccl/coll_nccl.h"
-#include "cuda/device.h"
+#include "device/device.h"
 #include "tests/acx_test_mpi.h"
 
 #define CU(call)                                                                                   \

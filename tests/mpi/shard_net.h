@@ -35,7 +35,7 @@
 #include <string.h>
 
 #include "acx/acx.h"
-#include "runtime/base/param_init.h"
+#include "base/param_init.h"
 
 #define SN_DIN   3
 #define SN_DH    7

@@ -19,11 +19,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cuda/device.h"
-#include "cuda/device_ops.h"
+#include "device/device.h"
+#include "device/ops.h"
 #include "tests/acx_test_mpi.h"
 #include "collectives/coll.h"
-#include "runtime/base/error.h"
+#include "base/error.h"
 
 static acx_comm_t *world;
 static int rank_, size_;

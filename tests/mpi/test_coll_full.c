@@ -11,7 +11,7 @@
  * exact too: the backend's result must then be, bit for bit, the exact sum
  * (or sum / size for AVG) rounded once to nearest even — the property the
  * backend claims. The rounding reference here is float64 arithmetic (rint
- * on a power-of-two grid), independent of collectives/half.h.
+ * on a power-of-two grid), independent of base/half.h.
  *
  * Counts {0, 1, 3, world-1, 7, 1000, 4097}: empty, smaller than the world,
  * not multiples of anything. Modes: blocking; start + test until done +
@@ -30,7 +30,7 @@
 #include "tests/acx_test_mpi.h"
 #include "collectives/bucket.h"
 #include "collectives/coll.h"
-#include "runtime/base/error.h"
+#include "base/error.h"
 
 static acx_comm_t *world;
 static int rank_, size_;

@@ -33,9 +33,9 @@
 #include <string.h>
 
 #include "collectives/coll.h"
-#include "collectives/half.h"
+#include "base/half.h"
 #include "collectives/mpi/coll_mpi_shm.h"
-#include "runtime/base/error.h"
+#include "base/error.h"
 #include "tests/acx_test_mpi.h"
 
 static int rank_, size_;

@@ -1,6 +1,6 @@
 /*
  * tests/mpi/test_device_cache.c — the device caching allocator
- * (cuda/device_cache.h) under the sharded strategies, on the emulated
+ * (device/cache.h) under the sharded strategies, on the emulated
  * device (device_state: emulated; tests/mpi/device_cache.test at 1 and 2
  * ranks).
  *
@@ -26,7 +26,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "cuda/device_cache.h"
+#include "device/cache.h"
 #include "runtime/optim_state.h"
 #include "sharding/model.h"
 #include "tests/acx_test_mpi.h"

@@ -6,7 +6,7 @@
  *
  * Expectations are computed here, independently of acx: the rounding to
  * bfloat16/float16 by a function of this file (double arithmetic and rint,
- * whose default rounding is to nearest even — not collectives/half.h's bit
+ * whose default rounding is to nearest even — not base/half.h's bit
  * manipulation), AdamW/SGD and the norms in double.
  *
  * The model: unit a = {a.w [7,3] (nn.Linear init), a.e [NE] (zeros)},

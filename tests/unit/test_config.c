@@ -24,8 +24,8 @@
 #include <unistd.h>
 
 #include "acx_test.h"
-#include "runtime/base/config_resolve.h"
-#include "runtime/base/log.h"
+#include "base/config_resolve.h"
+#include "base/log.h"
 
 /* ---- fixtures ---- */
 
@@ -818,7 +818,7 @@ error:
     return 1;
 }
 
-/* A config file's limits (runtime/base/config.c): 1 MiB and mappings or
+/* A config file's limits (base/config.c): 1 MiB and mappings or
  * sequences nested 32 deep. Flow mappings nested 100000 deep took libyaml
  * over 120 s to load before the depth check; refused now in well under a
  * second, on the event that goes one level too deep. The limits are

@@ -1,5 +1,5 @@
 /*
- * tests/unit/test_device_ops.c — the emulated device of cuda/device_ops.h:
+ * tests/unit/test_device_ops.c — the emulated device of device/ops.h:
  * its memory is inaccessible to host code (a dereference outside an op is
  * SIGSEGV, checked in a child process), a host pointer given to an op is
  * refused, allocations are zeroed and accounted in acx_memory_stats'
@@ -8,7 +8,7 @@
  * host copies; casts, scale, the inf check, the norms and the clamp
  * against hand-derived values). The copy stream: asynchronous copies
  * deferred until waited for (NaN until then), event order, the missing
- * stream waits refused, the argument errors. The device cache (cuda/device_cache.h) in
+ * stream waits refused, the argument errors. The device cache (device/cache.h) in
  * front of the emulated table. Also: the CUDA table says why it is absent
  * on a machine without a device.
  */
@@ -21,9 +21,9 @@
 #include <unistd.h>
 
 #include "acx_test.h"
-#include "cuda/device_cache.h"
-#include "cuda/device_ops.h"
-#include "runtime/optim_kernels.h"
+#include "device/cache.h"
+#include "device/ops.h"
+#include "base/optim_kernels.h"
 
 static const acx_devops_t *D = &acx_devops_emulated;
 
@@ -296,7 +296,7 @@ error:
     return rc;
 }
 
-/* The device cache (cuda/device_cache.h) on the emulated device, with two
+/* The device cache (device/cache.h) on the emulated device, with two
  * made-up stream handles (the emulated device ignores streams; the cache
  * only compares them): a freed block comes back for a request on its
  * stream (no table alloc: the emulated alloc counter stays), zeroed when
@@ -388,7 +388,7 @@ error:
     return rc;
 }
 
-/* ---- copy streams and events (rules: cuda/device_ops.h) ---- */
+/* ---- copy streams and events (rules: device/ops.h) ---- */
 
 static int all_ones(const void *p, size_t bytes) {
     const unsigned char *c = p;

@@ -1,6 +1,6 @@
 /*
  * tests/unit/test_half.c — float32 <-> float16 / bfloat16 conversions
- * (collectives/half.h) against hand-derived bit patterns and an independent
+ * (base/half.h) against hand-derived bit patterns and an independent
  * reference.
  *
  * The reference rounds in float64 arithmetic rather than on bits: scale
@@ -24,7 +24,7 @@
 #include <string.h>
 
 #include "acx_test.h"
-#include "collectives/half.h"
+#include "base/half.h"
 
 /* ---- helpers ---- */
 

@@ -1,6 +1,6 @@
 /*
  * tests/unit/test_launch_env.c — launcher detection, the singleton check, the
- * rank cross-check and the log description (slurm/launch_env.c), single
+ * rank cross-check and the log description (launch/env.c), single
  * process.
  *
  * Each case describes a launcher by the exact variables it exports (taken
@@ -12,8 +12,8 @@
  */
 #include "tests/acx_test.h"
 
-#include "runtime/base/error.h"
-#include "slurm/launch_env.h"
+#include "base/error.h"
+#include "launch/env.h"
 
 /* ---- the fake environment ---- */
 

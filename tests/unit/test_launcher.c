@@ -1,6 +1,6 @@
 /*
  * tests/unit/test_launcher.c — the command `acx launch` runs and its exit
- * records (slurm/launcher.c), single process.
+ * records (launch/command.c), single process.
  *
  * The command is compared word for word with what Open MPI 4.1's mpirun,
  * MPICH's mpiexec and Slurm's srun need (see docs/launch.md): inside and
@@ -13,8 +13,8 @@
 
 #include <signal.h>
 
-#include "runtime/base/error.h"
-#include "slurm/launcher.h"
+#include "base/error.h"
+#include "launch/command.h"
 
 /* ---- the fake environment ---- */
 

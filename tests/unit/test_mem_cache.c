@@ -1,6 +1,6 @@
 /*
  * tests/unit/test_mem_cache.c — the caching allocator behind acx_mem_alloc
- * (runtime/base/mem_cache.c, memstat.c): a freed buffer comes back for the
+ * (base/mem_cache.c, memstat.c): a freed buffer comes back for the
  * next request of its size (the same pointer); a larger free block is
  * split, and the pieces keep their sizes when freed; the zeroing allocation
  * zero-fills a reused block; acx_memory_stats counts the bytes in use per
@@ -18,7 +18,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include "runtime/base/memstat.h"
+#include "base/memstat.h"
 #include "tests/acx_test.h"
 
 #define MIB ((size_t)1 << 20)

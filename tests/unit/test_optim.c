@@ -1,5 +1,5 @@
 /*
- * tests/unit/test_optim.c — the optimizer kernels (runtime/optim_kernels.c)
+ * tests/unit/test_optim.c — the optimizer kernels (base/optim_kernels.c)
  * and the optimizer objects' argument checks (runtime/optimizer.c).
  *
  * Three kinds of expected values, none computed by the code under test:
@@ -25,7 +25,7 @@
 #endif
 
 #include "runtime/accelerator.h"
-#include "runtime/optim_kernels.h"
+#include "base/optim_kernels.h"
 #include "sharding/model.h"
 #include "tests/acx_test.h"
 

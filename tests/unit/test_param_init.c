@@ -17,8 +17,8 @@
 #include <string.h>
 
 #include "acx_test.h"
-#include "runtime/base/param_init.h"
-#include "runtime/base/rng.h"
+#include "base/param_init.h"
+#include "base/rng.h"
 
 static acx_init_spec_t kaiming(acx_init_kind_t kind, acx_nonlinearity_t nl, double a,
                                acx_fan_mode_t mode) {

@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "acx_test.h"
-#include "runtime/base/rng.h"
+#include "base/rng.h"
 
 /* ---- Philox and addressing ---- */
 

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 
 #include "io/sampler.h"
-#include "runtime/base/rng.h"
+#include "base/rng.h"
 #include "tests/acx_test.h"
 
 enum { MODE_DROP_LAST, MODE_EVEN, MODE_NEITHER, MODE_COUNT };

@@ -1,6 +1,6 @@
 /*
  * tests/unit/test_sched.c — learning-rate schedules: the factor formulas
- * (runtime/optim_kernels.c, transformers' get_*_schedule_with_warmup) at
+ * (base/optim_kernels.c, transformers' get_*_schedule_with_warmup) at
  * chosen steps against numbers worked out by hand, and the scheduler object
  * (runtime/scheduler.c) on an optimizer over an unprepared model: factor(0)
  * applied at creation as LambdaLR does, base_lr * factor(s) after s steps,
@@ -10,7 +10,7 @@
 #include <stdint.h>
 
 #include "runtime/accelerator.h"
-#include "runtime/optim_kernels.h"
+#include "base/optim_kernels.h"
 #include "sharding/model.h"
 #include "tests/acx_test.h"
 

@@ -1,0 +1,87 @@
+/*
+ * base/optim_kernels.h — the arithmetic of the optimizers and learning-rate
+ * schedules (library-private to runtime/; tests call it directly).
+ *
+ * The kernels are pure functions over flat fp32 arrays of n elements (the
+ * rank's local shard: p = master weights, g = reduced gradients, the state
+ * arrays of the same length). They reproduce torch.optim's single-tensor CPU
+ * implementations for float32 tensors (torch >= 2.0, whose Adam updates
+ * exp_avg with lerp_) operation by operation: scalars are computed in double
+ * (as Python floats) and rounded to float once, every tensor operation is
+ * one float operation in torch's order, and a multiply-add is fused where
+ * torch's vectorized kernels fuse it, if the target has FMA. Against torch's
+ * tensor ops with the matching CPU capability the results are bitwise equal
+ * (see optim_kernels.c); otherwise they agree to float rounding.
+ *
+ * Subnormals: the acx_kernel_sgd/acx_kernel_adam entry points set FTZ and DAZ
+ * in MXCSR (x86 with SSE2) for the duration of the loop and restore the
+ * caller's control bits afterwards, so a moment that decays below FLT_MIN
+ * (the first moment of a weight whose gradient is always zero reaches that
+ * after ~800 AdamW steps) becomes 0 instead of a subnormal that makes the
+ * step ~2x slower. The program's own code never runs with an altered MXCSR.
+ * The *_ieee variants do the same update under the caller's environment.
+ *
+ * Objects (optimizer, scheduler) live in runtime/optimizer.c and
+ * runtime/scheduler.c; the two hooks they share are declared at the end.
+ */
+#ifndef ACX_RUNTIME_OPTIM_KERNELS_H
+#define ACX_RUNTIME_OPTIM_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "acx/optim.h"
+
+/* ---- floating-point environment ---- */
+
+/* Enter flush-to-zero/denormals-are-zero mode; returns the MXCSR to hand to
+ * acx_fp_flush_end. No-op (returns 0) where MXCSR does not exist. */
+unsigned acx_fp_flush_begin(void);
+
+/* Restore the control bits (rounding, masks, FTZ, DAZ) saved by
+ * acx_fp_flush_begin; exception flags raised in between stay raised, as if
+ * the caller had done the arithmetic. */
+void acx_fp_flush_end(unsigned saved);
+
+/* ---- optimizer kernels ---- */
+
+/* torch.optim.SGD on p[n] with gradients g[n] (formulas in acx/optim.h).
+ * buf[n] is the momentum buffer (unused, may be NULL, when momentum == 0);
+ * first_step != 0 initializes it to the (weight-decayed) gradient, as torch
+ * does when momentum_buffer is None. lr overrides hp->lr (the schedule's). */
+void acx_kernel_sgd(float *p, const float *g, float *buf, size_t n, const acx_sgd_hparams_t *hp,
+                    double lr, int first_step);
+
+/* torch.optim.Adam (decoupled == 0: weight_decay is L2, added to the
+ * gradient) or torch.optim.AdamW (decoupled != 0: p *= 1 - lr*wd first) on
+ * p[n], with m[n] = exp_avg and v[n] = exp_avg_sq updated in place. t is the
+ * step number counted from 1 (bias corrections 1 - beta^t); lr overrides
+ * hp->lr. With eps == 0 an element whose gradients were all zero gets 0/0 =
+ * NaN, as in torch. */
+void acx_kernel_adam(float *p, const float *g, float *m, float *v, size_t n,
+                     const acx_adam_hparams_t *hp, double lr, int64_t t, int decoupled);
+
+/* The same updates without touching MXCSR (gradual underflow unless the
+ * caller set FTZ/DAZ itself): reference and benchmark use. */
+void acx_kernel_sgd_ieee(float *p, const float *g, float *buf, size_t n,
+                         const acx_sgd_hparams_t *hp, double lr, int first_step);
+void acx_kernel_adam_ieee(float *p, const float *g, float *m, float *v, size_t n,
+                          const acx_adam_hparams_t *hp, double lr, int64_t t, int decoupled);
+
+/* ---- learning-rate schedules ---- */
+
+/* factor(s) of transformers.get_<kind>_schedule_with_warmup after s
+ * scheduler steps (formulas in acx/optim.h; arguments are not validated
+ * here: acx_scheduler_create does that). COSINE is not clamped past T:
+ * like transformers, the cosine rises again there when num_cycles = 0.5. */
+double acx_schedule_factor(acx_schedule_kind_t kind, int64_t warmup_steps, int64_t total_steps,
+                           double num_cycles, int64_t s);
+
+/* ---- shared by runtime/optimizer.c and runtime/scheduler.c ---- */
+
+/* Give opt ownership of sched (freed by acx_optimizer_free).
+ * ACX_ERR_STATE if opt already has a schedule. */
+acx_status_t acx_optimizer_attach_scheduler(acx_optimizer_t *opt, acx_scheduler_t *sched);
+void acx_scheduler_free(acx_scheduler_t *sched);
+
+#endif /* ACX_RUNTIME_OPTIM_KERNELS_H */

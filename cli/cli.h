@@ -1,0 +1,54 @@
+/*
+ * cli/cli.h — what the `acx` command's source files share (tools/ only).
+ *
+ * cli/acx.c owns the command table, the conventions and these helpers;
+ * cli/launch.c (`acx launch`) and cli/env.c (`acx env`, `acx config
+ * default`, the interactive `acx config`) implement commands with them.
+ * Exit codes: 0 success, 1 a failure (the message names what failed), 2 a
+ * usage error (one line naming it plus a hint at --help).
+ */
+#ifndef ACX_TOOLS_TOOL_H
+#define ACX_TOOLS_TOOL_H
+
+#include "acx/status.h"
+
+enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2 };
+
+/* "-h" or "--help". */
+int is_help(const char *arg);
+
+/* A usage error: "acx <where>: <fmt with arg>" and a hint at the right
+ * --help, on stderr. Returns EXIT_USAGE. */
+int usage_error(const char *where, const char *fmt, const char *arg);
+
+/* A failed acx call: "acx: <acx_last_error()>" on stderr. Returns EXIT_FAIL. */
+int acx_failure(acx_status_t status);
+
+/* Match argv[*i] against a value-taking option: "--name VALUE",
+ * "--name=VALUE", or the short alias "-x VALUE" (short may be NULL).
+ * Returns 1 and sets *value_p (consuming the value's argument), 0 if
+ * argv[*i] is another option, -1 if the value is missing or empty. */
+int take_option(int argc, char **argv, int *i, const char *long_name, const char *short_name,
+                const char **value_p);
+
+/* A fake environment for the config resolver (cli/env.c): the variables
+ * given to tool_env_set, looked up in front of the real environment, or
+ * alone (alone = 1: every other variable is unset, so no ACX_* variable,
+ * ACX_CONFIG_FILE or HOME's default file is read). Values are borrowed. */
+void tool_env_reset(int alone);
+void tool_env_set(const char *name, const char *value);
+const char *tool_env(const char *name);
+
+/* CPUs this process may run on (its affinity mask, as nproc counts). */
+long tool_count_cpus(void);
+
+/* The commands of cli/launch.c and cli/env.c; argv[0] is the command's
+ * (or subcommand's) name. */
+int cmd_launch(int argc, char **argv);
+int cmd_env(int argc, char **argv);
+int cmd_config_default(int argc, char **argv);
+/* `acx config` without a subcommand: the questions on a terminal, else a
+ * usage error that points at `acx config default`. */
+int cmd_config_interactive(int argc, char **argv);
+
+#endif /* ACX_TOOLS_TOOL_H */
