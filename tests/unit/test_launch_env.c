@@ -215,7 +215,7 @@ static int test_singletons(void) {
     CHECK(strstr(msg, "srun started 4 independent singletons") != NULL);
     CHECK(strstr(msg, "`srun --mpi=pmix`") != NULL);
     CHECK(strstr(msg, "`srun --mpi=list`") != NULL);
-    CHECK(strstr(msg, "launch_env.c:") != NULL); /* recorded where detected */
+    CHECK(strstr(msg, "launch/env.c:") != NULL); /* recorded where detected */
     CHECK(strcmp(strstr(msg, ": launcher declared") + 2,
                  "launcher declared 4 processes (SLURM_STEP_NUM_TASKS=4) but MPI sees a world "
                  "of 1: srun started 4 independent singletons, each believing it is rank 0 of "

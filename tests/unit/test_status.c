@@ -51,7 +51,7 @@ static int test_last_error(void) {
     TESTING("last error: \"file:line: text\", leading ../ and ./ stripped");
     acx_error_clear();
     CHECK(strcmp(acx_last_error(), "") == 0);
-    CHECK(acx_error_set(ACX_ERR_IO, "../../runtime/base/x.c", 12, "boom %d", 3) == ACX_ERR_IO);
+    CHECK(acx_error_set(ACX_ERR_IO, "../../base/x.c", 12, "boom %d", 3) == ACX_ERR_IO);
     CHECK(strcmp(acx_last_error(), "base/x.c:12: boom 3") == 0);
     acx_error_set(ACX_ERR_HDF5, "./io/h5.c", 7, "H5Dopen2 failed");
     CHECK(strcmp(acx_last_error(), "io/h5.c:7: H5Dopen2 failed") == 0);
