@@ -1,12 +1,12 @@
 /*
  * base/config_resolve.h — resolving the configuration (library-private).
  *
- * One table lists every key once: its dotted name ("dataloader.drop_last"),
- * environment variable (ACX_DATALOADER_DROP_LAST), type, accepted values or
- * range, default and where it lives in acx_config_t. Every source — defaults,
- * YAML file, environment, --acx-* options, the program's struct — goes
- * through that table, and each resolved value remembers its origin, so
- * `acx config show` and --debug can say where a value came from.
+ * The keys are rows of the settings registry (base/settings.h): dotted
+ * name ("dataloader.drop_last"), environment variable
+ * (ACX_DATALOADER_DROP_LAST), type, accepted values or range, default and
+ * where each lives in acx_config_t. Every source — defaults, YAML file,
+ * environment, --acx-* options, the program's struct — goes through them, and each resolved value
+ * remembers its origin, so `acx config show` and --debug can say where a value came from.
  *
  * An Accelerate default_config.yaml is read as it is: its keys are mapped
  * onto the table's (distributed_type + fsdp_config/deepspeed_config ->
@@ -19,6 +19,7 @@
 
 #include "acx/config.h"
 #include "acx/status.h"
+#include "base/settings.h"
 
 #define ACX_PATH_MAX 4096
 
@@ -84,10 +85,9 @@ acx_status_t acx_config_resolve(const acx_config_t *program, const char *cli_con
                                 int n_overrides, const char *const *overrides,
                                 const char *(*env)(const char *name), acx_resolved_config_t *out);
 
-/* Key table access, for `acx config show` and --debug. */
-int acx_config_num_keys(void);
-const char *acx_config_key_name(int i);
-/* Format key i's resolved value as text ("bf16", "25", "true"). */
+/* The keys themselves (acx_config_num_keys, acx_config_key_name, ...) are
+ * in base/settings.h; origin[] and the functions below index them alike.
+ * Format key i's resolved value as text ("bf16", "25", "true"). */
 void acx_config_format_value(const acx_resolved_config_t *cfg, int i, char *buf, size_t n);
 
 /* The launch information (acx_config_info_t) as a table: names
@@ -95,8 +95,6 @@ void acx_config_format_value(const acx_resolved_config_t *cfg, int i, char *buf,
  * "main_process_port". format_info writes item i's value ("16",
  * "10.0.0.1") and returns 1, or writes "" and returns 0 when the file did
  * not give it. */
-int acx_config_num_info(void);
-const char *acx_config_info_name(int i);
 int acx_config_format_info(const acx_resolved_config_t *cfg, int i, char *buf, size_t n);
 
 /* Log, at warn level (subsystem init), the file's cannot-honour warning and
@@ -106,15 +104,5 @@ int acx_config_format_info(const acx_resolved_config_t *cfg, int i, char *buf, s
 void acx_config_log_warnings(const acx_resolved_config_t *cfg, int world_size);
 /* Render the resolved config as YAML (for logs and, later, checkpoints). */
 void acx_config_to_yaml(const acx_resolved_config_t *cfg, char *buf, size_t n);
-
-/* Names of enum values ("no_shard", "bf16", "mpi"...), for messages. */
-const char *acx_sharding_strategy_name(int s);
-const char *acx_mixed_precision_name(int mp);
-const char *acx_backend_name(int b);
-const char *acx_device_state_name(int d);      /* "auto", "host", "cuda", "emulated" */
-const char *acx_offload_optimizer_name(int o); /* "none", "cpu" */
-const char *acx_log_with_name(int w);
-const char *acx_backward_prefetch_name(int p);
-const char *acx_resume_name(int r);
 
 #endif /* ACX_BASE_CONFIG_RESOLVE_H */

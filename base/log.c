@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "base/log.h"
+#include "base/settings.h"
 
 #define LOG_LINE_MAX 4096
 #define LOG_HOST_MAX 256
@@ -173,7 +174,7 @@ static int expand_path(const char *pattern, char *out, size_t n) {
  * with %r waits until the rank is known (lines go to stderr until then), so
  * a pre-MPI setup does not leave a stray "rank -1" file behind. */
 static void open_log_file(void) {
-    const char *pattern = getenv("ACX_LOG_FILE");
+    const char *pattern = acx_env_text(ACX_ENV_LOG_FILE);
     int new_fd = 2;
     char path[4096];
     if (pattern != NULL && pattern[0] != '\0' && !(log_rank < 0 && strstr(pattern, "%r"))) {
@@ -181,8 +182,8 @@ static void open_log_file(void) {
             if (!log_file_warned) {
                 log_file_warned = 1;
                 acx_log_write(ACX_LOG_WARN, ACX_SUBSYS_INIT,
-                              "ACX_LOG_FILE='%s': expanded path too long; logging to stderr",
-                              pattern);
+                              "%s='%s': expanded path too long; logging to stderr",
+                              acx_env_name(ACX_ENV_LOG_FILE), pattern);
             }
         } else {
             int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
@@ -194,8 +195,8 @@ static void open_log_file(void) {
                 if (log_fd != 2) close(log_fd);
                 log_fd = 2;
                 acx_log_write(ACX_LOG_WARN, ACX_SUBSYS_INIT,
-                              "ACX_LOG_FILE: cannot open '%s': %s; logging to stderr", path,
-                              strerror(e));
+                              "%s: cannot open '%s': %s; logging to stderr",
+                              acx_env_name(ACX_ENV_LOG_FILE), path, strerror(e));
             }
         }
     }
@@ -217,9 +218,9 @@ void acx_log_setup(int rank, int world_size, int level, const char *subsys_spec)
     open_log_file();
     if (unknown[0] != '\0')
         acx_log_write(ACX_LOG_WARN, ACX_SUBSYS_INIT,
-                      "ACX_LOG_SUBSYS: unknown subsystem(s) '%s' ignored (known: "
+                      "%s: unknown subsystem(s) '%s' ignored (known: "
                       "init, coll, shard, io, data, launch, optim, all; '^' excludes)",
-                      unknown);
+                      acx_env_name(ACX_ENV_LOG_SUBSYS), unknown);
 }
 
 int acx_log_enabled(int level, unsigned subsys) {

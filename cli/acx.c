@@ -37,6 +37,7 @@
 
 #include "acx/acx.h"
 #include "acx/cli.h"
+#include "base/settings.h"
 #include "io/ckpt_crc.h"
 #include "cli/cli.h"
 
@@ -396,6 +397,41 @@ out:
     return status;
 }
 
+/* ---- acx config doc ---- */
+
+static const char config_doc_usage[] =
+    "usage: acx config doc\n"
+    "\n"
+    "Print, as Markdown, the tables of docs/config.md that list every config\n"
+    "key (environment variable, type, default, accepted values), the launch\n"
+    "information keys and the environment variables that are not config keys.\n"
+    "They come from the one registry of settings the configuration is read\n"
+    "with (base/settings.c); docs/config.md holds this output between its\n"
+    "generated-table markers, and tests/config_doc.test fails when the two\n"
+    "differ.\n"
+    "\n"
+    "options:\n"
+    "  -h, --help             show this text\n"
+    "\n"
+    "Exit status: 0 printed, 1 a write failed, 2 usage error.\n";
+
+static int cmd_config_doc(int argc, char **argv) {
+    static const char where[] = "config doc";
+    for (int i = 1; i < argc; i++) {
+        if (is_help(argv[i])) {
+            fputs(config_doc_usage, stdout);
+            return EXIT_OK;
+        }
+        return usage_error(
+            where, argv[i][0] == '-' ? "unknown option '%s'" : "unexpected argument '%s'", argv[i]);
+    }
+    if (acx_settings_write_doc(stdout) != 0 || fflush(stdout) != 0) {
+        fprintf(stderr, "acx: config doc: cannot write standard output\n");
+        return EXIT_FAIL;
+    }
+    return EXIT_OK;
+}
+
 /* ---- acx config ---- */
 
 static const char config_usage[] =
@@ -411,6 +447,7 @@ static const char config_usage[] =
     "subcommands:\n"
     "  show      print the resolved configuration and where each value came from\n"
     "  default   write a default config file without asking\n"
+    "  doc       print the key and environment tables of docs/config.md\n"
     "\n"
     "Run 'acx config <subcommand> --help' for its options.\n";
 
@@ -422,6 +459,7 @@ static int cmd_config(int argc, char **argv) {
     if (argc < 2 || argv[1][0] == '-') return cmd_config_interactive(argc, argv);
     if (strcmp(argv[1], "show") == 0) return cmd_config_show(argc - 1, argv + 1);
     if (strcmp(argv[1], "default") == 0) return cmd_config_default(argc - 1, argv + 1);
+    if (strcmp(argv[1], "doc") == 0) return cmd_config_doc(argc - 1, argv + 1);
     return usage_error(
         "config", argv[1][0] == '-' ? "unknown option '%s'" : "unknown subcommand '%s'", argv[1]);
 }

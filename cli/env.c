@@ -340,34 +340,30 @@ int cmd_env(int argc, char **argv) {
  * answers given, checked by it); num_processes is the launch information
  * `acx launch` uses when -n is not given. */
 static const struct {
-    const char *key, *var, *comment;
+    const char *key, *comment;
 } written_keys[] = {
-    {"mixed_precision", "ACX_MIXED_PRECISION", "no, bf16 or fp16"},
-    {"sharding_strategy", "ACX_SHARDING_STRATEGY",
-     "no_shard, shard_grad_op, full_shard or hybrid_shard"},
-    {"gradient_accumulation_steps", "ACX_GRADIENT_ACCUMULATION_STEPS",
-     "micro-batches per optimizer step"},
-    {"seed", "ACX_SEED", NULL},
-    {"project_dir", "ACX_PROJECT_DIR", "checkpoints and metrics go here"},
-    {"log_level", "ACX_LOG_LEVEL", "error, warn, info or debug"},
-    {"collective_timeout", "ACX_COLLECTIVE_TIMEOUT", "seconds"},
+    {"mixed_precision", "no, bf16 or fp16"},
+    {"sharding_strategy", "no_shard, shard_grad_op, full_shard or hybrid_shard"},
+    {"gradient_accumulation_steps", "micro-batches per optimizer step"},
+    {"seed", NULL},
+    {"project_dir", "checkpoints and metrics go here"},
+    {"log_level", "error, warn, info or debug"},
+    {"collective_timeout", "seconds"},
 };
 #define NUM_WRITTEN ((int)(sizeof written_keys / sizeof written_keys[0]))
 
-static int key_index(const char *name) {
-    for (int i = 0; i < acx_config_num_keys(); i++)
-        if (strcmp(acx_config_key_name(i), name) == 0) return i;
-    return -1;
-}
-
-/* answers[k] is the value of written_keys[k] (NULL = the default).
- * Resolved alone (no real environment, no other file): the file holds
- * exactly these settings. */
+/* answers[k] is the value of written_keys[k] (NULL = the default), given
+ * to the resolver as the key's environment variable (the registry's,
+ * base/settings.h), so that a wrong answer is refused with the message an
+ * environment variable gets. Resolved alone (no real environment, no other
+ * file): the file holds exactly these settings. */
 static acx_status_t resolve_answers(const char *const answers[NUM_WRITTEN],
                                     acx_resolved_config_t *cfg) {
     tool_env_reset(1);
-    for (int k = 0; k < NUM_WRITTEN; k++)
-        tool_env_set(written_keys[k].var, answers[k]);
+    for (int k = 0; k < NUM_WRITTEN; k++) {
+        const acx_setting_t *s = acx_config_key(acx_config_key_index(written_keys[k].key));
+        if (s != NULL && s->env != NULL) tool_env_set(s->env, answers[k]);
+    }
     acx_status_t st = acx_config_resolve(NULL, NULL, 0, NULL, tool_env, cfg);
     tool_env_reset(0);
     return st;
@@ -386,7 +382,7 @@ static void render_config(FILE *f, const acx_resolved_config_t *cfg, int num_pro
             how, acx_version(), num_processes);
     char value[ACX_PATH_MAX];
     for (int k = 0; k < NUM_WRITTEN; k++) {
-        int i = key_index(written_keys[k].key);
+        int i = acx_config_key_index(written_keys[k].key);
         if (i < 0) continue; /* a key this version no longer has */
         acx_config_format_value(cfg, i, value, sizeof value);
         fprintf(f, "%s: ", written_keys[k].key);
@@ -613,7 +609,7 @@ int cmd_config_interactive(int argc, char **argv) {
         } else {
             for (int j = 0; j < NUM_WRITTEN; j++)
                 if (strcmp(written_keys[j].key, questions[q].key) == 0) k = j;
-            acx_config_format_value(cfg, key_index(questions[q].key), def, sizeof def);
+            acx_config_format_value(cfg, acx_config_key_index(questions[q].key), def, sizeof def);
         }
         for (;;) {
             if (!ask(questions[q].question, def, line, sizeof line)) {

@@ -25,6 +25,7 @@
 #include "base/half.h"
 #include "base/error.h"
 #include "base/log.h"
+#include "base/settings.h"
 
 /* Most non-blocking bucket all-reduces in flight at once. Open MPI's
  * non-blocking all-reduce (libnbc) allocates a temporary buffer the size of
@@ -37,16 +38,11 @@
  * oldest, which MPI had to finish before the optimizer step anyway. */
 #define MAX_IN_FLIGHT 2
 
-/* MAX_IN_FLIGHT, or ACX_TEST_BUCKETS_MAX_IN_FLIGHT (a positive integer) for
+/* MAX_IN_FLIGHT, or ACX_TEST_BUCKETS_MAX_IN_FLIGHT (1 to 2^20; base/settings.c) for
  * benchmarks that compare limits in one build (benchmarks/run-shard-mem.sh). */
 static int max_in_flight(void) {
-    const char *hook = getenv("ACX_TEST_BUCKETS_MAX_IN_FLIGHT");
-    if (hook != NULL && hook[0] != '\0') {
-        char *end = NULL;
-        long v = strtol(hook, &end, 10);
-        if (*end == '\0' && v >= 1 && v <= 1 << 20) return (int)v;
-    }
-    return MAX_IN_FLIGHT;
+    int64_t v;
+    return acx_env_int(ACX_ENV_TEST_BUCKETS_MAX_IN_FLIGHT, &v) == 1 ? (int)v : MAX_IN_FLIGHT;
 }
 
 enum bucket_state {

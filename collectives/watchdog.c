@@ -16,6 +16,7 @@
 #include "collectives/coll.h"
 #include "collectives/watchdog.h"
 #include "base/error.h"
+#include "base/settings.h"
 
 #define OP_NAME_MAX 24
 
@@ -276,10 +277,10 @@ acx_status_t acx_watchdog_start(double timeout_s, double io_timeout_s, int world
      * consecutive ranks, as if the node held only them (still one real node,
      * so the window can be shared) — how stall_stopped.test gets a
      * "other nodes" line from one machine */
-    const char *k_env = getenv("ACX_TEST_WATCHDOG_NODE_RANKS");
-    int k = k_env != NULL ? atoi(k_env) : 0;
+    int64_t k = 0;
+    if (acx_env_int(ACX_ENV_TEST_WATCHDOG_NODE_RANKS, &k) != 1) k = 0;
     if (k > 0)
-        ACX_MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, world_rank / k, world_rank, &wd.node));
+        ACX_MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, (int)(world_rank / k), world_rank, &wd.node));
     else
         ACX_MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, world_rank,
                                           MPI_INFO_NULL, &wd.node));

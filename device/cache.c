@@ -32,6 +32,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "base/memstat.h"
+#include "base/settings.h"
 
 #define SLACK_DIV 8 /* a block may be up to 1/8 larger than the request it serves */
 
@@ -51,8 +52,9 @@ static size_t cached_bytes;
 static int registered;
 
 static int caching_on(void) {
-    const char *e = getenv("ACX_DEVICE_CACHE_DISABLE");
-    return e == NULL || strcmp(e, "1") != 0;
+    int off;
+    acx_env_flag(ACX_ENV_DEVICE_CACHE_DISABLE, &off); /* anything but 1: caching stays on */
+    return !off;
 }
 
 /* Caller holds the lock. */

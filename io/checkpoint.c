@@ -143,6 +143,7 @@
 #include "io/h5.h"
 #include "base/error.h"
 #include "base/log.h"
+#include "base/settings.h"
 
 /* Bytes per H5Dwrite / H5Dread call of a tensor's rows (whole rows, at
  * least one): each piece's CRC is computed right before it is written or
@@ -849,8 +850,9 @@ acx_status_t acx_ckpt_save(acx_comm_t *world, const char *path, const acx_ckpt_t
      * ACX_TEST_CKPT_OLD_METADATA=1 (benchmarks only: docs/benchmarks.md)
      * leaves HDF5's default, the earliest formats (version-0 superblock,
      * version-1 dataset headers: no checksums), to measure their cost. */
-    const char *old_meta = getenv("ACX_TEST_CKPT_OLD_METADATA");
-    if (old_meta == NULL || strcmp(old_meta, "1") != 0)
+    int old_meta;
+    acx_env_flag(ACX_ENV_TEST_CKPT_OLD_METADATA, &old_meta);
+    if (!old_meta)
         ACX_H5_CHECK_GOTO(H5Pset_libver_bounds(fapl, H5F_LIBVER_V18, H5F_LIBVER_V110), what, status,
                           agreed_create);
     ACX_H5_CHECK_GOTO(fcpl = H5Pcreate(H5P_FILE_CREATE), what, status, agreed_create);

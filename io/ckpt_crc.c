@@ -40,6 +40,7 @@
 #include "io/ckpt_crc.h"
 #include "io/h5.h"
 #include "base/error.h"
+#include "base/settings.h"
 
 /* The CRCs are of the bytes as stored (little-endian). The writer and the
  * reader checksum acx's in-memory buffers, which hold the same bytes only
@@ -51,12 +52,8 @@
 
 uint64_t acx_ckpt_crc_block_bytes(uint64_t bytes) {
     uint64_t block = ACX_CKPT_CRC_BLOCK_MIN;
-    const char *hook = getenv("ACX_TEST_CKPT_CRC_BLOCK");
-    if (hook != NULL && hook[0] != '\0') {
-        char *end = NULL;
-        unsigned long long v = strtoull(hook, &end, 10);
-        if (*end == '\0' && v >= 1) block = v;
-    }
+    int64_t v;
+    if (acx_env_int(ACX_ENV_TEST_CKPT_CRC_BLOCK, &v) == 1) block = (uint64_t)v;
     while (acx_ckpt_crc_nblocks(bytes, block) > ACX_CKPT_CRC_MAX_BLOCKS)
         block *= 2;
     return block;

@@ -28,6 +28,7 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "base/settings.h"
 #include "launch/command.h"
 
 /* ---- a growable list of owned strings ---- */
@@ -100,18 +101,24 @@ static int positive_var(const char *(*env)(const char *), const char *name) {
     return (int)x;
 }
 
+/* KEY's variable (the registry's, base/settings.h) = value, if value is set. */
+static void add_key(strvec_t *env, const char *key, const char *value) {
+    const acx_setting_t *s = acx_config_key(acx_config_key_index(key));
+    if (value != NULL && s != NULL) sv_addf(env, "%s=%s", s->env, value);
+}
+
 /* The ACX_* variables the ranks get from acx launch's options, in the
- * order of config.c's key table. */
+ * order of the registry's key table. */
 static void add_settings(strvec_t *env, const acx_launch_request_t *req) {
-    if (req->config_file != NULL) sv_addf(env, "ACX_CONFIG_FILE=%s", req->config_file);
-    if (req->mixed_precision != NULL) sv_addf(env, "ACX_MIXED_PRECISION=%s", req->mixed_precision);
-    if (req->sharding_strategy != NULL)
-        sv_addf(env, "ACX_SHARDING_STRATEGY=%s", req->sharding_strategy);
-    if (req->gradient_accumulation_steps != NULL)
-        sv_addf(env, "ACX_GRADIENT_ACCUMULATION_STEPS=%s", req->gradient_accumulation_steps);
+    if (req->config_file != NULL)
+        sv_addf(env, "%s=%s", acx_env_name(ACX_ENV_CONFIG_FILE), req->config_file);
+    add_key(env, "mixed_precision", req->mixed_precision);
+    add_key(env, "sharding_strategy", req->sharding_strategy);
+    add_key(env, "gradient_accumulation_steps", req->gradient_accumulation_steps);
     if (req->debug) {
-        sv_add(env, "ACX_LOG_LEVEL=debug");
-        sv_add(env, "ACX_DEBUG_MODE=1"); /* cross-rank checks before every collective */
+        add_key(env, "log_level", "debug");
+        /* cross-rank checks before every collective */
+        sv_addf(env, "%s=1", acx_env_name(ACX_ENV_DEBUG_MODE));
     }
 }
 

@@ -38,6 +38,7 @@
 #include "runtime/accelerator.h"
 #include "base/error.h"
 #include "base/log.h"
+#include "base/settings.h"
 #include "device/cache.h"
 #include "base/mem_cache.h"
 #include "runtime/preempt.h"
@@ -48,21 +49,6 @@
 #define ACX_MAX_OVERRIDES 64
 
 /* ---- argv ---- */
-
-/* Keys compare equal when they differ only in '.', '-' and '_' and case, so
- * --acx-dataloader-drop-last and --acx-dataloader.drop_last both work. */
-static int key_equal(const char *a, const char *b, size_t bn) {
-    size_t i = 0;
-    for (; a[i] != '\0' && i < bn; i++) {
-        char x = a[i], y = b[i];
-        if (x == '-' || x == '.') x = '_';
-        if (y == '-' || y == '.') y = '_';
-        if (x >= 'A' && x <= 'Z') x = (char)(x - 'A' + 'a');
-        if (y >= 'A' && y <= 'Z') y = (char)(y - 'A' + 'a');
-        if (x != y) return 0;
-    }
-    return a[i] == '\0' && i == bn;
-}
 
 typedef struct argv_opts {
     const char *config_file;
@@ -119,9 +105,15 @@ static acx_status_t argv_strip(int *argc, char ***argv, argv_opts_t *o) {
                 value = eq + 1;
             else if (i + 1 < *argc && strncmp(v[i + 1], "--", 2) != 0)
                 value = v[++i];
+            /* '.', '-' and '_' and case alike: --acx-dataloader-drop-last and
+             * --acx-dataloader.drop_last both work */
+            char given[256];
             const char *canon = NULL;
-            for (int k = 0; k < acx_config_num_keys(); k++)
-                if (key_equal(acx_config_key_name(k), key, klen)) canon = acx_config_key_name(k);
+            if (klen < sizeof given) {
+                memcpy(given, key, klen);
+                given[klen] = '\0';
+                canon = acx_config_key_name(acx_config_option_index(given));
+            }
             if (canon == NULL)
                 return ACX_ERROR(
                     ACX_ERR_INVALID_CONFIG,
@@ -181,8 +173,8 @@ static acx_status_t simulate_nodes(acx_accelerator_t *acc) {
     if (rpn <= 0) return ACX_OK;
     if (acc->world_size % rpn != 0) {
         const acx_config_origin_t *o = NULL;
-        for (int k = 0; k < acx_config_num_keys(); k++)
-            if (strcmp(acx_config_key_name(k), "ranks_per_node") == 0) o = &acc->config.origin[k];
+        int k = acx_config_key_index("ranks_per_node");
+        if (k >= 0) o = &acc->config.origin[k];
         return ACX_ERROR(ACX_ERR_INVALID_CONFIG,
                          "ranks_per_node=%d (from %s) does not divide the world size %d: every "
                          "simulated node needs the same number of ranks",
@@ -200,72 +192,6 @@ static acx_status_t simulate_nodes(acx_accelerator_t *acc) {
 }
 
 static const char *env_lookup(const char *name) { return getenv(name); }
-
-extern char **environ;
-
-/* Levenshtein distance of two short strings (capped inputs), for "did you mean". */
-static int edit_distance(const char *a, const char *b) {
-    int la = (int)strlen(a), lb = (int)strlen(b), row[128];
-    if (la > 120 || lb > 120) return 99;
-    for (int j = 0; j <= lb; j++)
-        row[j] = j;
-    for (int i = 1; i <= la; i++) {
-        int diag = row[0];
-        row[0] = i;
-        for (int j = 1; j <= lb; j++) {
-            int up = row[j], best = diag + (a[i - 1] != b[j - 1]);
-            if (up + 1 < best) best = up + 1;
-            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
-            diag = up;
-            row[j] = best;
-        }
-    }
-    return row[lb];
-}
-
-/* The environment variable of config key k: ACX_ + upper case, '.' -> '_'. */
-static void key_env_name(int k, char *buf, size_t n) {
-    const char *key = acx_config_key_name(k);
-    size_t i = 0;
-    snprintf(buf, n, "ACX_");
-    for (i = 4; *key && i + 1 < n; key++, i++)
-        buf[i] = *key == '.' ? '_' : (char)(*key >= 'a' && *key <= 'z' ? *key - 'a' + 'A' : *key);
-    buf[i] = '\0';
-}
-
-/* An ACX_* variable that is no config key is most likely a typo (ACX_SEEED),
- * silently ignored otherwise: warn once, on the main process. Variables
- * read elsewhere and the ACX_TEST_ prefix (the test suite's) are known. */
-static void warn_unknown_env(const acx_accelerator_t *acc) {
-    static const char *const other[] = {
-        "ACX_CONFIG_FILE", "ACX_LOG_SUBSYS",     "ACX_LOG_FILE",      "ACX_DEBUG_MODE",
-        "ACX_SHM_DISABLE", "ACX_SHM_SLOT_BYTES", "ACX_SHM_MIN_BYTES", "ACX_DEVICE_CACHE_DISABLE"};
-    if (acc->rank != 0 || environ == NULL) return;
-    for (char **e = environ; *e != NULL; e++) {
-        if (strncmp(*e, "ACX_", 4) != 0 || strncmp(*e, "ACX_TEST_", 9) == 0) continue;
-        char name[128], env[128], best[128] = "";
-        size_t len = strcspn(*e, "=");
-        if (len >= sizeof name) continue;
-        memcpy(name, *e, len);
-        name[len] = '\0';
-        int known = 0, best_d = 3;
-        for (size_t i = 0; i < sizeof other / sizeof *other && !known; i++)
-            known = strcmp(name, other[i]) == 0;
-        for (int k = 0; k < acx_config_num_keys() && !known; k++) {
-            key_env_name(k, env, sizeof env);
-            known = strcmp(name, env) == 0;
-            int d = edit_distance(name, env);
-            if (d < best_d) {
-                best_d = d;
-                snprintf(best, sizeof best, "%s", env);
-            }
-        }
-        if (!known)
-            ACX_WARN(ACX_SUBSYS_INIT, "ignoring environment variable %s: not an acx setting%s%s%s",
-                     name, best[0] ? " (did you mean " : "", best,
-                     best[0] ? "?)" : " (see docs/config.md)");
-    }
-}
 
 /* Every rank must resolve the same configuration (a different ACX_* value
  * or config file on one rank would silently change, e.g., its data order).
@@ -458,10 +384,12 @@ ACX_API acx_status_t acx_init(int *argc, char ***argv, const acx_config_t *confi
     ACX_CHECK_GOTO(acx_coll_agree(acc->world, status), status, err_comm);
 
     const acx_config_t *c = &acc->config.values;
-    acx_log_setup(acc->rank, acc->world_size, c->log_level, getenv("ACX_LOG_SUBSYS"));
+    acx_log_setup(acc->rank, acc->world_size, c->log_level, acx_env_text(ACX_ENV_LOG_SUBSYS));
     if (acc->rank == 0) acx_config_log_warnings(&acc->config, acc->world_size);
     ACX_CHECK_GOTO(check_config_agrees(acc), status, err_comm);
-    warn_unknown_env(acc);
+    /* An ACX_* variable no setting registers is most likely a typo
+     * (ACX_SEEED), silently ignored otherwise: warn once, on the main process. */
+    if (acc->rank == 0) acx_env_warn_unknown();
     /* agreed: a rank that sees no device must not leave while the others
      * go on to bootstrap NCCL */
     status = acx_coll_select((acx_backend_kind_t)c->backend, (acx_device_state_t)c->device_state,
@@ -585,8 +513,9 @@ ACX_API acx_status_t acx_finalize(acx_accelerator_t *acc) {
     accelerator_free(acc);
     acx_watch_exit();
     /* the test suite's: this rank stops past the watched part (stall_stopped.test) */
-    const char *stop = getenv("ACX_TEST_FINALIZE_STOP_RANK");
-    if (stop != NULL && atoi(stop) == rank) kill(getpid(), SIGSTOP);
+    int64_t stop;
+    if (acx_env_int(ACX_ENV_TEST_FINALIZE_STOP_RANK, &stop) == 1 && stop == rank)
+        kill(getpid(), SIGSTOP);
     int deadline =
         limit > 0 && isfinite(limit) &&
         acx_deadline_start(limit, "acx_finalize", "the stall detector's teardown (MPI_Win_free)",

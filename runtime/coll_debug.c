@@ -21,7 +21,6 @@
  * public collective; a rank that is inside an internal collective (or not
  * in any) still hangs the others — that is the stall detector's job.
  */
-#include <ctype.h>
 #include <mpi.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -31,34 +30,28 @@
 #include "collectives/watchdog.h"
 #include "base/error.h"
 #include "base/log.h"
+#include "base/settings.h"
 #include "runtime/coll_debug.h"
 
 /* ---- reading ACX_DEBUG_MODE ---- */
 
-static int word_is(const char *s, const char *word) {
-    for (; *s && *word; s++, word++)
-        if (tolower((unsigned char)*s) != *word) return 0;
-    return *s == '\0' && *word == '\0';
-}
-
 acx_status_t acx_coll_debug_read(acx_accelerator_t *acc) {
-    const char *v = getenv("ACX_DEBUG_MODE");
-    if (v == NULL || v[0] == '\0' || word_is(v, "0") || word_is(v, "false") || word_is(v, "no") ||
-        word_is(v, "off")) {
+    const char *name = acx_env_name(ACX_ENV_DEBUG_MODE), *v = acx_env_text(ACX_ENV_DEBUG_MODE);
+    int on;
+    if (acx_env_flag(ACX_ENV_DEBUG_MODE, &on) < 0)
+        return ACX_ERROR(ACX_ERR_INVALID_CONFIG,
+                         "%s='%s' is not a boolean: use 1 or 0 (true/false, yes/no, on/off)", name,
+                         v);
+    if (!on) {
         acc->coll_debug = ACX_COLL_DEBUG_OFF;
         return ACX_OK;
     }
-    if (!(word_is(v, "1") || word_is(v, "true") || word_is(v, "yes") || word_is(v, "on")))
-        return ACX_ERROR(ACX_ERR_INVALID_CONFIG,
-                         "ACX_DEBUG_MODE='%s' is not a boolean: use 1 or 0 (true/false, yes/no, "
-                         "on/off)",
-                         v);
     acc->coll_debug = ACX_COLL_DEBUG_ON;
     if (acc->rank == 0)
         ACX_INFO(ACX_SUBSYS_COLL,
-                 "debug mode (ACX_DEBUG_MODE=%s): every public collective is "
+                 "debug mode (%s=%s): every public collective is "
                  "checked across ranks first (one extra all-gather per call)",
-                 v);
+                 name, v);
     return ACX_OK;
 }
 
@@ -71,9 +64,10 @@ acx_status_t acx_coll_debug_init(acx_accelerator_t *acc) {
     ACX_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, v, 2, MPI_INT, MPI_MAX, acc->world->mpi));
     if (v[0] != -v[1])
         return ACX_ERROR(ACX_ERR_INVALID_CONFIG,
-                         "ACX_DEBUG_MODE differs across ranks (this is rank %d, where it is %s): "
-                         "set it for every rank (mpirun -x ACX_DEBUG_MODE, or acx launch --debug)",
-                         acc->rank, on ? "on" : "off");
+                         "%s differs across ranks (this is rank %d, where it is %s): "
+                         "set it for every rank (mpirun -x %s, or acx launch --debug)",
+                         acx_env_name(ACX_ENV_DEBUG_MODE), acc->rank, on ? "on" : "off",
+                         acx_env_name(ACX_ENV_DEBUG_MODE));
     return ACX_OK;
 }
 

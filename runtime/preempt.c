@@ -69,6 +69,7 @@
 #include "runtime/accelerator.h"
 #include "base/error.h"
 #include "base/log.h"
+#include "base/settings.h"
 #include "base/signal_list.h"
 #include "runtime/preempt.h"
 #include "runtime/project.h"
@@ -107,9 +108,8 @@ static const char *signal_name(int sig) {
 /* ---- preemption.signals ---- */
 
 static const acx_config_origin_t *key_origin(const acx_accelerator_t *acc, const char *key) {
-    for (int k = 0; k < acx_config_num_keys(); k++)
-        if (strcmp(acx_config_key_name(k), key) == 0) return &acc->config.origin[k];
-    return NULL;
+    int k = acx_config_key_index(key);
+    return k >= 0 ? &acc->config.origin[k] : NULL;
 }
 
 /* preemption.signals -> a mask over acx_signal_names (base/signal_list.c
@@ -162,9 +162,9 @@ acx_status_t acx_preempt_install(acx_accelerator_t *acc) {
 }
 
 void acx_preempt_test_raise(void) {
-    const char *name = getenv("ACX_TEST_PREEMPT_RAISE_AT_INIT");
+    const char *name = acx_env_text(ACX_ENV_TEST_PREEMPT_RAISE_AT_INIT);
     int mask = 0;
-    if (name == NULL || name[0] == '\0' || acx_signal_list_parse(name, &mask, NULL, 0) != 0) return;
+    if (name == NULL || acx_signal_list_parse(name, &mask, NULL, 0) != 0) return;
     for (int i = 0; i < ACX_NUM_SIGNAL_NAMES; i++)
         if (mask & (1 << i)) raise(acx_signal_names[i].sig);
 }

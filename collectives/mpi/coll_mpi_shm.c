@@ -36,6 +36,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "base/memstat.h"
+#include "base/settings.h"
 
 _Static_assert(ATOMIC_LLONG_LOCK_FREE == 2,
                "the shared-memory flags need lock-free 64-bit atomics (other processes read them)");
@@ -95,27 +96,22 @@ typedef struct shm_plan {
     char message[256]; /* why not (SHM_FAILED, SHM_BAD_ENV) */
 } shm_plan_t;
 
-/* Parse ACX_SHM_<key> as a byte count; 0 when absent. -1 (with plan->message
- * set) when malformed. */
-static int env_bytes(const char *key, unsigned long long lo, unsigned long long *v_p,
-                     shm_plan_t *plan) {
-    char name[48];
-    snprintf(name, sizeof name, "ACX_SHM_%s", key);
-    const char *s = getenv(name);
-    if (s == NULL || s[0] == '\0') return 0;
-    char *end = NULL;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno != 0 || end == s || *end != '\0' || s[0] == '-' || v < lo ||
-        v > (unsigned long long)1 << 40 ||
-        (lo == 64 && v % 64 != 0)) { /* the slot: whole cache lines keep blocks aligned */
-        snprintf(plan->message, sizeof plan->message,
-                 "%s=%s: expected a byte count%s, from %llu to 2^40", name, s,
-                 lo == 64 ? " that is a multiple of 64" : "", lo);
+/* A byte count variable (ACX_SHM_SLOT_BYTES, ACX_SHM_MIN_BYTES: range and
+ * multiple in base/settings.c; the slot is whole cache lines, which keeps
+ * blocks aligned) into *v_p; 0 when absent. -1 (with plan->message set) when
+ * malformed. */
+static int env_bytes(acx_env_t id, unsigned long long *v_p, shm_plan_t *plan) {
+    int64_t v;
+    int r = acx_env_int(id, &v);
+    if (r < 0) {
+        char accepted[128];
+        acx_setting_describe(acx_env_setting(id), accepted, sizeof accepted);
+        snprintf(plan->message, sizeof plan->message, "%s=%s: expected %s", acx_env_name(id),
+                 acx_env_text(id), accepted);
         return -1;
     }
-    *v_p = v;
-    return 1;
+    if (r == 1) *v_p = (unsigned long long)v;
+    return r;
 }
 
 /* Node rank 0: read the environment, create, size and map the object. On
@@ -123,16 +119,19 @@ static int env_bytes(const char *key, unsigned long long lo, unsigned long long 
 static void plan_segment(int size, shm_plan_t *plan, char **base_p) {
     memset(plan, 0, sizeof *plan);
     /* the test suite's switch, for measuring the check's cost only */
-    const char *nocheck = getenv("ACX_TEST_SHM_NO_ARGS_CHECK");
-    plan->check_args = nocheck == NULL || strcmp(nocheck, "1") != 0;
-    const char *off = getenv("ACX_SHM_DISABLE");
-    if (off != NULL && strcmp(off, "1") == 0) {
-        plan->verdict = SHM_OFF;
+    int nocheck, off;
+    acx_env_flag(ACX_ENV_TEST_SHM_NO_ARGS_CHECK, &nocheck);
+    plan->check_args = !nocheck;
+    if (acx_env_flag(ACX_ENV_SHM_DISABLE, &off) < 0) {
+        char accepted[64];
+        acx_setting_describe(acx_env_setting(ACX_ENV_SHM_DISABLE), accepted, sizeof accepted);
+        plan->verdict = SHM_BAD_ENV;
+        snprintf(plan->message, sizeof plan->message, "%s=%s: expected %s",
+                 acx_env_name(ACX_ENV_SHM_DISABLE), acx_env_text(ACX_ENV_SHM_DISABLE), accepted);
         return;
     }
-    if (off != NULL && off[0] != '\0' && strcmp(off, "0") != 0) {
-        plan->verdict = SHM_BAD_ENV;
-        snprintf(plan->message, sizeof plan->message, "ACX_SHM_DISABLE=%s: expected 1 or 0", off);
+    if (off) {
+        plan->verdict = SHM_OFF;
         return;
     }
     size_t slot = ACX_SHM_SLOT_BYTES_MAX;
@@ -140,8 +139,8 @@ static void plan_segment(int size, shm_plan_t *plan, char **base_p) {
         slot /= 2;
     plan->slot_bytes = slot;
     plan->min_bytes = ACX_SHM_MIN_BYTES_DEFAULT;
-    if (env_bytes("SLOT_BYTES", 64, &plan->slot_bytes, plan) < 0 ||
-        env_bytes("MIN_BYTES", 0, &plan->min_bytes, plan) < 0) {
+    if (env_bytes(ACX_ENV_SHM_SLOT_BYTES, &plan->slot_bytes, plan) < 0 ||
+        env_bytes(ACX_ENV_SHM_MIN_BYTES, &plan->min_bytes, plan) < 0) {
         plan->verdict = SHM_BAD_ENV;
         return;
     }
@@ -252,7 +251,8 @@ acx_status_t acx_shm_create(MPI_Comm comm, acx_shm_t **shm_p) {
         return ACX_ERROR(ACX_ERR_INVALID_ARG, "%s (read on rank 0)", plan.message);
     if (plan.verdict == SHM_OFF) {
         if (rank == 0)
-            ACX_INFO(ACX_SUBSYS_COLL, "ACX_SHM_DISABLE is set: collectives go through MPI only");
+            ACX_INFO(ACX_SUBSYS_COLL, "%s is set: collectives go through MPI only",
+                     acx_env_name(ACX_ENV_SHM_DISABLE));
         return ACX_OK;
     }
     if (plan.verdict == SHM_FAILED) {

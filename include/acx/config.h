@@ -230,8 +230,11 @@ typedef struct acx_config {
  * value came from ("default", "run.yaml:3", "ACX_SEED", "--acx-seed",
  * "program"), then the read-only launch information of the config file
  * (num_processes, main_process_ip, ... from an Accelerate file), then the
- * warning naming the file's settings acx cannot honour, if any. This is
- * what `acx config show` prints. Not collective; any process may call it.
+ * environment-only settings that are set (ACX_LOG_SUBSYS, ACX_SHM_DISABLE,
+ * ...: docs/config.md lists them), then the warning naming the file's
+ * settings acx cannot honour and one warning per ACX_* variable that is no
+ * acx setting (a likely typo), if any. This is what `acx config show`
+ * prints. Not collective; any process may call it.
  *
  * program: the program's choices, as passed to acx_init; NULL = none.
  * config_file: like --config FILE; NULL = the usual lookup

@@ -8,7 +8,9 @@
  * rendering reading back to the same values, Accelerate default_config.yaml
  * files (an FSDP, a multi-GPU and a DeepSpeed ZeRO-3 one as `accelerate
  * config` writes them, then one case per mapping rule) with their exact
- * warning, and acx_config_describe (`acx config show`).
+ * warning, acx_config_describe (`acx config show`), and the settings
+ * registry itself: its rows, the environment getters and the unknown-ACX_*
+ * check.
  *
  * The environment is a fake lookup table, so the test never depends on the
  * caller's ACX_* variables or $HOME (acx_config_describe reads the real
@@ -26,6 +28,7 @@
 #include "acx_test.h"
 #include "base/config_resolve.h"
 #include "base/log.h"
+#include "base/settings.h"
 
 /* ---- fixtures ---- */
 
@@ -1896,10 +1899,151 @@ error:
     return 1;
 }
 
+/* ---- the settings registry (base/settings.h) ---- */
+
+/* Every row is complete and follows the naming rule: a key's variable is
+ * ACX_ + its name upper-cased with '.' -> '_'; every variable is spelled
+ * once; test hooks, and only they, are ACX_TEST_*. */
+static int test_registry(void) {
+    TESTING("settings registry: every row named, typed, documented, defaults parse");
+    const char *seen[ACX_CONFIG_MAX_KEYS + ACX_ENV_COUNT];
+    int n_seen = 0;
+    for (int i = 0; i < acx_config_num_keys(); i++) {
+        const acx_setting_t *s = acx_config_key(i);
+        char want[128];
+        size_t o = (size_t)snprintf(want, sizeof want, "ACX_");
+        for (const char *c = s->name; *c && o + 1 < sizeof want; c++)
+            want[o++] = *c == '.' ? '_' : (char)toupper((unsigned char)*c);
+        want[o] = '\0';
+        CHECK(s->kind == ACX_SETTING_KEY && s->env != NULL && strcmp(s->env, want) == 0);
+        CHECK(s->doc != NULL && s->doc[0] != '\0' && strchr(s->doc, '|') == NULL);
+        acx_setting_value_t v;
+        CHECK(s->def != NULL && acx_setting_parse(s, s->def, &v));
+        seen[n_seen++] = s->env;
+    }
+    for (int i = 0; i < acx_config_num_info(); i++) {
+        const acx_setting_t *s = acx_config_info(i);
+        CHECK(s->kind == ACX_SETTING_INFO && s->env == NULL && s->doc != NULL);
+    }
+    for (int id = 0; id < ACX_ENV_COUNT; id++) {
+        const acx_setting_t *s = acx_env_setting((acx_env_t)id);
+        CHECK(s != NULL && s->env != NULL && s->name == NULL && s->doc != NULL);
+        CHECK(strncmp(s->env, "ACX_", 4) == 0);
+        CHECK((s->kind == ACX_SETTING_TEST) == (strncmp(s->env, "ACX_TEST_", 9) == 0));
+        CHECK(s->kind == ACX_SETTING_TEST || s->kind == ACX_SETTING_ENV);
+        acx_setting_value_t v;
+        CHECK(s->def == NULL || acx_setting_parse(s, s->def, &v));
+        CHECK(strcmp(acx_env_name((acx_env_t)id), s->env) == 0);
+        seen[n_seen++] = s->env;
+    }
+    for (int a = 0; a < n_seen; a++)
+        for (int b = a + 1; b < n_seen; b++)
+            CHECK(strcmp(seen[a], seen[b]) != 0);
+    CHECK(acx_env_setting(ACX_ENV_COUNT) == NULL);
+    CHECK(acx_config_key_index("fsdp.limit_all_gathers") >= 0);
+    CHECK(acx_config_key_index("fsdp") == -1 && acx_config_is_section("fsdp"));
+    CHECK(acx_config_option_index("Dataloader-Drop_Last") ==
+          acx_config_key_index("dataloader.drop_last"));
+    CHECK(acx_config_option_index("dataloader") == -1);
+    PASSED();
+    return 0;
+error:
+    FAILED();
+    return 1;
+}
+
+/* The typed getters of the environment-only variables: unset and empty
+ * give the row's default (0), a valid value 1, anything else -1 with the
+ * default; the text of an invalid value is what messages name. */
+static int test_env_getters(void) {
+    TESTING("settings registry: acx_env_text/flag/int, unset, valid, invalid");
+    int on = -5;
+    int64_t v = -5;
+    unsetenv("ACX_SHM_DISABLE");
+    CHECK(acx_env_flag(ACX_ENV_SHM_DISABLE, &on) == 0 && on == 0);
+    setenv("ACX_SHM_DISABLE", "", 1);
+    CHECK(acx_env_text(ACX_ENV_SHM_DISABLE) == NULL);
+    CHECK(acx_env_flag(ACX_ENV_SHM_DISABLE, &on) == 0 && on == 0);
+    setenv("ACX_SHM_DISABLE", "1", 1);
+    CHECK(acx_env_flag(ACX_ENV_SHM_DISABLE, &on) == 1 && on == 1);
+    setenv("ACX_SHM_DISABLE", "0", 1);
+    CHECK(acx_env_flag(ACX_ENV_SHM_DISABLE, &on) == 1 && on == 0);
+    setenv("ACX_SHM_DISABLE", "yes", 1); /* a flag is 1 or 0, nothing else */
+    CHECK(acx_env_flag(ACX_ENV_SHM_DISABLE, &on) == -1 && on == 0);
+    CHECK(strcmp(acx_env_text(ACX_ENV_SHM_DISABLE), "yes") == 0);
+    unsetenv("ACX_SHM_DISABLE");
+
+    setenv("ACX_DEBUG_MODE", "On", 1); /* a bool takes YAML's words in any case */
+    CHECK(acx_env_flag(ACX_ENV_DEBUG_MODE, &on) == 1 && on == 1);
+    setenv("ACX_DEBUG_MODE", "2", 1);
+    CHECK(acx_env_flag(ACX_ENV_DEBUG_MODE, &on) == -1 && on == 0);
+    unsetenv("ACX_DEBUG_MODE");
+
+    const char *bad[] = {"100", "0", "abc", "-64", "64k", "2199023255552"};
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        setenv("ACX_SHM_SLOT_BYTES", bad[k], 1);
+        CHECK(acx_env_int(ACX_ENV_SHM_SLOT_BYTES, &v) == -1);
+    }
+    setenv("ACX_SHM_SLOT_BYTES", "4096", 1);
+    CHECK(acx_env_int(ACX_ENV_SHM_SLOT_BYTES, &v) == 1 && v == 4096);
+    unsetenv("ACX_SHM_SLOT_BYTES");
+    char accepted[128];
+    acx_setting_describe(acx_env_setting(ACX_ENV_SHM_SLOT_BYTES), accepted, sizeof accepted);
+    CHECK(strcmp(accepted, "a byte count that is a multiple of 64, from 64 to 2^40") == 0);
+    setenv("ACX_SHM_MIN_BYTES", "0", 1);
+    CHECK(acx_env_int(ACX_ENV_SHM_MIN_BYTES, &v) == 1 && v == 0);
+    unsetenv("ACX_SHM_MIN_BYTES");
+    CHECK(acx_env_int(ACX_ENV_SHM_MIN_BYTES, &v) == 0 && v == 0);
+    PASSED();
+    return 0;
+error:
+    FAILED();
+    return 1;
+}
+
+/* An ACX_* variable no row registers is unknown, with the nearest
+ * registered name when one is close; ACX_TEST_* and other prefixes never
+ * are. */
+static int test_env_unknown(void) {
+    TESTING("settings registry: unknown ACX_* variables and their nearest names");
+    char hint[64];
+    CHECK(acx_env_unknown("ACX_SEEED", hint, sizeof hint) == 1 && strcmp(hint, "ACX_SEED") == 0);
+    CHECK(acx_env_unknown("ACX_SHM_DISABEL", hint, sizeof hint) == 1 &&
+          strcmp(hint, "ACX_SHM_DISABLE") == 0);
+    CHECK(acx_env_unknown("ACX_DATALOADER_DROPLAST", hint, sizeof hint) == 1 &&
+          strcmp(hint, "ACX_DATALOADER_DROP_LAST") == 0);
+    CHECK(acx_env_unknown("ACX_ZZZZZZZZZZ", hint, sizeof hint) == 1 && hint[0] == '\0');
+    CHECK(acx_env_unknown("ACX_SEED", hint, sizeof hint) == 0);
+    CHECK(acx_env_unknown("ACX_LOG_FILE", hint, sizeof hint) == 0);
+    CHECK(acx_env_unknown("ACX_CONFIG_FILE", hint, sizeof hint) == 0);
+    CHECK(acx_env_unknown("ACX_TEST_WHATEVER", hint, sizeof hint) == 0);
+    CHECK(acx_env_unknown("HOME", hint, sizeof hint) == 0);
+    /* the test hooks are never suggested for a typo */
+    CHECK(acx_env_unknown("ACX_TEST_FINALIZE_STOP_RANK", hint, sizeof hint) == 0);
+    CHECK(acx_env_unknown("ACX_FINALIZE_STOP_RANK", hint, sizeof hint) == 1 &&
+          strstr(hint, "TEST") == NULL);
+
+    setenv("ACX_SEEED", "7", 1);
+    int pos = 0, found = 0;
+    char name[64];
+    while (acx_env_next_unknown(&pos, name, sizeof name, hint, sizeof hint))
+        if (strcmp(name, "ACX_SEEED") == 0) found = strcmp(hint, "ACX_SEED") == 0;
+    unsetenv("ACX_SEEED");
+    CHECK(found);
+    PASSED();
+    return 0;
+error:
+    FAILED();
+    return 1;
+}
+
 int main(void) {
     acx_test_watchdog(60);
     int failed = 0;
     failed += test_table();
+    failed += test_registry();
+    failed += test_env_getters();
+    failed += test_env_unknown();
     failed += test_defaults();
     failed += test_file();
     failed += test_file_choice();
