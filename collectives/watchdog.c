@@ -54,8 +54,12 @@ static struct {
     int node_size, node_rank;
     int depth; /* nesting of enter/exit on the main thread */
     pthread_t thread;
-    _Atomic int stop;
-} wd;
+    /* The thread waits on cv (CLOCK_MONOTONIC) between checks, so that
+     * acx_watchdog_stop wakes it at once instead of after a period. */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int stop; /* under mu */
+} wd = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
 /* The coarse clock (the last tick, a few ms resolution) costs a few ns
  * where CLOCK_MONOTONIC costs ~35: plenty for timeouts of seconds. */
@@ -237,18 +241,33 @@ static void report_and_exit(const slot_t *me, double waited, int64_t limit_ns) {
     _exit(ACX_EXIT_STALL);
 }
 
+/* Wait one period on wd.cv, or less when acx_watchdog_stop signals it.
+ * Returns 1 when the thread is to end. */
+static int wait_period(int64_t period_ns) {
+    struct timespec due;
+    clock_gettime(CLOCK_MONOTONIC, &due);
+    int64_t ns = (int64_t)due.tv_nsec + period_ns;
+    due.tv_sec += (time_t)(ns / 1000000000);
+    due.tv_nsec = (long)(ns % 1000000000);
+    pthread_mutex_lock(&wd.mu);
+    int err = 0;
+    while (!wd.stop && err != ETIMEDOUT)
+        err = pthread_cond_timedwait(&wd.cv, &wd.mu, &due);
+    int stop = wd.stop;
+    pthread_mutex_unlock(&wd.mu);
+    return stop;
+}
+
 static void *watch_loop(void *arg) {
     (void)arg;
     /* check about 10 times per timeout, at most twice a second */
     double period = wd.timeout_s / 10.0;
     if (period > 0.5) period = 0.5;
     if (period < 0.01) period = 0.01;
-    struct timespec ts = {.tv_sec = (time_t)period,
-                          .tv_nsec = (long)((period - (double)(time_t)period) * 1e9)};
+    int64_t period_ns = (int64_t)(period * 1e9);
     slot_t *me = &wd.table[wd.node_rank];
     int64_t quiet_until = 0;
-    while (!atomic_load(&wd.stop)) {
-        nanosleep(&ts, NULL);
+    while (!wait_period(period_ns)) {
         int64_t now = now_ns(), last = atomic_load_explicit(&me->heartbeat, memory_order_relaxed);
         atomic_store_explicit(&me->heartbeat, now, memory_order_relaxed); /* alive */
         /* This process itself was stopped (SIGSTOP, a suspended job) and
@@ -318,9 +337,20 @@ acx_status_t acx_watchdog_start(double timeout_s, double io_timeout_s, int world
     wd.world_rank = world_rank;
     snprintf(wd.host, sizeof wd.host, "%s", host ? host : "?");
     wd.depth = 0;
-    atomic_store(&wd.stop, 0);
-    int err = pthread_create(&wd.thread, NULL, watch_loop, NULL);
+    wd.stop = 0;
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    int err = pthread_cond_init(&wd.cv, &ca);
+    pthread_condattr_destroy(&ca);
     if (err != 0) {
+        status =
+            ACX_ERROR(ACX_ERR_SYSTEM, "cannot start the stall detector thread: %s", strerror(err));
+        goto err_win;
+    }
+    err = pthread_create(&wd.thread, NULL, watch_loop, NULL);
+    if (err != 0) {
+        pthread_cond_destroy(&wd.cv);
         status =
             ACX_ERROR(ACX_ERR_SYSTEM, "cannot start the stall detector thread: %s", strerror(err));
         goto err_win;
@@ -336,8 +366,12 @@ err_comm:
 
 void acx_watchdog_stop(void) {
     if (!wd.started) return;
-    atomic_store(&wd.stop, 1);
-    pthread_join(wd.thread, NULL);
+    pthread_mutex_lock(&wd.mu);
+    wd.stop = 1;
+    pthread_cond_signal(&wd.cv);
+    pthread_mutex_unlock(&wd.mu);
+    pthread_join(wd.thread, NULL); /* at once: the signal ends its wait */
+    pthread_cond_destroy(&wd.cv);
     wd.started = 0;
     MPI_Win_free(&wd.win);
     MPI_Comm_free(&wd.node);

@@ -47,7 +47,9 @@ acx_status_t acx_watchdog_start(double timeout_s, double io_timeout_s, int world
                                 const char *host, const volatile int64_t *step_p);
 
 /* Stop the thread and free the table. Collective over MPI_COMM_WORLD (the
- * shared window is freed collectively). No-op when not started. */
+ * shared window is freed collectively). The thread's wait between checks is
+ * signalled, so stopping it costs no part of a period. No-op when not
+ * started. */
 void acx_watchdog_stop(void);
 
 /* The calling rank enters / leaves a (possibly nested) collective; the

@@ -30,7 +30,13 @@
  *   mismatch    one acx_all_reduce of float32, count 256 on rank 0 and 128
  *               elsewhere; prints "all_reduce: <status> <message>" and
  *               exits 3 when refused, 0 when it returned ACX_OK (the
- *               script decides which is right for the environment).
+ *               script decides which is right for the environment);
+ *   cycles      no stuck rank: the program owns MPI and runs 5
+ *               acx_init/acx_finalize cycles; each rank exits 1 when the
+ *               median acx_finalize took 0.25 s or more (the detector's
+ *               thread, which checks every 0.5 s with the limits used
+ *               here, must stop at once, not at its next check), printing
+ *               "finalize: median S s, max S s" (rank 0).
  * Run by tests/stall.test, which checks that the job ends long before the
  * sleep is over, with the diagnostic naming the rank that did not arrive.
  * Without the detector it would finish after the sleep and exit 0 — which
@@ -43,6 +49,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#include <mpi.h>
+#include <time.h>
 
 #include "acx/acx.h"
 
@@ -147,13 +156,49 @@ static int mismatch_once(acx_accelerator_t *acc) {
     return st == ACX_OK ? 0 : 3;
 }
 
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* cycles: acx adopts the program's MPI, so init and finalize can repeat. */
+static int finalize_cycles(int argc, char **argv, const acx_config_t *cfg) {
+    enum { CYCLES = 5 };
+    double t[CYCLES];
+    MPI_Init(&argc, &argv);
+    int rank;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    for (int i = 0; i < CYCLES; i++) {
+        acx_accelerator_t *acc = NULL;
+        TRY(acx_init(&argc, &argv, cfg, &acc));
+        double t0 = now_s();
+        TRY(acx_finalize(acc));
+        t[i] = now_s() - t0;
+    }
+    qsort(t, CYCLES, sizeof t[0], cmp_double);
+    if (rank == 0) printf("finalize: median %.4f s, max %.4f s\n", t[CYCLES / 2], t[CYCLES - 1]);
+    MPI_Finalize();
+    return t[CYCLES / 2] < 0.25 ? 0 : 1;
+}
+
 int main(int argc, char **argv) {
     if (argc < 4) {
         fprintf(stderr, "usage: test_stall TIMEOUT_S STUCK_RANK SLEEP_S "
-                        "[all_reduce|step_end|clip|inside|save|finalize|mismatch]\n");
+                        "[all_reduce|step_end|clip|inside|save|finalize|mismatch|cycles]\n");
         return 2;
     }
     const char *mode = argc > 4 ? argv[4] : "all_reduce";
+    if (strcmp(mode, "cycles") == 0) {
+        acx_config_t cfg = ACX_CONFIG_DEFAULT;
+        cfg.collective_timeout = atof(argv[1]);
+        return finalize_cycles(argc, argv, &cfg);
+    }
     int steps = strcmp(mode, "step_end") == 0 || strcmp(mode, "clip") == 0;
     int inside = strcmp(mode, "inside") == 0, save = strcmp(mode, "save") == 0,
         fin = strcmp(mode, "finalize") == 0, mism = strcmp(mode, "mismatch") == 0;
