@@ -1,6 +1,8 @@
 /*
  * io/checkpoint.h — the parallel HDF5 checkpoint file (library-private).
  *
+ * The one writer (io/ckpt_write.c) and the one reader (io/ckpt_read.c) of
+ * acx's HDF5 files; the names, versions and layout are io/ckpt_format.h's.
  * io knows files, HDF5 and row selections; it does not know what a model or
  * an optimizer is. The runtime (runtime/checkpoint.c) describes the state as
  * a list of tensors — each a global shape plus the rows this rank writes or
@@ -16,11 +18,7 @@
 #include "acx/status.h"
 #include "acx/types.h"
 #include "collectives/coll.h"
-
-#define ACX_CKPT_FORMAT "acx-checkpoint"
-/* 2: contiguous datasets with CRC-32 block attributes (io/ckpt_crc.h);
- * 1: chunked datasets with HDF5's Fletcher-32 filter. Both are read. */
-#define ACX_CKPT_FORMAT_VERSION 2
+#include "io/ckpt_format.h"
 
 typedef enum acx_ckpt_attr_type {
     ACX_CKPT_I64 = 0,

@@ -17,9 +17,10 @@
  * state and the reverse.
  *
  * What it leaves to others: the file itself — HDF5, collective I/O, the
- * temporary file, fsync and rename, checksums — is io/checkpoint.c's; this
- * file describes the state to it as tensors (a global shape, the rows of the
- * local buffer, the rows to write or read) and attributes. Inspection,
+ * temporary file, fsync and rename, checksums — is io/ckpt_write.c's and
+ * io/ckpt_read.c's; this file describes the state to them as tensors (a
+ * global shape, the rows of the local buffer, the rows to write or read)
+ * and attributes. Inspection,
  * verification and export are io/ckpt_tools.c's; the layout is documented in
  * docs/checkpoint-format.md.
  *
