@@ -26,13 +26,9 @@
  * killed at any moment leaves the previous checkpoint intact; a failure
  * removes the temporary file (rank 0, after the collective close).
  *
- * Test hook: ACX_TEST_CKPT_KILL_AT=before_data|mid_data|before_rename|
- * after_rename makes every rank SIGKILL itself at that point of a save
- * ("mid_data": once half of the tensors are written);
- * ACX_TEST_CKPT_STOP_AT=<point>:<rank> makes that rank SIGSTOP itself
- * there instead (a rank frozen mid-save: the stall detector must end the
- * job, naming it). Variables with the
- * ACX_TEST_ prefix are reserved for the test suite; never set them in a job.
+ * Kill points: four named points of a save (ckpt_kill_point below) where
+ * the test suite's own build of this file kills or stops ranks; the
+ * library's build has none.
  *
  * Storage and checksums (format version 2). Datasets are contiguous and
  * unfiltered; each carries the CRC-32s of fixed-size blocks of its raw
@@ -97,7 +93,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -120,16 +115,15 @@
 
 /* ---- small helpers ---- */
 
-static void kill_point(const char *where, int rank) {
-    const char *at = getenv("ACX_TEST_CKPT_KILL_AT");
-    if (at != NULL && strcmp(at, where) == 0) kill(getpid(), SIGKILL);
-    /* ACX_TEST_CKPT_STOP_AT=<point>:<rank>: that rank stops (SIGSTOP) */
-    const char *stop = getenv("ACX_TEST_CKPT_STOP_AT");
-    size_t n = strlen(where);
-    if (stop != NULL && strncmp(stop, where, n) == 0 && stop[n] == ':' &&
-        atoi(stop + n + 1) == rank)
-        kill(getpid(), SIGSTOP);
-}
+/* Named points of a save where the test suite kills or stops ranks, to show
+ * that a save interrupted anywhere leaves the previous checkpoint intact.
+ * In the library they are nothing; test programs compile their own copy
+ * of this file with -DACX_TEST_KILL_POINTS (tests/ckpt_kill_points.h). */
+#ifdef ACX_TEST_KILL_POINTS
+#include "tests/ckpt_kill_points.h"
+#else
+#define ckpt_kill_point(where, rank) ((void)0)
+#endif
 
 /* "a/b/c.h5" → "a/b"; "c.h5" → "."; "/c.h5" → "/". */
 static char *dir_of(const char *path) {
@@ -655,7 +649,7 @@ agreed_create:
     /* a descriptor of our own for the write-behind (HDF5's MPI-IO layer
      * does not show its own); a failure only skips the write-behind */
     pl.wb_fd = open(tmp, O_RDONLY | O_CLOEXEC);
-    kill_point("before_data", rank);
+    ckpt_kill_point("before_data", rank);
     t_data = MPI_Wtime();
 
     for (int i = 0; i < num_tensors; i++) {
@@ -665,7 +659,7 @@ agreed_create:
          * inside the next collective create or write */
         status = acx_coll_agree(world, status);
         if (status != ACX_OK) goto out;
-        if (i + 1 == (num_tensors > 1 ? num_tensors / 2 : 1)) kill_point("mid_data", rank);
+        if (i + 1 == (num_tensors > 1 ? num_tensors / 2 : 1)) ckpt_kill_point("mid_data", rank);
     }
     /* the checksums: the ranks' shares joined, then the attributes */
     t_meta = MPI_Wtime();
@@ -701,7 +695,7 @@ agreed_create:
     status = acx_coll_agree(world, name_no_space(status, errno, tmp, dir));
     if (status != ACX_OK) goto out;
 
-    kill_point("before_rename", rank);
+    ckpt_kill_point("before_rename", rank);
     if (rank == 0) {
         if (rename(tmp, path) != 0)
             status =
@@ -711,7 +705,7 @@ agreed_create:
     }
     /* also the barrier: nobody returns (and reads) before the rename */
     status = acx_coll_agree(world, status);
-    if (status == ACX_OK) kill_point("after_rename", rank);
+    if (status == ACX_OK) ckpt_kill_point("after_rename", rank);
 
 out:
     if (pl.wb_fd >= 0) close(pl.wb_fd);
