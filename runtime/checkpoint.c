@@ -4,8 +4,8 @@
  * streams, config, registered program state), where checkpoints go (the
  * project's checkpoints/ directory, its `latest` pointer and retention), and
  * how a loaded checkpoint is checked against and put back into the running
- * program, under any world size. Also the per-rank random streams
- * (acx_random_u64/uniform) and the program's registered state. The project
+ * program, under any world size. Also the program's registered state (the
+ * random streams themselves are runtime/rng.c's). The project
  * directory itself — its lock, automatic names, `latest`, retention and
  * which files are this run's — is runtime/project.c's.
  *
@@ -81,9 +81,9 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "base/memstat.h"
-#include "base/rng.h"
 #include "runtime/optim_state.h"
 #include "runtime/project.h"
+#include "runtime/rng.h"
 #include "sharding/model.h"
 
 #define CKPT_PATH_MAX      4096
@@ -166,29 +166,6 @@ void acx_checkpoint_free(acx_accelerator_t *acc) {
     free(acc->ckpt_user);
     acc->ckpt_user = NULL;
     acc->num_ckpt_user = acc->cap_ckpt_user = 0;
-}
-
-/* ---- per-rank random streams ---- */
-
-/* The stream of this rank is Philox at (seed, ACX_RNG_USER, key = rank),
- * one block per draw: draw k is block index k. The seed is the config's
- * unless a checkpoint restored another (the stream continues where it was). */
-static uint64_t stream_seed(const acx_accelerator_t *acc) {
-    return acc->rng_restored ? acc->rng_seed : (uint64_t)acc->config.values.seed;
-}
-
-ACX_API uint64_t acx_random_u64(acx_accelerator_t *acc) {
-    if (acc == NULL) return 0;
-    uint32_t w[4];
-    acx_rng_block(stream_seed(acc), ACX_RNG_USER, (uint64_t)acc->rank, acc->rng_counter++, w);
-    return (uint64_t)w[0] << 32 | w[1];
-}
-
-ACX_API double acx_random_uniform(acx_accelerator_t *acc) {
-    if (acc == NULL) return 0.0;
-    uint32_t w[4];
-    acx_rng_block(stream_seed(acc), ACX_RNG_USER, (uint64_t)acc->rank, acc->rng_counter++, w);
-    return acx_rng_u01(w[0], w[1]);
 }
 
 /* ---- the save plan: tensors and attributes handed to io ---- */
@@ -563,9 +540,11 @@ static acx_status_t build_plan(acx_accelerator_t *acc, plan_t *p, const char *cr
     }
 
     /* random streams: row r is rank r's (seed, rank, counter, reserved) */
-    rng_row[0] = (int64_t)stream_seed(acc);
+    uint64_t rng_seed, rng_counter;
+    acx_random_get_position(acc, &rng_seed, &rng_counter);
+    rng_row[0] = (int64_t)rng_seed;
     rng_row[1] = acc->rank;
-    rng_row[2] = (int64_t)acc->rng_counter;
+    rng_row[2] = (int64_t)rng_counter;
     rng_row[3] = 0;
     plan_tensor(p, &(acx_ckpt_tensor_t){.path = "/rng",
                                         .dtype = ACX_DTYPE_INT64,
@@ -1261,13 +1240,10 @@ static acx_status_t apply_restore(acx_accelerator_t *acc, const restore_t *r) {
 
     /* random streams: ranks the saving run had continue their stream; the
      * others start their own from (seed, rank) */
-    acc->rng_restored = 1;
     if (r->have_rng && acc->rank < r->saved_world && r->rng_row[1] == acc->rank) {
-        acc->rng_seed = (uint64_t)r->rng_row[0];
-        acc->rng_counter = (uint64_t)r->rng_row[2];
+        acx_random_set_position(acc, (uint64_t)r->rng_row[0], (uint64_t)r->rng_row[2]);
     } else {
-        acc->rng_seed = (uint64_t)acc->config.values.seed;
-        acc->rng_counter = 0;
+        acx_random_set_position(acc, (uint64_t)acc->config.values.seed, 0);
         if (acc->rank >= r->saved_world)
             ACX_WARN(ACX_SUBSYS_IO,
                      "rank %d did not exist at save (world size %lld): its random stream starts "
