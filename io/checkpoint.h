@@ -154,4 +154,37 @@ acx_status_t acx_ckpt_read(acx_ckpt_file_t *f, const acx_ckpt_tensor_t *tensors,
  * *names_p is one malloc'd block (free it with free()). */
 acx_status_t acx_ckpt_list(acx_ckpt_file_t *f, const char *group, int *count_p, char ***names_p);
 
+/* ---- the scalar state (io/ckpt_state.c) ---- */
+
+/* The attributes of a save of state `s` (io/ckpt_format.h's layout, in the
+ * order the writer creates them), for acx_ckpt_save. *attrs_p is one
+ * malloc'd array (free it with free()) whose strings point into `s` (and
+ * to s->config_yaml and s->hparam_names): keep `s` until the save returns.
+ * Not collective; ACX_ERR_NO_MEMORY. */
+acx_status_t acx_ckpt_state_attrs(const acx_ckpt_state_t *s, acx_ckpt_attr_t **attrs_p, int *num_p);
+
+/* Read the scalar state of an open checkpoint into *s (zeroed first), each
+ * value range-checked before it is stored: the checks a load makes and
+ * `acx ckpt verify` repeats (io/ckpt_state.c lists them). Required: the
+ * root's step and world_size; /optimizer's step and lr when it has a
+ * type; /scheduler's base_lr, step, warmup_steps, total_steps when its
+ * kind is not "none"; /scaler's scale and counters when its kind is
+ * "dynamic"; /dataloader's epoch, seed, global_batch, num_batches and
+ * position when the group exists. A missing required attribute is the
+ * reader's ACX_ERR_FORMAT naming it; a value out of range is
+ * ACX_ERR_FORMAT "checkpoint '<file>': <object>/<name> = <value> is out of
+ * range: expected <range> (damaged or edited?)". Not collective (any rank
+ * may ask; a load has every rank ask). */
+acx_status_t acx_ckpt_state_read(acx_ckpt_file_t *f, acx_ckpt_state_t *s);
+
+/* The /dataloader fields of s checked against each other for a data set of
+ * `num_samples` samples: global_batch in 1..2^53/num_samples, num_batches
+ * that of num_samples in global_batch (with or without drop_last),
+ * position in 0..num_batches, samples_consumed (when present) = position x
+ * global_batch. acx_ckpt_state_read runs it with the file's num_samples; a
+ * load of a file without one runs it with the program's. `file` names the
+ * checkpoint in messages. */
+acx_status_t acx_ckpt_state_check_loader(const char *file, const acx_ckpt_state_t *s,
+                                         int64_t num_samples);
+
 #endif /* ACX_IO_CHECKPOINT_H */
