@@ -85,7 +85,24 @@ typedef struct acx_ckpt_file acx_ckpt_file_t;
  * Errors: ACX_ERR_IO (missing), ACX_ERR_FORMAT (not HDF5, not an acx
  * checkpoint, newer version: the messages say which), ACX_ERR_HDF5. */
 acx_status_t acx_ckpt_open(acx_comm_t *world, const char *path, acx_ckpt_file_t **file_p);
+
+/* acx_ckpt_open_flags: a single process (world NULL) inspecting a file, as
+ * `acx ckpt info | verify | export` do (io/ckpt_tools.c): every byte of
+ * metadata is read at open, so damage anywhere in it is found before
+ * anything is interpreted; a newer format_version is opened (the caller
+ * decides what to do with it: acx_ckpt_version); data without a checksum
+ * is refused or warned about in the tools' words (stderr). */
+#define ACX_CKPT_OPEN_INSPECT 1u
+
+/* acx_ckpt_open with flags (0 or ACX_CKPT_OPEN_INSPECT, which needs world
+ * NULL). Errors as acx_ckpt_open. */
+acx_status_t acx_ckpt_open_flags(acx_comm_t *world, const char *path, unsigned flags,
+                                 acx_ckpt_file_t **file_p);
 void acx_ckpt_close(acx_ckpt_file_t *f);
+
+/* The open file's format_version and path (as given to the open). */
+int64_t acx_ckpt_version(const acx_ckpt_file_t *f);
+const char *acx_ckpt_path(const acx_ckpt_file_t *f);
 
 /* Attribute `name` of `object`; ACX_ERR_FORMAT naming both if absent or of
  * another type. str: copied into buf[n]. */
@@ -153,6 +170,32 @@ acx_status_t acx_ckpt_read(acx_ckpt_file_t *f, const acx_ckpt_tensor_t *tensors,
 /* Names of the datasets under a group (e.g. "/model"), in creation order;
  * *names_p is one malloc'd block (free it with free()). */
 acx_status_t acx_ckpt_list(acx_ckpt_file_t *f, const char *group, int *count_p, char ***names_p);
+
+/* ---- whole-file passes for one process (io/ckpt_scan.c) ---- */
+
+/* The paths of every dataset under `group`, recursively ("/model/fc1.weight"),
+ * in creation order when every group below tracks it (acx's files: the
+ * writer's order), else by name. *names_p is one malloc'd block (free it
+ * with free()). Not collective. */
+acx_status_t acx_ckpt_list_all(acx_ckpt_file_t *f, const char *group, int *count_p,
+                               char ***names_p);
+
+/* Read dataset `path` completely, in blocks of rows of at most 32 MiB, in
+ * the file's own type, checking every CRC-32 block as it passes (version
+ * 2) or letting HDF5 check its Fletcher-32 chunks (version 1); strings and
+ * other variable-length data are read once. A mismatch or an unreadable
+ * dataset is ACX_ERR_FORMAT "dataset <path> of '<file>' is damaged: ...".
+ * Data without a checksum: see acx_ckpt_allow_unverified. Not collective. */
+acx_status_t acx_ckpt_verify_dataset(acx_ckpt_file_t *f, const char *path);
+
+/* Rows [row0, row0 + nrows) of a floating-point dataset as float32 into
+ * buf (nrows x the row's elements). A float32 dataset is read as a load
+ * reads it: every byte checked against the CRC-32 blocks the rows touch.
+ * Another float type is converted by HDF5 and not checked here (the
+ * checksums cover the stored bytes): verify it first
+ * (acx_ckpt_verify_dataset). Not collective. */
+acx_status_t acx_ckpt_read_rows_f32(acx_ckpt_file_t *f, const char *path, int64_t row0,
+                                    int64_t nrows, float *buf);
 
 /* ---- the scalar state (io/ckpt_state.c) ---- */
 

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "io/checkpoint.h"
+#include "io/ckpt_crc.h"
 #include "base/error.h"
 #include "base/memstat.h"
 
@@ -43,6 +44,7 @@ struct acx_ckpt_file {
      * file would read as one that lacks them (a model mismatch). */
     acx_status_t damaged;
     char damage[ACX_ERRMSG_MAX];
+    unsigned flags;        /* acx_ckpt_open_flags */
     int allow_unverified;  /* acx_ckpt_allow_unverified */
     int warned_unverified; /* the loud warning was given */
 };
@@ -101,5 +103,33 @@ int acx_ckpt_path_exists(hid_t file, const char *path);
  * *mspace_p (the caller closes it). Lock held. */
 acx_status_t acx_ckpt_select_rows(hid_t fspace, int ndim, const hsize_t *dims, hsize_t r0,
                                   hsize_t n, hid_t *mspace_p, const char *what);
+
+/* ---- the reader's shared parts (io/ckpt_read.c) ---- */
+
+/* If the error just recorded says the file is damaged, keep it on f (every
+ * later call returns it); `path` names the object being read. Returns
+ * `status`, or the damage. */
+acx_status_t acx_ckpt_note_damage(acx_ckpt_file_t *f, acx_status_t status, const char *path);
+
+/* The damage found earlier, recorded again as the last error. */
+acx_status_t acx_ckpt_damage_replay(acx_ckpt_file_t *f);
+
+/* The checksums of an open dataset of `bytes` bytes: *present_p 1 with the
+ * CRC-32 attributes (crc filled; free with acx_ckpt_crc_free), 0 when HDF5
+ * checks the data itself (Fletcher-32) or it is empty. Data with neither
+ * is ACX_ERR_FORMAT "<what> has no checksum ..." unless
+ * acx_ckpt_allow_unverified, then read with a loud warning. Lock held. */
+acx_status_t acx_ckpt_dataset_crc(acx_ckpt_file_t *f, hid_t dset, uint64_t bytes, const char *what,
+                                  int *present_p, acx_ckpt_crc_t *crc);
+
+/* ---- the whole-file passes (io/ckpt_scan.c) ---- */
+
+/* Read every byte of metadata of an open file (every object header whole,
+ * every attribute, every link; soft and external links refused) before
+ * anything is interpreted: HDF5 checks its metadata checksums only when it
+ * loads a structure, and 1.10.8 caches a header whose continuation chunk
+ * failed without that chunk. The first failure, named, ends the walk.
+ * `real` names the file. Lock held. */
+acx_status_t acx_ckpt_walk_metadata(hid_t file, const char *real);
 
 #endif /* ACX_IO_CKPT_PKG_H */

@@ -86,7 +86,7 @@ static void last_error_text(char *out, size_t cap) {
  * object being read; in a single process, the address of its object
  * header is added when its link (in the parent group, already read) gives
  * one. */
-static acx_status_t note_damage(acx_ckpt_file_t *f, acx_status_t status, const char *path) {
+acx_status_t acx_ckpt_note_damage(acx_ckpt_file_t *f, acx_status_t status, const char *path) {
     if (status != ACX_ERR_FORMAT || f->damaged != ACX_OK) return status;
     if (strstr(acx_last_error(), " is damaged") == NULL) return status;
     char text[ACX_ERRMSG_MAX], at[1200] = "";
@@ -112,7 +112,7 @@ static acx_status_t note_damage(acx_ckpt_file_t *f, acx_status_t status, const c
 }
 
 /* The damage found earlier, recorded again as the last error. */
-static acx_status_t damage_replay(acx_ckpt_file_t *f) {
+acx_status_t acx_ckpt_damage_replay(acx_ckpt_file_t *f) {
     return ACX_ERROR(f->damaged, "%s", f->damage);
 }
 
@@ -205,7 +205,7 @@ static acx_status_t check_format(acx_ckpt_file_t *f) {
                          ACX_CKPT_FORMAT);
     if (status != ACX_OK) return status;
     ACX_CHECK(acx_ckpt_get_i64(f, "/", "format_version", &version));
-    if (version > ACX_CKPT_FORMAT_VERSION)
+    if (version > ACX_CKPT_FORMAT_VERSION && !(f->flags & ACX_CKPT_OPEN_INSPECT))
         return ACX_ERROR(ACX_ERR_FORMAT,
                          "checkpoint '%s': format version %lld is newer than this acx supports "
                          "(%d); use a newer acx to load it",
@@ -232,8 +232,17 @@ static acx_status_t open_error(const char *path) {
 }
 
 acx_status_t acx_ckpt_open(acx_comm_t *world, const char *path, acx_ckpt_file_t **file_p) {
-    if (path == NULL || path[0] == '\0' || file_p == NULL)
-        return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_ckpt_open: path and file_p must be given");
+    return acx_ckpt_open_flags(world, path, 0, file_p);
+}
+
+acx_status_t acx_ckpt_open_flags(acx_comm_t *world, const char *path, unsigned flags,
+                                 acx_ckpt_file_t **file_p) {
+    if (path == NULL || path[0] == '\0' || file_p == NULL ||
+        (flags & ~(unsigned)ACX_CKPT_OPEN_INSPECT) != 0 ||
+        ((flags & ACX_CKPT_OPEN_INSPECT) && world != NULL))
+        return ACX_ERROR(ACX_ERR_INVALID_ARG,
+                         "acx_ckpt_open: path and file_p must be given (and INSPECT only "
+                         "without a world)");
     acx_status_t status = ACX_OK;
     hid_t fapl = -1;
     acx_ckpt_file_t *f = acx_calloc(1, sizeof *f, "checkpoint file");
@@ -241,6 +250,7 @@ acx_status_t acx_ckpt_open(acx_comm_t *world, const char *path, acx_ckpt_file_t 
         status = ACX_ERR_NO_MEMORY;
     else {
         f->world = world;
+        f->flags = flags;
         f->file = -1;
         f->path = acx_ckpt_str_concat(path, "");
         if (f->path == NULL) status = ACX_ERR_NO_MEMORY;
@@ -261,6 +271,10 @@ acx_status_t acx_ckpt_open(acx_comm_t *world, const char *path, acx_ckpt_file_t 
 agreed_open:
     if (fapl >= 0) H5Pclose(fapl);
     status = agree(world, status);
+    if (status != ACX_OK) goto err_unlock;
+    /* inspection reads every byte of metadata before anything is
+     * interpreted (io/ckpt_scan.c) */
+    if (flags & ACX_CKPT_OPEN_INSPECT) status = acx_ckpt_walk_metadata(f->file, f->path);
     if (status != ACX_OK) goto err_unlock;
     status = agree(world, check_format(f));
     if (status != ACX_OK) goto err_unlock;
@@ -293,12 +307,12 @@ acx_status_t acx_ckpt_get_i64(acx_ckpt_file_t *f, const char *object, const char
     if (f == NULL || object == NULL || name == NULL || v_p == NULL)
         return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_ckpt_get_i64: NULL argument");
     int64_t v;
-    if (f->damaged != ACX_OK) return damage_replay(f);
+    if (f->damaged != ACX_OK) return acx_ckpt_damage_replay(f);
     acx_h5_lock();
     acx_h5_quiet();
     acx_status_t status = read_attr_num(f, object, name, H5T_INTEGER, H5T_NATIVE_INT64, &v);
     acx_h5_unlock();
-    status = note_damage(f, status, object);
+    status = acx_ckpt_note_damage(f, status, object);
     if (status == ACX_OK) *v_p = v;
     return status;
 }
@@ -308,12 +322,12 @@ acx_status_t acx_ckpt_get_f64(acx_ckpt_file_t *f, const char *object, const char
     if (f == NULL || object == NULL || name == NULL || v_p == NULL)
         return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_ckpt_get_f64: NULL argument");
     double v;
-    if (f->damaged != ACX_OK) return damage_replay(f);
+    if (f->damaged != ACX_OK) return acx_ckpt_damage_replay(f);
     acx_h5_lock();
     acx_h5_quiet();
     acx_status_t status = read_attr_num(f, object, name, H5T_FLOAT, H5T_NATIVE_DOUBLE, &v);
     acx_h5_unlock();
-    status = note_damage(f, status, object);
+    status = acx_ckpt_note_damage(f, status, object);
     if (status == ACX_OK) *v_p = v;
     return status;
 }
@@ -339,11 +353,18 @@ static int has_fletcher32(hid_t dset) {
  * not written by acx): refused unless the user allowed unverified files
  * (acx_ckpt_allow_unverified: checkpoint.allow_unverified), and then
  * loudly. Lock held. */
-static acx_status_t dataset_crc(acx_ckpt_file_t *f, hid_t dset, uint64_t bytes, const char *what,
-                                int *present_p, acx_ckpt_crc_t *crc) {
+acx_status_t acx_ckpt_dataset_crc(acx_ckpt_file_t *f, hid_t dset, uint64_t bytes, const char *what,
+                                  int *present_p, acx_ckpt_crc_t *crc) {
     *present_p = 0;
     ACX_CHECK(acx_ckpt_crc_read_attrs(dset, bytes, what, present_p, crc));
     if (*present_p || bytes == 0 || has_fletcher32(dset)) return ACX_OK;
+    if (!f->allow_unverified && (f->flags & ACX_CKPT_OPEN_INSPECT))
+        return ACX_ERROR(ACX_ERR_FORMAT,
+                         "%s has no checksum (no CRC-32 attributes '%s', no Fletcher-32 "
+                         "filter; format version %lld): its data cannot be verified (damaged, "
+                         "edited, or not written by acx?); acx ckpt verify --allow-unverified "
+                         "reads it anyway",
+                         what, ACX_CKPT_CRC_BLOCKS_ATTR, (long long)f->version);
     if (!f->allow_unverified)
         return ACX_ERROR(ACX_ERR_FORMAT,
                          "%s has no checksum (no CRC-32 attributes '%s', no Fletcher-32 "
@@ -351,7 +372,14 @@ static acx_status_t dataset_crc(acx_ckpt_file_t *f, hid_t dset, uint64_t bytes, 
                          "refuses to load it (damaged, edited, or not written by acx?). To load "
                          "it anyway, unverified, set checkpoint.allow_unverified: true",
                          what, ACX_CKPT_CRC_BLOCKS_ATTR, (long long)f->version);
-    if (f->world == NULL || f->world->rank == 0)
+    if (f->flags & ACX_CKPT_OPEN_INSPECT)
+        /* a tool's user asked for it on the command line: said on stderr
+         * whatever the log level */
+        fprintf(stderr,
+                "acx: WARNING: UNVERIFIED: %s has no checksum (no CRC-32 attributes, no "
+                "Fletcher-32 filter): read, but damage in it cannot be detected\n",
+                what);
+    else if (f->world == NULL || f->world->rank == 0)
         ACX_WARN(ACX_SUBSYS_IO,
                  "LOADING UNVERIFIED DATA: %s has no checksum (no CRC-32 attributes, no "
                  "Fletcher-32 filter); checkpoint.allow_unverified is true, so it is loaded "
@@ -405,7 +433,7 @@ static acx_status_t read_string(acx_ckpt_file_t *f, hid_t obj, int is_attr, cons
             acx_ckpt_crc_t crc;
             acx_ckpt_crc_check_t k;
             int has_crc = 0;
-            ACX_CHECK_GOTO(dataset_crc(f, obj, size, what, &has_crc, &crc), status, out);
+            ACX_CHECK_GOTO(acx_ckpt_dataset_crc(f, obj, size, what, &has_crc, &crc), status, out);
             if (has_crc) {
                 acx_ckpt_crc_check_init(&k, &crc, what, 0);
                 status = acx_ckpt_crc_check_feed(&k, tmp, size);
@@ -448,7 +476,7 @@ acx_status_t acx_ckpt_get_str(acx_ckpt_file_t *f, const char *object, const char
     acx_status_t status = ACX_OK;
     char what[1280], dpath[1024];
     hid_t obj = -1, attr = -1, dset = -1;
-    if (f->damaged != ACX_OK) return damage_replay(f);
+    if (f->damaged != ACX_OK) return acx_ckpt_damage_replay(f);
 
     acx_h5_lock();
     acx_h5_quiet();
@@ -494,7 +522,7 @@ out:
     if (attr >= 0) H5Aclose(attr);
     if (obj >= 0) H5Oclose(obj);
     acx_h5_unlock();
-    return note_damage(f, status, dset >= 0 ? dpath : object);
+    return acx_ckpt_note_damage(f, status, dset >= 0 ? dpath : object);
 }
 
 int acx_ckpt_exists(acx_ckpt_file_t *f, const char *path) {
@@ -505,12 +533,16 @@ int acx_ckpt_exists(acx_ckpt_file_t *f, const char *path) {
     if (e < 0) {
         char what[1280];
         snprintf(what, sizeof what, "group of '%s' in '%s'", path, f->path);
-        (void)note_damage(f, acx_error_h5("H5Lexists", what, __FILE__, __LINE__), NULL);
+        (void)acx_ckpt_note_damage(f, acx_error_h5("H5Lexists", what, __FILE__, __LINE__), NULL);
         e = 0;
     }
     acx_h5_unlock();
     return e;
 }
+
+int64_t acx_ckpt_version(const acx_ckpt_file_t *f) { return f != NULL ? f->version : 0; }
+
+const char *acx_ckpt_path(const acx_ckpt_file_t *f) { return f != NULL ? f->path : ""; }
 
 acx_status_t acx_ckpt_damage(const acx_ckpt_file_t *f) {
     if (f == NULL || f->damaged == ACX_OK) return ACX_OK;
@@ -586,14 +618,14 @@ acx_status_t acx_ckpt_shape(acx_ckpt_file_t *f, const char *path, int *ndim_p, i
     int ndim;
     int64_t s[ACX_MAX_DIMS];
     acx_dtype_t dtype;
-    if (f->damaged != ACX_OK) return damage_replay(f);
+    if (f->damaged != ACX_OK) return acx_ckpt_damage_replay(f);
     acx_h5_lock();
     acx_h5_quiet();
     acx_status_t status = open_dataset(f, path, &dset);
     if (status == ACX_OK) status = dataset_shape(f, path, dset, &ndim, s, &dtype);
     if (dset >= 0) H5Dclose(dset);
     acx_h5_unlock();
-    status = note_damage(f, status, path);
+    status = acx_ckpt_note_damage(f, status, path);
     if (status != ACX_OK) return status;
     *ndim_p = ndim;
     memcpy(shape, s, (size_t)ndim * sizeof *s);
@@ -604,7 +636,7 @@ acx_status_t acx_ckpt_shape(acx_ckpt_file_t *f, const char *path, int *ndim_p, i
 acx_status_t acx_ckpt_storage(acx_ckpt_file_t *f, const char *path, acx_ckpt_storage_t *st_p) {
     if (f == NULL || path == NULL || st_p == NULL)
         return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_ckpt_storage: NULL argument");
-    if (f->damaged != ACX_OK) return damage_replay(f);
+    if (f->damaged != ACX_OK) return acx_ckpt_damage_replay(f);
     acx_status_t status = ACX_OK;
     char what[1280];
     hid_t dset = -1;
@@ -628,7 +660,7 @@ acx_status_t acx_ckpt_storage(acx_ckpt_file_t *f, const char *path, acx_ckpt_sto
 out:
     if (dset >= 0) H5Dclose(dset);
     acx_h5_unlock();
-    status = note_damage(f, status, path);
+    status = acx_ckpt_note_damage(f, status, path);
     if (status != ACX_OK) return status;
     *st_p = (acx_ckpt_storage_t){
         .bytes = hs.bytes, .stored = hs.stored, .file_bytes = fsize, .written = hs.written};
@@ -736,7 +768,8 @@ static acx_status_t read_tensor(acx_ckpt_file_t *f, const acx_ckpt_tensor_t *t) 
     }
     uint64_t es = acx_dtype_size(t->dtype), rb = row_bytes(t);
     uint64_t a = (uint64_t)t->io_begin * rb, b = (uint64_t)t->io_end * rb;
-    ACX_CHECK_GOTO(dataset_crc(f, dset, tensor_bytes(t), what, &has_crc, &crc), status, out);
+    ACX_CHECK_GOTO(acx_ckpt_dataset_crc(f, dset, tensor_bytes(t), what, &has_crc, &crc), status,
+                   out);
     /* an empty dataset has no storage to read (the same on every rank) */
     if (tensor_bytes(t) == 0) goto out;
 
@@ -890,7 +923,7 @@ acx_status_t acx_ckpt_read(acx_ckpt_file_t *f, const acx_ckpt_tensor_t *tensors,
                                tensors[i].path);
     }
     if (f == NULL) return status;
-    if (status == ACX_OK && f->damaged != ACX_OK) status = damage_replay(f);
+    if (status == ACX_OK && f->damaged != ACX_OK) status = acx_ckpt_damage_replay(f);
     status = agree(f->world, status);
     if (status != ACX_OK) return status;
 
@@ -899,7 +932,7 @@ acx_status_t acx_ckpt_read(acx_ckpt_file_t *f, const acx_ckpt_tensor_t *tensors,
     acx_h5_lock();
     acx_h5_quiet();
     for (int i = 0; status == ACX_OK && i < num_tensors; i++)
-        status = note_damage(f, read_tensor(f, &tensors[i]), tensors[i].path);
+        status = acx_ckpt_note_damage(f, read_tensor(f, &tensors[i]), tensors[i].path);
     acx_h5_unlock();
     double t1 = MPI_Wtime();
     /* nothing is shared before every rank has verified what it read */
@@ -972,7 +1005,7 @@ acx_status_t acx_ckpt_list(acx_ckpt_file_t *f, const char *group, int *count_p, 
     char **block = NULL;
 
     snprintf(what, sizeof what, "group '%s' in '%s'", group, f->path);
-    if (f->damaged != ACX_OK) return damage_replay(f);
+    if (f->damaged != ACX_OK) return acx_ckpt_damage_replay(f);
     acx_h5_lock();
     acx_h5_quiet();
     int e = acx_ckpt_path_exists(f->file, group);
@@ -1018,7 +1051,7 @@ out:
     for (int i = 0; i < s.count; i++)
         free(s.names[i]);
     free(s.names);
-    status = note_damage(f, status, group);
+    status = acx_ckpt_note_damage(f, status, group);
     if (status != ACX_OK) return status;
     *count_p = s.count;
     *names_p = block;
