@@ -197,6 +197,26 @@ acx_status_t acx_ckpt_verify_dataset(acx_ckpt_file_t *f, const char *path);
 acx_status_t acx_ckpt_read_rows_f32(acx_ckpt_file_t *f, const char *path, int64_t row0,
                                     int64_t nrows, float *buf);
 
+/* One float dataset of a model file: its name below the parameters' group
+ * ("fc1.weight"), its elements and its rows (dim 0; a scalar is one row of
+ * one element). */
+typedef struct acx_ckpt_param_shape {
+    char *name;
+    int64_t numel, rows;
+} acx_ckpt_param_shape_t;
+
+/* The float datasets of an acx checkpoint (under /model) or weights file
+ * (the whole file), by name, recursively: *shapes_p (free with
+ * acx_ckpt_param_shapes_free), *count_p >= 1, *kind_p "acx checkpoint" or
+ * "acx weights file" (static). Only the shapes are read, not the data.
+ * Errors: ACX_ERR_IO (not an HDF5 file: "cannot open '<path>' as an HDF5
+ * file"), ACX_ERR_FORMAT (no or another root `format`, no parameters
+ * group, no float dataset), ACX_ERR_NO_MEMORY. One process; not
+ * collective. */
+acx_status_t acx_ckpt_param_shapes(const char *path, acx_ckpt_param_shape_t **shapes_p,
+                                   int *count_p, const char **kind_p);
+void acx_ckpt_param_shapes_free(acx_ckpt_param_shape_t *shapes, int count);
+
 /* ---- the scalar state (io/ckpt_state.c) ---- */
 
 /* The attributes of a save of state `s` (io/ckpt_format.h's layout, in the

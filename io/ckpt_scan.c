@@ -3,7 +3,9 @@
  * process inspecting a file (`acx ckpt info | verify | export`,
  * io/ckpt_tools.c): every byte of metadata read at open
  * (ACX_CKPT_OPEN_INSPECT), every dataset listed, every byte of a dataset
- * read and verified, and a parameter's rows read as float32 for export.
+ * read and verified, and a parameter's rows read as float32 for export;
+ * and the parameter shapes of a checkpoint or weights file, for `acx
+ * estimate-memory` (acx_ckpt_param_shapes).
  * The rest of the reader (open, queries, the collective row reads of a
  * load, damage) is io/ckpt_read.c's; the file's layout is
  * io/ckpt_format.h's.
@@ -17,9 +19,11 @@
  * Either way a failure names the dataset. (Metadata carries HDF5's own
  * checksums, checked when the objects are opened.)
  */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "io/checkpoint.h"
 #include "io/ckpt_crc.h"
@@ -549,4 +553,164 @@ out:
     if (dset >= 0) H5Dclose(dset);
     acx_h5_unlock();
     return acx_ckpt_note_damage(f, status, path);
+}
+
+/* ---- a model file's parameter shapes ---- */
+
+typedef struct shape_list {
+    acx_ckpt_param_shape_t *t;
+    int count, cap;
+    int failed; /* out of memory inside the walk */
+} shape_list_t;
+
+/* H5Lvisit callback: record every float dataset (other datasets, groups and
+ * soft links are not parameters). */
+static herr_t shapes_visit(hid_t group, const char *name, const H5L_info_t *info, void *data) {
+    shape_list_t *l = data;
+    if (info->type != H5L_TYPE_HARD) return 0;
+    hid_t obj = H5Oopen(group, name, H5P_DEFAULT);
+    if (obj < 0) return -1;
+    if (H5Iget_type(obj) != H5I_DATASET) {
+        H5Oclose(obj);
+        return 0;
+    }
+    hid_t type = H5Dget_type(obj), space = H5Dget_space(obj);
+    hsize_t dims[H5S_MAX_RANK];
+    int is_float = type >= 0 && H5Tget_class(type) == H5T_FLOAT;
+    int nd = space >= 0 ? H5Sget_simple_extent_dims(space, dims, NULL) : -1;
+    int is_null = space >= 0 && H5Sget_simple_extent_type(space) == H5S_NULL;
+    if (type >= 0) H5Tclose(type);
+    if (space >= 0) H5Sclose(space);
+    H5Oclose(obj);
+    if (nd < 0) return -1;
+    if (!is_float) return 0;
+
+    int64_t numel = is_null ? 0 : 1, rows = nd > 0 ? (int64_t)dims[0] : 1;
+    for (int k = 0; k < nd; k++) {
+        if (__builtin_mul_overflow(numel, (int64_t)dims[k], &numel)) return -1;
+    }
+    if (l->count == l->cap) {
+        int cap = l->cap ? 2 * l->cap : 64;
+        acx_ckpt_param_shape_t *t = realloc(l->t, (size_t)cap * sizeof *t);
+        if (t == NULL) {
+            l->failed = 1;
+            return -1;
+        }
+        l->t = t;
+        l->cap = cap;
+    }
+    char *copy = strdup(name);
+    if (copy == NULL) {
+        l->failed = 1;
+        return -1;
+    }
+    l->t[l->count++] =
+        (acx_ckpt_param_shape_t){.name = copy, .numel = numel, .rows = is_null ? 0 : rows};
+    return 0;
+}
+
+/* The root attribute `format` as text, fixed-length (acx's writers) or
+ * variable-length (h5py's default for str): 0 and buf filled, or -1. */
+static int format_attr(hid_t file, char *buf, size_t n) {
+    int ok = -1;
+    if (H5Aexists(file, "format") <= 0) return -1;
+    hid_t attr = H5Aopen(file, "format", H5P_DEFAULT);
+    hid_t type = attr >= 0 ? H5Aget_type(attr) : -1;
+    if (type >= 0 && H5Tget_class(type) == H5T_STRING) {
+        if (H5Tis_variable_str(type) > 0) {
+            hid_t mem = H5Tcopy(H5T_C_S1);
+            char *s = NULL;
+            if (mem >= 0 && H5Tset_size(mem, H5T_VARIABLE) >= 0 &&
+                H5Tset_cset(mem, H5Tget_cset(type)) >= 0 && H5Aread(attr, mem, &s) >= 0 &&
+                s != NULL) {
+                snprintf(buf, n, "%s", s);
+                H5free_memory(s);
+                ok = 0;
+            }
+            if (mem >= 0) H5Tclose(mem);
+        } else {
+            size_t len = H5Tget_size(type);
+            char *s = calloc(len + 1, 1);
+            hid_t mem = H5Tcopy(type);
+            if (s != NULL && mem >= 0 && H5Aread(attr, mem, s) >= 0) {
+                snprintf(buf, n, "%s", s);
+                ok = 0;
+            }
+            if (mem >= 0) H5Tclose(mem);
+            free(s);
+        }
+    }
+    if (type >= 0) H5Tclose(type);
+    if (attr >= 0) H5Aclose(attr);
+    return ok;
+}
+
+acx_status_t acx_ckpt_param_shapes(const char *path, acx_ckpt_param_shape_t **shapes_p,
+                                   int *count_p, const char **kind_p) {
+    if (path == NULL || shapes_p == NULL || count_p == NULL || kind_p == NULL)
+        return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_ckpt_param_shapes: NULL argument");
+    acx_status_t status = ACX_OK;
+    char format[64] = "";
+    shape_list_t l = {0};
+    hid_t file = -1, group = -1;
+    const char *where = "/";
+    acx_h5_lock();
+    acx_h5_quiet();
+    file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (file < 0) {
+        /* HDF5's own stack says little; a missing or unreadable file says more */
+        int unreadable = access(path, R_OK) != 0;
+        status = ACX_ERROR(ACX_ERR_IO, "cannot open '%s' as an HDF5 file%s%s", path,
+                           unreadable ? ": " : "", unreadable ? strerror(errno) : "");
+        goto out;
+    }
+    if (format_attr(file, format, sizeof format) != 0) {
+        status = ACX_ERROR(ACX_ERR_FORMAT,
+                           "'%s' has no string root attribute 'format' (expected an acx "
+                           "checkpoint or weights file)",
+                           path);
+        goto out;
+    }
+    if (strcmp(format, ACX_CKPT_FORMAT) == 0) {
+        where = "/model";
+        *kind_p = "acx checkpoint";
+    } else if (strcmp(format, ACX_WEIGHTS_FORMAT) == 0) {
+        where = "/";
+        *kind_p = "acx weights file";
+    } else {
+        status = ACX_ERROR(ACX_ERR_FORMAT, "'%s' has format '%s' (expected %s or %s)", path, format,
+                           ACX_CKPT_FORMAT, ACX_WEIGHTS_FORMAT);
+        goto out;
+    }
+    if ((group = H5Gopen2(file, where, H5P_DEFAULT)) < 0) {
+        status = ACX_ERROR(ACX_ERR_FORMAT, "'%s' (%s) has no group %s", path, *kind_p, where);
+        goto out;
+    }
+    /* by name: the caller forms units whatever the order */
+    if (H5Lvisit(group, H5_INDEX_NAME, H5_ITER_INC, shapes_visit, &l) < 0) {
+        status = ACX_ERROR(l.failed ? ACX_ERR_NO_MEMORY : ACX_ERR_HDF5,
+                           "%s listing the datasets of %s in '%s'",
+                           l.failed ? "out of memory" : "failed", where, path);
+        goto out;
+    }
+    if (l.count == 0)
+        status = ACX_ERROR(ACX_ERR_FORMAT, "no float datasets under %s in '%s'", where, path);
+out:
+    if (group >= 0) H5Gclose(group);
+    if (file >= 0) H5Fclose(file);
+    H5Eclear2(H5E_DEFAULT);
+    acx_h5_unlock();
+    if (status != ACX_OK) {
+        acx_ckpt_param_shapes_free(l.t, l.count);
+        return status;
+    }
+    *shapes_p = l.t;
+    *count_p = l.count;
+    return ACX_OK;
+}
+
+void acx_ckpt_param_shapes_free(acx_ckpt_param_shape_t *shapes, int count) {
+    for (int k = 0; k < count && shapes != NULL; k++)
+        free(shapes[k].name);
+    free(shapes);
 }
