@@ -78,6 +78,20 @@ typedef struct acx_ckpt_tensor {
 acx_status_t acx_ckpt_save(acx_comm_t *world, const char *path, const acx_ckpt_tensor_t *tensors,
                            int num_tensors, const acx_ckpt_attr_t *attrs, int num_attrs);
 
+/* How acx_ckpt_save_opts writes a file other than a checkpoint. */
+typedef struct acx_ckpt_save_opts {
+    /* 1: no CRC-32 attributes (a weights file, io/ckpt_format.h, whose
+     * layout has none); the rest — temporary file, collective metadata,
+     * independent row writes, fsync, rename, agreed statuses — is the same */
+    int no_checksums;
+} acx_ckpt_save_opts_t;
+
+/* acx_ckpt_save with options (NULL: a checkpoint's defaults). */
+acx_status_t acx_ckpt_save_opts(acx_comm_t *world, const char *path,
+                                const acx_ckpt_tensor_t *tensors, int num_tensors,
+                                const acx_ckpt_attr_t *attrs, int num_attrs,
+                                const acx_ckpt_save_opts_t *opts);
+
 typedef struct acx_ckpt_file acx_ckpt_file_t;
 
 /* Open a checkpoint for reading (collective over world; MPI-IO driver).

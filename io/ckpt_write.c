@@ -1,6 +1,7 @@
 /*
- * io/ckpt_write.c — the writer of the parallel HDF5 checkpoint file
- * (io/checkpoint.h acx_ckpt_save). It owns the file's life (temporary
+ * io/ckpt_write.c — the one writer of acx's HDF5 files (io/checkpoint.h
+ * acx_ckpt_save): checkpoints, and weights files (acx_ckpt_save_opts
+ * without checksums: io/weights.c). It owns the file's life (temporary
  * name, fsync, rename), its storage (groups, datasets, checksums,
  * attribute and string encodings) and who writes which bytes; what the
  * tensors and attributes mean is the caller's (the runtime's state:
@@ -305,7 +306,8 @@ static void write_behind(save_plists_t *pl, uint64_t off, uint64_t len) {
  * (independent writes; none when it has no rows), adding their share of
  * the block CRCs to crc->blocks piece by piece, each piece right before it
  * is written: the write then copies from cache what the CRC just read
- * (measured: see the file comment). Lock held. */
+ * (measured: see the file comment). crc NULL: a file without checksums (a
+ * weights file). Lock held. */
 static acx_status_t write_tensor(hid_t file, save_plists_t *pl, const acx_ckpt_tensor_t *t,
                                  acx_ckpt_crc_t *crc, const char *tmp) {
     acx_status_t status = ACX_OK;
@@ -329,11 +331,11 @@ static acx_status_t write_tensor(hid_t file, save_plists_t *pl, const acx_ckpt_t
          * create in parallel HDF5), for the write-behind */
         haddr_t at = H5Dget_offset(dset);
         uint64_t wb_from = (uint64_t)t->io_begin * rb;
-        acx_ckpt_crc_sum_init(&sum, crc, (uint64_t)t->io_begin * rb);
+        if (crc != NULL) acx_ckpt_crc_sum_init(&sum, crc, (uint64_t)t->io_begin * rb);
         for (hsize_t r = (hsize_t)t->io_begin; r < end; r += step) {
             hsize_t n = end - r < step ? end - r : step;
             const char *p = (const char *)t->buf + (size_t)(r - (hsize_t)t->buf_row0) * rb;
-            acx_ckpt_crc_sum_feed(&sum, p, n * rb);
+            if (crc != NULL) acx_ckpt_crc_sum_feed(&sum, p, n * rb);
             ACX_CHECK_GOTO(acx_ckpt_select_rows(fspace, t->ndim, dims, r, n, &mspace, what), status,
                            done);
             ACX_H5_CHECK_GOTO(
@@ -349,7 +351,7 @@ static acx_status_t write_tensor(hid_t file, save_plists_t *pl, const acx_ckpt_t
                 pl->wb_bytes = 0;
             }
         }
-        acx_ckpt_crc_sum_end(&sum);
+        if (crc != NULL) acx_ckpt_crc_sum_end(&sum);
     }
 done:
     if (mspace >= 0) H5Sclose(mspace);
@@ -572,6 +574,15 @@ static acx_status_t check_space(const char *tmp, const char *dir, const acx_ckpt
 
 acx_status_t acx_ckpt_save(acx_comm_t *world, const char *path, const acx_ckpt_tensor_t *tensors,
                            int num_tensors, const acx_ckpt_attr_t *attrs, int num_attrs) {
+    return acx_ckpt_save_opts(world, path, tensors, num_tensors, attrs, num_attrs, NULL);
+}
+
+acx_status_t acx_ckpt_save_opts(acx_comm_t *world, const char *path,
+                                const acx_ckpt_tensor_t *tensors, int num_tensors,
+                                const acx_ckpt_attr_t *attrs, int num_attrs,
+                                const acx_ckpt_save_opts_t *opts) {
+    /* checksums unless the caller's format has none (a weights file) */
+    int sums = opts == NULL || !opts->no_checksums;
     if (world == NULL || path == NULL || path[0] == '\0' || num_tensors < 0 || num_attrs < 0 ||
         (num_tensors > 0 && tensors == NULL) || (num_attrs > 0 && attrs == NULL))
         return ACX_ERROR(ACX_ERR_INVALID_ARG,
@@ -653,7 +664,7 @@ agreed_create:
     t_data = MPI_Wtime();
 
     for (int i = 0; i < num_tensors; i++) {
-        status = write_tensor(file, &pl, &tensors[i], &crcs.crcs[i], tmp);
+        status = write_tensor(file, &pl, &tensors[i], sums ? &crcs.crcs[i] : NULL, tmp);
         status = name_no_space(status, errno, tmp, dir);
         /* agree per tensor: a rank that failed must not leave the others
          * inside the next collective create or write */
@@ -663,9 +674,11 @@ agreed_create:
     }
     /* the checksums: the ranks' shares joined, then the attributes */
     t_meta = MPI_Wtime();
-    status = save_crcs_join(world, num_tensors, &crcs);
-    if (status != ACX_OK) goto out;
-    for (int i = 0; i < num_tensors && status == ACX_OK; i++)
+    if (sums) {
+        status = save_crcs_join(world, num_tensors, &crcs);
+        if (status != ACX_OK) goto out;
+    }
+    for (int i = 0; i < num_tensors && status == ACX_OK && sums; i++)
         status = write_crc_attrs(file, tensors[i].path, &crcs.crcs[i], tmp);
     for (int i = 0; i < num_attrs && status == ACX_OK; i++)
         status = write_attr(file, &pl, rank, &attrs[i], tmp);
