@@ -65,6 +65,15 @@ typedef struct acx_ckpt_tensor {
     int64_t buf_row0, buf_rows;
     int64_t io_begin, io_end;
     acx_comm_t *share;
+    /* Save only: a row source instead of `buf` (NULL: none). When set, the
+     * writer asks for this rank's io rows piece by piece (about 1 MiB of
+     * whole rows each) into its own scratch, right before each piece's
+     * CRC and write, so a tensor need not be in memory whole (acx ckpt
+     * export writes a weights file from a checkpoint this way). fill
+     * writes rows [row0, row0 + nrows) to dst, row-major in `dtype`, and
+     * returns ACX_OK or the failure that ends the save. */
+    acx_status_t (*fill)(void *ctx, int64_t row0, int64_t nrows, void *dst);
+    void *fill_ctx;
 } acx_ckpt_tensor_t;
 
 /* Write a checkpoint to `path`: create path's temporary sibling with the
@@ -72,8 +81,9 @@ typedef struct acx_ckpt_tensor {
  * (each rank passes the same list) and every tensor's io rows; checksum
  * every dataset (CRC-32 blocks: each rank its rows, joined by one
  * all-reduce); close, fsync, rename to `path`, fsync the directory.
- * Collective over world; every rank returns the same status. A failure
- * removes the temporary file and never touches an existing `path`.
+ * Collective over world; every rank returns the same status. world NULL:
+ * this process alone writes the file (sec2 driver, no communication). A
+ * failure removes the temporary file and never touches an existing `path`.
  * ACX_ERR_INVALID_ARG when a tensor's io rows do not tile it (above). */
 acx_status_t acx_ckpt_save(acx_comm_t *world, const char *path, const acx_ckpt_tensor_t *tensors,
                            int num_tensors, const acx_ckpt_attr_t *attrs, int num_attrs);

@@ -29,7 +29,7 @@ acx_status_t acx_ckpt_check_tensor(const acx_ckpt_tensor_t *t, int i) {
         return ACX_ERROR(ACX_ERR_INVALID_ARG,
                          "checkpoint tensor '%s': io rows [%lld, %lld) outside [0, %lld)", t->path,
                          (long long)t->io_begin, (long long)t->io_end, (long long)t->shape[0]);
-    if (t->io_end > t->io_begin &&
+    if (t->io_end > t->io_begin && t->fill == NULL &&
         (t->buf == NULL || t->io_begin < t->buf_row0 || t->io_end > t->buf_row0 + t->buf_rows))
         return ACX_ERROR(ACX_ERR_INVALID_ARG,
                          "checkpoint tensor '%s': io rows [%lld, %lld) not inside the buffer's "

@@ -12,7 +12,9 @@
  * whole-file passes (io/ckpt_scan.c), its scalar state is read with the
  * range checks a load makes (io/ckpt_state.c: verify fails on a value a
  * load would refuse), and export reads the parameters through the
- * reader's checked row reads. What stays here is presentation: the text
+ * reader's checked row reads; its weights-only HDF5 output is written by
+ * the one writer (io/ckpt_write.c), as acx_model_save_weights writes the
+ * format. What stays here is presentation: the text
  * of `info` (which shows any attribute and dataset type as HDF5 stores
  * it, through the open file's handle) and the output formats.
  *
@@ -588,7 +590,8 @@ out:
 
 /* ---- acx_checkpoint_export ---- */
 
-/* The output file, written under a temporary name. */
+/* The safetensors output file, written under a temporary name (the HDF5
+ * output is the writer's: export_hdf5). */
 typedef struct out_file {
     FILE *f;
     char *tmp; /* out_path + ".tmp" */
@@ -603,18 +606,6 @@ static acx_status_t out_open(out_file_t *o, const char *out_path) {
         return ACX_ERROR(ACX_ERR_NO_MEMORY, "no memory for a path");
     memcpy(o->tmp, out_path, n);
     memcpy(o->tmp + n, ".tmp", 5);
-    return ACX_OK;
-}
-
-/* fsync a file by name (HDF5 closed it; the data must be on disk before
- * the rename makes it visible under its final name). */
-static acx_status_t fsync_path(const char *p) {
-    int fd = open(p, O_RDONLY);
-    if (fd < 0) return ACX_ERROR(ACX_ERR_IO, "cannot open '%s' to sync it: %s", p, strerror(errno));
-    int ret = fsync(fd);
-    int err = errno;
-    close(fd);
-    if (ret != 0) return ACX_ERROR(ACX_ERR_IO, "fsync('%s') failed: %s", p, strerror(err));
     return ACX_OK;
 }
 
@@ -819,78 +810,59 @@ out:
 /* Weights-only HDF5, the layout of acx_model_save_weights (io/weights.c;
  * io/ckpt_format.h): root attrs format = "acx-weights", step, source; one
  * float32 dataset per parameter at /<name> with its true shape, in the
- * checkpoint's order. */
-typedef struct h5_rows_ctx {
-    hid_t dst, fsel;
+ * checkpoint's order. Written by the one writer (acx_ckpt_save_opts, this
+ * process alone, no checksums, as io/weights.c writes the format), whose
+ * row source reads each piece of a parameter through the reader's checked
+ * row read: memory stays at one piece, whatever the model's size. */
+typedef struct export_src {
+    acx_ckpt_file_t *f;
     const param_entry_t *p;
-    const char *what;
-} h5_rows_ctx_t;
+} export_src_t;
 
-static acx_status_t h5_rows(const float *rows, int64_t row0, int64_t nrows, void *ctx) {
-    h5_rows_ctx_t *c = ctx;
-    acx_status_t status = ACX_OK;
-    hsize_t start[ACX_MAX_DIMS] = {0}, count[ACX_MAX_DIMS];
-    hid_t msel = -1;
-    for (int d = 0; d < c->p->ndim; d++)
-        count[d] = (hsize_t)c->p->dims[d];
-    start[0] = (hsize_t)row0;
-    count[0] = (hsize_t)nrows;
-    ACX_H5_CHECK_GOTO(H5Sselect_hyperslab(c->fsel, H5S_SELECT_SET, start, NULL, count, NULL),
-                      c->what, status, out);
-    /* the memory space has the selection's shape (HDF5 then moves runs) */
-    ACX_H5_CHECK_GOTO(msel = H5Screate_simple(c->p->ndim, count, NULL), c->what, status, out);
-    ACX_H5_CHECK_GOTO(H5Dwrite(c->dst, H5T_NATIVE_FLOAT, msel, c->fsel, H5P_DEFAULT, rows), c->what,
-                      status, out);
-out:
-    if (msel >= 0) H5Sclose(msel);
-    return status;
+static acx_status_t export_fill(void *ctx, int64_t row0, int64_t nrows, void *dst) {
+    const export_src_t *src = ctx;
+    return acx_ckpt_read_rows_f32(src->f, src->p->dpath, row0, nrows, dst);
 }
 
 static acx_status_t export_hdf5(acx_ckpt_file_t *f, const char *real, const param_entry_t *params,
-                                int n, const char *tmp) {
+                                int n, const char *out_path) {
     acx_status_t status = ACX_OK;
-    char what[PATH_CAP + 256];
     int64_t step = 0;
-    hid_t fapl = -1, lcpl = -1, out = -1;
     (void)acx_ckpt_get_i64(f, "/", "step", &step);
-    snprintf(what, sizeof what, "weights file '%s'", tmp);
-    acx_h5_lock();
-    ACX_H5_CHECK_GOTO(fapl = H5Pcreate(H5P_FILE_ACCESS), what, status, done);
-    ACX_H5_CHECK_GOTO(H5Pset_fapl_sec2(fapl), what, status, done);
-    ACX_H5_CHECK_GOTO(lcpl = H5Pcreate(H5P_LINK_CREATE), what, status, done);
-    ACX_H5_CHECK_GOTO(H5Pset_create_intermediate_group(lcpl, 1), what, status, done);
-    ACX_H5_CHECK_GOTO(out = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl), what, status, done);
-    ACX_H5_CHECK_GOTO(acx_h5_write_attr_str(out, "format", ACX_WEIGHTS_FORMAT), what, status, done);
-    ACX_H5_CHECK_GOTO(acx_h5_write_attr_i64(out, "step", step), what, status, done);
-    ACX_H5_CHECK_GOTO(acx_h5_write_attr_str(out, "source", real), what, status, done);
+    acx_ckpt_tensor_t *t = calloc((size_t)n, sizeof *t);
+    export_src_t *src = calloc((size_t)n, sizeof *src);
+    char(*paths)[PATH_CAP] = calloc((size_t)n, sizeof *paths);
+    if (t == NULL || src == NULL || paths == NULL) {
+        status = ACX_ERROR(ACX_ERR_NO_MEMORY, "no memory to describe %d parameters", n);
+        goto out;
+    }
     for (int k = 0; k < n && status == ACX_OK; k++) {
         const param_entry_t *p = &params[k];
-        hid_t dst = -1, space = -1;
-        hsize_t dims[ACX_MAX_DIMS];
-        for (int d = 0; d < p->ndim; d++)
-            dims[d] = (hsize_t)p->dims[d];
-        snprintf(what, sizeof what, "parameter %s from '%s' into '%s'", p->name, real, tmp);
-        ACX_H5_CHECK_GOTO(space = H5Screate_simple(p->ndim, dims, NULL), what, status, next);
-        ACX_H5_CHECK_GOTO(
-            dst = H5Dcreate2(out, p->name, H5T_IEEE_F32LE, space, lcpl, H5P_DEFAULT, H5P_DEFAULT),
-            what, status, next);
-        h5_rows_ctx_t ctx = {.dst = dst, .fsel = space, .p = p, .what = what};
-        status = copy_param(f, p, h5_rows, &ctx);
-    next:
-        if (space >= 0) H5Sclose(space);
-        if (dst >= 0) H5Dclose(dst);
+        /* another float type is converted: its stored bytes are verified
+         * whole first (acx_ckpt_read_rows_f32) */
+        if (p->dtype != ACX_DTYPE_FLOAT32)
+            ACX_CHECK_GOTO(acx_ckpt_verify_dataset(f, p->dpath), status, out);
+        snprintf(paths[k], sizeof paths[k], "/%s", p->name);
+        src[k] = (export_src_t){.f = f, .p = p};
+        t[k] = (acx_ckpt_tensor_t){.path = paths[k],
+                                   .dtype = ACX_DTYPE_FLOAT32,
+                                   .ndim = p->ndim,
+                                   .io_begin = 0,
+                                   .io_end = p->dims[0],
+                                   .fill = export_fill,
+                                   .fill_ctx = &src[k]};
+        memcpy(t[k].shape, p->dims, (size_t)p->ndim * sizeof *p->dims);
     }
-    if (status == ACX_OK) {
-        herr_t ret = H5Fclose(out);
-        out = -1;
-        if (ret < 0) status = acx_error_h5("H5Fclose", what, __FILE__, __LINE__);
-    }
-done:
-    if (out >= 0) H5Fclose(out);
-    if (lcpl >= 0) H5Pclose(lcpl);
-    if (fapl >= 0) H5Pclose(fapl);
-    acx_h5_unlock();
-    if (status == ACX_OK) status = fsync_path(tmp);
+    const acx_ckpt_attr_t attrs[] = {
+        {.object = "/", .name = "format", .type = ACX_CKPT_STR, .str = ACX_WEIGHTS_FORMAT},
+        {.object = "/", .name = "step", .type = ACX_CKPT_I64, .i64 = step},
+        {.object = "/", .name = "source", .type = ACX_CKPT_STR, .str = real}};
+    const acx_ckpt_save_opts_t opts = {.no_checksums = 1};
+    status = acx_ckpt_save_opts(NULL, out_path, t, n, attrs, 3, &opts);
+out:
+    free(paths);
+    free(src);
+    free(t);
     return status;
 }
 
@@ -925,19 +897,20 @@ ACX_API acx_status_t acx_checkpoint_export(const char *path, const char *out_pat
         goto out;
     }
     ACX_CHECK_GOTO(collect_params(f, real, &paths, &count, &params), status, out);
+    if (format == ACX_EXPORT_HDF5) {
+        /* the writer's own temporary file, fsync and rename */
+        status = export_hdf5(f, real, params, count, out_path);
+        goto out;
+    }
     ACX_CHECK_GOTO(out_open(&o, out_path), status, out);
-    if (format == ACX_EXPORT_SAFETENSORS) {
-        if ((o.f = fopen(o.tmp, "wb")) == NULL) {
-            status = ACX_ERROR(ACX_ERR_IO, "cannot create '%s': %s", o.tmp, strerror(errno));
-        } else {
-            status = export_safetensors(f, real, params, count, &o);
-            if (status == ACX_OK && (fflush(o.f) != 0 || fsync(fileno(o.f)) != 0))
-                status = ACX_ERROR(ACX_ERR_IO, "writing '%s' failed: %s", o.tmp, strerror(errno));
-            if (fclose(o.f) != 0 && status == ACX_OK)
-                status = ACX_ERROR(ACX_ERR_IO, "closing '%s' failed: %s", o.tmp, strerror(errno));
-        }
+    if ((o.f = fopen(o.tmp, "wb")) == NULL) {
+        status = ACX_ERROR(ACX_ERR_IO, "cannot create '%s': %s", o.tmp, strerror(errno));
     } else {
-        status = export_hdf5(f, real, params, count, o.tmp);
+        status = export_safetensors(f, real, params, count, &o);
+        if (status == ACX_OK && (fflush(o.f) != 0 || fsync(fileno(o.f)) != 0))
+            status = ACX_ERROR(ACX_ERR_IO, "writing '%s' failed: %s", o.tmp, strerror(errno));
+        if (fclose(o.f) != 0 && status == ACX_OK)
+            status = ACX_ERROR(ACX_ERR_IO, "closing '%s' failed: %s", o.tmp, strerror(errno));
     }
     status = out_commit(&o, status);
 out:

@@ -239,8 +239,9 @@ static acx_status_t save_crcs_layout(const acx_ckpt_tensor_t *tensors, int n, sa
 static acx_status_t save_rows_check(acx_comm_t *world, const acx_ckpt_tensor_t *tensors, int n,
                                     save_crcs_t *s) {
     acx_status_t status = ACX_OK;
-    ACX_MPI_CHECK_GOTO(MPI_Allreduce(MPI_IN_PLACE, s->rows, n, MPI_INT64_T, MPI_SUM, world->mpi),
-                       status, out);
+    if (world != NULL)
+        ACX_MPI_CHECK_GOTO(
+            MPI_Allreduce(MPI_IN_PLACE, s->rows, n, MPI_INT64_T, MPI_SUM, world->mpi), status, out);
     for (int i = 0; i < n && status == ACX_OK; i++)
         if (s->rows[i] != tensors[i].shape[0])
             status =
@@ -250,7 +251,7 @@ static acx_status_t save_rows_check(acx_comm_t *world, const acx_ckpt_tensor_t *
                           "rank)",
                           tensors[i].path, (long long)s->rows[i], (long long)tensors[i].shape[0]);
 out:
-    return acx_coll_agree(world, status);
+    return agree(world, status);
 }
 
 /* Join the ranks' shares (collective, once every tensor is written): one
@@ -259,11 +260,12 @@ out:
  * values, as the collective attribute writes need. */
 static acx_status_t save_crcs_join(acx_comm_t *world, int n, save_crcs_t *s) {
     acx_status_t status = ACX_OK;
-    ACX_MPI_CHECK_GOTO(
-        MPI_Allreduce(MPI_IN_PLACE, s->all, (int)s->total, MPI_UINT32_T, MPI_BXOR, world->mpi),
-        status, out);
+    if (world != NULL)
+        ACX_MPI_CHECK_GOTO(
+            MPI_Allreduce(MPI_IN_PLACE, s->all, (int)s->total, MPI_UINT32_T, MPI_BXOR, world->mpi),
+            status, out);
 out:
-    status = acx_coll_agree(world, status);
+    status = agree(world, status);
     for (int i = 0; i < n && status == ACX_OK; i++)
         s->crcs[i].whole = acx_ckpt_crc_combine_blocks(&s->crcs[i]);
     return status;
@@ -315,6 +317,7 @@ static acx_status_t write_tensor(hid_t file, save_plists_t *pl, const acx_ckpt_t
     hsize_t dims[ACX_MAX_DIMS];
     hid_t fspace = -1, mspace = -1, dset = -1;
     uint64_t rb = row_bytes(t);
+    char *scratch = NULL;
 
     snprintf(what, sizeof what, "dataset '%s' in '%s'", t->path, tmp);
     for (int k = 0; k < t->ndim; k++)
@@ -327,6 +330,15 @@ static acx_status_t write_tensor(hid_t file, save_plists_t *pl, const acx_ckpt_t
     if (t->io_end > t->io_begin && rb > 0) {
         acx_ckpt_crc_sum_t sum;
         hsize_t step = piece_rows(rb), end = (hsize_t)t->io_end;
+        /* a tensor with a row source: each piece is fetched into scratch
+         * right before its CRC and write (memory: one piece) */
+        if (t->fill != NULL) {
+            scratch = acx_malloc((size_t)(step * rb), "checkpoint rows");
+            if (scratch == NULL) {
+                status = ACX_ERR_NO_MEMORY;
+                goto done;
+            }
+        }
         /* the data's file offset (contiguous storage is allocated at
          * create in parallel HDF5), for the write-behind */
         haddr_t at = H5Dget_offset(dset);
@@ -335,6 +347,10 @@ static acx_status_t write_tensor(hid_t file, save_plists_t *pl, const acx_ckpt_t
         for (hsize_t r = (hsize_t)t->io_begin; r < end; r += step) {
             hsize_t n = end - r < step ? end - r : step;
             const char *p = (const char *)t->buf + (size_t)(r - (hsize_t)t->buf_row0) * rb;
+            if (t->fill != NULL) {
+                ACX_CHECK_GOTO(t->fill(t->fill_ctx, (int64_t)r, (int64_t)n, scratch), status, done);
+                p = scratch;
+            }
             if (crc != NULL) acx_ckpt_crc_sum_feed(&sum, p, n * rb);
             ACX_CHECK_GOTO(acx_ckpt_select_rows(fspace, t->ndim, dims, r, n, &mspace, what), status,
                            done);
@@ -354,6 +370,7 @@ static acx_status_t write_tensor(hid_t file, save_plists_t *pl, const acx_ckpt_t
         if (crc != NULL) acx_ckpt_crc_sum_end(&sum);
     }
 done:
+    free(scratch);
     if (mspace >= 0) H5Sclose(mspace);
     if (fspace >= 0) H5Sclose(fspace);
     if (dset >= 0 && H5Dclose(dset) < 0 && status == ACX_OK)
@@ -583,10 +600,10 @@ acx_status_t acx_ckpt_save_opts(acx_comm_t *world, const char *path,
                                 const acx_ckpt_save_opts_t *opts) {
     /* checksums unless the caller's format has none (a weights file) */
     int sums = opts == NULL || !opts->no_checksums;
-    if (world == NULL || path == NULL || path[0] == '\0' || num_tensors < 0 || num_attrs < 0 ||
+    if (path == NULL || path[0] == '\0' || num_tensors < 0 || num_attrs < 0 ||
         (num_tensors > 0 && tensors == NULL) || (num_attrs > 0 && attrs == NULL))
         return ACX_ERROR(ACX_ERR_INVALID_ARG,
-                         "acx_ckpt_save: world, path, tensors and attrs must be given");
+                         "acx_ckpt_save: path, tensors and attrs must be given");
 
     acx_status_t status = ACX_OK;
     hid_t fapl = -1, fcpl = -1, file = -1;
@@ -595,7 +612,7 @@ acx_status_t acx_ckpt_save_opts(acx_comm_t *world, const char *path,
     char *tmp = acx_ckpt_str_concat(path, ".tmp");
     char *dir = dir_of(path);
     char what[1280];
-    int rank = world->rank;
+    int rank = world != NULL ? world->rank : 0;
     double t_start = MPI_Wtime(), t_data = t_start, t_meta = t_start, t_close = t_start;
 
     snprintf(what, sizeof what, "checkpoint file '%s.tmp'", path);
@@ -611,18 +628,20 @@ acx_status_t acx_ckpt_save_opts(acx_comm_t *world, const char *path,
      * communicator, which is collective. The lock is then held across the
      * collective calls below: a loader's prefetch thread on this rank waits,
      * but it makes no MPI calls, so no other rank can wait on it. */
-    status = acx_coll_agree(world, status);
+    status = agree(world, status);
     if (status == ACX_OK) status = save_rows_check(world, tensors, num_tensors, &crcs);
     acx_h5_lock();
     acx_h5_quiet();
     if (status != ACX_OK) goto out;
     ACX_H5_CHECK_GOTO(fapl = H5Pcreate(H5P_FILE_ACCESS), what, status, agreed_create);
-    ACX_H5_CHECK_GOTO(H5Pset_fapl_mpio(fapl, world->mpi, MPI_INFO_NULL), what, status,
-                      agreed_create);
-    /* every rank issues the same metadata operations: HDF5 does them
-     * collectively (one rank reads and broadcasts, one writes) */
-    ACX_H5_CHECK_GOTO(H5Pset_all_coll_metadata_ops(fapl, 1), what, status, agreed_create);
-    ACX_H5_CHECK_GOTO(H5Pset_coll_metadata_write(fapl, 1), what, status, agreed_create);
+    if (world != NULL) {
+        ACX_H5_CHECK_GOTO(H5Pset_fapl_mpio(fapl, world->mpi, MPI_INFO_NULL), what, status,
+                          agreed_create);
+        /* every rank issues the same metadata operations: HDF5 does them
+         * collectively (one rank reads and broadcasts, one writes) */
+        ACX_H5_CHECK_GOTO(H5Pset_all_coll_metadata_ops(fapl, 1), what, status, agreed_create);
+        ACX_H5_CHECK_GOTO(H5Pset_coll_metadata_write(fapl, 1), what, status, agreed_create);
+    }
     /* 1.8+ object headers, heaps and B-trees: checksummed metadata.
      * ACX_TEST_CKPT_OLD_METADATA=1 (benchmarks only: docs/benchmarks.md)
      * leaves HDF5's default, the earliest formats (version-0 superblock,
@@ -650,12 +669,13 @@ acx_status_t acx_ckpt_save_opts(acx_comm_t *world, const char *path,
      * transfers would make every piece a collective call, and two-phase
      * buffering would only copy the bytes through other ranks (measured:
      * see the file comment). Metadata stays collective. */
-    ACX_H5_CHECK_GOTO(H5Pset_dxpl_mpio(pl.dxpl, H5FD_MPIO_INDEPENDENT), what, status,
-                      agreed_create);
+    if (world != NULL)
+        ACX_H5_CHECK_GOTO(H5Pset_dxpl_mpio(pl.dxpl, H5FD_MPIO_INDEPENDENT), what, status,
+                          agreed_create);
     ACX_H5_CHECK_GOTO(file = H5Fcreate(tmp, H5F_ACC_TRUNC, fcpl, fapl), what, status,
                       agreed_create);
 agreed_create:
-    status = acx_coll_agree(world, status);
+    status = agree(world, status);
     if (status != ACX_OK) goto out;
     /* a descriptor of our own for the write-behind (HDF5's MPI-IO layer
      * does not show its own); a failure only skips the write-behind */
@@ -668,7 +688,7 @@ agreed_create:
         status = name_no_space(status, errno, tmp, dir);
         /* agree per tensor: a rank that failed must not leave the others
          * inside the next collective create or write */
-        status = acx_coll_agree(world, status);
+        status = agree(world, status);
         if (status != ACX_OK) goto out;
         if (i + 1 == (num_tensors > 1 ? num_tensors / 2 : 1)) ckpt_kill_point("mid_data", rank);
     }
@@ -682,7 +702,7 @@ agreed_create:
         status = write_crc_attrs(file, tensors[i].path, &crcs.crcs[i], tmp);
     for (int i = 0; i < num_attrs && status == ACX_OK; i++)
         status = write_attr(file, &pl, rank, &attrs[i], tmp);
-    status = acx_coll_agree(world, name_no_space(status, errno, tmp, dir));
+    status = agree(world, name_no_space(status, errno, tmp, dir));
     if (status != ACX_OK) goto out;
 
     t_close = MPI_Wtime();
@@ -702,10 +722,10 @@ agreed_create:
      * MPI_File_sync before it and rank 0's fsync after: a device flush
      * less, 0.05-0.2 s of a 1 GiB save on the build machine (measured in
      * pairs: 0.43-0.50 s against 0.48-0.73 s for both steps). */
-    status = acx_coll_agree(world, status);
+    status = agree(world, status);
     if (status != ACX_OK) goto out;
     status = fsync_path(tmp, 0);
-    status = acx_coll_agree(world, name_no_space(status, errno, tmp, dir));
+    status = agree(world, name_no_space(status, errno, tmp, dir));
     if (status != ACX_OK) goto out;
 
     ckpt_kill_point("before_rename", rank);
@@ -717,7 +737,7 @@ agreed_create:
             status = fsync_path(dir, 1);
     }
     /* also the barrier: nobody returns (and reads) before the rename */
-    status = acx_coll_agree(world, status);
+    status = agree(world, status);
     if (status == ACX_OK) ckpt_kill_point("after_rename", rank);
 
 out:
@@ -733,7 +753,7 @@ out:
         /* every path here has an agreed status, so all ranks wait: none
          * returns while the failed file still exists */
         if (tmp != NULL && rank == 0) unlink(tmp);
-        MPI_Barrier(world->mpi);
+        if (world != NULL) MPI_Barrier(world->mpi);
     }
     if (status == ACX_OK)
         ACX_DEBUG(ACX_SUBSYS_IO,
