@@ -339,9 +339,12 @@ acx_status_t acx_ckpt_state_read(acx_ckpt_file_t *f, acx_ckpt_state_t *s) {
     if (f == NULL || s == NULL)
         return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_ckpt_state_read: NULL argument");
     memset(s, 0, sizeof *s);
-    ACX_CHECK(read_root(f, s));
-    ACX_CHECK(read_optimizer(f, s));
-    ACX_CHECK(read_scaler(f, s));
-    ACX_CHECK(read_loader(f, s));
-    return ACX_OK;
+    acx_status_t status = read_root(f, s);
+    if (status == ACX_OK) status = read_optimizer(f, s);
+    if (status == ACX_OK) status = read_scaler(f, s);
+    if (status == ACX_OK) status = read_loader(f, s);
+    /* an optional group or attribute that "is absent" because its header
+     * failed a checksum is damage, not absence (io/ckpt_read.c) */
+    if (acx_ckpt_damage(f) != ACX_OK) return acx_ckpt_damage(f);
+    return status;
 }

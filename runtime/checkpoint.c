@@ -915,8 +915,8 @@ static acx_status_t plan_optimizer(acx_accelerator_t *acc, acx_ckpt_file_t *f, r
  * permutation entries [g*G, (g+1)*G), so position p of a run with global
  * batch G_old is exactly position p*G_old/G_new here when that divides; the
  * end of an epoch maps to the end of the epoch. */
-static acx_status_t plan_loader(acx_accelerator_t *acc, acx_ckpt_file_t *f, restore_t *r,
-                                const char *file, int strict) {
+static acx_status_t plan_loader(acx_accelerator_t *acc, restore_t *r, const char *file,
+                                int strict) {
     acx_dataloader_t *l = acc->loader;
     if (l == NULL) return ACX_OK;
     const acx_ckpt_state_t *st = &r->st;
@@ -1033,8 +1033,7 @@ static acx_status_t plan_rng_user(acx_accelerator_t *acc, acx_ckpt_file_t *f, re
 /* The fp16 loss scaler's state, when both the checkpoint and the program
  * use one (a bf16/fp32 run ignores a saved scaler; an fp16 run without one
  * in the checkpoint starts from loss_scale.init). */
-static acx_status_t plan_scaler(acx_accelerator_t *acc, acx_ckpt_file_t *f, restore_t *r) {
-    (void)f;
+static acx_status_t plan_scaler(acx_accelerator_t *acc, restore_t *r) {
     if (!r->st.has_scaler || !acc->scaler.enabled) {
         if (acc->scaler.enabled && acc->rank == 0)
             ACX_WARN(ACX_SUBSYS_IO,
@@ -1068,8 +1067,8 @@ static acx_status_t plan_load(acx_accelerator_t *acc, acx_ckpt_file_t *f, const 
     if (strict && r->mm.count) goto out;
     ACX_CHECK_GOTO(plan_rng_user(acc, f, r), status, out);
     if (strict && r->mm.count) goto out;
-    ACX_CHECK_GOTO(plan_loader(acc, f, r, file, strict), status, out);
-    ACX_CHECK_GOTO(plan_scaler(acc, f, r), status, out);
+    ACX_CHECK_GOTO(plan_loader(acc, r, file, strict), status, out);
+    ACX_CHECK_GOTO(plan_scaler(acc, r), status, out);
     if (r->plan.failed) status = ACX_ERROR(ACX_ERR_NO_MEMORY, "out of memory planning the load");
 out:
     free(param_ok);
