@@ -30,6 +30,16 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* The largest learning rate acx accepts anywhere: at creation, in
+ * acx_optimizer_set_lr and from a checkpoint (lr and the schedule's base_lr:
+ * io/ckpt_state.c). torch accepts any lr >= 0; acx bounds it so that a corrupted or
+ * mistyped value (1e300 from an edited file) is refused with its name
+ * instead of training on NaN: updates of that size overflow float32
+ * weights at once, and the largest rates in use (SGD/LARS at large batch)
+ * are in the tens. The same bound everywhere means every checkpoint acx
+ * writes loads again. */
+#define ACX_OPTIM_LR_MAX 1e3
+
 #include "acx/optim.h"
 
 /* ---- floating-point environment ---- */

@@ -24,7 +24,6 @@
  */
 #include <dirent.h>
 #include <errno.h>
-#include <hdf5.h>
 #include <limits.h>
 #include <mpi.h>
 #include <stdint.h>
@@ -38,6 +37,7 @@
 #include "acx/acx.h"
 #include "acx/cli.h"
 #include "base/settings.h"
+#include "io/checkpoint.h"
 #include "io/ckpt_crc.h"
 #include "cli/cli.h"
 
@@ -851,162 +851,34 @@ static int parse_int(const char *s, int min, int *v_p) {
 /* ---- reading a model's tensor shapes from an HDF5 file ---- */
 
 /* One float dataset: its name below the parameters' group, its elements
- * and its rows (dim 0; a scalar is one row of one element). */
-typedef struct est_tensor {
-    char *name;
-    int64_t numel, rows;
-} est_tensor_t;
+ * and its rows (io/checkpoint.h). */
+typedef acx_ckpt_param_shape_t est_tensor_t;
 
 typedef struct est_tensors {
     est_tensor_t *t;
     int count, cap;
-    int failed; /* out of memory inside the walk */
 } est_tensors_t;
 
 static void est_tensors_free(est_tensors_t *l) {
-    for (int k = 0; k < l->count; k++)
-        free(l->t[k].name);
-    free(l->t);
+    acx_ckpt_param_shapes_free(l->t, l->count);
     *l = (est_tensors_t){0};
 }
 
-/* H5Lvisit callback: record every float dataset (other datasets, groups and
- * soft links are not parameters). */
-static herr_t est_visit(hid_t group, const char *name, const H5L_info_t *info, void *data) {
-    est_tensors_t *l = data;
-    if (info->type != H5L_TYPE_HARD) return 0;
-    hid_t obj = H5Oopen(group, name, H5P_DEFAULT);
-    if (obj < 0) return -1;
-    if (H5Iget_type(obj) != H5I_DATASET) {
-        H5Oclose(obj);
-        return 0;
-    }
-    hid_t type = H5Dget_type(obj), space = H5Dget_space(obj);
-    hsize_t dims[H5S_MAX_RANK];
-    int is_float = type >= 0 && H5Tget_class(type) == H5T_FLOAT;
-    int nd = space >= 0 ? H5Sget_simple_extent_dims(space, dims, NULL) : -1;
-    int is_null = space >= 0 && H5Sget_simple_extent_type(space) == H5S_NULL;
-    if (type >= 0) H5Tclose(type);
-    if (space >= 0) H5Sclose(space);
-    H5Oclose(obj);
-    if (nd < 0) return -1;
-    if (!is_float) return 0;
-
-    int64_t numel = is_null ? 0 : 1, rows = nd > 0 ? (int64_t)dims[0] : 1;
-    for (int k = 0; k < nd; k++) {
-        if (__builtin_mul_overflow(numel, (int64_t)dims[k], &numel)) return -1;
-    }
-    if (l->count == l->cap) {
-        int cap = l->cap ? 2 * l->cap : 64;
-        est_tensor_t *t = realloc(l->t, (size_t)cap * sizeof *t);
-        if (t == NULL) {
-            l->failed = 1;
-            return -1;
-        }
-        l->t = t;
-        l->cap = cap;
-    }
-    char *copy = strdup(name);
-    if (copy == NULL) {
-        l->failed = 1;
-        return -1;
-    }
-    l->t[l->count++] = (est_tensor_t){.name = copy, .numel = numel, .rows = is_null ? 0 : rows};
-    return 0;
-}
-
-/* The root attribute `format` as text, fixed-length (acx's writers) or
- * variable-length (h5py's default for str): 0 and buf filled, or -1. */
-static int est_format_attr(hid_t file, char *buf, size_t n) {
-    int ok = -1;
-    if (H5Aexists(file, "format") <= 0) return -1;
-    hid_t attr = H5Aopen(file, "format", H5P_DEFAULT);
-    hid_t type = attr >= 0 ? H5Aget_type(attr) : -1;
-    if (type >= 0 && H5Tget_class(type) == H5T_STRING) {
-        if (H5Tis_variable_str(type) > 0) {
-            hid_t mem = H5Tcopy(H5T_C_S1);
-            char *s = NULL;
-            if (mem >= 0 && H5Tset_size(mem, H5T_VARIABLE) >= 0 &&
-                H5Tset_cset(mem, H5Tget_cset(type)) >= 0 && H5Aread(attr, mem, &s) >= 0 &&
-                s != NULL) {
-                snprintf(buf, n, "%s", s);
-                H5free_memory(s);
-                ok = 0;
-            }
-            if (mem >= 0) H5Tclose(mem);
-        } else {
-            size_t len = H5Tget_size(type);
-            char *s = calloc(len + 1, 1);
-            hid_t mem = H5Tcopy(type);
-            if (s != NULL && mem >= 0 && H5Aread(attr, mem, s) >= 0) {
-                snprintf(buf, n, "%s", s);
-                ok = 0;
-            }
-            if (mem >= 0) H5Tclose(mem);
-            free(s);
-        }
-    }
-    if (type >= 0) H5Tclose(type);
-    if (attr >= 0) H5Aclose(attr);
-    return ok;
-}
-
 /* Every float dataset of an acx checkpoint (under /model) or weights file
- * (the whole file) into *l; *kind_p says which. Prints why and returns
- * EXIT_FAIL when the file is not one of them. */
+ * (the whole file) into *l; *kind_p says which (io/ckpt_scan.c reads the
+ * file). Prints why and returns EXIT_FAIL when the file is not one of
+ * them. */
 static int est_read_model(const char *path, est_tensors_t *l, const char **kind_p) {
-    int rc = EXIT_FAIL;
-    char format[64] = "";
-    H5Eset_auto2(H5E_DEFAULT, NULL, NULL); /* the messages below say what failed */
-    hid_t file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT), group = -1;
-    if (file < 0) {
-        /* HDF5's own stack says little; a missing or unreadable file says more */
-        int unreadable = access(path, R_OK) != 0;
-        fprintf(stderr, "acx: estimate-memory: cannot open '%s' as an HDF5 file%s%s\n", path,
-                unreadable ? ": " : "", unreadable ? strerror(errno) : "");
+    acx_ckpt_param_shape_t *t = NULL;
+    int count = 0;
+    if (acx_ckpt_param_shapes(path, &t, &count, kind_p) != ACX_OK) {
+        const char *msg = acx_last_error(), *sep = strstr(msg, ": ");
+        fprintf(stderr, "acx: estimate-memory: %s\n", sep != NULL ? sep + 2 : msg);
         return EXIT_FAIL;
     }
-    if (est_format_attr(file, format, sizeof format) != 0) {
-        fprintf(stderr,
-                "acx: estimate-memory: '%s' has no string root attribute 'format' (expected "
-                "an acx checkpoint or weights file)\n",
-                path);
-        goto out;
-    }
-    const char *where;
-    if (strcmp(format, "acx-checkpoint") == 0) {
-        where = "/model";
-        *kind_p = "acx checkpoint";
-    } else if (strcmp(format, "acx-weights") == 0) {
-        where = "/";
-        *kind_p = "acx weights file";
-    } else {
-        fprintf(stderr,
-                "acx: estimate-memory: '%s' has format '%s' (expected acx-checkpoint or "
-                "acx-weights)\n",
-                path, format);
-        goto out;
-    }
-    if ((group = H5Gopen2(file, where, H5P_DEFAULT)) < 0) {
-        fprintf(stderr, "acx: estimate-memory: '%s' (%s) has no group %s\n", path, *kind_p, where);
-        goto out;
-    }
-    /* by name: the units are formed below whatever the order */
-    if (H5Lvisit(group, H5_INDEX_NAME, H5_ITER_INC, est_visit, l) < 0) {
-        fprintf(stderr, "acx: estimate-memory: %s listing the datasets of %s in '%s'\n",
-                l->failed ? "out of memory" : "failed", where, path);
-        est_tensors_free(l);
-        goto out;
-    }
-    if (l->count == 0) {
-        fprintf(stderr, "acx: estimate-memory: no float datasets under %s in '%s'\n", where, path);
-        goto out;
-    }
-    rc = EXIT_OK;
-out:
-    if (group >= 0) H5Gclose(group);
-    H5Fclose(file);
-    return rc;
+    l->t = t;
+    l->count = l->cap = count;
+    return EXIT_OK;
 }
 
 /* The unit of a parameter: its name up to the first '.'. */

@@ -1,6 +1,8 @@
 /*
  * io/checkpoint.h — the parallel HDF5 checkpoint file (library-private).
  *
+ * The one writer (io/ckpt_write.c) and the one reader (io/ckpt_read.c) of
+ * acx's HDF5 files; the names, versions and layout are io/ckpt_format.h's.
  * io knows files, HDF5 and row selections; it does not know what a model or
  * an optimizer is. The runtime (runtime/checkpoint.c) describes the state as
  * a list of tensors — each a global shape plus the rows this rank writes or
@@ -16,11 +18,7 @@
 #include "acx/status.h"
 #include "acx/types.h"
 #include "collectives/coll.h"
-
-#define ACX_CKPT_FORMAT "acx-checkpoint"
-/* 2: contiguous datasets with CRC-32 block attributes (io/ckpt_crc.h);
- * 1: chunked datasets with HDF5's Fletcher-32 filter. Both are read. */
-#define ACX_CKPT_FORMAT_VERSION 2
+#include "io/ckpt_format.h"
 
 typedef enum acx_ckpt_attr_type {
     ACX_CKPT_I64 = 0,
@@ -67,6 +65,15 @@ typedef struct acx_ckpt_tensor {
     int64_t buf_row0, buf_rows;
     int64_t io_begin, io_end;
     acx_comm_t *share;
+    /* Save only: a row source instead of `buf` (NULL: none). When set, the
+     * writer asks for this rank's io rows piece by piece (about 1 MiB of
+     * whole rows each) into its own scratch, right before each piece's
+     * CRC and write, so a tensor need not be in memory whole (acx ckpt
+     * export writes a weights file from a checkpoint this way). fill
+     * writes rows [row0, row0 + nrows) to dst, row-major in `dtype`, and
+     * returns ACX_OK or the failure that ends the save. */
+    acx_status_t (*fill)(void *ctx, int64_t row0, int64_t nrows, void *dst);
+    void *fill_ctx;
 } acx_ckpt_tensor_t;
 
 /* Write a checkpoint to `path`: create path's temporary sibling with the
@@ -74,11 +81,26 @@ typedef struct acx_ckpt_tensor {
  * (each rank passes the same list) and every tensor's io rows; checksum
  * every dataset (CRC-32 blocks: each rank its rows, joined by one
  * all-reduce); close, fsync, rename to `path`, fsync the directory.
- * Collective over world; every rank returns the same status. A failure
- * removes the temporary file and never touches an existing `path`.
+ * Collective over world; every rank returns the same status. world NULL:
+ * this process alone writes the file (sec2 driver, no communication). A
+ * failure removes the temporary file and never touches an existing `path`.
  * ACX_ERR_INVALID_ARG when a tensor's io rows do not tile it (above). */
 acx_status_t acx_ckpt_save(acx_comm_t *world, const char *path, const acx_ckpt_tensor_t *tensors,
                            int num_tensors, const acx_ckpt_attr_t *attrs, int num_attrs);
+
+/* How acx_ckpt_save_opts writes a file other than a checkpoint. */
+typedef struct acx_ckpt_save_opts {
+    /* 1: no CRC-32 attributes (a weights file, io/ckpt_format.h, whose
+     * layout has none); the rest — temporary file, collective metadata,
+     * independent row writes, fsync, rename, agreed statuses — is the same */
+    int no_checksums;
+} acx_ckpt_save_opts_t;
+
+/* acx_ckpt_save with options (NULL: a checkpoint's defaults). */
+acx_status_t acx_ckpt_save_opts(acx_comm_t *world, const char *path,
+                                const acx_ckpt_tensor_t *tensors, int num_tensors,
+                                const acx_ckpt_attr_t *attrs, int num_attrs,
+                                const acx_ckpt_save_opts_t *opts);
 
 typedef struct acx_ckpt_file acx_ckpt_file_t;
 
@@ -87,7 +109,24 @@ typedef struct acx_ckpt_file acx_ckpt_file_t;
  * Errors: ACX_ERR_IO (missing), ACX_ERR_FORMAT (not HDF5, not an acx
  * checkpoint, newer version: the messages say which), ACX_ERR_HDF5. */
 acx_status_t acx_ckpt_open(acx_comm_t *world, const char *path, acx_ckpt_file_t **file_p);
+
+/* acx_ckpt_open_flags: a single process (world NULL) inspecting a file, as
+ * `acx ckpt info | verify | export` do (io/ckpt_tools.c): every byte of
+ * metadata is read at open, so damage anywhere in it is found before
+ * anything is interpreted; a newer format_version is opened (the caller
+ * decides what to do with it: acx_ckpt_version); data without a checksum
+ * is refused or warned about in the tools' words (stderr). */
+#define ACX_CKPT_OPEN_INSPECT 1u
+
+/* acx_ckpt_open with flags (0 or ACX_CKPT_OPEN_INSPECT, which needs world
+ * NULL). Errors as acx_ckpt_open. */
+acx_status_t acx_ckpt_open_flags(acx_comm_t *world, const char *path, unsigned flags,
+                                 acx_ckpt_file_t **file_p);
 void acx_ckpt_close(acx_ckpt_file_t *f);
+
+/* The open file's format_version and path (as given to the open). */
+int64_t acx_ckpt_version(const acx_ckpt_file_t *f);
+const char *acx_ckpt_path(const acx_ckpt_file_t *f);
 
 /* Attribute `name` of `object`; ACX_ERR_FORMAT naming both if absent or of
  * another type. str: copied into buf[n]. */
@@ -155,5 +194,84 @@ acx_status_t acx_ckpt_read(acx_ckpt_file_t *f, const acx_ckpt_tensor_t *tensors,
 /* Names of the datasets under a group (e.g. "/model"), in creation order;
  * *names_p is one malloc'd block (free it with free()). */
 acx_status_t acx_ckpt_list(acx_ckpt_file_t *f, const char *group, int *count_p, char ***names_p);
+
+/* ---- whole-file passes for one process (io/ckpt_scan.c) ---- */
+
+/* The paths of every dataset under `group`, recursively ("/model/fc1.weight"),
+ * in creation order when every group below tracks it (acx's files: the
+ * writer's order), else by name. *names_p is one malloc'd block (free it
+ * with free()). Not collective. */
+acx_status_t acx_ckpt_list_all(acx_ckpt_file_t *f, const char *group, int *count_p,
+                               char ***names_p);
+
+/* Read dataset `path` completely, in blocks of rows of at most 32 MiB, in
+ * the file's own type, checking every CRC-32 block as it passes (version
+ * 2) or letting HDF5 check its Fletcher-32 chunks (version 1); strings and
+ * other variable-length data are read once. A mismatch or an unreadable
+ * dataset is ACX_ERR_FORMAT "dataset <path> of '<file>' is damaged: ...".
+ * Data without a checksum: see acx_ckpt_allow_unverified. Not collective. */
+acx_status_t acx_ckpt_verify_dataset(acx_ckpt_file_t *f, const char *path);
+
+/* Rows [row0, row0 + nrows) of a floating-point dataset as float32 into
+ * buf (nrows x the row's elements). A float32 dataset is read as a load
+ * reads it: every byte checked against the CRC-32 blocks the rows touch.
+ * Another float type is converted by HDF5 and not checked here (the
+ * checksums cover the stored bytes): verify it first
+ * (acx_ckpt_verify_dataset). Not collective. */
+acx_status_t acx_ckpt_read_rows_f32(acx_ckpt_file_t *f, const char *path, int64_t row0,
+                                    int64_t nrows, float *buf);
+
+/* One float dataset of a model file: its name below the parameters' group
+ * ("fc1.weight"), its elements and its rows (dim 0; a scalar is one row of
+ * one element). */
+typedef struct acx_ckpt_param_shape {
+    char *name;
+    int64_t numel, rows;
+} acx_ckpt_param_shape_t;
+
+/* The float datasets of an acx checkpoint (under /model) or weights file
+ * (the whole file), by name, recursively: *shapes_p (free with
+ * acx_ckpt_param_shapes_free), *count_p >= 1, *kind_p "acx checkpoint" or
+ * "acx weights file" (static). Only the shapes are read, not the data.
+ * Errors: ACX_ERR_IO (not an HDF5 file: "cannot open '<path>' as an HDF5
+ * file"), ACX_ERR_FORMAT (no or another root `format`, no parameters
+ * group, no float dataset), ACX_ERR_NO_MEMORY. One process; not
+ * collective. */
+acx_status_t acx_ckpt_param_shapes(const char *path, acx_ckpt_param_shape_t **shapes_p,
+                                   int *count_p, const char **kind_p);
+void acx_ckpt_param_shapes_free(acx_ckpt_param_shape_t *shapes, int count);
+
+/* ---- the scalar state (io/ckpt_state.c) ---- */
+
+/* The attributes of a save of state `s` (io/ckpt_format.h's layout, in the
+ * order the writer creates them), for acx_ckpt_save. *attrs_p is one
+ * malloc'd array (free it with free()) whose strings point into `s` (and
+ * to s->config_yaml and s->hparam_names): keep `s` until the save returns.
+ * Not collective; ACX_ERR_NO_MEMORY. */
+acx_status_t acx_ckpt_state_attrs(const acx_ckpt_state_t *s, acx_ckpt_attr_t **attrs_p, int *num_p);
+
+/* Read the scalar state of an open checkpoint into *s (zeroed first), each
+ * value range-checked before it is stored: the checks a load makes and
+ * `acx ckpt verify` repeats (io/ckpt_state.c lists them). Required: the
+ * root's step and world_size; /optimizer's step and lr when it has a
+ * type; /scheduler's base_lr, step, warmup_steps, total_steps when its
+ * kind is not "none"; /scaler's scale and counters when its kind is
+ * "dynamic"; /dataloader's epoch, seed, global_batch, num_batches and
+ * position when the group exists. A missing required attribute is the
+ * reader's ACX_ERR_FORMAT naming it; a value out of range is
+ * ACX_ERR_FORMAT "checkpoint '<file>': <object>/<name> = <value> is out of
+ * range: expected <range> (damaged or edited?)". Not collective (any rank
+ * may ask; a load has every rank ask). */
+acx_status_t acx_ckpt_state_read(acx_ckpt_file_t *f, acx_ckpt_state_t *s);
+
+/* The /dataloader fields of s checked against each other for a data set of
+ * `num_samples` samples: global_batch in 1..2^53/num_samples, num_batches
+ * that of num_samples in global_batch (with or without drop_last),
+ * position in 0..num_batches, samples_consumed (when present) = position x
+ * global_batch. acx_ckpt_state_read runs it with the file's num_samples; a
+ * load of a file without one runs it with the program's. `file` names the
+ * checkpoint in messages. */
+acx_status_t acx_ckpt_state_check_loader(const char *file, const acx_ckpt_state_t *s,
+                                         int64_t num_samples);
 
 #endif /* ACX_IO_CHECKPOINT_H */

@@ -2,8 +2,8 @@
  * io/ckpt_crc.c — io/ckpt_crc.h: the block layout of a checkpoint
  * dataset's CRC-32s, combining CRCs of pieces, the three attributes that
  * hold them, and the streaming check. Which ranks compute which pieces, and
- * the all-reduce that joins them, are the writer's (io/checkpoint.c); which
- * bytes a reader checks is the reader's (io/checkpoint.c, io/ckpt_tools.c).
+ * the all-reduce that joins them, are the writer's (io/ckpt_write.c); which
+ * bytes a reader checks is the reader's (io/ckpt_read.c, io/ckpt_tools.c).
  *
  * Arithmetic: zlib's crc32 (reflected CRC-32, polynomial 0xEDB88320,
  * initial and final XOR 0xFFFFFFFF). zlib's crc32_combine(c1, c2, n2) is

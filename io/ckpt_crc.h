@@ -2,7 +2,7 @@
  * io/ckpt_crc.h — the checksums of checkpoint format version 2
  * (library-private): CRC-32 of fixed-size blocks of each dataset's raw
  * bytes, stored as attributes of the dataset. Shared by the collective
- * writer/reader (io/checkpoint.c) and the one-process tools
+ * writer (io/ckpt_write.c), the reader (io/ckpt_read.c) and the tools
  * (io/ckpt_tools.c). Format: docs/checkpoint-format.md, "Storage and
  * checksums".
  *

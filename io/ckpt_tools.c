@@ -1,28 +1,27 @@
 /*
  * io/ckpt_tools.c — a checkpoint file seen from one process: the summary
- * `acx ckpt info` prints, the full read `acx ckpt verify` does, and the
+ * `acx ckpt info` prints, the full check `acx ckpt verify` does, and the
  * export of the model's parameters to safetensors or to a weights-only HDF5
  * file (`acx ckpt export`).
  *
- * Everything here runs in a single process with HDF5's default sec2 driver:
- * no MPI_Init, no communicator, no launcher. The file is read through HDF5's
- * own view of it (links, dataspaces, datatypes, filters), not through the
- * collective reader of io/checkpoint.c, so these tools also inspect files
- * that reader would refuse (a newer format version is reported, not hidden).
+ * Everything here runs in a single process (no MPI_Init, no communicator,
+ * no launcher) on the one checkpoint reader: the file is opened by
+ * acx_ckpt_open_flags(NULL, ..., ACX_CKPT_OPEN_INSPECT) (every byte of
+ * metadata read first, a newer format_version reported rather than
+ * refused), its datasets are listed and verified by the reader's
+ * whole-file passes (io/ckpt_scan.c), its scalar state is read with the
+ * range checks a load makes (io/ckpt_state.c: verify fails on a value a
+ * load would refuse), and export reads the parameters through the
+ * reader's checked row reads; its weights-only HDF5 output is written by
+ * the one writer (io/ckpt_write.c), as acx_model_save_weights writes the
+ * format. What stays here is presentation: the text
+ * of `info` (which shows any attribute and dataset type as HDF5 stores
+ * it, through the open file's handle) and the output formats.
  *
- * Checksums. Format version 2 stores CRC-32s of fixed-size blocks of every
- * dataset's bytes in its attributes (io/ckpt_crc.h): verify reads each
- * dataset front to back in the file's own type (so the bytes are the
- * stored ones) and checks every block as it passes, and export checks the
- * parameters the same way while it copies them. Version 1 used HDF5's
- * Fletcher-32 filter, which HDF5 checks itself on every read of a chunk:
- * for those files reading every dataset completely is the verification.
- * Either way a failure names the dataset. (Metadata carries HDF5's own
- * checksums, checked when the objects are opened.)
- *
- * Left to others: the layout itself and the collective writer/reader
- * (io/checkpoint.c), what the state means (runtime/checkpoint.c), the
- * command-line parsing (cli/acx.c). The format is docs/checkpoint-format.md.
+ * Left to others: the layout (io/ckpt_format.h), the reader
+ * (io/ckpt_read.c, io/ckpt_scan.c), what the state means
+ * (runtime/checkpoint.c), the command-line parsing (cli/acx.c). The format
+ * is docs/checkpoint-format.md.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -38,11 +37,12 @@
 #include "acx/types.h"
 #include "io/checkpoint.h"
 #include "io/ckpt_crc.h"
+#include "io/ckpt_pkg.h"
 #include "io/h5.h"
 #include "base/error.h"
 
-/* Rows are read in blocks of about this many bytes (more when one row is
- * larger), so a tool's memory stays bounded whatever the checkpoint size. */
+/* Rows are copied in blocks of about this many bytes (more when one row is
+ * larger), so an export's memory stays bounded whatever the checkpoint size. */
 #define BLOCK_BYTES ((size_t)32 << 20)
 #define PATH_CAP    4096
 
@@ -291,309 +291,11 @@ out:
     return rc;
 }
 
-/* ---- every byte of metadata ---- */
-
-/* The walk over every object of a file (walk_metadata). */
-typedef struct meta_walk {
-    const char *real;
-    acx_status_t status; /* the first failure, recorded where it happened */
-} meta_walk_t;
-
-static herr_t walk_attr_cb(hid_t obj, const char *name, const H5A_info_t *ainfo, void *data) {
-    meta_walk_t *w = data;
-    char what[PATH_CAP + 512], oname[PATH_CAP] = "?";
-    hid_t attr = -1, type = -1, space = -1;
-    void *buf = NULL;
-    (void)ainfo;
-    (void)H5Iget_name(obj, oname, sizeof oname);
-    snprintf(what, sizeof what, "attribute '%s' on %s in '%s'", name, oname, w->real);
-    if ((attr = H5Aopen(obj, name, H5P_DEFAULT)) < 0) {
-        w->status = acx_error_h5("H5Aopen", what, __FILE__, __LINE__);
-        goto out;
-    }
-    /* its size against the file's before the buffer is allocated */
-    if ((w->status = acx_h5_check_attr(attr, what)) != ACX_OK) goto out;
-    if ((type = H5Aget_type(attr)) < 0 || (space = H5Aget_space(attr)) < 0) {
-        w->status = acx_error_h5("H5Aget_type", what, __FILE__, __LINE__);
-        goto out;
-    }
-    hssize_t npts = H5Sget_simple_extent_npoints(space);
-    size_t bytes = (size_t)(npts > 0 ? npts : 0) * H5Tget_size(type);
-    if ((buf = calloc(bytes + 1, 1)) == NULL) {
-        w->status = ACX_ERROR(ACX_ERR_NO_MEMORY, "no memory (%zu bytes) to read %s", bytes, what);
-        goto out;
-    }
-    if (H5Aread(attr, type, buf) < 0) {
-        w->status = acx_error_h5("H5Aread", what, __FILE__, __LINE__);
-        goto out;
-    }
-    if (H5Tdetect_class(type, H5T_VLEN) > 0 || H5Tis_variable_str(type) > 0)
-        H5Dvlen_reclaim(type, space, H5P_DEFAULT, buf);
-out:
-    free(buf);
-    if (space >= 0) H5Sclose(space);
-    if (type >= 0) H5Tclose(type);
-    if (attr >= 0) H5Aclose(attr);
-    return w->status == ACX_OK ? 0 : -1;
-}
-
-/* One object, by its path from the root: its whole object header (every
- * continuation chunk: H5O_INFO_ALL walks them), every attribute read, and
- * a dataset's storage checked (acx_h5_check_dataset). */
-static acx_status_t walk_object(hid_t file, const char *path, haddr_t addr, meta_walk_t *w) {
-    char what[PATH_CAP + 256], at[64] = "";
-    hid_t obj = -1;
-    H5O_info_t oi;
-    hsize_t idx = 0;
-    if (addr != HADDR_UNDEF)
-        snprintf(at, sizeof at, " (object header at byte %llu)", (unsigned long long)addr);
-    snprintf(what, sizeof what, "object %s%s in '%s'", path, at, w->real);
-    if ((obj = H5Oopen(file, path, H5P_DEFAULT)) < 0) {
-        w->status = acx_error_h5("H5Oopen", what, __FILE__, __LINE__);
-        goto out;
-    }
-    if (H5Oget_info2(obj, &oi, H5O_INFO_ALL) < 0) {
-        w->status = acx_error_h5("H5Oget_info2", what, __FILE__, __LINE__);
-        goto out;
-    }
-    if (H5Aiterate2(obj, H5_INDEX_NAME, H5_ITER_NATIVE, &idx, walk_attr_cb, w) < 0) {
-        if (w->status == ACX_OK) w->status = acx_error_h5("H5Aiterate2", what, __FILE__, __LINE__);
-        goto out;
-    }
-    if (oi.type == H5O_TYPE_DATASET) {
-        snprintf(what, sizeof what, "dataset %s in '%s'", path, w->real);
-        w->status = acx_h5_check_dataset(obj, what, 1, NULL);
-    }
-out:
-    if (obj >= 0) H5Oclose(obj);
-    return w->status;
-}
-
-static herr_t walk_link_cb(hid_t group, const char *name, const H5L_info_t *info, void *data) {
-    meta_walk_t *w = data;
-    char path[PATH_CAP];
-    (void)group;
-    if (info->type != H5L_TYPE_HARD) {
-        /* soft and external links could point anywhere (another file):
-         * acx writes none */
-        w->status = ACX_ERROR(ACX_ERR_FORMAT,
-                              "checkpoint '%s' has a %s link /%s: an acx checkpoint has only "
-                              "hard links",
-                              w->real, info->type == H5L_TYPE_SOFT ? "soft" : "external", name);
-        return -1;
-    }
-    snprintf(path, sizeof path, "/%s", name);
-    return walk_object(group, path, info->u.address, w) == ACX_OK ? 0 : -1;
-}
-
-/* Read every byte of metadata the file's objects use, before anything is
- * interpreted: every object header whole, every attribute, every link.
- * HDF5 checks the checksums of these structures only when it loads them,
- * and 1.10.8 keeps an object header whose continuation chunk failed in its
- * cache without that chunk: a later look at the object "succeeds" with
- * that chunk's attributes and links missing. So a tool that looked only at
- * what it needed, retried, or took "absent" for an answer, called a
- * damaged file complete (or another checkpoint). The first failure ends
- * the walk: nothing is asked of HDF5 about a damaged file afterwards.
- * Lock held. */
-static acx_status_t walk_metadata(hid_t file, const char *real) {
-    meta_walk_t w = {.real = real, .status = ACX_OK};
-    if (walk_object(file, "/", HADDR_UNDEF, &w) != ACX_OK) return w.status;
-    if (H5Lvisit(file, H5_INDEX_NAME, H5_ITER_NATIVE, walk_link_cb, &w) < 0 && w.status == ACX_OK) {
-        char what[PATH_CAP + 64];
-        snprintf(what, sizeof what, "the groups of '%s'", real);
-        w.status = acx_error_h5("H5Lvisit", what, __FILE__, __LINE__);
-    }
-    return w.status;
-}
-
-/* Open a checkpoint read-only with the sec2 driver and check that it is one:
- * the root attribute format = "acx-checkpoint". A newer format_version is
- * refused only when `strict_version` (export, which interprets the layout);
- * info and verify report it. Takes the HDF5 lock, which the caller releases
- * after closing *file_p. On failure the lock is released. */
-static acx_status_t open_ckpt(const char *path, int strict_version, char *real, size_t cap,
-                              hid_t *file_p, int64_t *version_p) {
-    acx_status_t status = resolve_path(path, real, cap);
-    if (status != ACX_OK) return status;
-
-    hid_t fapl = -1, file = -1;
-    char what[PATH_CAP + 64], fmt[128];
-    int64_t version = -1;
-    snprintf(what, sizeof what, "checkpoint '%s'", real);
-    acx_h5_lock();
-    acx_h5_quiet();
-    htri_t is_h5 = H5Fis_hdf5(real);
-    H5Eclear2(H5E_DEFAULT);
-    if (is_h5 <= 0) {
-        status =
-            ACX_ERROR(ACX_ERR_FORMAT, "'%s' is not an HDF5 file (an acx checkpoint is one)", real);
-        goto err;
-    }
-    ACX_H5_CHECK_GOTO(fapl = H5Pcreate(H5P_FILE_ACCESS), what, status, err);
-    ACX_H5_CHECK_GOTO(H5Pset_fapl_sec2(fapl), what, status, err);
-    if ((file = H5Fopen(real, H5F_ACC_RDONLY, fapl)) < 0) {
-        /* in acx's terms, keeping HDF5's words: a short file is an I/O
-         * matter (an interrupted copy), a bad signature or metadata
-         * checksum a damaged one */
-        char msg[ACX_ERRMSG_MAX];
-        status = acx_error_h5("H5Fopen", what, __FILE__, __LINE__);
-        const char *inner = acx_last_error(), *tail = strstr(inner, " failed: ");
-        snprintf(msg, sizeof msg, "%s", tail ? tail + strlen(" failed: ") : inner);
-        if (strstr(msg, "truncated") != NULL)
-            status = ACX_ERROR(ACX_ERR_IO, "checkpoint '%s' is truncated: %s", real, msg);
-        else if (!acx_h5_last_damaged() &&
-                 (strstr(msg, "signature") != NULL || strstr(msg, "checksum") != NULL))
-            status = ACX_ERROR(ACX_ERR_FORMAT, "checkpoint '%s' is damaged: %s", real, msg);
-        goto err;
-    }
-    if ((status = walk_metadata(file, real)) != ACX_OK) goto err;
-    if (attr_str(file, "format", fmt, sizeof fmt) != 0) {
-        status = ACX_ERROR(ACX_ERR_FORMAT,
-                           "'%s' is not an acx checkpoint: it has no root attribute "
-                           "format = \"%s\"",
-                           real, ACX_CKPT_FORMAT);
-        goto err;
-    }
-    if (strcmp(fmt, ACX_CKPT_FORMAT) != 0) {
-        status = ACX_ERROR(ACX_ERR_FORMAT,
-                           "'%s' is not an acx checkpoint: its format is \"%s\", expected \"%s\"%s",
-                           real, fmt, ACX_CKPT_FORMAT,
-                           strcmp(fmt, "acx-weights") == 0 ? " (it is a weights file)" : "");
-        goto err;
-    }
-    if (attr_i64(file, "format_version", &version) != 0) {
-        status = ACX_ERROR(ACX_ERR_FORMAT,
-                           "checkpoint '%s' lacks the integer root attribute format_version", real);
-        goto err;
-    }
-    if (version < 1 || (strict_version && version > ACX_CKPT_FORMAT_VERSION)) {
-        status = ACX_ERROR(ACX_ERR_FORMAT,
-                           "checkpoint '%s' has format_version %lld; this acx reads versions 1 "
-                           "to %d",
-                           real, (long long)version, ACX_CKPT_FORMAT_VERSION);
-        goto err;
-    }
-    H5Pclose(fapl);
-    *file_p = file;
-    *version_p = version;
-    return ACX_OK;
-err:
-    if (file >= 0) H5Fclose(file);
-    if (fapl >= 0) H5Pclose(fapl);
-    acx_h5_unlock();
-    return status;
-}
-
-static void close_ckpt(hid_t file) {
-    H5Fclose(file);
-    acx_h5_unlock();
-}
-
-/* ---- the datasets of a file ---- */
-
-typedef struct ds_list {
-    char **paths; /* "/model/fc1.weight", ... in visiting order */
-    int count, cap;
-    int failed;
-} ds_list_t;
-
-static herr_t collect_cb(hid_t group, const char *name, const H5L_info_t *info, void *data) {
-    ds_list_t *l = data;
-    if (info->type != H5L_TYPE_HARD) return 0;
-    hid_t obj = H5Oopen(group, name, H5P_DEFAULT);
-    if (obj < 0) return -1;
-    int is_ds = H5Iget_type(obj) == H5I_DATASET;
-    H5Oclose(obj);
-    if (!is_ds) return 0;
-    if (l->count == l->cap) {
-        int cap = l->cap ? 2 * l->cap : 64;
-        char **p = realloc(l->paths, (size_t)cap * sizeof *p);
-        if (p == NULL) {
-            l->failed = 1;
-            return -1;
-        }
-        l->paths = p;
-        l->cap = cap;
-    }
-    size_t n = strlen(name);
-    char *s = malloc(n + 2);
-    if (s == NULL) {
-        l->failed = 1;
-        return -1;
-    }
-    s[0] = '/';
-    memcpy(s + 1, name, n + 1);
-    l->paths[l->count++] = s;
-    return 0;
-}
-
-/* Sets *(H5_index_t *)data to H5_INDEX_NAME when a group does not index
- * its links' creation order. */
-static herr_t order_cb(hid_t group, const char *name, const H5L_info_t *info, void *data) {
-    H5O_info_t oi;
-    unsigned flags = 0;
-    if (info->type != H5L_TYPE_HARD) return 0;
-    if (H5Oget_info_by_name2(group, name, &oi, H5O_INFO_BASIC, H5P_DEFAULT) < 0) return -1;
-    if (oi.type != H5O_TYPE_GROUP) return 0;
-    hid_t g = H5Gopen2(group, name, H5P_DEFAULT), gcpl = g >= 0 ? H5Gget_create_plist(g) : -1;
-    herr_t ret = gcpl >= 0 ? H5Pget_link_creation_order(gcpl, &flags) : -1;
-    if (gcpl >= 0) H5Pclose(gcpl);
-    if (g >= 0) H5Gclose(g);
-    if (ret < 0) return -1;
-    if (!(flags & H5P_CRT_ORDER_INDEXED)) *(H5_index_t *)data = H5_INDEX_NAME;
-    return 0;
-}
-
-static void ds_list_free(ds_list_t *l) {
-    for (int k = 0; k < l->count; k++)
-        free(l->paths[k]);
-    free(l->paths);
-    *l = (ds_list_t){0};
-}
-
-/* Every dataset under `group` (recursively), in creation order when the
- * file tracks it (the writer's order: parameters in registration order),
- * else by name. Lock held. */
-static acx_status_t list_datasets(hid_t file, const char *group, const char *real, ds_list_t *l) {
-    acx_status_t status = ACX_OK;
-    char what[PATH_CAP + 128];
-    snprintf(what, sizeof what, "group %s in '%s'", group, real);
-    hid_t g;
-    ACX_H5_CHECK_GOTO(g = H5Gopen2(file, group, H5P_DEFAULT), what, status, out);
-    /* creation order when every group below tracks it (acx's files), else
-     * by name; asked, not tried: a failed walk retried would see a damaged
-     * group's cached remains (walk_metadata) */
-    H5_index_t index = H5_INDEX_CRT_ORDER;
-    unsigned flags = 0;
-    hid_t gcpl = H5Gget_create_plist(g);
-    herr_t ret = gcpl >= 0 ? H5Pget_link_creation_order(gcpl, &flags) : -1;
-    if (gcpl >= 0) H5Pclose(gcpl);
-    if (ret >= 0 && !(flags & H5P_CRT_ORDER_INDEXED)) index = H5_INDEX_NAME;
-    if (ret >= 0) ret = H5Lvisit(g, H5_INDEX_NAME, H5_ITER_INC, order_cb, &index);
-    if (ret >= 0) ret = H5Lvisit(g, index, H5_ITER_INC, collect_cb, l);
-    if (l->failed)
-        status = ACX_ERROR(ACX_ERR_NO_MEMORY, "no memory to list the datasets of '%s'", real);
-    else if (ret < 0)
-        status = acx_error_h5("H5Lvisit", what, __FILE__, __LINE__);
-    H5Gclose(g);
-    if (status == ACX_OK && strcmp(group, "/") != 0) {
-        /* the walk named them relative to the group */
-        size_t gl = strlen(group);
-        for (int k = 0; k < l->count; k++) {
-            char *s = malloc(gl + strlen(l->paths[k]) + 1);
-            if (s == NULL) {
-                status = ACX_ERROR(ACX_ERR_NO_MEMORY, "no memory for a dataset path");
-                break;
-            }
-            sprintf(s, "%s%s", group, l->paths[k]);
-            free(l->paths[k]);
-            l->paths[k] = s;
-        }
-    }
-out:
-    if (status != ACX_OK) ds_list_free(l);
-    return status;
+/* Resolve `path` (resolve_path) and open the checkpoint on the one reader
+ * for inspection (acx_ckpt_open_flags: ACX_CKPT_OPEN_INSPECT). */
+static acx_status_t open_ckpt(const char *path, char *real, size_t cap, acx_ckpt_file_t **f_p) {
+    ACX_CHECK(resolve_path(path, real, cap));
+    return acx_ckpt_open_flags(NULL, real, ACX_CKPT_OPEN_INSPECT, f_p);
 }
 
 /* A dataset's shape and element count. Lock held. */
@@ -647,148 +349,6 @@ static void type_text(hid_t type, char *buf, size_t n) {
     case H5T_OPAQUE: snprintf(buf, n, "opaque(%zu bytes)", size); break;
     default: snprintf(buf, n, "other(%zu bytes)", size); break;
     }
-}
-
-/* ---- checksums (format version 2) ---- */
-
-/* The CRC-32 check of one dataset read whole, front to back. */
-typedef struct crc_reader {
-    int on; /* the dataset carries checksum attributes */
-    acx_ckpt_crc_t crc;
-    acx_ckpt_crc_check_t k;
-    char what[PATH_CAP + 512]; /* "dataset /model/x of 'f.h5' is damaged" */
-} crc_reader_t;
-
-/* Set up `r` for dataset `dset` of a file of format `version`: on when
- * it carries the CRC-32 attributes (version 2, or a newer version that
- * still writes ours); off when HDF5 checks it itself (Fletcher-32 chunks:
- * version 1) or it is empty. A dataset with neither cannot be verified
- * (its attributes deleted, or a file not written by acx): ACX_ERR_FORMAT
- * naming it, unless `allow_unverified`, and then a loud warning. Lock
- * held. */
-static acx_status_t crc_reader_open(hid_t dset, int64_t version, const char *dpath,
-                                    const char *real, int allow_unverified, crc_reader_t *r) {
-    char what[PATH_CAP + 256];
-    hid_t type = -1, dcpl = -1;
-    int present = 0;
-    ds_shape_t s;
-    r->on = 0;
-    snprintf(what, sizeof what, "dataset %s of '%s'", dpath, real);
-    if (get_shape(dset, &s) < 0 || (type = H5Dget_type(dset)) < 0)
-        return acx_error_h5("H5Dget_space", what, __FILE__, __LINE__);
-    uint64_t bytes = (uint64_t)s.numel * H5Tget_size(type);
-    H5Tclose(type);
-    ACX_CHECK(acx_ckpt_crc_read_attrs(dset, bytes, what, &present, &r->crc));
-    if (present) {
-        r->on = 1;
-        snprintf(r->what, sizeof r->what, "%s is damaged", what);
-        acx_ckpt_crc_check_init(&r->k, &r->crc, r->what, 0);
-        return ACX_OK;
-    }
-    unsigned flags = 0;
-    size_t nelem = 0;
-    int fletcher =
-        (dcpl = H5Dget_create_plist(dset)) >= 0 &&
-        H5Pget_filter_by_id2(dcpl, H5Z_FILTER_FLETCHER32, &flags, &nelem, NULL, 0, NULL, NULL) >= 0;
-    if (dcpl >= 0) H5Pclose(dcpl);
-    H5Eclear2(H5E_DEFAULT);
-    if (fletcher || bytes == 0) return ACX_OK;
-    if (!allow_unverified)
-        return ACX_ERROR(ACX_ERR_FORMAT,
-                         "%s has no checksum (no CRC-32 attributes '%s', no Fletcher-32 "
-                         "filter; format version %lld): its data cannot be verified (damaged, "
-                         "edited, or not written by acx?); acx ckpt verify --allow-unverified "
-                         "reads it anyway",
-                         what, ACX_CKPT_CRC_BLOCKS_ATTR, (long long)version);
-    fprintf(stderr,
-            "acx: WARNING: UNVERIFIED: %s has no checksum (no CRC-32 attributes, no "
-            "Fletcher-32 filter): read, but damage in it cannot be detected\n",
-            what);
-    return ACX_OK;
-}
-
-static void crc_reader_close(crc_reader_t *r) {
-    if (r->on) acx_ckpt_crc_free(&r->crc);
-    r->on = 0;
-}
-
-/* ---- reading a dataset in row blocks ---- */
-
-/* Called with each block of the dataset, in row-major order: `bytes` bytes
- * of elements converted to the memory type. */
-typedef acx_status_t (*block_fn_t)(const void *buf, size_t bytes, void *ctx);
-
-/* Read dataset `dset` completely, converted to `mem` (a fixed-size type),
- * in blocks of whole rows (whole chunks along dim 0 when chunked, so no
- * chunk is read twice); each block goes to the checksum check `crc` (when
- * on: `mem` must then be the file's type, so the bytes are the stored ones),
- * then to fn (may be NULL). A failed read is recorded naming the dataset
- * (for Fletcher-32 datasets the HDF5 text says the checksum failed). Lock
- * held. */
-static acx_status_t read_blocks(hid_t dset, hid_t mem, const char *what, crc_reader_t *crc,
-                                block_fn_t fn, void *ctx) {
-    acx_status_t status = ACX_OK;
-    ds_shape_t s;
-    hid_t fspace = -1, mspace = -1, dcpl = -1;
-    void *buf = NULL;
-    size_t esize = H5Tget_size(mem);
-    if (get_shape(dset, &s) < 0 || esize == 0)
-        return acx_error_h5("H5Dget_space", what, __FILE__, __LINE__);
-    if (s.numel == 0) return ACX_OK;
-
-    /* one row = all elements after dim 0; a scalar is one row of one */
-    hsize_t rows = s.ndim > 0 ? s.dims[0] : 1;
-    size_t row_bytes = esize * (size_t)(s.ndim > 0 ? s.numel / rows : 1);
-    hsize_t step = BLOCK_BYTES / row_bytes;
-    if (step == 0) step = 1;
-    ACX_H5_CHECK_GOTO(dcpl = H5Dget_create_plist(dset), what, status, out);
-    if (s.ndim > 0 && H5Pget_layout(dcpl) == H5D_CHUNKED) {
-        hsize_t cdims[H5S_MAX_RANK];
-        if (H5Pget_chunk(dcpl, H5S_MAX_RANK, cdims) == s.ndim && cdims[0] > 0)
-            step = step < cdims[0] ? cdims[0] : step / cdims[0] * cdims[0];
-    }
-    if (step > rows) step = rows;
-    if ((buf = malloc((size_t)step * row_bytes)) == NULL) {
-        status = ACX_ERROR(ACX_ERR_NO_MEMORY, "no memory (%zu bytes) to read %s",
-                           (size_t)step * row_bytes, what);
-        goto out;
-    }
-    if (s.ndim == 0) {
-        ACX_H5_CHECK_GOTO(H5Dread(dset, mem, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf), what, status,
-                          out);
-        if (crc != NULL && crc->on)
-            ACX_CHECK_GOTO(acx_ckpt_crc_check_feed(&crc->k, buf, row_bytes), status, out);
-        if (fn != NULL) status = fn(buf, row_bytes, ctx);
-        goto out;
-    }
-    ACX_H5_CHECK_GOTO(fspace = H5Dget_space(dset), what, status, out);
-    for (hsize_t r = 0; r < rows && status == ACX_OK; r += step) {
-        hsize_t start[H5S_MAX_RANK] = {0}, count[H5S_MAX_RANK];
-        hsize_t n = rows - r < step ? rows - r : step;
-        memcpy(count, s.dims, sizeof count);
-        start[0] = r;
-        count[0] = n;
-        ACX_H5_CHECK_GOTO(H5Sselect_hyperslab(fspace, H5S_SELECT_SET, start, NULL, count, NULL),
-                          what, status, out);
-        /* the memory space has the selection's shape, not a flat [n]: with
-         * ranks that differ HDF5 maps every element to its chunk one by one
-         * (measured 1.10.8, 256 MiB of 4 MiB chunks: 85 MiB/s flat against
-         * 614 MiB/s same-shape, Fletcher-32 included) */
-        ACX_H5_CHECK_GOTO(mspace = H5Screate_simple(s.ndim, count, NULL), what, status, out);
-        ACX_H5_CHECK_GOTO(H5Dread(dset, mem, mspace, fspace, H5P_DEFAULT, buf), what, status, out);
-        H5Sclose(mspace);
-        mspace = -1;
-        if (crc != NULL && crc->on)
-            ACX_CHECK_GOTO(acx_ckpt_crc_check_feed(&crc->k, buf, (uint64_t)n * row_bytes), status,
-                           out);
-        if (fn != NULL) status = fn(buf, (size_t)n * row_bytes, ctx);
-    }
-out:
-    free(buf);
-    if (mspace >= 0) H5Sclose(mspace);
-    if (fspace >= 0) H5Sclose(fspace);
-    if (dcpl >= 0) H5Pclose(dcpl);
-    return status;
 }
 
 /* ---- acx_checkpoint_info ---- */
@@ -859,16 +419,23 @@ ACX_API acx_status_t acx_checkpoint_info(const char *path, char **text_p) {
     if (text_p == NULL)
         return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_checkpoint_info: text_p must not be NULL");
     char real[PATH_CAP];
-    hid_t file;
-    int64_t version;
-    ACX_CHECK(open_ckpt(path, 0, real, sizeof real, &file, &version));
+    acx_ckpt_file_t *f;
+    ACX_CHECK(open_ckpt(path, real, sizeof real, &f));
+    int64_t version = acx_ckpt_version(f);
+    /* the presentation below reads what HDF5 stores, any type, through
+     * the open file's handle (its metadata was all read at open) */
+    hid_t file = f->file;
 
     acx_status_t status = ACX_OK;
-    ds_list_t l = {0};
+    struct {
+        char **paths;
+        int count;
+    } l = {0};
     sbuf_t sb = {0};
     char v[1024], what[PATH_CAP + 256];
     struct stat st;
-    ACX_CHECK_GOTO(list_datasets(file, "/", real, &l), status, out);
+    acx_h5_lock();
+    ACX_CHECK_GOTO(acx_ckpt_list_all(f, "/", &l.count, &l.paths), status, out);
 
     sb_printf(&sb, "checkpoint: %s\n", real);
     sb_printf(&sb, "format: %s version %lld%s\n", ACX_CKPT_FORMAT, (long long)version,
@@ -920,12 +487,12 @@ ACX_API acx_status_t acx_checkpoint_info(const char *path, char **text_p) {
         }
         H5Eclear2(H5E_DEFAULT);
         int nf = filt[0] == '\0' ? H5Pget_nfilters(dcpl) : 0;
-        for (int f = 0; f < nf; f++) {
+        for (int fi = 0; fi < nf; fi++) {
             unsigned flags;
             size_t nelem = 0;
             char fname[64] = "";
             H5Z_filter_t id =
-                H5Pget_filter2(dcpl, (unsigned)f, &flags, &nelem, NULL, sizeof fname, fname, NULL);
+                H5Pget_filter2(dcpl, (unsigned)fi, &flags, &nelem, NULL, sizeof fname, fname, NULL);
             size_t len = strlen(filt);
             snprintf(filt + len, sizeof filt - len, "%s%s", len ? "," : "",
                      id == H5Z_FILTER_FLETCHER32 ? "fletcher32"
@@ -964,69 +531,13 @@ ACX_API acx_status_t acx_checkpoint_info(const char *path, char **text_p) {
     sb.s = NULL;
 out:
     free(sb.s);
-    ds_list_free(&l);
-    close_ckpt(file);
+    free(l.paths);
+    acx_h5_unlock();
+    acx_ckpt_close(f);
     return status;
 }
 
 /* ---- acx_checkpoint_verify ---- */
-
-/* Read one dataset completely: its CRC-32 blocks are checked as they pass
- * (version 2), or HDF5 checks each chunk's Fletcher-32 (version 1). */
-static acx_status_t verify_dataset(hid_t file, const char *dpath, const char *real, int64_t version,
-                                   int allow_unverified) {
-    acx_status_t status = ACX_OK;
-    char what[PATH_CAP + 256];
-    hid_t dset = -1, type = -1;
-    crc_reader_t crc = {0};
-    snprintf(what, sizeof what, "dataset %s in '%s'", dpath, real);
-    ACX_H5_CHECK_GOTO(dset = H5Dopen2(file, dpath, H5P_DEFAULT), what, status, out);
-    ACX_H5_CHECK_GOTO(type = H5Dget_type(dset), what, status, out);
-    ACX_CHECK_GOTO(crc_reader_open(dset, version, dpath, real, allow_unverified, &crc), status,
-                   out);
-
-    if (H5Tdetect_class(type, H5T_VLEN) > 0 || H5Tis_variable_str(type) > 0) {
-        /* variable-length data (strings): one read, then give HDF5's
-         * allocations back */
-        ds_shape_t s;
-        hid_t space = -1;
-        void *buf = NULL;
-        ACX_H5_CHECK_GOTO(get_shape(dset, &s), what, status, out);
-        if (s.numel > 0) {
-            buf = calloc((size_t)s.numel, H5Tget_size(type));
-            if (buf == NULL) {
-                status = ACX_ERROR(ACX_ERR_NO_MEMORY, "no memory to read %s", what);
-                goto out;
-            }
-            herr_t ret = H5Dread(dset, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf);
-            if (ret < 0) status = acx_error_h5("H5Dread", what, __FILE__, __LINE__);
-            if (ret >= 0 && (space = H5Dget_space(dset)) >= 0) {
-                H5Dvlen_reclaim(type, space, H5P_DEFAULT, buf);
-                H5Sclose(space);
-            }
-            free(buf);
-        }
-        goto out;
-    }
-
-    /* the file's own type as the memory type: no conversion, only the
-     * read and the checksum */
-    status = read_blocks(dset, type, what, &crc, NULL, NULL);
-out:
-    crc_reader_close(&crc);
-    if (status == ACX_ERR_HDF5) {
-        /* a dataset that cannot be read is a damaged checkpoint: say which,
-         * keeping HDF5's words (a Fletcher-32 failure reads "... data error
-         * detected by Fletcher32 checksum") */
-        char msg[ACX_ERRMSG_MAX];
-        const char *inner = acx_last_error(), *tail = strstr(inner, " failed: ");
-        snprintf(msg, sizeof msg, "%s", tail ? tail + strlen(" failed: ") : inner);
-        status = ACX_ERROR(ACX_ERR_FORMAT, "dataset %s of '%s' is damaged: %s", dpath, real, msg);
-    }
-    if (type >= 0) H5Tclose(type);
-    if (dset >= 0) H5Dclose(dset);
-    return status;
-}
 
 ACX_API acx_status_t acx_checkpoint_verify(const char *path) {
     return acx_checkpoint_verify_flags(path, 0);
@@ -1037,37 +548,50 @@ ACX_API acx_status_t acx_checkpoint_verify_flags(const char *path, unsigned flag
         return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_checkpoint_verify_flags: unknown flags 0x%x",
                          flags);
     char real[PATH_CAP];
-    hid_t file;
-    int64_t version;
-    ACX_CHECK(open_ckpt(path, 0, real, sizeof real, &file, &version));
+    acx_ckpt_file_t *f;
+    ACX_CHECK(open_ckpt(path, real, sizeof real, &f));
+    acx_ckpt_allow_unverified(f, (flags & ACX_VERIFY_ALLOW_UNVERIFIED) != 0);
     acx_status_t status = ACX_OK;
-    ds_list_t l = {0};
+    char **paths = NULL;
+    int count = 0;
     int64_t v;
+    acx_ckpt_state_t *st = NULL;
 
     /* structure: what every version-1 checkpoint holds */
-    if (attr_i64(file, "step", &v) != 0) {
+    if (acx_ckpt_get_i64(f, "/", "step", &v) != ACX_OK) {
         status = ACX_ERROR(ACX_ERR_FORMAT, "checkpoint '%s' lacks the integer root attribute step",
                            real);
         goto out;
     }
-    if (H5Lexists(file, "/model", H5P_DEFAULT) <= 0) {
-        H5Eclear2(H5E_DEFAULT);
+    if (!acx_ckpt_exists(f, "/model")) {
         status = ACX_ERROR(ACX_ERR_FORMAT, "checkpoint '%s' has no /model group", real);
         goto out;
     }
-    ACX_CHECK_GOTO(list_datasets(file, "/", real, &l), status, out);
-    for (int k = 0; k < l.count && status == ACX_OK; k++)
-        status = verify_dataset(file, l.paths[k], real, version,
-                                (flags & ACX_VERIFY_ALLOW_UNVERIFIED) != 0);
+    /* the values a load checks before it uses them, with the same
+     * messages (a newer version's layout is not this acx's to judge) */
+    if (acx_ckpt_version(f) <= ACX_CKPT_FORMAT_VERSION) {
+        st = malloc(sizeof *st);
+        if (st == NULL) {
+            status = ACX_ERROR(ACX_ERR_NO_MEMORY, "no memory to check '%s'", real);
+            goto out;
+        }
+        ACX_CHECK_GOTO(acx_ckpt_state_read(f, st), status, out);
+    }
+    /* every byte of every dataset against its checksum */
+    ACX_CHECK_GOTO(acx_ckpt_list_all(f, "/", &count, &paths), status, out);
+    for (int k = 0; k < count && status == ACX_OK; k++)
+        status = acx_ckpt_verify_dataset(f, paths[k]);
 out:
-    ds_list_free(&l);
-    close_ckpt(file);
+    free(st);
+    free(paths);
+    acx_ckpt_close(f);
     return status;
 }
 
 /* ---- acx_checkpoint_export ---- */
 
-/* The output file, written under a temporary name. */
+/* The safetensors output file, written under a temporary name (the HDF5
+ * output is the writer's: export_hdf5). */
 typedef struct out_file {
     FILE *f;
     char *tmp; /* out_path + ".tmp" */
@@ -1082,18 +606,6 @@ static acx_status_t out_open(out_file_t *o, const char *out_path) {
         return ACX_ERROR(ACX_ERR_NO_MEMORY, "no memory for a path");
     memcpy(o->tmp, out_path, n);
     memcpy(o->tmp + n, ".tmp", 5);
-    return ACX_OK;
-}
-
-/* fsync a file by name (HDF5 closed it; the data must be on disk before
- * the rename makes it visible under its final name). */
-static acx_status_t fsync_path(const char *p) {
-    int fd = open(p, O_RDONLY);
-    if (fd < 0) return ACX_ERROR(ACX_ERR_IO, "cannot open '%s' to sync it: %s", p, strerror(errno));
-    int ret = fsync(fd);
-    int err = errno;
-    close(fd);
-    if (ret != 0) return ACX_ERROR(ACX_ERR_IO, "fsync('%s') failed: %s", p, strerror(err));
     return ACX_OK;
 }
 
@@ -1124,28 +636,14 @@ static acx_status_t out_commit(out_file_t *o, acx_status_t status) {
     return status;
 }
 
-/* The checksum check of parameter `dpath` as export reads it converted to
- * `mem`: inline when `mem` is the file's own type (float32 parameters, the
- * case of every acx checkpoint), else by a verifying read first. Lock
- * held. */
-static acx_status_t export_crc_open(hid_t file, hid_t dset, int64_t version, const char *dpath,
-                                    const char *real, hid_t mem, crc_reader_t *r) {
-    ACX_CHECK(crc_reader_open(dset, version, dpath, real, 0, r));
-    if (!r->on) return ACX_OK;
-    hid_t type = H5Dget_type(dset);
-    htri_t same = type >= 0 ? H5Tequal(type, mem) : -1;
-    if (type >= 0) H5Tclose(type);
-    H5Eclear2(H5E_DEFAULT);
-    if (same > 0) return ACX_OK;
-    crc_reader_close(r);
-    return verify_dataset(file, dpath, real, version, 0);
-}
-
 /* One parameter to export: its name (path under /model) and shape. */
 typedef struct param_entry {
-    const char *dpath; /* "/model/fc1.weight" (owned by the ds_list) */
+    const char *dpath; /* "/model/fc1.weight" (owned by the name list) */
     const char *name;  /* "fc1.weight" */
-    ds_shape_t shape;
+    int ndim;
+    int64_t dims[ACX_MAX_DIMS];
+    int64_t numel;
+    acx_dtype_t dtype;
 } param_entry_t;
 
 static int cmp_param_name(const void *a, const void *b) {
@@ -1153,45 +651,49 @@ static int cmp_param_name(const void *a, const void *b) {
 }
 
 /* The parameters under /model with their shapes; each must be a float
- * dataset (converted to float32 on export). Lock held. */
-static acx_status_t collect_params(hid_t file, const char *real, ds_list_t *l,
-                                   param_entry_t **params_p) {
+ * dataset (converted to float32 on export). *paths_p owns the names. */
+static acx_status_t collect_params(acx_ckpt_file_t *f, const char *real, char ***paths_p,
+                                   int *count_p, param_entry_t **params_p) {
     acx_status_t status = ACX_OK;
     param_entry_t *params = NULL;
-    char what[PATH_CAP + 256];
-    if (H5Lexists(file, "/model", H5P_DEFAULT) <= 0) {
-        H5Eclear2(H5E_DEFAULT);
+    char **paths = NULL;
+    int count = 0;
+    if (!acx_ckpt_exists(f, "/model"))
         return ACX_ERROR(ACX_ERR_FORMAT, "checkpoint '%s' has no /model group", real);
-    }
-    ACX_CHECK(list_datasets(file, "/model", real, l));
-    if (l->count == 0)
+    ACX_CHECK(acx_ckpt_list_all(f, "/model", &count, &paths));
+    if (count == 0) {
+        free(paths);
         return ACX_ERROR(ACX_ERR_FORMAT, "checkpoint '%s' has no parameters under /model", real);
-    if ((params = calloc((size_t)l->count, sizeof *params)) == NULL)
-        return ACX_ERROR(ACX_ERR_NO_MEMORY, "no memory for %d parameters", l->count);
-    for (int k = 0; k < l->count && status == ACX_OK; k++) {
-        hid_t dset = -1, type = -1;
+    }
+    if ((params = calloc((size_t)count, sizeof *params)) == NULL) {
+        free(paths);
+        return ACX_ERROR(ACX_ERR_NO_MEMORY, "no memory for %d parameters", count);
+    }
+    for (int k = 0; k < count && status == ACX_OK; k++) {
         param_entry_t *p = &params[k];
-        p->dpath = l->paths[k];
-        p->name = l->paths[k] + strlen("/model/");
-        snprintf(what, sizeof what, "dataset %s in '%s'", p->dpath, real);
-        ACX_H5_CHECK_GOTO(dset = H5Dopen2(file, p->dpath, H5P_DEFAULT), what, status, next);
-        ACX_H5_CHECK_GOTO(type = H5Dget_type(dset), what, status, next);
-        ACX_H5_CHECK_GOTO(get_shape(dset, &p->shape), what, status, next);
-        if (H5Tget_class(type) != H5T_FLOAT) {
-            char tname[64];
-            type_text(type, tname, sizeof tname);
+        p->dpath = paths[k];
+        p->name = paths[k] + strlen("/model/");
+        status = acx_ckpt_shape(f, p->dpath, &p->ndim, p->dims, &p->dtype);
+        if (status != ACX_OK) break;
+        if (p->dtype != ACX_DTYPE_FLOAT32 && p->dtype != ACX_DTYPE_FLOAT64 &&
+            p->dtype != ACX_DTYPE_FLOAT16 && p->dtype != ACX_DTYPE_BFLOAT16)
             status = ACX_ERROR(ACX_ERR_FORMAT,
                                "parameter %s in '%s' is %s; parameters are floating point",
-                               p->dpath, real, tname);
-        }
-    next:
-        if (type >= 0) H5Tclose(type);
-        if (dset >= 0) H5Dclose(dset);
+                               p->dpath, real, acx_dtype_name(p->dtype));
+        else if (p->ndim < 1)
+            status = ACX_ERROR(ACX_ERR_FORMAT, "parameter %s in '%s' is a scalar dataset", p->dpath,
+                               real);
+        p->numel = 1;
+        for (int d = 0; d < p->ndim; d++)
+            p->numel *= p->dims[d];
     }
     if (status != ACX_OK) {
         free(params);
+        free(paths);
         return status;
     }
+    *paths_p = paths;
+    *count_p = count;
     *params_p = params;
     return ACX_OK;
 }
@@ -1203,6 +705,41 @@ static acx_status_t write_block(const void *buf, size_t bytes, void *ctx) {
     return ACX_OK;
 }
 
+/* Copy parameter p as float32, row block by row block, to fn: each block
+ * read through the reader's checked row read (a float32 parameter's CRC-32
+ * blocks checked as a load checks them; another float type verified
+ * whole first, then converted). */
+typedef acx_status_t (*rows_fn_t)(const float *rows, int64_t row0, int64_t nrows, void *ctx);
+
+static acx_status_t copy_param(acx_ckpt_file_t *f, const param_entry_t *p, rows_fn_t fn,
+                               void *ctx) {
+    acx_status_t status = ACX_OK;
+    if (p->numel == 0) return ACX_OK;
+    if (p->dtype != ACX_DTYPE_FLOAT32) ACX_CHECK(acx_ckpt_verify_dataset(f, p->dpath));
+    int64_t rows = p->dims[0], row = p->numel / rows;
+    int64_t step = (int64_t)(BLOCK_BYTES / (4 * (size_t)row));
+    if (step == 0) step = 1;
+    if (step > rows) step = rows;
+    float *buf = malloc((size_t)(step * row) * sizeof *buf);
+    if (buf == NULL)
+        return ACX_ERROR(ACX_ERR_NO_MEMORY, "no memory to copy parameter %s", p->dpath);
+    for (int64_t r = 0; r < rows && status == ACX_OK; r += step) {
+        int64_t n = rows - r < step ? rows - r : step;
+        status = acx_ckpt_read_rows_f32(f, p->dpath, r, n, buf);
+        if (status == ACX_OK) status = fn(buf, r, n, ctx);
+    }
+    free(buf);
+    return status;
+}
+
+static acx_status_t safetensors_rows(const float *rows, int64_t row0, int64_t nrows, void *ctx) {
+    (void)row0;
+    out_file_t *o = ((void **)ctx)[0];
+    const param_entry_t *p = ((void **)ctx)[1];
+    /* float32 little-endian, as safetensors' F32 (x86: native) */
+    return write_block(rows, (size_t)(nrows * (p->numel / p->dims[0])) * sizeof(float), o);
+}
+
 /* safetensors (huggingface/safetensors, tensor.rs): an 8-byte little-endian
  * header length N; N bytes of JSON, padded with spaces to a multiple of 8
  * so the data that follows is aligned; then the tensors back to back.
@@ -1212,11 +749,12 @@ static acx_status_t write_block(const void *buf, size_t bytes, void *ctx) {
  * The reference writer orders tensors by decreasing dtype alignment, then
  * by name; all ours are F32, so by name (byte order, as Rust's str does),
  * and we write the JSON compactly as serde_json does. */
-static acx_status_t export_safetensors(hid_t file, const char *real, int64_t version,
-                                       param_entry_t *params, int n, out_file_t *o) {
+static acx_status_t export_safetensors(acx_ckpt_file_t *f, const char *real, param_entry_t *params,
+                                       int n, out_file_t *o) {
     acx_status_t status = ACX_OK;
     sbuf_t h = {0};
-    char v[256], what[PATH_CAP + 256];
+    char v[256];
+    int64_t step = 0;
 
     qsort(params, (size_t)n, sizeof *params, cmp_param_name);
     for (int k = 1; k < n; k++)
@@ -1226,15 +764,20 @@ static acx_status_t export_safetensors(hid_t file, const char *real, int64_t ver
 
     /* metadata keys sorted, so the header is the same for the same input */
     sb_printf(&h, "{\"__metadata__\":{\"acx_version\":");
-    sb_json_str(&h, attr_str(file, "acx_version", v, sizeof v) == 0 ? v : acx_version());
+    sb_json_str(&h,
+                acx_ckpt_get_str(f, "/", "acx_version", v, sizeof v) == ACX_OK ? v : acx_version());
     sb_printf(&h, ",\"format\":\"pt\",\"source\":");
     sb_json_str(&h, real);
     sb_printf(&h, ",\"step\":");
-    sb_json_str(&h, attr_text(file, "step", v, sizeof v) == 0 ? v : "");
+    if (acx_ckpt_get_i64(f, "/", "step", &step) == ACX_OK)
+        snprintf(v, sizeof v, "%lld", (long long)step);
+    else
+        v[0] = '\0';
+    sb_json_str(&h, v);
     sb_printf(&h, "}");
     uint64_t offset = 0;
     for (int k = 0; k < n; k++) {
-        const ds_shape_t *s = &params[k].shape;
+        const param_entry_t *s = &params[k];
         sb_printf(&h, ",");
         sb_json_str(&h, params[k].name);
         sb_printf(&h, ":{\"dtype\":\"F32\",\"shape\":[");
@@ -1256,116 +799,70 @@ static acx_status_t export_safetensors(hid_t file, const char *real, int64_t ver
     ACX_CHECK_GOTO(write_block(len8, 8, o), status, out);
     ACX_CHECK_GOTO(write_block(h.s, h.len, o), status, out);
     for (int k = 0; k < n && status == ACX_OK; k++) {
-        hid_t dset;
-        snprintf(what, sizeof what, "dataset %s in '%s'", params[k].dpath, real);
-        crc_reader_t crc = {0};
-        ACX_H5_CHECK_GOTO(dset = H5Dopen2(file, params[k].dpath, H5P_DEFAULT), what, status, out);
-        /* HDF5 converts to IEEE float32 little-endian whatever the stored
-         * float type and byte order */
-        status = export_crc_open(file, dset, version, params[k].dpath, real, H5T_IEEE_F32LE, &crc);
-        if (status == ACX_OK)
-            status = read_blocks(dset, H5T_IEEE_F32LE, what, &crc, write_block, o);
-        crc_reader_close(&crc);
-        H5Dclose(dset);
+        void *ctx[2] = {o, &params[k]};
+        status = copy_param(f, &params[k], safetensors_rows, ctx);
     }
 out:
     free(h.s);
     return status;
 }
 
-/* Weights-only HDF5, the layout of acx_model_save_weights (io/weights.c):
- * root attrs format = "acx-weights", step, source; one float32 dataset per
- * parameter at /<name> with its true shape, in the checkpoint's order. */
-static acx_status_t export_hdf5(hid_t file, const char *real, int64_t version,
-                                const param_entry_t *params, int n, const char *tmp) {
+/* Weights-only HDF5, the layout of acx_model_save_weights (io/weights.c;
+ * io/ckpt_format.h): root attrs format = "acx-weights", step, source; one
+ * float32 dataset per parameter at /<name> with its true shape, in the
+ * checkpoint's order. Written by the one writer (acx_ckpt_save_opts, this
+ * process alone, no checksums, as io/weights.c writes the format), whose
+ * row source reads each piece of a parameter through the reader's checked
+ * row read: memory stays at one piece, whatever the model's size. */
+typedef struct export_src {
+    acx_ckpt_file_t *f;
+    const param_entry_t *p;
+} export_src_t;
+
+static acx_status_t export_fill(void *ctx, int64_t row0, int64_t nrows, void *dst) {
+    const export_src_t *src = ctx;
+    return acx_ckpt_read_rows_f32(src->f, src->p->dpath, row0, nrows, dst);
+}
+
+static acx_status_t export_hdf5(acx_ckpt_file_t *f, const char *real, const param_entry_t *params,
+                                int n, const char *out_path) {
     acx_status_t status = ACX_OK;
-    char what[PATH_CAP + 256];
     int64_t step = 0;
-    hid_t fapl = -1, lcpl = -1, out = -1;
-    (void)attr_i64(file, "step", &step);
-    snprintf(what, sizeof what, "weights file '%s'", tmp);
-    ACX_H5_CHECK_GOTO(fapl = H5Pcreate(H5P_FILE_ACCESS), what, status, done);
-    ACX_H5_CHECK_GOTO(H5Pset_fapl_sec2(fapl), what, status, done);
-    ACX_H5_CHECK_GOTO(lcpl = H5Pcreate(H5P_LINK_CREATE), what, status, done);
-    ACX_H5_CHECK_GOTO(H5Pset_create_intermediate_group(lcpl, 1), what, status, done);
-    ACX_H5_CHECK_GOTO(out = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl), what, status, done);
-    ACX_H5_CHECK_GOTO(acx_h5_write_attr_str(out, "format", "acx-weights"), what, status, done);
-    ACX_H5_CHECK_GOTO(acx_h5_write_attr_i64(out, "step", step), what, status, done);
-    ACX_H5_CHECK_GOTO(acx_h5_write_attr_str(out, "source", real), what, status, done);
+    (void)acx_ckpt_get_i64(f, "/", "step", &step);
+    acx_ckpt_tensor_t *t = calloc((size_t)n, sizeof *t);
+    export_src_t *src = calloc((size_t)n, sizeof *src);
+    char(*paths)[PATH_CAP] = calloc((size_t)n, sizeof *paths);
+    if (t == NULL || src == NULL || paths == NULL) {
+        status = ACX_ERROR(ACX_ERR_NO_MEMORY, "no memory to describe %d parameters", n);
+        goto out;
+    }
     for (int k = 0; k < n && status == ACX_OK; k++) {
         const param_entry_t *p = &params[k];
-        hid_t src = -1, dst = -1, space = -1, fsel = -1, msel = -1;
-        float *buf = NULL;
-        crc_reader_t crc = {0};
-        const ds_shape_t *s = &p->shape;
-        snprintf(what, sizeof what, "parameter %s from '%s' into '%s'", p->name, real, tmp);
-        ACX_H5_CHECK_GOTO(src = H5Dopen2(file, p->dpath, H5P_DEFAULT), what, status, next);
-        ACX_CHECK_GOTO(export_crc_open(file, src, version, p->dpath, real, H5T_NATIVE_FLOAT, &crc),
-                       status, next);
-        ACX_H5_CHECK_GOTO(space = s->ndim > 0 ? H5Screate_simple(s->ndim, s->dims, NULL)
-                                              : H5Screate(H5S_SCALAR),
-                          what, status, next);
-        ACX_H5_CHECK_GOTO(
-            dst = H5Dcreate2(out, p->name, H5T_IEEE_F32LE, space, lcpl, H5P_DEFAULT, H5P_DEFAULT),
-            what, status, next);
-        if (s->numel == 0) goto next;
-        /* the same row blocks on both sides */
-        hsize_t rows = s->ndim > 0 ? s->dims[0] : 1, row = s->ndim > 0 ? s->numel / rows : 1;
-        hsize_t step_rows = BLOCK_BYTES / (4 * row);
-        if (step_rows == 0) step_rows = 1;
-        if (step_rows > rows) step_rows = rows;
-        if ((buf = malloc((size_t)(step_rows * row) * 4)) == NULL) {
-            status = ACX_ERROR(ACX_ERR_NO_MEMORY, "no memory to copy %s", what);
-            goto next;
-        }
-        if (s->ndim == 0) {
-            ACX_H5_CHECK_GOTO(H5Dread(src, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf),
-                              what, status, next);
-            if (crc.on) ACX_CHECK_GOTO(acx_ckpt_crc_check_feed(&crc.k, buf, 4), status, next);
-            ACX_H5_CHECK_GOTO(H5Dwrite(dst, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf),
-                              what, status, next);
-            goto next;
-        }
-        ACX_H5_CHECK_GOTO(fsel = H5Scopy(space), what, status, next);
-        for (hsize_t r = 0; r < rows && status == ACX_OK; r += step_rows) {
-            hsize_t start[H5S_MAX_RANK] = {0}, count[H5S_MAX_RANK];
-            hsize_t nr = rows - r < step_rows ? rows - r : step_rows;
-            memcpy(count, s->dims, sizeof count);
-            start[0] = r;
-            count[0] = nr;
-            ACX_H5_CHECK_GOTO(H5Sselect_hyperslab(fsel, H5S_SELECT_SET, start, NULL, count, NULL),
-                              what, status, next);
-            /* same shape as the selection (see read_blocks) */
-            ACX_H5_CHECK_GOTO(msel = H5Screate_simple(s->ndim, count, NULL), what, status, next);
-            ACX_H5_CHECK_GOTO(H5Dread(src, H5T_NATIVE_FLOAT, msel, fsel, H5P_DEFAULT, buf), what,
-                              status, next);
-            if (crc.on)
-                ACX_CHECK_GOTO(acx_ckpt_crc_check_feed(&crc.k, buf, (uint64_t)(nr * row) * 4),
-                               status, next);
-            ACX_H5_CHECK_GOTO(H5Dwrite(dst, H5T_NATIVE_FLOAT, msel, fsel, H5P_DEFAULT, buf), what,
-                              status, next);
-            H5Sclose(msel);
-            msel = -1;
-        }
-    next:
-        crc_reader_close(&crc);
-        free(buf);
-        if (msel >= 0) H5Sclose(msel);
-        if (fsel >= 0) H5Sclose(fsel);
-        if (space >= 0) H5Sclose(space);
-        if (dst >= 0) H5Dclose(dst);
-        if (src >= 0) H5Dclose(src);
+        /* another float type is converted: its stored bytes are verified
+         * whole first (acx_ckpt_read_rows_f32) */
+        if (p->dtype != ACX_DTYPE_FLOAT32)
+            ACX_CHECK_GOTO(acx_ckpt_verify_dataset(f, p->dpath), status, out);
+        snprintf(paths[k], sizeof paths[k], "/%s", p->name);
+        src[k] = (export_src_t){.f = f, .p = p};
+        t[k] = (acx_ckpt_tensor_t){.path = paths[k],
+                                   .dtype = ACX_DTYPE_FLOAT32,
+                                   .ndim = p->ndim,
+                                   .io_begin = 0,
+                                   .io_end = p->dims[0],
+                                   .fill = export_fill,
+                                   .fill_ctx = &src[k]};
+        memcpy(t[k].shape, p->dims, (size_t)p->ndim * sizeof *p->dims);
     }
-    if (status == ACX_OK) {
-        herr_t ret = H5Fclose(out);
-        out = -1;
-        if (ret < 0) status = acx_error_h5("H5Fclose", what, __FILE__, __LINE__);
-    }
-done:
-    if (out >= 0) H5Fclose(out);
-    if (lcpl >= 0) H5Pclose(lcpl);
-    if (fapl >= 0) H5Pclose(fapl);
-    if (status == ACX_OK) status = fsync_path(tmp);
+    const acx_ckpt_attr_t attrs[] = {
+        {.object = "/", .name = "format", .type = ACX_CKPT_STR, .str = ACX_WEIGHTS_FORMAT},
+        {.object = "/", .name = "step", .type = ACX_CKPT_I64, .i64 = step},
+        {.object = "/", .name = "source", .type = ACX_CKPT_STR, .str = real}};
+    const acx_ckpt_save_opts_t opts = {.no_checksums = 1};
+    status = acx_ckpt_save_opts(NULL, out_path, t, n, attrs, 3, &opts);
+out:
+    free(paths);
+    free(src);
+    free(t);
     return status;
 }
 
@@ -1382,33 +879,43 @@ ACX_API acx_status_t acx_checkpoint_export(const char *path, const char *out_pat
     /* the rename would replace a device or a directory's entry with a file */
     ACX_CHECK(acx_io_check_target(out_path));
     char real[PATH_CAP];
-    hid_t file;
-    int64_t version;
-    ACX_CHECK(open_ckpt(path, 1, real, sizeof real, &file, &version));
+    acx_ckpt_file_t *f;
+    ACX_CHECK(open_ckpt(path, real, sizeof real, &f));
 
     acx_status_t status = ACX_OK;
-    ds_list_t l = {0};
+    char **paths = NULL;
+    int count = 0;
     param_entry_t *params = NULL;
     out_file_t o = {0};
-    ACX_CHECK_GOTO(collect_params(file, real, &l, &params), status, out);
+    /* export interprets the layout: only the versions this acx reads */
+    int64_t version = acx_ckpt_version(f);
+    if (version > ACX_CKPT_FORMAT_VERSION) {
+        status = ACX_ERROR(ACX_ERR_FORMAT,
+                           "checkpoint '%s' has format_version %lld; this acx reads versions 1 "
+                           "to %d",
+                           real, (long long)version, ACX_CKPT_FORMAT_VERSION);
+        goto out;
+    }
+    ACX_CHECK_GOTO(collect_params(f, real, &paths, &count, &params), status, out);
+    if (format == ACX_EXPORT_HDF5) {
+        /* the writer's own temporary file, fsync and rename */
+        status = export_hdf5(f, real, params, count, out_path);
+        goto out;
+    }
     ACX_CHECK_GOTO(out_open(&o, out_path), status, out);
-    if (format == ACX_EXPORT_SAFETENSORS) {
-        if ((o.f = fopen(o.tmp, "wb")) == NULL) {
-            status = ACX_ERROR(ACX_ERR_IO, "cannot create '%s': %s", o.tmp, strerror(errno));
-        } else {
-            status = export_safetensors(file, real, version, params, l.count, &o);
-            if (status == ACX_OK && (fflush(o.f) != 0 || fsync(fileno(o.f)) != 0))
-                status = ACX_ERROR(ACX_ERR_IO, "writing '%s' failed: %s", o.tmp, strerror(errno));
-            if (fclose(o.f) != 0 && status == ACX_OK)
-                status = ACX_ERROR(ACX_ERR_IO, "closing '%s' failed: %s", o.tmp, strerror(errno));
-        }
+    if ((o.f = fopen(o.tmp, "wb")) == NULL) {
+        status = ACX_ERROR(ACX_ERR_IO, "cannot create '%s': %s", o.tmp, strerror(errno));
     } else {
-        status = export_hdf5(file, real, version, params, l.count, o.tmp);
+        status = export_safetensors(f, real, params, count, &o);
+        if (status == ACX_OK && (fflush(o.f) != 0 || fsync(fileno(o.f)) != 0))
+            status = ACX_ERROR(ACX_ERR_IO, "writing '%s' failed: %s", o.tmp, strerror(errno));
+        if (fclose(o.f) != 0 && status == ACX_OK)
+            status = ACX_ERROR(ACX_ERR_IO, "closing '%s' failed: %s", o.tmp, strerror(errno));
     }
     status = out_commit(&o, status);
 out:
     free(params);
-    ds_list_free(&l);
-    close_ckpt(file);
+    free(paths);
+    acx_ckpt_close(f);
     return status;
 }

@@ -1,9 +1,10 @@
 /*
  * io/weights.c — acx_model_save_weights: every parameter of a prepared model
- * into one HDF5 file, written collectively with parallel HDF5 (MPI-IO driver,
- * collective metadata, collective transfers), then renamed into place.
+ * into one HDF5 weights file, described as tensors (which rows each rank
+ * writes) and handed to the one writer (io/ckpt_write.c, without
+ * checksums: collective metadata, each rank's rows, fsync, rename).
  *
- * Layout:
+ * Layout (io/ckpt_format.h):
  *   /              attrs: format = "acx-weights", step (int64)
  *   /<param name>  float32 [the parameter's true shape]   (one per parameter;
  *                  a '/' in a name makes intermediate groups)
@@ -15,15 +16,12 @@
  * ranks of the node that holds world rank 0 write their [row_begin, row_end)
  * and the other nodes select nothing. Otherwise (SHARD_GRAD_OP, FULL_SHARD)
  * each rank writes exactly its owned rows [row_begin, row_end), possibly
- * none. Every rank writes one hyperslab per parameter, so the transfer is one
- * collective H5Dwrite per parameter whatever the world size.
+ * none. Every row is written by exactly one rank, as the writer requires.
  *
- * Crash safety: the file is written as path + ".tmp" and only renamed to
- * `path` (by rank 0, after the collective close) when everything succeeded,
- * so a failure never harms a file already at `path`. Statuses are agreed
- * (acx_coll_agree) after each collective phase, so a failure on one rank
- * becomes the same error on every rank and no rank is left inside a
- * collective HDF5 call the others abandoned.
+ * Crash safety and agreed statuses are the writer's: the file is written as
+ * path + ".tmp" and only renamed to `path` when everything succeeded, so a
+ * failure never harms a file already at `path`, and a failure on one rank
+ * is the same error on every rank.
  *
  * Left to others: the full checkpoint (optimizer state, RNG, config) and
  * loading, which belong to the checkpoint writer/reader.
@@ -38,7 +36,8 @@
 #include "acx/model.h"
 #include "collectives/coll.h"
 #include "collectives/watchdog.h"
-#include "io/h5.h"
+#include "io/checkpoint.h"
+#include "io/h5.h" /* acx_io_check_target */
 #include "base/error.h"
 #include "base/log.h"
 #include "base/memstat.h"
@@ -76,57 +75,6 @@ static void writer_rows(const acx_model_t *m, const acx_param_t *p, int first_no
     *end_p = e;
 }
 
-/* ---- one parameter ---- */
-
-static acx_status_t write_param(hid_t file, hid_t lcpl, hid_t dxpl, const acx_model_t *m,
-                                const float *master, const acx_param_t *p, int first_node,
-                                const char *tmp) {
-    acx_status_t status = ACX_OK;
-    char what[ACX_MAX_NAME + 512];
-    hsize_t dims[ACX_MAX_DIMS], start[ACX_MAX_DIMS] = {0}, count[ACX_MAX_DIMS];
-    hid_t fspace = -1, mspace = -1, dset = -1;
-    int64_t b, e;
-    static const float dummy = 0.0f; /* a non-NULL buffer for an empty selection */
-
-    snprintf(what, sizeof what, "parameter '%s' in '%s'", p->name, tmp);
-    for (int k = 0; k < p->ndim; k++) {
-        dims[k] = (hsize_t)p->shape[k];
-        count[k] = dims[k];
-    }
-    writer_rows(m, p, first_node, &b, &e);
-
-    ACX_H5_CHECK_GOTO(fspace = H5Screate_simple(p->ndim, dims, NULL), what, status, done);
-    ACX_H5_CHECK_GOTO(
-        dset = H5Dcreate2(file, p->name, H5T_IEEE_F32LE, fspace, lcpl, H5P_DEFAULT, H5P_DEFAULT),
-        what, status, done);
-    hsize_t melems = (hsize_t)(e - b) * (hsize_t)p->row_numel;
-    const float *buf = &dummy;
-    if (melems > 0) {
-        /* rows [b, e) x all other dims: one block */
-        start[0] = (hsize_t)b;
-        count[0] = (hsize_t)(e - b);
-        ACX_H5_CHECK_GOTO(H5Sselect_hyperslab(fspace, H5S_SELECT_SET, start, NULL, count, NULL),
-                          what, status, done);
-        ACX_H5_CHECK_GOTO(mspace = H5Screate_simple(1, &melems, NULL), what, status, done);
-        /* the owned rows start at shard_offset; rows before b (NO_SHARD
-         * rank 0 writes from row_begin = 0) are not skipped by the offset */
-        buf = master + p->shard_offset + (size_t)(b - p->row_begin) * (size_t)p->row_numel;
-    } else {
-        hsize_t one = 1;
-        ACX_H5_CHECK_GOTO(H5Sselect_none(fspace), what, status, done);
-        ACX_H5_CHECK_GOTO(mspace = H5Screate_simple(1, &one, NULL), what, status, done);
-        ACX_H5_CHECK_GOTO(H5Sselect_none(mspace), what, status, done);
-    }
-    ACX_H5_CHECK_GOTO(H5Dwrite(dset, H5T_NATIVE_FLOAT, mspace, fspace, dxpl, buf), what, status,
-                      done);
-done:
-    if (mspace >= 0) H5Sclose(mspace);
-    if (fspace >= 0) H5Sclose(fspace);
-    if (dset >= 0 && H5Dclose(dset) < 0 && status == ACX_OK)
-        status = acx_error_h5("H5Dclose", what, __FILE__, __LINE__);
-    return status;
-}
-
 /* ---- the public entry point ---- */
 
 static acx_status_t save_weights(acx_model_t *model, const char *path);
@@ -151,25 +99,19 @@ static acx_status_t save_weights(acx_model_t *model, const char *path) {
     if (world == NULL)
         return ACX_ERROR(ACX_ERR_INTERNAL, "acx_model_save_weights: the model has no communicator");
 
-    acx_status_t status = ACX_OK;
-    hid_t fapl = -1, lcpl = -1, dxpl = -1, file = -1;
-    size_t len = strlen(path);
-    char *tmp = malloc(len + 5);
-    char what[1024];
-    if (tmp == NULL)
-        status = ACX_ERROR(ACX_ERR_NO_MEMORY, "acx_model_save_weights: no memory for a path");
-    else {
-        memcpy(tmp, path, len);
-        memcpy(tmp + len, ".tmp", 5);
-    }
-    snprintf(what, sizeof what, "weights file '%s.tmp'", path);
-    if (status == ACX_OK) status = acx_io_check_target(path);
+    acx_status_t status = acx_io_check_target(path);
     int first_node = model->ctx.strategy == ACX_HYBRID_SHARD ? on_first_node(model) : 0;
+    int n = model->num_params;
+    acx_ckpt_tensor_t *tensors = calloc((size_t)(n > 0 ? n : 1), sizeof *tensors);
+    char(*names)[ACX_MAX_NAME + 2] = calloc((size_t)(n > 0 ? n : 1), sizeof *names);
+    if (status == ACX_OK && (tensors == NULL || names == NULL))
+        status =
+            ACX_ERROR(ACX_ERR_NO_MEMORY, "acx_model_save_weights: no memory for %d tensors", n);
     /* Device-resident state (shard_dev; with CPU offload the master is host
      * memory already): HDF5 writes from host memory, so the shard's
      * master weights are copied to a host mirror first (shard_numel floats,
      * freed on return), before any collective call, so that a failed copy
-     * is agreed on with the file's creation below. */
+     * is agreed on with the file's creation by the writer. */
     const float *master = model->master;
     float *mirror = NULL;
     if (status == ACX_OK && model->shard_dev != NULL && model->shard_numel > 0) {
@@ -186,69 +128,37 @@ static acx_status_t save_weights(acx_model_t *model, const char *path) {
         master = mirror;
     }
 
-    /* The lock is held across the collective calls below: the prefetch
-     * thread of a loader on this rank then waits, but it never makes MPI
-     * calls, so no rank can wait on it. */
-    acx_h5_lock();
-    acx_h5_quiet();
-    if (status != ACX_OK) goto agreed_create;
-    ACX_H5_CHECK_GOTO(fapl = H5Pcreate(H5P_FILE_ACCESS), what, status, agreed_create);
-    ACX_H5_CHECK_GOTO(H5Pset_fapl_mpio(fapl, world->mpi, MPI_INFO_NULL), what, status,
-                      agreed_create);
-    /* every rank issues the same metadata operations: let HDF5 do them
-     * collectively (one reader broadcasts, one writer flushes) */
-    ACX_H5_CHECK_GOTO(H5Pset_all_coll_metadata_ops(fapl, 1), what, status, agreed_create);
-    ACX_H5_CHECK_GOTO(H5Pset_coll_metadata_write(fapl, 1), what, status, agreed_create);
-    ACX_H5_CHECK_GOTO(lcpl = H5Pcreate(H5P_LINK_CREATE), what, status, agreed_create);
-    ACX_H5_CHECK_GOTO(H5Pset_create_intermediate_group(lcpl, 1), what, status, agreed_create);
-    ACX_H5_CHECK_GOTO(dxpl = H5Pcreate(H5P_DATASET_XFER), what, status, agreed_create);
-    ACX_H5_CHECK_GOTO(H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE), what, status, agreed_create);
-    /* collective: MPI_File_open on every rank */
-    ACX_H5_CHECK_GOTO(file = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl), what, status,
-                      agreed_create);
-agreed_create:
-    status = acx_coll_agree(world, status);
-    if (status != ACX_OK) goto out;
-
-    ACX_H5_CHECK_GOTO(acx_h5_write_attr_str(file, "format", "acx-weights"), what, status,
-                      agreed_write);
-    ACX_H5_CHECK_GOTO(acx_h5_write_attr_i64(file, "step", model->step), what, status, agreed_write);
-agreed_write:
-    status = acx_coll_agree(world, status);
-    if (status != ACX_OK) goto out;
-    for (int i = 0; i < model->num_params; i++) {
-        status = write_param(file, lcpl, dxpl, model, master, model->params[i], first_node, tmp);
-        /* agree per parameter: a rank that failed must not leave the others
-         * inside the next collective create/write */
-        status = acx_coll_agree(world, status);
-        if (status != ACX_OK) goto out;
+    /* One tensor per parameter at /<name>: the local buffer holds the
+     * shard's rows [row_begin, row_end) at shard_offset; this rank writes
+     * writer_rows of them. */
+    for (int i = 0; i < n && status == ACX_OK; i++) {
+        const acx_param_t *p = model->params[i];
+        acx_ckpt_tensor_t *t = &tensors[i];
+        snprintf(names[i], sizeof names[i], "/%s", p->name);
+        *t = (acx_ckpt_tensor_t){.path = names[i],
+                                 .dtype = ACX_DTYPE_FLOAT32,
+                                 .ndim = p->ndim,
+                                 .buf = (void *)(master + p->shard_offset),
+                                 .buf_row0 = p->row_begin,
+                                 .buf_rows = p->row_end - p->row_begin};
+        for (int d = 0; d < p->ndim; d++)
+            t->shape[d] = p->shape[d];
+        writer_rows(model, p, first_node, &t->io_begin, &t->io_end);
     }
-
-    /* collective close: flushes metadata and data */
-    {
-        herr_t ret = H5Fclose(file);
-        file = -1;
-        if (ret < 0) status = acx_error_h5("H5Fclose", what, __FILE__, __LINE__);
-    }
+    const acx_ckpt_attr_t attrs[] = {
+        {.object = "/", .name = "format", .type = ACX_CKPT_STR, .str = ACX_WEIGHTS_FORMAT},
+        {.object = "/", .name = "step", .type = ACX_CKPT_I64, .i64 = model->step}};
+    const acx_ckpt_save_opts_t opts = {.no_checksums = 1};
+    /* every rank's part of the description, agreed before the collective
+     * writer starts */
     status = acx_coll_agree(world, status);
-    if (status != ACX_OK) goto out;
-    if (world->rank == 0 && rename(tmp, path) != 0)
-        status = ACX_ERROR(ACX_ERR_IO, "rename('%s', '%s') failed: %s", tmp, path, strerror(errno));
-    /* the agreement is also the barrier: nobody returns before the rename */
-    status = acx_coll_agree(world, status);
-
-out:
-    if (file >= 0) H5Fclose(file); /* collective; every rank reaches it after an agreed failure */
-    if (dxpl >= 0) H5Pclose(dxpl);
-    if (lcpl >= 0) H5Pclose(lcpl);
-    if (fapl >= 0) H5Pclose(fapl);
-    acx_h5_unlock();
-    if (status != ACX_OK && tmp != NULL && world->rank == 0) unlink(tmp);
+    if (status == ACX_OK) status = acx_ckpt_save_opts(world, path, tensors, n, attrs, 2, &opts);
     if (status == ACX_OK)
         ACX_DEBUG(ACX_SUBSYS_IO, "saved %d parameters (step %lld) to '%s'", model->num_params,
                   (long long)model->step, path);
     if (mirror != NULL)
         acx_mem_free(ACX_MEM_TRANSIENT, mirror, (size_t)model->shard_numel * sizeof(float));
-    free(tmp);
+    free(names);
+    free(tensors);
     return status;
 }

@@ -4,8 +4,8 @@
  * streams, config, registered program state), where checkpoints go (the
  * project's checkpoints/ directory, its `latest` pointer and retention), and
  * how a loaded checkpoint is checked against and put back into the running
- * program, under any world size. Also the per-rank random streams
- * (acx_random_u64/uniform) and the program's registered state. The project
+ * program, under any world size. Also the program's registered state (the
+ * random streams themselves are runtime/rng.c's). The project
  * directory itself — its lock, automatic names, `latest`, retention and
  * which files are this run's — is runtime/project.c's.
  *
@@ -17,28 +17,17 @@
  * state and the reverse.
  *
  * What it leaves to others: the file itself — HDF5, collective I/O, the
- * temporary file, fsync and rename, checksums — is io/checkpoint.c's; this
- * file describes the state to it as tensors (a global shape, the rows of the
- * local buffer, the rows to write or read) and attributes. Inspection,
- * verification and export are io/ckpt_tools.c's; the layout is documented in
- * docs/checkpoint-format.md.
+ * temporary file, fsync and rename, checksums — is io/ckpt_write.c's and
+ * io/ckpt_read.c's; this file describes the state to them as tensors (a
+ * global shape, the rows of the local buffer, the rows to write or read)
+ * and its scalar state. Inspection, verification and export are
+ * io/ckpt_tools.c's; the layout is documented in docs/checkpoint-format.md.
  *
- * Layout written here:
- *
- *   /                 format "acx-checkpoint", format_version (ACX_CKPT_FORMAT_VERSION, 2), step,
- *                     micro_step, epoch, world_size, sharding_strategy,
- *                     mixed_precision, acx_version, created (UTC ISO 8601),
- *                     run_id (the run's identity: runtime/project.c)
- *   /model/<param>                    fp32, the parameter's true shape
- *   /optimizer        type, step, lr, the hyperparameters (torch's names)
- *   /optimizer/<state>/<param>        fp32, the parameter's shape
- *   /scheduler        kind ("none" without one), warmup_steps, total_steps,
- *                     num_cycles, base_lr, step
- *   /dataloader       epoch, position (batches consumed in the epoch), seed,
- *                     global_batch, samples_consumed, num_batches, num_samples
- *   /rng              int64 [world_size x 4]: seed, rank, counter, reserved
- *   /config           yaml: the resolved config as YAML text
- *   /user/<name>      the registered objects, shape [count]
+ * The layout (io/ckpt_format.h) is io's: this file fills io's description
+ * of the scalar state (acx_ckpt_state_t) and the list of tensors from the
+ * accelerator, and on load gets them back — every value already
+ * range-checked by io (io/ckpt_state.c, the checks `acx ckpt verify` also
+ * runs) — checks them against the program and applies them.
  *
  * Who writes which rows. Each rank writes the rows of every parameter and
  * optimizer state it is responsible for under the dim-0 rule (c =
@@ -80,9 +69,9 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "base/memstat.h"
-#include "base/rng.h"
 #include "runtime/optim_state.h"
 #include "runtime/project.h"
+#include "runtime/rng.h"
 #include "sharding/model.h"
 
 #define CKPT_PATH_MAX      4096
@@ -90,15 +79,8 @@
 #define CKPT_USER_NAME_MAX 128
 #define CKPT_LIST_MAX      2048 /* the warning that lists what a non-strict load skipped */
 
-/* The largest step, micro-step, epoch or optimizer step a checkpoint may
- * hold: 2^53. A counter read from a file past it is damage or an edit (at a
- * million steps a second a run would need 285 years to reach it); below it,
- * the counter still grows for as long as any run lasts without wrapping
- * int64 (a wrapped step names files "step_-9223372036854775780.h5" that
- * retention never deletes) and is exact as a double (metrics, logs). */
-#define CKPT_COUNT_MAX ((int64_t)1 << 53)
-/* Bytes of one /rng row: int64 seed, rank, counter, reserved. */
-#define CKPT_RNG_ROW_BYTES 32
+/* io's description of the hyperparameters holds every optimizer's */
+_Static_assert(ACX_CKPT_MAX_HPARAMS >= ACX_OPTIM_MAX_HPARAMS, "checkpoint hyperparameter room");
 
 /* One registered object (acx_register_for_checkpointing). */
 struct acx_ckpt_entry {
@@ -167,39 +149,15 @@ void acx_checkpoint_free(acx_accelerator_t *acc) {
     acc->num_ckpt_user = acc->cap_ckpt_user = 0;
 }
 
-/* ---- per-rank random streams ---- */
+/* ---- the save plan: tensors and scalar state handed to io ---- */
 
-/* The stream of this rank is Philox at (seed, ACX_RNG_USER, key = rank),
- * one block per draw: draw k is block index k. The seed is the config's
- * unless a checkpoint restored another (the stream continues where it was). */
-static uint64_t stream_seed(const acx_accelerator_t *acc) {
-    return acc->rng_restored ? acc->rng_seed : (uint64_t)acc->config.values.seed;
-}
-
-ACX_API uint64_t acx_random_u64(acx_accelerator_t *acc) {
-    if (acc == NULL) return 0;
-    uint32_t w[4];
-    acx_rng_block(stream_seed(acc), ACX_RNG_USER, (uint64_t)acc->rank, acc->rng_counter++, w);
-    return (uint64_t)w[0] << 32 | w[1];
-}
-
-ACX_API double acx_random_uniform(acx_accelerator_t *acc) {
-    if (acc == NULL) return 0.0;
-    uint32_t w[4];
-    acx_rng_block(stream_seed(acc), ACX_RNG_USER, (uint64_t)acc->rank, acc->rng_counter++, w);
-    return acx_rng_u01(w[0], w[1]);
-}
-
-/* ---- the save plan: tensors and attributes handed to io ---- */
-
-/* Everything acx_ckpt_save needs, with the strings it points to. Adding
- * never fails loudly: the first allocation failure sets `failed`, checked
- * once before the save. */
+/* The tensors acx_ckpt_save writes or acx_ckpt_read reads, with the
+ * strings they point to (the scalar state is io's acx_ckpt_state_t).
+ * Adding never fails loudly: the first allocation failure sets `failed`,
+ * checked once before the save or read. */
 typedef struct plan {
     acx_ckpt_tensor_t *t;
     int nt, cap_t;
-    acx_ckpt_attr_t *a;
-    int na, cap_a;
     char **strs;
     int ns, cap_s;
     int failed;
@@ -243,33 +201,11 @@ static void plan_tensor(plan_t *p, const acx_ckpt_tensor_t *t) {
     p->t[p->nt++] = *t;
 }
 
-static void plan_attr(plan_t *p, const char *object, const char *name, acx_ckpt_attr_type_t type,
-                      int64_t i64, double f64, const char *str) {
-    if ((type == ACX_CKPT_STR && str == NULL) ||
-        grow((void **)&p->a, &p->cap_a, p->na, sizeof *p->a) != 0) {
-        p->failed = 1;
-        return;
-    }
-    p->a[p->na++] = (acx_ckpt_attr_t){
-        .object = object, .name = name, .type = type, .i64 = i64, .f64 = f64, .str = str};
-}
-
-static void plan_i64(plan_t *p, const char *object, const char *name, int64_t v) {
-    plan_attr(p, object, name, ACX_CKPT_I64, v, 0.0, NULL);
-}
-static void plan_f64(plan_t *p, const char *object, const char *name, double v) {
-    plan_attr(p, object, name, ACX_CKPT_F64, 0, v, NULL);
-}
-static void plan_strattr(plan_t *p, const char *object, const char *name, const char *v) {
-    plan_attr(p, object, name, ACX_CKPT_STR, 0, 0.0, v);
-}
-
 static void plan_free(plan_t *p) {
     for (int i = 0; i < p->ns; i++)
         free(p->strs[i]);
     free(p->strs);
     free(p->t);
-    free(p->a);
 }
 
 /* A tensor laid out like model->master (a parameter or one optimizer state
@@ -466,10 +402,17 @@ static acx_status_t check_loader_agrees(acx_accelerator_t *acc) {
     return status;
 }
 
-/* Describe the whole state. rng_row: this rank's /rng row (kept alive by
- * the caller). */
-static acx_status_t build_plan(acx_accelerator_t *acc, plan_t *p, const char *created,
-                               const char *yaml, int64_t rng_row[4], const host_view_t *view) {
+/* Copy a name into one of the state's fixed fields. */
+static void set_name(char dst[ACX_CKPT_NAME_MAX], const char *src) {
+    snprintf(dst, ACX_CKPT_NAME_MAX, "%s", src != NULL ? src : "");
+}
+
+/* Describe the whole state: the tensors into p, the scalars into st (io's
+ * description, which it turns into the file's attributes). rng_row: this
+ * rank's /rng row, and yaml: kept alive by the caller. */
+static acx_status_t build_plan(acx_accelerator_t *acc, plan_t *p, acx_ckpt_state_t *st,
+                               const char *created, const char *yaml, int64_t rng_row[4],
+                               const host_view_t *view) {
     acx_model_t *m = acc->model;
     acx_optimizer_t *opt = acc->optimizer;
     acx_dataloader_t *l = acc->loader;
@@ -482,18 +425,17 @@ static acx_status_t build_plan(acx_accelerator_t *acc, plan_t *p, const char *cr
                              "parameter name in a checkpoint cannot contain it",
                              m->params[i]->name);
 
-    /* root: io checks format and format_version when it opens a file */
-    plan_strattr(p, "/", "format", ACX_CKPT_FORMAT);
-    plan_i64(p, "/", "format_version", ACX_CKPT_FORMAT_VERSION);
-    plan_i64(p, "/", "step", acc->step);
-    plan_i64(p, "/", "micro_step", acc->micro_step);
-    plan_i64(p, "/", "epoch", l != NULL ? acx_dataloader_epoch(l) : 0);
-    plan_i64(p, "/", "world_size", acc->world_size);
-    plan_strattr(p, "/", "sharding_strategy", acx_sharding_strategy_name(c->sharding_strategy));
-    plan_strattr(p, "/", "mixed_precision", acx_mixed_precision_name(c->mixed_precision));
-    plan_strattr(p, "/", "acx_version", acx_version());
-    plan_strattr(p, "/", "created", created);
-    plan_strattr(p, "/", "run_id", acx_project_run_id(acc));
+    /* root (io adds format and format_version) */
+    memset(st, 0, sizeof *st);
+    st->step = acc->step;
+    st->micro_step = acc->micro_step;
+    st->epoch = l != NULL ? acx_dataloader_epoch(l) : 0;
+    st->world_size = acc->world_size;
+    set_name(st->sharding_strategy, acx_sharding_strategy_name(c->sharding_strategy));
+    set_name(st->mixed_precision, acx_mixed_precision_name(c->mixed_precision));
+    set_name(st->acx_version, acx_version());
+    set_name(st->created, created);
+    set_name(st->run_id, acx_project_run_id(acc));
 
     /* model */
     for (int i = 0; i < m->num_params; i++) {
@@ -505,14 +447,13 @@ static acx_status_t build_plan(acx_accelerator_t *acc, plan_t *p, const char *cr
 
     /* optimizer and schedule */
     if (opt != NULL) {
-        plan_strattr(p, "/optimizer", "type", acx_optimizer_kind_name(opt));
-        plan_i64(p, "/optimizer", "step", acx_optimizer_num_steps(opt));
-        plan_f64(p, "/optimizer", "lr", acx_optimizer_lr(opt));
-        const char *names[ACX_OPTIM_MAX_HPARAMS];
-        double values[ACX_OPTIM_MAX_HPARAMS];
-        int nh = acx_optimizer_hparams(opt, names, values, ACX_OPTIM_MAX_HPARAMS);
-        for (int h = 0; h < nh && h < ACX_OPTIM_MAX_HPARAMS; h++)
-            plan_f64(p, "/optimizer", names[h], values[h]);
+        st->has_optimizer = 1;
+        set_name(st->optimizer_type, acx_optimizer_kind_name(opt));
+        st->optimizer_step = acx_optimizer_num_steps(opt);
+        st->lr = acx_optimizer_lr(opt);
+        int nh =
+            acx_optimizer_hparams(opt, st->hparam_names, st->hparam_values, ACX_CKPT_MAX_HPARAMS);
+        st->num_hparams = nh < ACX_CKPT_MAX_HPARAMS ? nh : ACX_CKPT_MAX_HPARAMS;
         for (int s = 0; s < acx_optimizer_num_state(opt); s++) {
             const char *sname = acx_optimizer_state_name(opt, s);
             for (int i = 0; i < m->num_params; i++) {
@@ -525,46 +466,46 @@ static acx_status_t build_plan(acx_accelerator_t *acc, plan_t *p, const char *cr
         }
         acx_scheduler_t *sched = acx_optimizer_scheduler(opt);
         if (sched != NULL) {
-            acx_scheduler_state_t st;
-            acx_scheduler_get_state(sched, &st);
-            plan_strattr(p, "/scheduler", "kind", acx_schedule_kind_name(st.kind));
-            plan_i64(p, "/scheduler", "warmup_steps", st.warmup_steps);
-            plan_i64(p, "/scheduler", "total_steps", st.total_steps);
-            plan_f64(p, "/scheduler", "num_cycles", st.num_cycles);
-            plan_f64(p, "/scheduler", "base_lr", st.base_lr);
-            plan_i64(p, "/scheduler", "step", st.step);
-        } else {
-            plan_strattr(p, "/scheduler", "kind", "none");
+            acx_scheduler_state_t ss;
+            acx_scheduler_get_state(sched, &ss);
+            st->has_scheduler = 1;
+            set_name(st->scheduler_kind, acx_schedule_kind_name(ss.kind));
+            st->warmup_steps = ss.warmup_steps;
+            st->total_steps = ss.total_steps;
+            st->num_cycles = ss.num_cycles;
+            st->base_lr = ss.base_lr;
+            st->scheduler_step = ss.step;
         }
     }
 
     /* fp16 loss scaler (torch GradScaler's state_dict: scale, growth tracker) */
     if (acc->scaler.enabled) {
-        plan_strattr(p, "/scaler", "kind", "dynamic");
-        plan_f64(p, "/scaler", "scale", acc->scaler.scale);
-        plan_i64(p, "/scaler", "growth_tracker", acc->scaler.growth_tracker);
-        plan_i64(p, "/scaler", "growth_interval", acc->scaler.growth_interval);
-        plan_i64(p, "/scaler", "consecutive_skips", acc->scaler.consecutive_skips);
-    } else {
-        plan_strattr(p, "/scaler", "kind", "none");
+        st->has_scaler = 1;
+        st->scale = acc->scaler.scale;
+        st->growth_tracker = acc->scaler.growth_tracker;
+        st->growth_interval = acc->scaler.growth_interval;
+        st->consecutive_skips = acc->scaler.consecutive_skips;
     }
 
     /* data loader: the data order is fixed by (seed, epoch, global batch) */
     if (l != NULL) {
         int64_t pos = acx_dataloader_position(l), g = acx_loader_global_batch(l);
-        plan_i64(p, "/dataloader", "epoch", acx_dataloader_epoch(l));
-        plan_i64(p, "/dataloader", "position", pos);
-        plan_i64(p, "/dataloader", "seed", (int64_t)acx_loader_seed(l));
-        plan_i64(p, "/dataloader", "global_batch", g);
-        plan_i64(p, "/dataloader", "samples_consumed", pos * g);
-        plan_i64(p, "/dataloader", "num_batches", acx_dataloader_num_batches(l));
-        plan_i64(p, "/dataloader", "num_samples", acx_dataloader_num_samples(l));
+        st->has_loader = 1;
+        st->loader_epoch = acx_dataloader_epoch(l);
+        st->position = pos;
+        st->seed = (int64_t)acx_loader_seed(l);
+        st->global_batch = g;
+        st->samples_consumed = pos * g;
+        st->num_batches = acx_dataloader_num_batches(l);
+        st->num_samples = acx_dataloader_num_samples(l);
     }
 
     /* random streams: row r is rank r's (seed, rank, counter, reserved) */
-    rng_row[0] = (int64_t)stream_seed(acc);
+    uint64_t rng_seed, rng_counter;
+    acx_random_get_position(acc, &rng_seed, &rng_counter);
+    rng_row[0] = (int64_t)rng_seed;
     rng_row[1] = acc->rank;
-    rng_row[2] = (int64_t)acc->rng_counter;
+    rng_row[2] = (int64_t)rng_counter;
     rng_row[3] = 0;
     plan_tensor(p, &(acx_ckpt_tensor_t){.path = "/rng",
                                         .dtype = ACX_DTYPE_INT64,
@@ -576,7 +517,7 @@ static acx_status_t build_plan(acx_accelerator_t *acc, plan_t *p, const char *cr
                                         .io_begin = acc->rank,
                                         .io_end = acc->rank + 1});
 
-    plan_strattr(p, "/config", "yaml", yaml);
+    st->config_yaml = yaml;
 
     /* registered state: identical on every rank, written by rank 0 */
     for (int i = 0; i < acc->num_ckpt_user; i++) {
@@ -625,9 +566,12 @@ static acx_status_t save_state(acx_accelerator_t *acc, const char *path) {
     char *yaml = acx_calloc(1, CKPT_YAML_MAX, "checkpoint config text");
     int64_t rng_row[4];
     host_view_t view = {0};
+    acx_ckpt_state_t *st = acx_calloc(1, sizeof *st, "checkpoint state");
+    acx_ckpt_attr_t *attrs = NULL;
+    int num_attrs = 0;
 
     /* every rank's part of the description, then the agreed outcome */
-    if (yaml == NULL) status = ACX_ERR_NO_MEMORY;
+    if (yaml == NULL || st == NULL) status = ACX_ERR_NO_MEMORY;
     ACX_CHECK_GOTO(acx_coll_agree(acc->world, status), status, out);
     /* automatic naming: the project directory checks it may be written */
     if (path == NULL)
@@ -637,11 +581,12 @@ static acx_status_t save_state(acx_accelerator_t *acc, const char *path) {
     ACX_CHECK_GOTO(shared_text(acc, created, yaml), status, out);
     ACX_CHECK_GOTO(check_loader_agrees(acc), status, out);
     status = host_view_open(acc, &view);
-    if (status == ACX_OK) status = build_plan(acc, &plan, created, yaml, rng_row, &view);
+    if (status == ACX_OK) status = build_plan(acc, &plan, st, created, yaml, rng_row, &view);
+    if (status == ACX_OK) status = acx_ckpt_state_attrs(st, &attrs, &num_attrs);
     ACX_CHECK_GOTO(acx_coll_agree(acc->world, status), status, out);
 
     double t0 = MPI_Wtime();
-    ACX_CHECK_GOTO(acx_ckpt_save(acc->world, file, plan.t, plan.nt, plan.a, plan.na), status, out);
+    ACX_CHECK_GOTO(acx_ckpt_save(acc->world, file, plan.t, plan.nt, attrs, num_attrs), status, out);
     double seconds = MPI_Wtime() - t0;
 
     /* auto naming: the pointer, then retention, only once the file is complete */
@@ -652,8 +597,8 @@ static acx_status_t save_state(acx_accelerator_t *acc, const char *path) {
     /* Said by default (a NOTE), so a user sees where the state went and
      * what retention took, without raising the log level. */
     if (acc->rank == 0) {
-        struct stat st;
-        double mb = stat(file, &st) == 0 ? (double)st.st_size / 1e6 : 0.0;
+        struct stat fst;
+        double mb = stat(file, &fst) == 0 ? (double)fst.st_size / 1e6 : 0.0;
         acx_log_note(ACX_SUBSYS_IO, "saved checkpoint '%s' (step %lld, %.3g MB, %.2f s)%s%s%s",
                      file, (long long)acc->step, mb, seconds,
                      removed[0] ? "; checkpoint.total_limit " : "", removed[0] ? "removed " : "",
@@ -662,6 +607,8 @@ static acx_status_t save_state(acx_accelerator_t *acc, const char *path) {
 out:
     host_view_close(&view);
     plan_free(&plan);
+    free(attrs);
+    free(st);
     free(yaml);
     return status;
 }
@@ -811,68 +758,7 @@ static int has_user(const acx_accelerator_t *acc, const char *name) {
     return 0;
 }
 
-/* ---- load: values read from the file, range-checked before any use ---- */
-
-/* v, the integer attribute object/name of the file, in [lo, hi]:
- * ACX_ERR_FORMAT naming the file, the attribute, the value and the range
- * otherwise. why: what the range means ("" for nothing). */
-static acx_status_t check_i64_in(const char *file, const char *object, const char *name, int64_t v,
-                                 int64_t lo, int64_t hi, const char *why) {
-    if (v >= lo && v <= hi) return ACX_OK;
-    return ACX_ERROR(ACX_ERR_FORMAT,
-                     "checkpoint '%s': %s%s%s = %lld is out of range: expected %lld..%lld%s%s "
-                     "(damaged or edited?)",
-                     file, object, strcmp(object, "/") == 0 ? "" : "/", name, (long long)v,
-                     (long long)lo, (long long)hi, why[0] ? ": " : "", why);
-}
-
-/* The attribute read and checked as above (a missing attribute is io's
- * ACX_ERR_FORMAT naming it). *v_p is written only when it is in range. */
-static acx_status_t get_i64_in(acx_ckpt_file_t *f, const char *file, const char *object,
-                               const char *name, int64_t lo, int64_t hi, const char *why,
-                               int64_t *v_p) {
-    int64_t v;
-    ACX_CHECK(acx_ckpt_get_i64(f, object, name, &v));
-    ACX_CHECK(check_i64_in(file, object, name, v, lo, hi, why));
-    *v_p = v;
-    return ACX_OK;
-}
-
-/* /rng holds world_size rows of CKPT_RNG_ROW_BYTES: a world size whose rows
- * the file cannot hold is refused before anything is sized from it (an
- * edited world_size of 2^26 would otherwise describe a 2 GiB dataset). io/
- * offers no query of a dataset's allocated storage, so the bound is the
- * file's size: every row of a dataset acx wrote is stored in the file. */
-static acx_status_t check_rng_size(const char *file, int64_t world) {
-    struct stat st;
-    if (stat(file, &st) != 0)
-        return ACX_ERROR(ACX_ERR_IO, "checkpoint '%s': stat failed: %s", file, strerror(errno));
-    if ((uint64_t)world > (uint64_t)st.st_size / CKPT_RNG_ROW_BYTES)
-        return ACX_ERROR(
-            ACX_ERR_FORMAT,
-            "checkpoint '%s': world_size = %lld is out of range: its /rng would need "
-            "%lld x %d bytes but the file has %lld bytes (expected at most %lld ranks; "
-            "damaged or edited?)",
-            file, (long long)world, (long long)world, CKPT_RNG_ROW_BYTES, (long long)st.st_size,
-            (long long)(st.st_size / CKPT_RNG_ROW_BYTES));
-    return ACX_OK;
-}
-
-/* A learning rate read from the file (optimizer lr, schedule base_lr):
- * finite and in [0, ACX_OPTIM_LR_MAX], the range acx_*_create and
- * acx_optimizer_set_lr accept, so every checkpoint acx writes loads. */
-static acx_status_t get_lr(acx_ckpt_file_t *f, const char *file, const char *object,
-                           const char *name, double *v_p) {
-    double v;
-    ACX_CHECK(acx_ckpt_get_f64(f, object, name, &v));
-    if (!(v >= 0.0 && v <= ACX_OPTIM_LR_MAX))
-        return ACX_ERROR(ACX_ERR_FORMAT,
-                         "checkpoint '%s': %s/%s = %g is out of range: expected a finite learning "
-                         "rate in [0, %g] (damaged or edited?)",
-                         file, object, name, v, ACX_OPTIM_LR_MAX);
-    *v_p = v;
-    return ACX_OK;
-}
+/* ---- load: the file's state against the program ---- */
 
 /* The tensors to read and the scalar state to restore once they are in. */
 typedef struct restore {
@@ -880,6 +766,7 @@ typedef struct restore {
     plan_t plan;
     host_view_t view; /* where the tensors are read to (host memory) */
     mismatches_t mm;
+    acx_ckpt_state_t st; /* the file's scalars, range-checked by io */
     int64_t step, micro_step, saved_world;
     /* optimizer */
     int have_opt;
@@ -951,9 +838,8 @@ static acx_status_t plan_optimizer(acx_accelerator_t *acc, acx_ckpt_file_t *f, r
     acx_optimizer_t *opt = acc->optimizer;
     acx_model_t *m = acc->model;
     if (opt == NULL) return ACX_OK;
-    char type[64];
-    if (!acx_ckpt_exists(f, "/optimizer") ||
-        acx_ckpt_get_str(f, "/optimizer", "type", type, sizeof type) != ACX_OK) {
+    const char *type = r->st.optimizer_type;
+    if (!r->st.has_optimizer) {
         mismatch(&r->mm,
                  "the checkpoint has no optimizer state (the program's %s optimizer starts fresh)",
                  acx_optimizer_kind_name(opt));
@@ -965,11 +851,9 @@ static acx_status_t plan_optimizer(acx_accelerator_t *acc, acx_ckpt_file_t *f, r
                  type, acx_optimizer_kind_name(opt));
         return ACX_OK;
     }
-    /* an optimizer step is taken at a boundary, at most one per step of
-     * the run (fp16 skips take none): 0..root step */
-    ACX_CHECK(get_i64_in(f, r->file, "/optimizer", "step", 0, r->step,
-                         "the optimizer steps taken, at most the root's step", &r->opt_step));
-    ACX_CHECK(get_lr(f, r->file, "/optimizer", "lr", &r->opt_lr));
+    /* (io checked both: the step at most the root's, the lr in range) */
+    r->opt_step = r->st.optimizer_step;
+    r->opt_lr = r->st.lr;
     r->have_opt = 1;
     compare_hparams(acc, f, opt);
     for (int s = 0; s < acx_optimizer_num_state(opt); s++) {
@@ -991,9 +875,7 @@ static acx_status_t plan_optimizer(acx_accelerator_t *acc, acx_ckpt_file_t *f, r
     }
 
     acx_scheduler_t *sched = acx_optimizer_scheduler(opt);
-    char kind[64] = "none";
-    if (acx_ckpt_exists(f, "/scheduler"))
-        (void)acx_ckpt_get_str(f, "/scheduler", "kind", kind, sizeof kind);
+    const char *kind = r->st.has_scheduler ? r->st.scheduler_kind : "none";
     if (sched == NULL) {
         if (strcmp(kind, "none") != 0 && acc->rank == 0)
             ACX_WARN(ACX_SUBSYS_IO,
@@ -1012,13 +894,9 @@ static acx_status_t plan_optimizer(acx_accelerator_t *acc, acx_ckpt_file_t *f, r
                      acx_schedule_kind_name(st.kind));
         return ACX_OK;
     }
-    int64_t warmup = 0, total = 0;
-    /* (the program decides how often it steps the schedule: no relation
-     * to the root's step is assumed) */
-    ACX_CHECK(get_lr(f, r->file, "/scheduler", "base_lr", &r->sched_base_lr));
-    ACX_CHECK(get_i64_in(f, r->file, "/scheduler", "step", 0, CKPT_COUNT_MAX, "", &r->sched_step));
-    ACX_CHECK(get_i64_in(f, r->file, "/scheduler", "warmup_steps", 0, CKPT_COUNT_MAX, "", &warmup));
-    ACX_CHECK(get_i64_in(f, r->file, "/scheduler", "total_steps", 0, CKPT_COUNT_MAX, "", &total));
+    int64_t warmup = r->st.warmup_steps, total = r->st.total_steps;
+    r->sched_base_lr = r->st.base_lr;
+    r->sched_step = r->st.scheduler_step;
     r->have_sched = 1;
     if ((strcmp(kind, acx_schedule_kind_name(st.kind)) != 0 || warmup != st.warmup_steps ||
          total != st.total_steps) &&
@@ -1037,11 +915,12 @@ static acx_status_t plan_optimizer(acx_accelerator_t *acc, acx_ckpt_file_t *f, r
  * permutation entries [g*G, (g+1)*G), so position p of a run with global
  * batch G_old is exactly position p*G_old/G_new here when that divides; the
  * end of an epoch maps to the end of the epoch. */
-static acx_status_t plan_loader(acx_accelerator_t *acc, acx_ckpt_file_t *f, restore_t *r,
-                                const char *file, int strict) {
+static acx_status_t plan_loader(acx_accelerator_t *acc, restore_t *r, const char *file,
+                                int strict) {
     acx_dataloader_t *l = acc->loader;
     if (l == NULL) return ACX_OK;
-    if (!acx_ckpt_exists(f, "/dataloader")) {
+    const acx_ckpt_state_t *st = &r->st;
+    if (!st->has_loader) {
         if (acc->rank == 0)
             ACX_WARN(ACX_SUBSYS_IO,
                      "checkpoint '%s' has no data-loader state: the loader starts at "
@@ -1049,38 +928,24 @@ static acx_status_t plan_loader(acx_accelerator_t *acc, acx_ckpt_file_t *f, rest
                      file);
         return ACX_OK;
     }
-    /* Every field is checked against the others and against this run's
-     * data set before the position is computed from them: an edited field
-     * must not move the data position silently. */
-    int64_t seed, gb_old, nb_old, pos_old, ns_old = 0, consumed;
+    /* io checked every field against the others (with the file's
+     * num_samples); here they meet this run's data set, before the
+     * position is computed from them: an edited field must not move the
+     * data position silently. */
+    int64_t seed = st->seed, gb_old = st->global_batch, nb_old = st->num_batches;
+    int64_t pos_old = st->position;
     int64_t ns = acx_dataloader_num_samples(l);
-    ACX_CHECK(get_i64_in(f, file, "/dataloader", "epoch", 0, CKPT_COUNT_MAX, "", &r->epoch));
-    ACX_CHECK(acx_ckpt_get_i64(f, "/dataloader", "seed", &seed)); /* any 64 bits */
-    if (acx_ckpt_get_i64(f, "/dataloader", "num_samples", &ns_old) == ACX_OK && ns_old != ns) {
+    r->epoch = st->loader_epoch;
+    if (st->has_num_samples && st->num_samples != ns) {
         mismatch(&r->mm,
                  "the checkpoint's data loader had %lld samples, this run's has %lld: its "
                  "position is in another data set's order (not loaded: the loader starts at "
                  "epoch 0, batch 0)",
-                 (long long)ns_old, (long long)ns);
+                 (long long)st->num_samples, (long long)ns);
         return ACX_OK;
     }
-    ACX_CHECK(get_i64_in(f, file, "/dataloader", "global_batch", 1, CKPT_COUNT_MAX / ns,
-                         "a global batch of at least one sample, at most 2^53 / num_samples",
-                         &gb_old));
-    /* batches per epoch at that global batch: floor(N/G) with drop_last,
-     * ceil(N/G) otherwise, never 0 on rank 0 (io/sampler.c) */
-    int64_t nb_lo = ns / gb_old, nb_hi = (ns + gb_old - 1) / gb_old;
-    ACX_CHECK(get_i64_in(f, file, "/dataloader", "num_batches", nb_lo > 0 ? nb_lo : 1, nb_hi,
-                         "the batches per epoch of num_samples in global_batch", &nb_old));
-    ACX_CHECK(get_i64_in(f, file, "/dataloader", "position", 0, nb_old,
-                         "batches consumed in the epoch, at most num_batches", &pos_old));
-    if (acx_ckpt_get_i64(f, "/dataloader", "samples_consumed", &consumed) == ACX_OK &&
-        consumed != pos_old * gb_old)
-        return ACX_ERROR(ACX_ERR_FORMAT,
-                         "checkpoint '%s': /dataloader/samples_consumed = %lld, but position %lld "
-                         "x global_batch %lld = %lld (damaged or edited?)",
-                         file, (long long)consumed, (long long)pos_old, (long long)gb_old,
-                         (long long)(pos_old * gb_old));
+    /* a file without num_samples: its fields against this run's data set */
+    if (!st->has_num_samples) ACX_CHECK(acx_ckpt_state_check_loader(file, st, ns));
     if ((uint64_t)seed != acx_loader_seed(l) && acc->rank == 0)
         ACX_WARN(ACX_SUBSYS_IO,
                  "checkpoint '%s' was saved with seed %lld, this run has seed %llu: "
@@ -1168,11 +1033,8 @@ static acx_status_t plan_rng_user(acx_accelerator_t *acc, acx_ckpt_file_t *f, re
 /* The fp16 loss scaler's state, when both the checkpoint and the program
  * use one (a bf16/fp32 run ignores a saved scaler; an fp16 run without one
  * in the checkpoint starts from loss_scale.init). */
-static acx_status_t plan_scaler(acx_accelerator_t *acc, acx_ckpt_file_t *f, restore_t *r) {
-    char kind[32] = "none";
-    if (acx_ckpt_exists(f, "/scaler"))
-        (void)acx_ckpt_get_str(f, "/scaler", "kind", kind, sizeof kind);
-    if (strcmp(kind, "dynamic") != 0 || !acc->scaler.enabled) {
+static acx_status_t plan_scaler(acx_accelerator_t *acc, restore_t *r) {
+    if (!r->st.has_scaler || !acc->scaler.enabled) {
         if (acc->scaler.enabled && acc->rank == 0)
             ACX_WARN(ACX_SUBSYS_IO,
                      "the checkpoint has no fp16 loss scaler state: the scale "
@@ -1180,20 +1042,10 @@ static acx_status_t plan_scaler(acx_accelerator_t *acc, acx_ckpt_file_t *f, rest
                      acc->scaler.scale);
         return ACX_OK;
     }
-    ACX_CHECK(acx_ckpt_get_f64(f, "/scaler", "scale", &r->scale));
-    ACX_CHECK(acx_ckpt_get_i64(f, "/scaler", "growth_tracker", &r->growth_tracker));
-    ACX_CHECK(acx_ckpt_get_i64(f, "/scaler", "consecutive_skips", &r->consecutive_skips));
-    /* the counters are ints in the scaler; a scale whose reciprocal
-     * overflows float32 would unscale every gradient to inf/NaN, and one
-     * above FLT_MAX makes the float32 loss seed infinite on every step */
-    if (!(r->scale >= 1.0 / FLT_MAX && r->scale <= FLT_MAX) || r->growth_tracker < 0 ||
-        r->growth_tracker > INT_MAX || r->consecutive_skips < 0 || r->consecutive_skips > INT_MAX)
-        return ACX_ERROR(ACX_ERR_FORMAT,
-                         "checkpoint '%s': /scaler scale %g, growth_tracker %lld, "
-                         "consecutive_skips %lld: expected a finite scale in [1/FLT_MAX, FLT_MAX] "
-                         "([%g, %g]) and counters in 0..INT_MAX (damaged or edited?)",
-                         r->file, r->scale, (long long)r->growth_tracker,
-                         (long long)r->consecutive_skips, 1.0 / FLT_MAX, (double)FLT_MAX);
+    /* (io checked the scale and the counters) */
+    r->scale = r->st.scale;
+    r->growth_tracker = r->st.growth_tracker;
+    r->consecutive_skips = r->st.consecutive_skips;
     r->have_scaler = 1;
     return ACX_OK;
 }
@@ -1201,20 +1053,12 @@ static acx_status_t plan_scaler(acx_accelerator_t *acc, acx_ckpt_file_t *f, rest
 static acx_status_t plan_load(acx_accelerator_t *acc, acx_ckpt_file_t *f, const char *file,
                               int strict, restore_t *r) {
     acx_status_t status = ACX_OK;
-    int64_t epoch;
     r->file = file;
-    ACX_CHECK(get_i64_in(f, file, "/", "step", 0, CKPT_COUNT_MAX, "", &r->step));
-    /* micro_step and epoch are absent from early files: step stands in */
-    if (acx_ckpt_get_i64(f, "/", "micro_step", &r->micro_step) == ACX_OK)
-        ACX_CHECK(check_i64_in(file, "/", "micro_step", r->micro_step, r->step, CKPT_COUNT_MAX,
-                               "at least the step (every step has a micro-step)"));
-    else
-        r->micro_step = r->step;
-    if (acx_ckpt_get_i64(f, "/", "epoch", &epoch) == ACX_OK)
-        ACX_CHECK(check_i64_in(file, "/", "epoch", epoch, 0, CKPT_COUNT_MAX, ""));
-    ACX_CHECK(
-        get_i64_in(f, file, "/", "world_size", 1, INT_MAX, "MPI ranks are ints", &r->saved_world));
-    ACX_CHECK(check_rng_size(file, r->saved_world));
+    /* every scalar of the file, range-checked (io/ckpt_state.c) */
+    ACX_CHECK(acx_ckpt_state_read(f, &r->st));
+    r->step = r->st.step;
+    r->micro_step = r->st.micro_step;
+    r->saved_world = r->st.world_size;
     int *param_ok = acx_calloc((size_t)acc->model->num_params + 1, sizeof *param_ok, "load plan");
     if (param_ok == NULL) return ACX_ERR_NO_MEMORY;
     ACX_CHECK_GOTO(plan_model(acc, f, r, param_ok), status, out);
@@ -1223,8 +1067,8 @@ static acx_status_t plan_load(acx_accelerator_t *acc, acx_ckpt_file_t *f, const 
     if (strict && r->mm.count) goto out;
     ACX_CHECK_GOTO(plan_rng_user(acc, f, r), status, out);
     if (strict && r->mm.count) goto out;
-    ACX_CHECK_GOTO(plan_loader(acc, f, r, file, strict), status, out);
-    ACX_CHECK_GOTO(plan_scaler(acc, f, r), status, out);
+    ACX_CHECK_GOTO(plan_loader(acc, r, file, strict), status, out);
+    ACX_CHECK_GOTO(plan_scaler(acc, r), status, out);
     if (r->plan.failed) status = ACX_ERROR(ACX_ERR_NO_MEMORY, "out of memory planning the load");
 out:
     free(param_ok);
@@ -1260,13 +1104,10 @@ static acx_status_t apply_restore(acx_accelerator_t *acc, const restore_t *r) {
 
     /* random streams: ranks the saving run had continue their stream; the
      * others start their own from (seed, rank) */
-    acc->rng_restored = 1;
     if (r->have_rng && acc->rank < r->saved_world && r->rng_row[1] == acc->rank) {
-        acc->rng_seed = (uint64_t)r->rng_row[0];
-        acc->rng_counter = (uint64_t)r->rng_row[2];
+        acx_random_set_position(acc, (uint64_t)r->rng_row[0], (uint64_t)r->rng_row[2]);
     } else {
-        acc->rng_seed = (uint64_t)acc->config.values.seed;
-        acc->rng_counter = 0;
+        acx_random_set_position(acc, (uint64_t)acc->config.values.seed, 0);
         if (acc->rank >= r->saved_world)
             ACX_WARN(ACX_SUBSYS_IO,
                      "rank %d did not exist at save (world size %lld): its random stream starts "

@@ -14,18 +14,9 @@
 #include <stdint.h>
 
 #include "acx/optim.h"
+#include "base/optim_kernels.h" /* ACX_OPTIM_LR_MAX */
 
 #define ACX_OPTIM_MAX_HPARAMS 8
-
-/* The largest learning rate acx accepts anywhere: at creation, in
- * acx_optimizer_set_lr and from a checkpoint (lr and the schedule's
- * base_lr). torch accepts any lr >= 0; acx bounds it so that a corrupted or
- * mistyped value (1e300 from an edited file) is refused with its name
- * instead of training on NaN: updates of that size overflow float32
- * weights at once, and the largest rates in use (SGD/LARS at large batch)
- * are in the tens. The same bound everywhere means every checkpoint acx
- * writes loads again. */
-#define ACX_OPTIM_LR_MAX 1e3
 
 /* ---- optimizer (runtime/optimizer.c) ---- */
 

@@ -7,7 +7,7 @@
  * checkpoints (and checkpoint.existing: archive), automatic names
  * (step_%08lld.h5), the `latest` pointer and checkpoint.total_limit.
  * Leaves to others: what a checkpoint contains and loading it
- * (runtime/checkpoint.c), the file itself (io/checkpoint.c), resume: auto
+ * (runtime/checkpoint.c), the file itself (io/ckpt_write.c, io/ckpt_read.c), resume: auto
  * (runtime/preempt.c). Everything on the file system is done by rank 0;
  * outcomes are agreed, so every rank fails the same way.
  *

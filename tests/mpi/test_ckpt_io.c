@@ -1,5 +1,5 @@
 /*
- * tests/mpi/test_ckpt_io.c — io/checkpoint.c (the parallel HDF5 checkpoint
+ * tests/mpi/test_ckpt_io.c — io/ckpt_write.c, io/ckpt_read.c (the parallel HDF5 checkpoint
  * file) under MPI. Modes, chosen by argv:
  *
  *   save DIR TAG        write DIR/TAG.h5 on this world size: tensors of

@@ -22,7 +22,7 @@
  *               then wait for its second half: its table row says
  *               "inside, same collective", and only its heartbeat tells;
  *   save        a model and acx_save_state; the script stops a rank
- *               inside the save (ACX_TEST_CKPT_STOP_AT, io/checkpoint.c),
+ *               inside the save (ACX_TEST_CKPT_STOP_AT, tests/ckpt_kill_points.h),
  *               so the others wait in the save's agreements or collective
  *               HDF5 calls (the stuck rank and sleep are unused);
  *   finalize    the stuck rank stops itself (SIGSTOP) right before

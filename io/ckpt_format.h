@@ -1,0 +1,105 @@
+/*
+ * io/ckpt_format.h — the names, versions and layout of acx's HDF5 files
+ * (library-private): the checkpoint ("acx-checkpoint") and the weights-only
+ * file ("acx-weights"), and the in-memory description of a checkpoint's
+ * scalar state (acx_ckpt_state_t) that io/ckpt_state.c turns into the
+ * file's attributes and reads back, range-checked. The one place a reader
+ * of the code looks for "what is in the file": the writer
+ * (io/ckpt_write.c), the reader (io/ckpt_read.c), the tools
+ * (io/ckpt_tools.c), the weights file (io/weights.c) and the runtime's
+ * state (runtime/checkpoint.c) take the names from here. The full
+ * description, with h5py examples, is docs/checkpoint-format.md.
+ *
+ * Checkpoint layout (every rank writes its rows of each tensor; see
+ * io/checkpoint.h):
+ *
+ *   /                 format "acx-checkpoint", format_version, step,
+ *                     micro_step, epoch, world_size, sharding_strategy,
+ *                     mixed_precision, acx_version, created (UTC ISO 8601),
+ *                     run_id
+ *   /model/<param>                    fp32, the parameter's true shape
+ *   /optimizer        type, step, lr, the hyperparameters (torch's names)
+ *   /optimizer/<state>/<param>        fp32, the parameter's shape
+ *   /scheduler        kind ("none" without one), warmup_steps, total_steps,
+ *                     num_cycles, base_lr, step
+ *   /scaler           kind ("dynamic" or "none"), scale, growth_tracker,
+ *                     growth_interval, consecutive_skips
+ *   /dataloader       epoch, position (batches consumed in the epoch), seed,
+ *                     global_batch, samples_consumed, num_batches, num_samples
+ *   /rng              int64 [world_size x 4]: seed, rank, counter, reserved
+ *   /config           yaml: the resolved config as YAML text
+ *   /user/<name>      the registered objects, shape [count]
+ *
+ * Weights layout: / attrs format "acx-weights", step (and source, when
+ * exported from a checkpoint); /<param name> float32, the true shape.
+ */
+#ifndef ACX_IO_CKPT_FORMAT_H
+#define ACX_IO_CKPT_FORMAT_H
+
+#include <stdint.h>
+
+/* The root attribute `format` of a checkpoint. */
+#define ACX_CKPT_FORMAT "acx-checkpoint"
+/* 2: contiguous datasets with CRC-32 block attributes (io/ckpt_crc.h);
+ * 1: chunked datasets with HDF5's Fletcher-32 filter. Both are read. */
+#define ACX_CKPT_FORMAT_VERSION 2
+/* The root attribute `format` of a weights-only file (acx_model_save_weights,
+ * acx ckpt export --format hdf5). */
+#define ACX_WEIGHTS_FORMAT "acx-weights"
+
+/* The largest step, micro-step, epoch or optimizer step a checkpoint may
+ * hold: 2^53. A counter read from a file past it is damage or an edit (at a
+ * million steps a second a run would need 285 years to reach it); below it,
+ * the counter still grows for as long as any run lasts without wrapping
+ * int64 (a wrapped step names files "step_-9223372036854775780.h5" that
+ * retention never deletes) and is exact as a double (metrics, logs). */
+#define ACX_CKPT_COUNT_MAX ((int64_t)1 << 53)
+/* Bytes of one /rng row: int64 seed, rank, counter, reserved. */
+#define ACX_CKPT_RNG_ROW_BYTES 32
+/* Optimizer hyperparameters a checkpoint records (attributes of /optimizer). */
+#define ACX_CKPT_MAX_HPARAMS 8
+/* Room for a name-like string attribute: an optimizer type, a schedule or
+ * scaler kind, a strategy, a version, a time, a run id. */
+#define ACX_CKPT_NAME_MAX 64
+
+/* The scalar state of a checkpoint: every attribute of the layout above.
+ * The runtime fills one from the accelerator for a save
+ * (acx_ckpt_state_attrs turns it into the attributes of acx_ckpt_save) and
+ * gets one back from a file (acx_ckpt_state_read, which range-checks every
+ * value before anything uses it). The has_* flags say which groups are
+ * there (a save writes /scheduler and the /optimizer attributes only with
+ * has_optimizer; a read sets each flag from the file). Strings are copied
+ * in, except config_yaml and the hyperparameter names (pointers the caller
+ * keeps alive for a save; not read back). */
+typedef struct acx_ckpt_state {
+    /* / */
+    int64_t step, micro_step, epoch, world_size;
+    int has_micro_step, has_epoch; /* read: absent from early files */
+    char sharding_strategy[ACX_CKPT_NAME_MAX], mixed_precision[ACX_CKPT_NAME_MAX];
+    char acx_version[ACX_CKPT_NAME_MAX], created[ACX_CKPT_NAME_MAX], run_id[ACX_CKPT_NAME_MAX];
+    /* /optimizer (has_optimizer: the group with a type) */
+    int has_optimizer;
+    char optimizer_type[ACX_CKPT_NAME_MAX];
+    int64_t optimizer_step;
+    double lr;
+    int num_hparams; /* save only */
+    const char *hparam_names[ACX_CKPT_MAX_HPARAMS];
+    double hparam_values[ACX_CKPT_MAX_HPARAMS];
+    /* /scheduler (has_scheduler: a kind other than "none") */
+    int has_scheduler;
+    char scheduler_kind[ACX_CKPT_NAME_MAX];
+    int64_t warmup_steps, total_steps, scheduler_step;
+    double num_cycles, base_lr;
+    /* /scaler (has_scaler: kind "dynamic") */
+    int has_scaler;
+    double scale;
+    int64_t growth_tracker, growth_interval, consecutive_skips;
+    /* /dataloader (has_loader: the group) */
+    int has_loader;
+    int has_num_samples, has_samples_consumed; /* read: absent from early files */
+    int64_t loader_epoch, position, seed, global_batch, samples_consumed, num_batches, num_samples;
+    /* /config */
+    const char *config_yaml; /* save only */
+} acx_ckpt_state_t;
+
+#endif /* ACX_IO_CKPT_FORMAT_H */
