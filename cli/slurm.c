@@ -42,7 +42,7 @@ static const char sbatch_usage[] =
     "limit (#SBATCH --signal=B:USR1@SECONDS, forwarded to srun by a trap),\n"
     "requeues the job once they have, and resumes it from that checkpoint\n"
     "(the ranks get ACX_PREEMPTION_REQUEUE=true and ACX_RESUME=auto). The\n"
-    "program must be built on acx and stop on ACX_PREEMPTED (docs/slurm.md).\n"
+    "program must be built on acx and stop when acx_preempted() (docs/slurm.md).\n"
     "\n"
     "options:\n"
     "  -N, --nodes N            nodes (default: num_machines of the config file, else 1)\n"

@@ -287,13 +287,6 @@ int mlp_cuda_loss_value(mlp_cuda_t *c, double *loss_p) {
     return 0;
 }
 
-int mlp_cuda_scale_dloss(const mlp_dims_t *d, mlp_cuda_t *c, int batch, float scale) {
-    if (check_batch(c, batch, "mlp_cuda_scale_dloss")) return -1;
-    CUBLAS(cublasSscal((cublasHandle_t)c->cublas, batch * d->out, &scale, c->dact, 1),
-           "cublasSscal", "loss scaling of the logits' gradient");
-    return 0;
-}
-
 int mlp_cuda_backward_layer(const mlp_dims_t *d, const mlp_tensors_t *p, mlp_tensors_t *g,
                             mlp_cuda_t *c, int layer, int batch) {
     if (check_batch(c, batch, "mlp_cuda_backward_layer")) return -1;

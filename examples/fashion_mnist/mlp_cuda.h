@@ -105,10 +105,6 @@ int mlp_cuda_loss(const mlp_dims_t *d, mlp_cuda_t *c, int batch);
  * for work enqueued after it, such as the backward). */
 int mlp_cuda_loss_value(mlp_cuda_t *c, double *loss_p);
 
-/* c->dact[B x out] *= scale (fp16 loss scaling; one rounding per element,
- * as fmnist.c's host loop). */
-int mlp_cuda_scale_dloss(const mlp_dims_t *d, mlp_cuda_t *c, int batch, float scale);
-
 /* Backward through layer l (2, 1, 0 in that order), ADDING dW, db into the
  * device tensors g (beta = 1: micro-batches accumulate) and leaving the
  * gradient w.r.t. layer l's input in c->dact, as mlp_backward_layer. */

@@ -1,9 +1,22 @@
 /*
  * acx/collectives.h — collectives over the world, through the accelerator's
- * backend (MPI on host memory; NCCL on device memory when built and chosen),
- * and the evaluation helpers built on them (Accelerate's gather_for_metrics,
- * pad_across_processes, reduce, main_process_first and the cross-rank
- * trigger).
+ * backend, and the evaluation helpers built on them (Accelerate's
+ * gather_for_metrics, pad_across_processes, reduce, main_process_first and
+ * the cross-rank trigger).
+ *
+ * Two memory spaces, never mixed up by the backend:
+ *   - the collectives (all-reduce ... barrier and their async forms) move
+ *     the ACCELERATOR'S memory: where acx_device_state says model state
+ *     lives — host memory with host state, device memory with device_state
+ *     cuda — with every backend. (Once they moved host memory on MPI and
+ *     device memory on NCCL, so a program that worked on one backend
+ *     faulted on the other.) A host pointer with device state is refused
+ *     (ACX_ERR_INVALID_ARG) on MPI as on NCCL; acx_buffer_alloc
+ *     (acx/memory.h) gives buffers of the right kind;
+ *   - the evaluation helpers (acx_reduce, acx_reduce_scalar,
+ *     acx_gather_for_metrics, acx_pad_across_processes, the trigger) move
+ *     HOST memory, whatever the state and backend: metrics, predictions,
+ *     flags.
  *
  * All functions here are collective over every rank of the world, with the
  * same count, dtype and op everywhere (acx_request_wait/test and
@@ -34,16 +47,16 @@ extern "C" {
  *     float64, float16 and bfloat16. float16/bfloat16 SUM and AVG accumulate
  *     in float32 and round to nearest even once, at the end; MAX/MIN of them
  *     is exact, with NaN propagating.
- *   - Buffers are host memory with the MPI backend. A blocking call may
+ *   - Buffers are the accelerator's memory (above). A blocking call may
  *     reuse them on return; an async call owns them until acx_request_wait
  *     returns (or acx_request_test reported completion): do not read the
  *     output or write the input before that.
  *   - Errors (the same on every rank when the arguments are the same):
  *     ACX_ERR_INVALID_ARG (acc NULL, a NULL buffer with count > 0, a bad
  *     dtype, op or root, req_p NULL, overlapping buffers other than the
- *     in-place forms), ACX_ERR_NOT_SUPPORTED (AVG of an integer dtype; a
- *     reduce-scatter above INT_MAX elements per rank), ACX_ERR_NO_MEMORY,
- *     ACX_ERR_MPI (MPI's own message).
+ *     in-place forms, a host buffer with device state), ACX_ERR_NOT_SUPPORTED (AVG of an integer
+ * dtype; a reduce-scatter above INT_MAX elements per rank), ACX_ERR_NO_MEMORY, ACX_ERR_MPI (MPI's
+ * own message).
  */
 
 /* A pending non-blocking collective, from one of the *_async calls. */
@@ -106,8 +119,10 @@ ACX_API acx_status_t acx_gather_async(acx_accelerator_t *acc, const void *sendbu
                                       size_t count, acx_dtype_t dtype, int root,
                                       acx_request_t **req_p);
 
-/* Barrier: returns once every rank has entered it (the same as
- * acx_wait_for_everyone). */
+/* Barrier: returns once every rank has entered it — Accelerate's
+ * wait_for_everyone, torch.distributed.barrier. (acx once exported both
+ * names for this one call; acx_barrier stays, since it has the non-blocking
+ * form and the debug-mode call site.) */
 ACX_API acx_status_t acx_barrier(acx_accelerator_t *acc);
 
 /* Non-blocking barrier: the request completes once every rank has started it. */
