@@ -473,13 +473,15 @@ static acx_status_t check_labels(const acx_batch_t *batch, int classes) {
 
 /* Pointers for this step: valid between acquire and release (under
  * NO_SHARD, always). */
-static void model_tensors(model_t *md, mlp_tensors_t *p, mlp_tensors_t *g) {
-    for (int l = 0; l < MLP_LAYERS; l++) {
-        p->w[l] = acx_param_data(md->w[l]);
-        p->b[l] = acx_param_data(md->b[l]);
-        g->w[l] = acx_param_grad(md->w[l]);
-        g->b[l] = acx_param_grad(md->b[l]);
-    }
+/* Layer l's parameter pointers (valid while its unit is acquired), and
+ * with g its gradient pointers (fetched anew every micro-step: under the
+ * sharded strategies a gradient buffer is handed over at each boundary). */
+static void layer_tensors(model_t *md, int l, mlp_tensors_t *p, mlp_tensors_t *g) {
+    p->w[l] = acx_param_data(md->w[l]);
+    p->b[l] = acx_param_data(md->b[l]);
+    if (g == NULL) return;
+    g->w[l] = acx_param_grad(md->w[l]);
+    g->b[l] = acx_param_grad(md->b[l]);
 }
 
 /* One micro-step: forward, loss, backward layer by layer, telling acx as
@@ -499,16 +501,22 @@ static acx_status_t train_step(acx_accelerator_t *acc, model_t *md, mlp_workspac
     int n = (int)batch->size;
     mlp_tensors_t p, g;
     ACX_TRY(check_labels(batch, md->dims.out));
-    for (int l = 0; l < MLP_LAYERS; l++)
-        ACX_TRY(acx_unit_acquire(md->unit[l]));
-    model_tensors(md, &p, &g);
+    /* docs/sharding.md's pattern: one unit gathered at a time (plus acx's
+     * prefetch), so FULL_SHARD's peak is one layer, not the model */
     mlp_load_input(ws, &md->dims, batch->tensors[0], n);
-    mlp_forward(&md->dims, &p, ws, n);
+    for (int l = 0; l < MLP_LAYERS; l++) {
+        ACX_TRY(acx_unit_acquire(md->unit[l]));
+        layer_tensors(md, l, &p, NULL);
+        mlp_forward_layer(&md->dims, &p, ws, l, n);
+        ACX_TRY(acx_unit_release(md->unit[l]));
+    }
     *loss_p = mlp_loss(&md->dims, ws, batch->tensors[1], n);
     acx_record_loss(acc, *loss_p);
     /* fp16: backward starts from the scaled loss (acx knows the scale) */
     ACX_TRY(acx_backward_begin(acc, ws->dact, (size_t)n * (size_t)md->dims.out));
-    for (int l = MLP_LAYERS - 1; l >= 0; l--) {
+    for (int l = MLP_LAYERS - 1; l >= 0; l--) { /* gathered again, in reverse */
+        ACX_TRY(acx_unit_acquire(md->unit[l]));
+        layer_tensors(md, l, &p, &g);
         mlp_backward_layer(&md->dims, &p, &g, ws, l, n);
         ACX_TRY(acx_unit_grads_ready(md->unit[l]));
         ACX_TRY(acx_unit_release(md->unit[l]));
@@ -535,15 +543,20 @@ static acx_status_t train_step_cuda(acx_accelerator_t *acc, model_t *md, mlp_cud
     int n = (int)batch->size;
     mlp_tensors_t p, g;
     ACX_TRY(check_labels(batch, md->dims.out));
-    for (int l = 0; l < MLP_LAYERS; l++)
-        ACX_TRY(acx_unit_acquire(md->unit[l]));
-    model_tensors(md, &p, &g);
-    if (mlp_cuda_load_batch(gpu, &md->dims, batch->tensors[0], batch->tensors[1], n) != 0 ||
-        mlp_cuda_forward(&md->dims, &p, gpu, n) != 0 || mlp_cuda_loss(&md->dims, gpu, n) != 0)
+    if (mlp_cuda_load_batch(gpu, &md->dims, batch->tensors[0], batch->tensors[1], n) != 0)
         return cuda_failed(gpu);
+    for (int l = 0; l < MLP_LAYERS; l++) { /* acquire, forward, release: as train_step */
+        ACX_TRY(acx_unit_acquire(md->unit[l]));
+        layer_tensors(md, l, &p, NULL);
+        if (mlp_cuda_forward_layer(&md->dims, &p, gpu, l, n) != 0) return cuda_failed(gpu);
+        ACX_TRY(acx_unit_release(md->unit[l]));
+    }
+    if (mlp_cuda_loss(&md->dims, gpu, n) != 0) return cuda_failed(gpu);
     /* fp16: backward starts from the scaled loss, scaled on acx's compute stream (gpu's) */
     ACX_TRY(acx_backward_begin(acc, gpu->dact, (size_t)n * (size_t)md->dims.out));
     for (int l = MLP_LAYERS - 1; l >= 0; l--) {
+        ACX_TRY(acx_unit_acquire(md->unit[l]));
+        layer_tensors(md, l, &p, &g);
         if (mlp_cuda_backward_layer(&md->dims, &p, &g, gpu, l, n) != 0) return cuda_failed(gpu);
         ACX_TRY(acx_unit_grads_ready(md->unit[l]));
         ACX_TRY(acx_unit_release(md->unit[l]));
@@ -600,37 +613,51 @@ static acx_status_t evaluate(acx_accelerator_t *acc, model_t *md, acx_dataloader
     int64_t hits = 0, seen = 0;
     acx_status_t st = ACX_OK;
     const acx_batch_t *batch;
-    mlp_tensors_t p, g;
+    mlp_tensors_t p;
     if ((acx_is_main_process(acc) && all == NULL) || mine == NULL) {
         fprintf(stderr, "acx-fmnist: out of memory\n");
         st = ACX_ERR_NO_MEMORY;
         goto out;
     }
-    ACX_TRY(acx_dataloader_set_epoch(test, 0));
+/* every failure below leaves through out, which frees the buffers */
+#define EVAL_TRY(call)                                                                             \
+    do {                                                                                           \
+        if ((st = (call)) != ACX_OK) goto out;                                                     \
+    } while (0)
+    EVAL_TRY(acx_dataloader_set_epoch(test, 0));
     while ((st = acx_dataloader_next(test, &batch)) == ACX_OK && batch != NULL) {
         int n = (int)batch->size;
-        ACX_TRY(check_labels(batch, md->dims.out));
-        for (int l = 0; l < MLP_LAYERS; l++)
-            ACX_TRY(acx_unit_acquire(md->unit[l]));
-        model_tensors(md, &p, &g);
+        EVAL_TRY(check_labels(batch, md->dims.out));
 #if FMNIST_DEVICE_PATH
         if (gpu != NULL) {
             int hits_unused;
-            if (mlp_cuda_load_batch(gpu, &md->dims, batch->tensors[0], batch->tensors[1], n) != 0 ||
-                mlp_cuda_forward(&md->dims, &p, gpu, n) != 0 ||
-                mlp_cuda_count_correct(&md->dims, gpu, n, mine, &hits_unused) != 0) {
+            if (mlp_cuda_load_batch(gpu, &md->dims, batch->tensors[0], batch->tensors[1], n) != 0) {
                 st = cuda_failed(gpu);
                 goto out;
             }
-            for (int l = 0; l < MLP_LAYERS; l++)
-                ACX_TRY(acx_unit_release(md->unit[l]));
+            for (int l = 0; l < MLP_LAYERS; l++) { /* acquire, forward, release */
+                EVAL_TRY(acx_unit_acquire(md->unit[l]));
+                layer_tensors(md, l, &p, NULL);
+                if (mlp_cuda_forward_layer(&md->dims, &p, gpu, l, n) != 0) {
+                    st = cuda_failed(gpu);
+                    goto out;
+                }
+                EVAL_TRY(acx_unit_release(md->unit[l]));
+            }
+            if (mlp_cuda_count_correct(&md->dims, gpu, n, mine, &hits_unused) != 0) {
+                st = cuda_failed(gpu);
+                goto out;
+            }
         } else
 #endif
         {
             mlp_load_input(ws, &md->dims, batch->tensors[0], n);
-            mlp_forward(&md->dims, &p, ws, n);
-            for (int l = 0; l < MLP_LAYERS; l++)
-                ACX_TRY(acx_unit_release(md->unit[l]));
+            for (int l = 0; l < MLP_LAYERS; l++) { /* acquire, forward, release */
+                EVAL_TRY(acx_unit_acquire(md->unit[l]));
+                layer_tensors(md, l, &p, NULL);
+                mlp_forward_layer(&md->dims, &p, ws, l, n);
+                EVAL_TRY(acx_unit_release(md->unit[l]));
+            }
             mlp_count_correct(&md->dims, ws, batch->tensors[1], n, mine);
         }
         int64_t got = 0;
@@ -653,6 +680,7 @@ static acx_status_t evaluate(acx_accelerator_t *acc, model_t *md, acx_dataloader
     st = acx_reduce_scalar(acc, acx_is_main_process(acc) ? acc_local : 0.0, ACX_OP_SUM, &acc_local);
     *accuracy_p = acc_local;
 out:
+#undef EVAL_TRY
     free(all);
     free(mine);
     return st;

@@ -96,6 +96,11 @@ int mlp_cuda_load_batch(mlp_cuda_t *c, const mlp_dims_t *d, const uint8_t *pixel
  * act[2]), as mlp_forward. */
 int mlp_cuda_forward(const mlp_dims_t *d, const mlp_tensors_t *p, mlp_cuda_t *c, int batch);
 
+/* One layer of mlp_cuda_forward (0, 1, 2 in that order), as
+ * mlp_forward_layer: reads p->w[l] and p->b[l] only. */
+int mlp_cuda_forward_layer(const mlp_dims_t *d, const mlp_tensors_t *p, mlp_cuda_t *c, int layer,
+                           int batch);
+
 /* Mean softmax cross-entropy over the batch and d(loss)/d(logits) into
  * c->dact ([B x out], divided by B), as mlp_loss; the mean stays on the
  * device until mlp_cuda_loss_value asks for it. */
