@@ -6,16 +6,15 @@
  * Thin: argument checks, the debug-mode check (coll_debug.h: a counter when
  * ACX_DEBUG_MODE is off), then the accelerator's backend (its table of
  * blocking and non-blocking collectives, collectives/coll.h); a public
- * request wraps the backend's one. Each call exists twice: the *_at form
- * that carries the program's call site (the header's macros call it) and
- * the plain exported name, which reports no call site. Also the buffers
+ * request wraps the backend's one. Each call is the *_at form that carries
+ * the program's call site (the header's macros call it). Also the buffers
  * of the accelerator's memory the collectives take (acx_buffer_*, declared
  * in acx/memory.h). The evaluation helpers built on top (gather_for_metrics,
  * pad_across_processes, reduce, main_process_first, the trigger) are in
  * eval.c.
  */
-/* The plain names are defined here, so the call-site macros must not
- * rename them. */
+/* The *_at forms are defined here under their own names: no call-site
+ * macros. */
 #define ACX_NO_CALL_SITE 1
 
 #include <limits.h>
@@ -172,11 +171,6 @@ ACX_API acx_status_t acx_all_reduce_at(const char *file, int line, acx_accelerat
     return acc->world->ops->all_reduce(acc->world, sendbuf, recvbuf, count, dtype, op);
 }
 
-ACX_API acx_status_t acx_all_reduce(acx_accelerator_t *acc, const void *sendbuf, void *recvbuf,
-                                    size_t count, acx_dtype_t dtype, acx_red_op_t op) {
-    return acx_all_reduce_at(NULL, 0, acc, sendbuf, recvbuf, count, dtype, op);
-}
-
 ACX_API acx_status_t acx_all_reduce_async_at(const char *file, int line, acx_accelerator_t *acc,
                                              const void *sendbuf, void *recvbuf, size_t count,
                                              acx_dtype_t dtype, acx_red_op_t op,
@@ -193,12 +187,6 @@ ACX_API acx_status_t acx_all_reduce_async_at(const char *file, int line, acx_acc
         req_p);
 }
 
-ACX_API acx_status_t acx_all_reduce_async(acx_accelerator_t *acc, const void *sendbuf,
-                                          void *recvbuf, size_t count, acx_dtype_t dtype,
-                                          acx_red_op_t op, acx_request_t **req_p) {
-    return acx_all_reduce_async_at(NULL, 0, acc, sendbuf, recvbuf, count, dtype, op, req_p);
-}
-
 ACX_API acx_status_t acx_reduce_scatter_at(const char *file, int line, acx_accelerator_t *acc,
                                            const void *sendbuf, void *recvbuf, size_t count,
                                            acx_dtype_t dtype, acx_red_op_t op) {
@@ -209,11 +197,6 @@ ACX_API acx_status_t acx_reduce_scatter_at(const char *file, int line, acx_accel
     acx_coll_call_t call = call_of(ACX_COLL_REDUCE_SCATTER, count, dtype, (int)op, -1, file, line);
     ACX_CHECK(acx_coll_debug_check(acc, &call, local));
     return acc->world->ops->reduce_scatter(acc->world, sendbuf, recvbuf, count, dtype, op);
-}
-
-ACX_API acx_status_t acx_reduce_scatter(acx_accelerator_t *acc, const void *sendbuf, void *recvbuf,
-                                        size_t count, acx_dtype_t dtype, acx_red_op_t op) {
-    return acx_reduce_scatter_at(NULL, 0, acc, sendbuf, recvbuf, count, dtype, op);
 }
 
 ACX_API acx_status_t acx_reduce_scatter_async_at(const char *file, int line, acx_accelerator_t *acc,
@@ -233,12 +216,6 @@ ACX_API acx_status_t acx_reduce_scatter_async_at(const char *file, int line, acx
         req_p);
 }
 
-ACX_API acx_status_t acx_reduce_scatter_async(acx_accelerator_t *acc, const void *sendbuf,
-                                              void *recvbuf, size_t count, acx_dtype_t dtype,
-                                              acx_red_op_t op, acx_request_t **req_p) {
-    return acx_reduce_scatter_async_at(NULL, 0, acc, sendbuf, recvbuf, count, dtype, op, req_p);
-}
-
 /* ---- broadcast, all-gather, gather, barrier ---- */
 
 ACX_API acx_status_t acx_broadcast_at(const char *file, int line, acx_accelerator_t *acc, void *buf,
@@ -250,11 +227,6 @@ ACX_API acx_status_t acx_broadcast_at(const char *file, int line, acx_accelerato
     acx_coll_call_t call = call_of(ACX_COLL_BROADCAST, count, dtype, -1, root, file, line);
     ACX_CHECK(acx_coll_debug_check(acc, &call, local));
     return acc->world->ops->broadcast(acc->world, buf, count, dtype, root);
-}
-
-ACX_API acx_status_t acx_broadcast(acx_accelerator_t *acc, void *buf, size_t count,
-                                   acx_dtype_t dtype, int root) {
-    return acx_broadcast_at(NULL, 0, acc, buf, count, dtype, root);
 }
 
 ACX_API acx_status_t acx_broadcast_async_at(const char *file, int line, acx_accelerator_t *acc,
@@ -272,11 +244,6 @@ ACX_API acx_status_t acx_broadcast_async_at(const char *file, int line, acx_acce
                           req_p);
 }
 
-ACX_API acx_status_t acx_broadcast_async(acx_accelerator_t *acc, void *buf, size_t count,
-                                         acx_dtype_t dtype, int root, acx_request_t **req_p) {
-    return acx_broadcast_async_at(NULL, 0, acc, buf, count, dtype, root, req_p);
-}
-
 ACX_API acx_status_t acx_all_gather_at(const char *file, int line, acx_accelerator_t *acc,
                                        const void *sendbuf, void *recvbuf, size_t count,
                                        acx_dtype_t dtype) {
@@ -287,11 +254,6 @@ ACX_API acx_status_t acx_all_gather_at(const char *file, int line, acx_accelerat
     acx_coll_call_t call = call_of(ACX_COLL_ALL_GATHER, count, dtype, -1, -1, file, line);
     ACX_CHECK(acx_coll_debug_check(acc, &call, local));
     return acc->world->ops->all_gather(acc->world, sendbuf, recvbuf, count, dtype);
-}
-
-ACX_API acx_status_t acx_all_gather(acx_accelerator_t *acc, const void *sendbuf, void *recvbuf,
-                                    size_t count, acx_dtype_t dtype) {
-    return acx_all_gather_at(NULL, 0, acc, sendbuf, recvbuf, count, dtype);
 }
 
 ACX_API acx_status_t acx_all_gather_async_at(const char *file, int line, acx_accelerator_t *acc,
@@ -309,12 +271,6 @@ ACX_API acx_status_t acx_all_gather_async_at(const char *file, int line, acx_acc
         r->ops->all_gather_start(acc->world, sendbuf, recvbuf, count, dtype, &r->req), r, req_p);
 }
 
-ACX_API acx_status_t acx_all_gather_async(acx_accelerator_t *acc, const void *sendbuf,
-                                          void *recvbuf, size_t count, acx_dtype_t dtype,
-                                          acx_request_t **req_p) {
-    return acx_all_gather_async_at(NULL, 0, acc, sendbuf, recvbuf, count, dtype, req_p);
-}
-
 ACX_API acx_status_t acx_gather_at(const char *file, int line, acx_accelerator_t *acc,
                                    const void *sendbuf, void *recvbuf, size_t count,
                                    acx_dtype_t dtype, int root) {
@@ -325,11 +281,6 @@ ACX_API acx_status_t acx_gather_at(const char *file, int line, acx_accelerator_t
     acx_coll_call_t call = call_of(ACX_COLL_GATHER, count, dtype, -1, root, file, line);
     ACX_CHECK(acx_coll_debug_check(acc, &call, local));
     return acc->world->ops->gather(acc->world, sendbuf, recvbuf, count, dtype, root);
-}
-
-ACX_API acx_status_t acx_gather(acx_accelerator_t *acc, const void *sendbuf, void *recvbuf,
-                                size_t count, acx_dtype_t dtype, int root) {
-    return acx_gather_at(NULL, 0, acc, sendbuf, recvbuf, count, dtype, root);
 }
 
 ACX_API acx_status_t acx_gather_async_at(const char *file, int line, acx_accelerator_t *acc,
@@ -346,12 +297,6 @@ ACX_API acx_status_t acx_gather_async_at(const char *file, int line, acx_acceler
         r->ops->gather_start(acc->world, sendbuf, recvbuf, count, dtype, root, &r->req), r, req_p);
 }
 
-ACX_API acx_status_t acx_gather_async(acx_accelerator_t *acc, const void *sendbuf, void *recvbuf,
-                                      size_t count, acx_dtype_t dtype, int root,
-                                      acx_request_t **req_p) {
-    return acx_gather_async_at(NULL, 0, acc, sendbuf, recvbuf, count, dtype, root, req_p);
-}
-
 ACX_API acx_status_t acx_barrier_at(const char *file, int line, acx_accelerator_t *acc) {
     ACX_CHECK(check_acc(acc, "acx_barrier"));
     acx_coll_call_t call = {.id = ACX_COLL_BARRIER,
@@ -364,8 +309,6 @@ ACX_API acx_status_t acx_barrier_at(const char *file, int line, acx_accelerator_
     ACX_CHECK(acx_coll_debug_check(acc, &call, ACX_OK));
     return acc->world->ops->barrier(acc->world);
 }
-
-ACX_API acx_status_t acx_barrier(acx_accelerator_t *acc) { return acx_barrier_at(NULL, 0, acc); }
 
 ACX_API acx_status_t acx_barrier_async_at(const char *file, int line, acx_accelerator_t *acc,
                                           acx_request_t **req_p) {
@@ -381,10 +324,6 @@ ACX_API acx_status_t acx_barrier_async_at(const char *file, int line, acx_accele
                             .line = line};
     ACX_CHECK(request_begin(acc, call, ACX_OK, req_p, fn, &r));
     return request_finish(r->ops->barrier_start(acc->world, &r->req), r, req_p);
-}
-
-ACX_API acx_status_t acx_barrier_async(acx_accelerator_t *acc, acx_request_t **req_p) {
-    return acx_barrier_async_at(NULL, 0, acc, req_p);
 }
 
 /* ---- requests ---- */
