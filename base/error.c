@@ -17,7 +17,6 @@ static _Thread_local char last_error[ACX_ERRMSG_MAX];
 
 static const char *const status_text[ACX_STATUS_COUNT_] = {
     [ACX_OK] = "success",
-    [ACX_END_OF_DATA] = "end of data",
     [ACX_ERR_INVALID_ARG] = "invalid argument",
     [ACX_ERR_INVALID_CONFIG] = "invalid configuration",
     [ACX_ERR_NO_MEMORY] = "out of memory",
@@ -35,7 +34,6 @@ static const char *const status_text[ACX_STATUS_COUNT_] = {
     [ACX_ERR_ZLIB] = "zlib error",
     [ACX_ERR_TIMEOUT] = "timed out",
     [ACX_ERR_INTERNAL] = "internal error (a bug in acx)",
-    [ACX_PREEMPTED] = "preempted (checkpoint saved)",
 };
 
 ACX_API const char *acx_status_string(acx_status_t status) {

@@ -1,21 +1,20 @@
 /*
  * benchmarks/osu_allreduce.c — acx-bench-allreduce: acx_all_reduce (SUM)
- * against MPI_Allreduce, OSU-style; and with --fused K, K tensors reduced
- * through acx's gradient fusion buckets against K separate MPI_Allreduce
- * calls. Timing, options and output are the shared driver's (osu_common.c).
+ * against MPI_Allreduce, OSU-style; and with --fused K, K gradients
+ * synchronized as a data-parallel training step does it, through acx's
+ * gradient fusion buckets, against K separate MPI_Allreduce calls. Timing,
+ * options and output are the shared driver's (osu_common.c).
  *
- * --fused needs the library's internals (collectives/bucket.h: the buckets
- * acx_prepare builds for data-parallel gradients), so this one benchmark
- * links libacx_core instead of the public libacx: it times exactly the code
- * a training step runs in acx_unit_grads_ready / acx_backward_end, without
- * a model and optimizer around it. The buckets run on their own acx
- * communicator (a duplicate of MPI_COMM_WORLD with the MPI backend, the
- * accelerator's kind of communicator).
+ * --fused uses only the public model API: a model of K small parameters,
+ * one per unit, under NO_SHARD; each step reports every unit's gradients
+ * ready (acx_unit_grads_ready starts a bucket's all-reduce as it fills) and
+ * waits in acx_backward_end — the code a training step runs there, without
+ * a forward, a backward or an optimizer around it. The gradients are
+ * float32 (acx's); -t bfloat16/float16 is their reduce_dtype on the wire.
  */
+#include <stdio.h>
 #include <stdlib.h>
 
-#include "collectives/bucket.h"
-#include "collectives/coll.h"
 #include "osu_common.h"
 
 /* send [count] -> recv [count] */
@@ -43,44 +42,50 @@ static size_t check(const osu_ctx_t *c, int round, int vmax) {
     return bad;
 }
 
-/* ---- --fused: acx's fusion buckets ---- */
+/* ---- --fused: a training step's gradient synchronization ---- */
 
 typedef struct fused {
-    acx_comm_t *comm;
-    acx_buckets_t *buckets;
+    acx_accelerator_t *acc;
+    acx_unit_t **units;   /* [k] */
+    acx_param_t **params; /* [k]: unit u's one parameter [count] */
     int k;
 } fused_t;
 
 static void fused_destroy(void *state) {
     fused_t *f = state;
     if (f == NULL) return;
-    acx_buckets_destroy(f->buckets);
-    acx_comm_destroy(f->comm);
+    free(f->units);
+    free(f->params);
     free(f);
 }
 
-/* Tensor u = unit u = segment u of flat [k x count], ready in order 0..k-1
- * (one segment per unit, as a model whose units each hold one tensor). */
-static acx_status_t fused_create(void *flat, size_t count, int k, acx_dtype_t dtype,
-                                 size_t bucket_bytes, void **state_p) {
-    const acx_coll_ops_t *ops;
-    acx_status_t st = acx_coll_select(ACX_BACKEND_MPI, ACX_DEVICE_STATE_AUTO, &ops);
-    if (st != ACX_OK) return st;
+/* Tensor u = unit u's one parameter, registered in order 0..k-1 (forward
+ * order), so its gradients become ready in the order k-1..0, as backward
+ * produces them, and buckets fill in that order. */
+static acx_status_t fused_create(acx_accelerator_t *acc, size_t count, int k, void **state_p) {
     fused_t *f = calloc(1, sizeof *f);
-    acx_bucket_segment_t *segs = calloc((size_t)k, sizeof *segs);
-    if (f == NULL || segs == NULL) {
-        free(f);
-        free(segs);
+    if (f != NULL) {
+        f->units = calloc((size_t)k, sizeof *f->units);
+        f->params = calloc((size_t)k, sizeof *f->params);
+    }
+    if (f == NULL || f->units == NULL || f->params == NULL) {
+        fused_destroy(f);
         return ACX_ERR_NO_MEMORY;
     }
+    f->acc = acc;
     f->k = k;
-    for (int u = 0; u < k; u++)
-        segs[u] = (acx_bucket_segment_t){.offset = (size_t)u * count, .count = count, .unit = u};
-    st = acx_comm_create(MPI_COMM_WORLD, ops, &f->comm);
-    if (st == ACX_OK)
-        st = acx_buckets_create(f->comm, flat, dtype, (size_t)k * count, k, k, segs, bucket_bytes,
-                                &f->buckets);
-    free(segs);
+    acx_model_t *m = NULL;
+    acx_status_t st = acx_model_create(acc, &m);
+    const int64_t shape[1] = {(int64_t)count};
+    for (int u = 0; st == ACX_OK && u < k; u++) {
+        char name[32];
+        snprintf(name, sizeof name, "t%d", u);
+        st = acx_model_add_unit(m, name, &f->units[u]);
+        if (st == ACX_OK)
+            st =
+                acx_unit_add_param(f->units[u], name, 1, shape, ACX_INIT_SPEC_ZEROS, &f->params[u]);
+    }
+    if (st == ACX_OK) st = acx_prepare(acc, m, NULL, NULL);
     if (st != ACX_OK) {
         fused_destroy(f);
         return st;
@@ -89,26 +94,29 @@ static acx_status_t fused_create(void *flat, size_t count, int k, acx_dtype_t dt
     return ACX_OK;
 }
 
-/* What a training step does with them: each unit reports its gradients
- * ready (a full bucket starts its all-reduce at once), then wait for all. */
-static acx_status_t fused_step(void *state) {
+/* What a training step does: in one micro-step each unit reports its
+ * gradients ready in backward order (a full bucket starts its all-reduce at
+ * once), then acx_backward_end waits for them all. */
+static acx_status_t fused_step(void *state, int exact_sum) {
     fused_t *f = state;
-    for (int u = 0; u < f->k; u++) {
-        acx_status_t st = acx_buckets_unit_ready(f->buckets, u, 1.0f);
-        if (st != ACX_OK) return st;
-    }
-    return acx_buckets_wait_all(f->buckets);
+    ACX_TRY(acx_accumulate_begin(f->acc));
+    /* one item over all ranks: the gradients are divided by 1 */
+    if (exact_sum) ACX_TRY(acx_accumulate_items(f->acc, acx_rank(f->acc) == 0 ? 1 : 0));
+    for (int u = f->k - 1; u >= 0; u--)
+        ACX_TRY(acx_unit_grads_ready(f->units[u]));
+    ACX_TRY(acx_backward_end(f->acc));
+    return acx_accumulate_end(f->acc);
 }
 
-static int fused_num_buckets(const void *state) {
-    return acx_buckets_count(((const fused_t *)state)->buckets);
+static float *fused_grad(void *state, int u) {
+    return acx_param_grad(((fused_t *)state)->params[u]);
 }
 
 int main(int argc, char **argv) {
     static const osu_fused_ops_t fused = {
         .create = fused_create,
         .step = fused_step,
-        .num_buckets = fused_num_buckets,
+        .grad = fused_grad,
         .destroy = fused_destroy,
     };
     static const osu_coll_t coll = {

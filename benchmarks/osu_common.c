@@ -12,17 +12,20 @@
  * acx call and one raw call, the order swapped every other iteration so that
  * neither side always follows the other; each side is bracketed and summed on
  * its own. --fused adds a third side (one raw call over all K tensors) and
- * rotates the three the same way.
+ * rotates the three the same way. --fused's acx side is a training step's
+ * gradient synchronization through the public model API (osu_allreduce.c):
+ * a model needs its own accelerator (acx_prepare binds one model), so each
+ * size gets a fresh acx_init (NO_SHARD, --bucket-mb, the dtype as
+ * reduce_dtype) over the MPI the driver initialized, outside the timing.
  *
- * Buffers (-d) are host memory, or with -d cuda device memory of the
- * rank's device (local rank modulo the visible devices), allocated once per
- * table with cudaMalloc (device/memory.h, so this file needs no CUDA
- * header). -b nccl runs acx's side on an NCCL communicator this driver
- * creates over MPI_COMM_WORLD (collectives/coll.h), the way acx_init will
- * for backend: nccl once model state can live on a device: acx_init still
- * refuses that backend in this version, so the accelerator itself stays on
- * MPI and only bootstraps. -d cuda -b mpi hands the device buffers to the
- * MPI backend, which stages them through pinned host memory. A blocking
+ * Only the public API (include/acx, libacx): -d and -b become the
+ * accelerator's configuration (device_state host or cuda; backend mpi or
+ * nccl) given to acx_init, which binds the rank's device (local rank modulo
+ * the visible devices) and creates the NCCL communicator; acx's buffers come
+ * from acx_buffer_alloc, the accelerator's memory that its collectives move
+ * (device memory with -d cuda), allocated once per table, so this file
+ * needs no CUDA header. -d cuda -b mpi hands the device buffers to the MPI
+ * backend, which stages them through pinned host memory. A blocking
  * NCCL call returns once the collective has completed on the device, so
  * each timed call is launch plus completion (OSU's per-call timing;
  * nccl-tests instead times a batch and synchronizes once, which gives the
@@ -49,9 +52,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "collectives/coll.h"
-#include "device/device.h"
-#include "device/memory.h"
 #include "osu_common.h"
 
 /* OSU's defaults: messages up to 8 KiB get 1000 iterations and 100 warm-up
@@ -236,8 +236,10 @@ static void usage(const osu_coll_t *coll, FILE *f) {
         "backend not available. See docs/benchmarks.md.\n",
         coll->prog, coll->title, acx_dtype_name(coll->default_dtype),
         coll->fused
-            ? "      --fused K                 K tensors of each size through acx's fusion\n"
-              "                                buckets against K separate MPI_Allreduce calls\n"
+            ? "      --fused K                 K tensors of each size as a training step's\n"
+              "                                gradients, through acx's fusion buckets, against\n"
+              "                                K separate MPI_Allreduce calls (-t float32,\n"
+              "                                bfloat16 or float16: the reduce_dtype)\n"
               "      --bucket-mb MB            bucket size for --fused (default 25)\n"
             : "");
 }
@@ -466,6 +468,12 @@ static int parse_options(int argc, char **argv, const osu_coll_t *coll, int rank
             "counterpart (this MPI is not CUDA-aware): drop one of them");
     if (o->device_cuda && o->fused_k > 0)
         BAD("--fused times acx's host-memory gradient buckets; it does not take -d cuda");
+    for (int d = 0; o->fused_k > 0 && d < o->num_dtypes; d++)
+        if (o->dtypes[d] != ACX_DTYPE_FLOAT32 && o->dtypes[d] != ACX_DTYPE_BFLOAT16 &&
+            o->dtypes[d] != ACX_DTYPE_FLOAT16)
+            BAD("--fused reduces float32 gradients, on the wire as float32, bfloat16 or float16 "
+                "(reduce_dtype); -t %s is none of them",
+                acx_dtype_name(o->dtypes[d]));
 out:
 #undef BAD
     free(av);
@@ -483,14 +491,13 @@ static void *alloc_buf(size_t elems, size_t esize) {
     return calloc(elems, esize);
 }
 
-/* A zeroed device buffer [elems] (NULL for none); the status says why not. */
-static acx_status_t alloc_device_buf(size_t elems, size_t esize, void **p_p) {
+/* A zeroed buffer [elems] of the accelerator's memory (NULL for none): what
+ * its collectives move; the status says why not. */
+static acx_status_t alloc_acx_buf(acx_accelerator_t *acc, size_t elems, size_t esize, void **p_p) {
     *p_p = NULL;
     if (elems == 0) return ACX_OK;
     /* elems * esize <= ranks x 1 TiB (-m's limit): no overflow */
-    acx_status_t st = acx_cuda_malloc(elems * esize, "a benchmark buffer", p_p);
-    if (st == ACX_OK) st = acx_cuda_memset(*p_p, 0, elems * esize);
-    return st;
+    return acx_buffer_alloc(acc, elems * esize, p_p);
 }
 
 /* ---- running and timing ---- */
@@ -501,8 +508,13 @@ typedef struct run {
     osu_ctx_t c;
     int device;                  /* -d cuda: the CUDA device of the buffers; -1: host memory */
     void *host_send, *host_recv; /* -d cuda -c: host copies of send and recv */
-    void *flat, *raw_flat;       /* --fused: [k x max count] each */
+    void *raw_flat;              /* --fused: [k x max count] for the raw sides */
     void *fused_state;
+    /* --fused: each size's accelerator is started by start_acx from a copy
+     * of the program's arguments (acx_init takes its own options out) */
+    int argc;
+    char **argv;
+    int acc_used;     /* the accelerator prepared a model already: start another */
     int inject_fault; /* OSU_BENCH_INJECT_FAULT=1: corrupt one output (tests -c itself) */
 } run_t;
 
@@ -530,7 +542,7 @@ static void call_side(run_t *r, int side) {
     osu_ctx_t *c = &r->c;
     int k = r->o->fused_k;
     if (side == SIDE_ACX) {
-        acx_status_t st = k > 0 ? r->coll->fused->step(r->fused_state) : r->coll->run_acx(c);
+        acx_status_t st = k > 0 ? r->coll->fused->step(r->fused_state, 0) : r->coll->run_acx(c);
         if (st != ACX_OK) die(r, acx_last_error());
     } else if (k == 0) {
         check_mpi(r, r->coll->run_raw(c));
@@ -593,9 +605,14 @@ static void time_size(run_t *r, long iters, long warmup, double *total_s, double
     }
 }
 
-/* -d cuda: bytes from src to dst, one of them device memory; a failure ends the job. */
-static void device_copy(const run_t *r, void *dst, const void *src, size_t bytes) {
-    if (bytes > 0 && acx_cuda_memcpy(dst, src, bytes) != ACX_OK) die(r, acx_last_error());
+/* -d cuda: bytes between a host buffer and one of the accelerator's; a
+ * failure ends the job. */
+static void to_host(const run_t *r, void *host, const void *buf, size_t bytes) {
+    if (acx_buffer_to_host(r->c.acc, host, buf, bytes) != ACX_OK) die(r, acx_last_error());
+}
+
+static void from_host(const run_t *r, void *buf, const void *host, size_t bytes) {
+    if (acx_buffer_from_host(r->c.acc, buf, host, bytes) != ACX_OK) die(r, acx_last_error());
 }
 
 /* -c for one size: returns the number of wrong elements over all ranks. */
@@ -605,17 +622,25 @@ static long validate_size(run_t *r) {
     int vmax = value_max(c->dtype, coll->reduces ? c->size : 1);
     long bad = 0;
     for (int round = 0; round < OSU_VALIDATION_ROUNDS; round++) {
-        if (r->o->fused_k > 0) {
-            size_t total = (size_t)r->o->fused_k * c->count;
-            for (size_t i = 0; i < total; i++)
-                osu_put(r->flat, i, c->dtype, osu_value(c->rank, i, round, vmax));
-            call_side(r, SIDE_ACX);
-            if (r->inject_fault && c->rank == 0) ((unsigned char *)r->flat)[0] ^= 0x40;
-            for (size_t i = 0; i < total; i++) {
-                long want = 0;
-                for (int q = 0; q < c->size; q++)
-                    want += osu_value(q, i, round, vmax);
-                bad += !osu_is(r->flat, i, c->dtype, want);
+        if (r->o->fused_k > 0) { /* tensor u's element i is element u * count + i */
+            const osu_fused_ops_t *f = r->coll->fused;
+            for (int u = 0; u < r->o->fused_k; u++) {
+                float *g = f->grad(r->fused_state, u);
+                for (size_t i = 0; i < c->count; i++)
+                    g[i] = (float)osu_value(c->rank, (size_t)u * c->count + i, round, vmax);
+            }
+            acx_status_t st = f->step(r->fused_state, 1);
+            if (st != ACX_OK) die(r, acx_last_error());
+            if (r->inject_fault && c->rank == 0 && c->count > 0)
+                ((unsigned char *)f->grad(r->fused_state, 0))[0] ^= 0x40;
+            for (int u = 0; u < r->o->fused_k; u++) {
+                const float *g = f->grad(r->fused_state, u);
+                for (size_t i = 0; i < c->count; i++) {
+                    long want = 0;
+                    for (int q = 0; q < c->size; q++)
+                        want += osu_value(q, (size_t)u * c->count + i, round, vmax);
+                    bad += g[i] != (float)want;
+                }
             }
             continue;
         }
@@ -630,15 +655,15 @@ static long validate_size(run_t *r) {
         if (c->recv != NULL) memset(c->recv, 0xa5, out_bytes); /* no stale result */
         coll->fill(c, round, vmax);
         if (r->device >= 0) {
-            device_copy(r, dev_send, c->send, in_bytes);
-            device_copy(r, dev_recv, c->recv, out_bytes);
+            from_host(r, dev_send, c->send, in_bytes);
+            from_host(r, dev_recv, c->recv, out_bytes);
             c->send = dev_send;
             c->recv = dev_recv;
         }
         call_side(r, SIDE_ACX);
         if (r->device >= 0) { /* what the device holds now, both buffers (bcast is in place) */
-            device_copy(r, r->host_send, dev_send, in_bytes);
-            device_copy(r, r->host_recv, dev_recv, out_bytes);
+            to_host(r, r->host_send, dev_send, in_bytes);
+            to_host(r, r->host_recv, dev_recv, out_bytes);
             c->send = r->host_send;
             c->recv = dev_recv != NULL ? r->host_recv : NULL;
         }
@@ -648,7 +673,6 @@ static long validate_size(run_t *r) {
         c->send = dev_send;
         c->recv = dev_recv;
     }
-    if (r->o->fused_k > 0) memset(r->flat, 0, (size_t)r->o->fused_k * c->count * c->esize);
     MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_LONG, MPI_SUM, c->comm);
     return bad;
 }
@@ -682,8 +706,8 @@ static void print_header(const run_t *r) {
     char buffers[64] = "host";
     if (r->device >= 0) snprintf(buffers, sizeof buffers, "cuda:%d", r->device);
     printf("# Datatype: %s (%zu bytes/element); ranks: %d; backend: %s; buffers: %s%s\n",
-           acx_dtype_name(c->dtype), c->esize, c->size, c->nccl != NULL ? "nccl" : "mpi", buffers,
-           r->device >= 0 && c->nccl == NULL ? " (staged through pinned host memory)" : "");
+           acx_dtype_name(c->dtype), c->esize, c->size, c->nccl ? "nccl" : "mpi", buffers,
+           r->device >= 0 && !c->nccl ? " (staged through pinned host memory)" : "");
     if (c->esize > 1)
         printf("# Size: bytes per rank rounded down to whole elements; sizes below one element "
                "skipped\n");
@@ -742,7 +766,7 @@ static void json_begin(FILE *f, const run_t *r) {
             "{\n  \"benchmark\": \"%s\",\n  \"op\": \"%s\",\n"
             "  \"ranks\": %d,\n  \"backend\": \"%s\",\n  \"buffers\": \"%s\",\n"
             "  \"results\": [",
-            r->coll->prog, op_key(r->coll->op), r->c.size, r->c.nccl != NULL ? "nccl" : "mpi",
+            r->coll->prog, op_key(r->coll->op), r->c.size, r->c.nccl ? "nccl" : "mpi",
             r->device >= 0 ? "cuda" : "host");
 }
 
@@ -772,6 +796,107 @@ static void json_row(FILE *f, const run_t *r, const row_t *w, int first) {
     fprintf(f, "}");
 }
 
+/* ---- the accelerator ---- */
+
+/* Start the accelerator of this run: -d and -b as its device_state and
+ * backend; with --fused also NO_SHARD, --bucket-mb, dtype as reduce_dtype,
+ * no accumulation and no preemption agreement (nothing to checkpoint). The
+ * program's own acx options (--acx-KEY=VALUE, --config) apply every time:
+ * acx_init gets a fresh copy of the arguments. Collective. */
+static acx_status_t start_acx(const run_t *r, acx_dtype_t dtype, acx_accelerator_t **acc_p) {
+    const options_t *o = r->o;
+    acx_config_t cfg = ACX_CONFIG_DEFAULT;
+    cfg.backend = o->backend;
+    cfg.device_state = o->device_cuda ? ACX_DEVICE_STATE_CUDA : ACX_DEVICE_STATE_HOST;
+    if (o->fused_k > 0) {
+        cfg.sharding_strategy = ACX_NO_SHARD;
+        cfg.bucket_size_mb = o->bucket_mb;
+        cfg.gradient_accumulation_steps = 1;
+        cfg.mixed_precision = ACX_MP_NO;
+        cfg.reduce_dtype = dtype == ACX_DTYPE_BFLOAT16  ? ACX_REDUCE_BF16
+                           : dtype == ACX_DTYPE_FLOAT16 ? ACX_REDUCE_FP16
+                                                        : ACX_REDUCE_FP32;
+        cfg.preemption.signals = "none";
+    }
+    char **mem = malloc(((size_t)r->argc + 1) * sizeof *mem), **av = mem;
+    if (mem == NULL) return ACX_ERR_NO_MEMORY;
+    memcpy(mem, r->argv, ((size_t)r->argc + 1) * sizeof *mem);
+    int ac = r->argc;
+    acx_status_t st = acx_init(&ac, &av, &cfg, acc_p);
+    free(mem);
+    return st;
+}
+
+/* acx_init refused -d/-b: exit 77 when the device or the backend is not
+ * there (ACX_ERR_NOT_SUPPORTED, agreed by every rank), else 1; rank 0 says
+ * why, once. */
+static int start_failed(const run_t *r, acx_status_t st, int nccl) {
+    const char *prog = r->coll->prog;
+    if (st != ACX_ERR_NOT_SUPPORTED || !r->o->device_cuda) {
+        if (r->c.rank == 0) fprintf(stderr, "%s: %s\n", prog, acx_last_error());
+        return 1;
+    }
+    if (r->c.rank == 0) {
+        if (nccl)
+            fprintf(stderr, "%s: -b nccl: not available in this build/machine: %s\n", prog,
+                    acx_last_error());
+        else
+            fprintf(stderr, "%s: -d cuda: no CUDA device: %s\n", prog, acx_last_error());
+    }
+    return EXIT_UNAVAILABLE;
+}
+
+/* -b nccl: first the device alone (an accelerator on MPI with device
+ * state), so that a missing device and a missing NCCL are told apart, and
+ * ranks of one node that would share a device (NCCL refuses them) are
+ * caught before NCCL is. Returns 0 or the exit status. Collective. */
+static int probe_device(const run_t *r) {
+    options_t mpi_o = *r->o;
+    mpi_o.backend = ACX_BACKEND_MPI;
+    run_t probe = *r;
+    probe.o = &mpi_o;
+    acx_accelerator_t *acc = NULL;
+    acx_status_t st = start_acx(&probe, ACX_DTYPE_FLOAT32, &acc);
+    if (st != ACX_OK) return start_failed(&probe, st, 0);
+    /* the devices of this node's ranks: two alike and NCCL would refuse */
+    MPI_Comm node;
+    int dev = acx_device(acc), n = acx_local_size(acc), shared = 0;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+    int *devs = malloc((size_t)n * sizeof *devs);
+    if (devs == NULL) die(r, "out of memory");
+    MPI_Allgather(&dev, 1, MPI_INT, devs, 1, MPI_INT, node);
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < i; j++)
+            shared |= devs[i] == devs[j];
+    free(devs);
+    MPI_Comm_free(&node);
+    MPI_Allreduce(MPI_IN_PLACE, &shared, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    if (shared && r->c.rank == 0)
+        fprintf(stderr,
+                "%s: -b nccl: %d ranks on a node share its CUDA device(s); NCCL needs a device "
+                "per rank (-b mpi can share one)\n",
+                r->coll->prog, n);
+    if (acx_finalize(acc) != ACX_OK) return 1;
+    return shared ? EXIT_UNAVAILABLE : 0;
+}
+
+/* --fused: the buckets acx plans for k gradients of count float32 each
+ * (docs/collectives.md: in ready order, a bucket closes when the next
+ * gradient would take it past bucket_bytes; one gradient at least).
+ * tests/osu_bench.test holds it against the count acx logs at acx_prepare. */
+static int fused_buckets(size_t count, int k, size_t bucket_bytes) {
+    size_t seg = count * sizeof(float), bytes = 0;
+    int nb = 0;
+    for (int i = 0; i < k; i++) {
+        if (nb == 0 || bytes + seg > bucket_bytes) {
+            nb++;
+            bytes = 0;
+        }
+        bytes += seg;
+    }
+    return nb;
+}
+
 /* ---- one size ---- */
 
 static void run_size(run_t *r, size_t count, row_t *w) {
@@ -785,11 +910,17 @@ static void run_size(run_t *r, size_t count, row_t *w) {
     w->warmup = o->warmup >= 0 ? o->warmup : small ? OSU_WARMUP_SMALL : OSU_WARMUP_LARGE;
     w->buckets = 0;
     if (o->fused_k > 0) {
-        acx_status_t st =
-            r->coll->fused->create(r->flat, count, o->fused_k, c->dtype,
-                                   (size_t)(o->bucket_mb * 1048576.0), &r->fused_state);
+        /* a new model needs a new accelerator: finish the last size's */
+        if (r->acc_used) {
+            acx_status_t st = acx_finalize(c->acc);
+            c->acc = NULL;
+            if (st != ACX_OK) die(r, acx_last_error());
+            if ((st = start_acx(r, c->dtype, &c->acc)) != ACX_OK) die(r, acx_last_error());
+        }
+        r->acc_used = 1;
+        acx_status_t st = r->coll->fused->create(c->acc, count, o->fused_k, &r->fused_state);
         if (st != ACX_OK) die(r, acx_last_error());
-        w->buckets = r->coll->fused->num_buckets(r->fused_state);
+        w->buckets = fused_buckets(count, o->fused_k, (size_t)(o->bucket_mb * 1048576.0));
     }
     w->validated = o->validate;
     w->pass = 1;
@@ -846,14 +977,12 @@ static int run_table(run_t *r, acx_dtype_t dtype, FILE *json, int *rows_p, int *
     size_t max_count = o->max_size / c->esize;
     size_t ns = extent_elems(coll->send_extent, max_count, c->size);
     size_t nr = extent_elems(coll->recv_extent, max_count, c->size);
-    if (o->fused_k > 0) {
-        r->flat = alloc_buf((size_t)o->fused_k * max_count, c->esize);
+    if (o->fused_k > 0) { /* acx's side is the model's gradients */
         r->raw_flat = alloc_buf((size_t)o->fused_k * max_count, c->esize);
-        if (max_count > 0 && (r->flat == NULL || r->raw_flat == NULL))
-            die(r, "out of memory for the --fused buffers");
+        if (max_count > 0 && r->raw_flat == NULL) die(r, "out of memory for the --fused buffers");
     } else if (r->device >= 0) { /* device buffers; host copies for -c; no raw side */
-        acx_status_t st = alloc_device_buf(ns, c->esize, &c->send);
-        if (st == ACX_OK) st = alloc_device_buf(nr, c->esize, &c->recv);
+        acx_status_t st = alloc_acx_buf(c->acc, ns, c->esize, &c->send);
+        if (st == ACX_OK) st = alloc_acx_buf(c->acc, nr, c->esize, &c->recv);
         if (st != ACX_OK) die(r, acx_last_error());
         if (o->validate) {
             r->host_send = alloc_buf(ns, c->esize);
@@ -862,8 +991,9 @@ static int run_table(run_t *r, acx_dtype_t dtype, FILE *json, int *rows_p, int *
                 die(r, "out of memory for the validation copies");
         }
     } else {
-        c->send = alloc_buf(ns, c->esize);
-        c->recv = alloc_buf(nr, c->esize);
+        if (alloc_acx_buf(c->acc, ns, c->esize, &c->send) != ACX_OK ||
+            alloc_acx_buf(c->acc, nr, c->esize, &c->recv) != ACX_OK)
+            die(r, acx_last_error());
         c->raw_send = alloc_buf(ns, c->esize);
         c->raw_recv = alloc_buf(nr, c->esize);
         if (max_count > 0 && (c->send == NULL || c->raw_send == NULL ||
@@ -886,113 +1016,34 @@ static int run_table(run_t *r, acx_dtype_t dtype, FILE *json, int *rows_p, int *
         if (size > SIZE_MAX / 2) break;
     }
 
-    if (r->device >= 0) {
-        acx_cuda_free(c->send);
-        acx_cuda_free(c->recv);
-    } else {
-        free(c->send);
-        free(c->recv);
-    }
+    acx_buffer_free(c->acc, c->send);
+    acx_buffer_free(c->acc, c->recv);
     free(c->raw_send);
     free(c->raw_recv);
-    free(r->flat);
     free(r->raw_flat);
     free(r->host_send);
     free(r->host_recv);
-    c->send = c->recv = c->raw_send = c->raw_recv = r->flat = r->raw_flat = NULL;
+    c->send = c->recv = c->raw_send = c->raw_recv = r->raw_flat = NULL;
     r->host_send = r->host_recv = NULL;
     if (c->mpi_sum != MPI_SUM) MPI_Op_free(&c->mpi_sum);
     return rows;
 }
 
-/* ---- devices and backends (-d cuda, -b nccl) ---- */
-
-/* The lowest rank of comm that passed failed != 0, or -1 when none did. */
-static int lowest_failing(int failed, MPI_Comm comm, int rank) {
-    int mine = failed ? rank : INT_MAX, lowest = INT_MAX;
-    MPI_Allreduce(&mine, &lowest, 1, MPI_INT, MPI_MIN, comm);
-    return lowest == INT_MAX ? -1 : lowest;
-}
-
-/*
- * -d cuda: bind this rank's device (local rank modulo the visible ones) and,
- * for -b nccl, create the NCCL communicator over MPI_COMM_WORLD. Collective;
- * every rank returns the same: 0, EXIT_UNAVAILABLE (no device, no NCCL, or
- * more ranks on a node than devices for NCCL) or 1 (a CUDA or NCCL failure).
- * The lowest rank that failed prints why.
- */
-static int device_setup(run_t *r) {
-    osu_ctx_t *c = &r->c;
-    const char *prog = r->coll->prog;
-    int local_rank = acx_local_rank(c->acc), local_size = acx_local_size(c->acc), who;
-    char why[256];
-    int count = acx_device_count(why, sizeof why);
-    if ((who = lowest_failing(count == 0, c->comm, c->rank)) >= 0) {
-        if (c->rank == who) fprintf(stderr, "%s: -d cuda: no CUDA device: %s\n", prog, why);
-        return EXIT_UNAVAILABLE;
-    }
-    acx_status_t st;
-    if (r->o->backend == ACX_BACKEND_NCCL) {
-        const acx_coll_ops_t *ops = NULL;
-        st = acx_coll_select(ACX_BACKEND_NCCL, ACX_DEVICE_STATE_CUDA, &ops);
-        if ((who = lowest_failing(st != ACX_OK, c->comm, c->rank)) >= 0) {
-            if (c->rank == who)
-                fprintf(stderr, "%s: -b nccl: not available in this build/machine: %s\n", prog,
-                        acx_last_error());
-            return EXIT_UNAVAILABLE;
-        }
-        /* NCCL refuses two ranks of one communicator on one device */
-        if ((who = lowest_failing(local_size > count, c->comm, c->rank)) >= 0) {
-            if (c->rank == who)
-                fprintf(stderr,
-                        "%s: -b nccl: %d ranks on this node share %d CUDA device%s; NCCL needs a "
-                        "device per rank (-b mpi can share one)\n",
-                        prog, local_size, count, count == 1 ? "" : "s");
-            return EXIT_UNAVAILABLE;
-        }
-        st = acx_device_setup(ops, local_rank, local_size);
-        if ((who = lowest_failing(st != ACX_OK, c->comm, c->rank)) >= 0) {
-            if (c->rank == who) fprintf(stderr, "%s: -d cuda: %s\n", prog, acx_last_error());
-            return 1;
-        }
-        st = acx_comm_create(MPI_COMM_WORLD, ops, &c->nccl); /* agreed inside */
-        if (st != ACX_OK) {
-            c->nccl = NULL;
-            if (c->rank == 0) fprintf(stderr, "%s: -b nccl: %s\n", prog, acx_last_error());
-            return 1;
-        }
-    } else {
-        st = acx_device_use(local_rank, local_size);
-        if ((who = lowest_failing(st != ACX_OK, c->comm, c->rank)) >= 0) {
-            if (c->rank == who) fprintf(stderr, "%s: -d cuda: %s\n", prog, acx_last_error());
-            return 1;
-        }
-    }
-    r->device = acx_device_bound();
-    return 0;
-}
-
 /* ---- acx's side of the timed calls ---- */
 
 acx_status_t osu_acx_all_reduce(osu_ctx_t *c, const void *send, void *recv, size_t count) {
-    if (c->nccl != NULL)
-        return c->nccl->ops->all_reduce(c->nccl, send, recv, count, c->dtype, ACX_OP_SUM);
     return acx_all_reduce(c->acc, send, recv, count, c->dtype, ACX_OP_SUM);
 }
 
 acx_status_t osu_acx_all_gather(osu_ctx_t *c, const void *send, void *recv, size_t count) {
-    if (c->nccl != NULL) return c->nccl->ops->all_gather(c->nccl, send, recv, count, c->dtype);
     return acx_all_gather(c->acc, send, recv, count, c->dtype);
 }
 
 acx_status_t osu_acx_reduce_scatter(osu_ctx_t *c, const void *send, void *recv, size_t count) {
-    if (c->nccl != NULL)
-        return c->nccl->ops->reduce_scatter(c->nccl, send, recv, count, c->dtype, ACX_OP_SUM);
     return acx_reduce_scatter(c->acc, send, recv, count, c->dtype, ACX_OP_SUM);
 }
 
 acx_status_t osu_acx_broadcast(osu_ctx_t *c, void *buf, size_t count, int root) {
-    if (c->nccl != NULL) return c->nccl->ops->broadcast(c->nccl, buf, count, c->dtype, root);
     return acx_broadcast(c->acc, buf, count, c->dtype, root);
 }
 
@@ -1011,29 +1062,31 @@ int osu_main(int argc, char **argv, const osu_coll_t *coll) {
         MPI_Finalize();
         return parsed < 0 ? EXIT_USAGE : 0;
     }
-    /* The accelerator bootstraps on MPI whatever -b says: -b nccl gets its
-     * communicator from device_setup (acx_init refuses backend: nccl in
-     * this version, until model state can live on a device). */
-    acx_config_t cfg = ACX_CONFIG_DEFAULT;
-    cfg.backend = ACX_BACKEND_MPI;
-    acx_accelerator_t *acc = NULL;
-    acx_status_t st = acx_init(&argc, &argv, &cfg, &acc);
-    if (st != ACX_OK) {
-        if (rank == 0) fprintf(stderr, "%s: %s\n", coll->prog, acx_last_error());
-        MPI_Finalize();
-        return 1;
-    }
-
-    run_t r = {.coll = coll, .o = &o, .device = -1};
+    run_t r = {.coll = coll, .o = &o, .device = -1, .argc = argc};
     const char *inject = getenv("OSU_BENCH_INJECT_FAULT");
     r.inject_fault = inject != NULL && strcmp(inject, "1") == 0;
-    r.c.acc = acc;
     r.c.rank = rank;
     r.c.size = world;
+    r.c.nccl = o.backend == ACX_BACKEND_NCCL;
+    r.argv = malloc(((size_t)argc + 1) * sizeof *r.argv);
+    if (r.argv == NULL) {
+        fprintf(stderr, "%s: out of memory\n", coll->prog);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    memcpy(r.argv, argv, ((size_t)argc + 1) * sizeof *r.argv);
+    acx_status_t st = ACX_OK;
+    if (o.backend == ACX_BACKEND_NCCL) rc = probe_device(&r);
+    if (rc == 0 && (st = start_acx(&r, o.dtypes[0], &r.c.acc)) != ACX_OK)
+        rc = start_failed(&r, st, o.backend == ACX_BACKEND_NCCL);
+    if (rc != 0) {
+        free(r.argv);
+        MPI_Finalize();
+        return rc;
+    }
+    if (o.device_cuda) r.device = acx_device(r.c.acc);
     MPI_Comm_dup(MPI_COMM_WORLD, &r.c.comm);
     FILE *json = NULL;
     int json_ok = 1, rows = 0, failed = 0;
-    if (o.device_cuda && (rc = device_setup(&r)) != 0) goto out;
 
     /* The JSON file is opened up front, so a bad path fails before any
      * timing, on every rank alike. */
@@ -1074,9 +1127,9 @@ int osu_main(int argc, char **argv, const osu_coll_t *coll) {
 
 out:
     if (json) fclose(json);
-    acx_comm_destroy(r.c.nccl);
     MPI_Comm_free(&r.c.comm);
-    if (acx_finalize(acc) != ACX_OK) {
+    free(r.argv);
+    if (acx_finalize(r.c.acc) != ACX_OK) {
         if (rank == 0) fprintf(stderr, "%s: acx_finalize: %s\n", coll->prog, acx_last_error());
         rc = 1;
     }

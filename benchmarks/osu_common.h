@@ -30,17 +30,15 @@ typedef struct osu_ctx {
     MPI_Datatype mpi_type; /* raw side: the dtype (16-bit floats: MPI_UINT16_T) */
     MPI_Op mpi_sum;        /* raw side: SUM for the dtype (16-bit floats: a user op) */
     size_t count;          /* elements per rank at this size */
-    /* acx's buffers and the raw side's own, of the operation's shapes:
-     * send [send_extent x count], recv [recv_extent x count] (NULL if none).
-     * With -d cuda, send and recv are device memory (the fill and check
-     * callbacks then see host copies, osu_common.c swaps them in), and the
-     * raw side has no buffers (--compare-raw is refused). */
+    /* acx's buffers (acx_buffer_alloc: the accelerator's memory) and the
+     * raw side's own, of the operation's shapes: send [send_extent x count],
+     * recv [recv_extent x count] (NULL if none). With -d cuda, send and recv
+     * are device memory (the fill and check callbacks then see host copies,
+     * osu_common.c swaps them in), and the raw side has no buffers
+     * (--compare-raw is refused). */
     void *send, *recv;
     void *raw_send, *raw_recv;
-    /* -b nccl: the NCCL communicator acx's side runs on (acx_init keeps the
-     * accelerator on MPI in this version: see osu_common.c); NULL: the
-     * accelerator's collectives. Use the osu_acx_* calls below. */
-    struct acx_comm *nccl;
+    int nccl; /* -b nccl: the accelerator's backend is NCCL (else MPI) */
 } osu_ctx_t;
 
 /* How big a buffer is, in units of count elements. */
@@ -50,19 +48,24 @@ typedef enum osu_extent {
     OSU_WORLD = 2 /* [world_size x count] */
 } osu_extent_t;
 
-/* --fused K (all-reduce only): K tensors of count elements, laid out in one
- * flat buffer [K x count], reduced through acx's gradient fusion buckets.
- * Provided by osu_allreduce.c, which links the library's internals. */
+/* --fused K (all-reduce only): K gradients of count elements reduced the
+ * way a training step reduces them, through the public model API: a model
+ * of K units of one float32 parameter [count] each on an accelerator the
+ * driver configured (NO_SHARD, --bucket-mb, the dtype as reduce_dtype), its
+ * gradients reported ready unit by unit and synchronized by
+ * acx_backward_end in acx's gradient buckets. Provided by osu_allreduce.c. */
 typedef struct osu_fused_ops {
-    /* Plan buckets of at most bucket_bytes over flat [k x count] of dtype,
-     * tensor u being unit u (ready in order 0..k-1). Collective. */
-    acx_status_t (*create)(void *flat, size_t count, int k, acx_dtype_t dtype, size_t bucket_bytes,
-                           void **state_p);
-    /* One step: every unit reports ready, then wait for all buckets (each
-     * tensor is SUM-all-reduced in place). Collective. */
-    acx_status_t (*step)(void *state);
-    int (*num_buckets)(const void *state);
-    void (*destroy)(void *state); /* collective */
+    /* Register the model on acc and acx_prepare it. Collective. */
+    acx_status_t (*create)(acx_accelerator_t *acc, size_t count, int k, void **state_p);
+    /* One micro-step that is a synchronization boundary: every unit's
+     * gradients ready, then acx_backward_end. The gradients become their
+     * mean over ranks, or with exact_sum their plain sum (the step reports
+     * one item in all: acx_accumulate_items). Collective. */
+    acx_status_t (*step)(void *state, int exact_sum);
+    /* Unit u's gradient [count] (host memory; --fused refuses -d cuda). */
+    float *(*grad)(void *state, int u);
+    /* Free the state (the model is the accelerator's, freed by acx_finalize). */
+    void (*destroy)(void *state);
 } osu_fused_ops_t;
 
 typedef struct osu_coll {
@@ -91,8 +94,8 @@ int osu_main(int argc, char **argv, const osu_coll_t *coll);
 
 /* ---- acx's side of the timed calls (for run_acx) ---- */
 
-/* The collective on the backend this run uses (c->nccl, else the
- * accelerator's public collectives), on c's buffers as passed. */
+/* The accelerator's public collective (on its backend, -b), on c's buffers
+ * as passed. */
 acx_status_t osu_acx_all_reduce(osu_ctx_t *c, const void *send, void *recv, size_t count);
 acx_status_t osu_acx_all_gather(osu_ctx_t *c, const void *send, void *recv, size_t count);
 acx_status_t osu_acx_reduce_scatter(osu_ctx_t *c, const void *send, void *recv, size_t count);

@@ -421,7 +421,7 @@ static acx_status_t batches_load(acx_accelerator_t *acc, const char *path, batch
     lo.drop_last = 1; /* full batches only: every step has B samples */
     lo.prefetch = 0;  /* no reader thread left running during the timing */
     if ((st = acx_dataloader_open(acc, path, 2, sets, &lo, &dl)) != ACX_OK) goto err_acx;
-    while (got < bs->nb && (st = acx_dataloader_next(dl, &b)) == ACX_OK) {
+    while (got < bs->nb && (st = acx_dataloader_next(dl, &b)) == ACX_OK && b != NULL) {
         if (b->dtypes[0] != ACX_DTYPE_UINT8 || b->dtypes[1] != ACX_DTYPE_UINT8 ||
             b->sample_numel[0] != in || b->sample_numel[1] != 1 || b->size != bs->B) {
             fprintf(
@@ -446,7 +446,7 @@ static acx_status_t batches_load(acx_accelerator_t *acc, const char *path, batch
         memcpy(bs->labels + (size_t)got * (size_t)bs->B, y, (size_t)bs->B);
         got++;
     }
-    if (got < bs->nb && st != ACX_END_OF_DATA) { /* a read error */
+    if (got < bs->nb && st != ACX_OK) { /* a read error */
         acx_dataloader_close(dl);
         goto err_acx;
     }
@@ -527,11 +527,8 @@ static acx_status_t acx_side_step(acx_side_t *s, const mlp_dims_t *d, const batc
     mlp_forward(d, &p, &s->ws, n);
     s->loss = mlp_loss(d, &s->ws, batch_labels(bs, s->steps), n);
     acx_record_loss(s->acc, s->loss);
-    /* fp16: backward starts from the scaled loss (exactly 1 otherwise) */
-    float scale = (float)acx_loss_scale(s->acc);
-    if (scale != 1.0f)
-        for (size_t i = 0; i < (size_t)n * (size_t)d->out; i++)
-            s->ws.dact[i] *= scale;
+    /* fp16: backward starts from the scaled loss (acx knows the scale) */
+    ACX_TRY(acx_backward_begin(s->acc, s->ws.dact, (size_t)n * (size_t)d->out));
     for (int l = MLP_LAYERS - 1; l >= 0; l--) {
         mlp_backward_layer(d, &p, &g, &s->ws, l, n);
         t = MPI_Wtime();

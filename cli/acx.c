@@ -43,8 +43,6 @@
 
 /* ---- shared helpers ---- */
 
-int is_help(const char *arg) { return strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0; }
-
 /* A usage error: "acx <where>: <what>" and a hint at the right --help. */
 int usage_error(const char *where, const char *fmt, const char *arg) {
     fprintf(stderr, "acx%s%s: ", where[0] ? " " : "", where);
@@ -59,27 +57,6 @@ int acx_failure(acx_status_t status) {
     const char *msg = acx_last_error();
     fprintf(stderr, "acx: %s\n", msg[0] ? msg : acx_status_string(status));
     return EXIT_FAIL;
-}
-
-/* Match argv[*i] against a value-taking option: "--name VALUE",
- * "--name=VALUE", or the short alias "-x VALUE" (short may be NULL).
- * Returns 1 and sets *value_p (consuming the value's argument), 0 if
- * argv[*i] is another option, -1 if the value is missing or empty. */
-int take_option(int argc, char **argv, int *i, const char *long_name, const char *short_name,
-                const char **value_p) {
-    const char *arg = argv[*i];
-    size_t n = strlen(long_name);
-    if (strncmp(arg, long_name, n) == 0 && arg[n] == '=') {
-        if (arg[n + 1] == '\0') return -1;
-        *value_p = arg + n + 1;
-        return 1;
-    }
-    if (strcmp(arg, long_name) != 0 && (short_name == NULL || strcmp(arg, short_name) != 0))
-        return 0;
-    if (*i + 1 >= argc || argv[*i + 1][0] == '\0') return -1;
-    *i += 1;
-    *value_p = argv[*i];
-    return 1;
 }
 
 /* ---- acx version ---- */

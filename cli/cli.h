@@ -11,11 +11,9 @@
 #define ACX_TOOLS_TOOL_H
 
 #include "acx/status.h"
+#include "cli/args.h" /* the one argv parser: cli_args_*, take_option, is_help */
 
 enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2 };
-
-/* "-h" or "--help". */
-int is_help(const char *arg);
 
 /* A usage error: "acx <where>: <fmt with arg>" and a hint at the right
  * --help, on stderr. Returns EXIT_USAGE. */
@@ -23,13 +21,6 @@ int usage_error(const char *where, const char *fmt, const char *arg);
 
 /* A failed acx call: "acx: <acx_last_error()>" on stderr. Returns EXIT_FAIL. */
 int acx_failure(acx_status_t status);
-
-/* Match argv[*i] against a value-taking option: "--name VALUE",
- * "--name=VALUE", or the short alias "-x VALUE" (short may be NULL).
- * Returns 1 and sets *value_p (consuming the value's argument), 0 if
- * argv[*i] is another option, -1 if the value is missing or empty. */
-int take_option(int argc, char **argv, int *i, const char *long_name, const char *short_name,
-                const char **value_p);
 
 /* A fake environment for the config resolver (cli/env.c): the variables
  * given to tool_env_set, looked up in front of the real environment, or

@@ -235,17 +235,19 @@ static void print_config(FILE *f, const acx_resolved_config_t *cfg) {
 int cmd_env(int argc, char **argv) {
     static const char where[] = "env";
     const char *config_file = NULL;
-    for (int i = 1; i < argc; i++) {
-        const char *arg = argv[i], *value = NULL;
+    cli_args_t a;
+    cli_args_init(&a, argc, argv);
+    while (cli_args_next(&a)) {
+        const char *arg = a.arg;
         int r;
-        if (is_help(arg)) {
+        if (cli_args_help(&a)) {
             fputs(env_usage, stdout);
             return EXIT_OK;
         }
-        if ((r = take_option(argc, argv, &i, "--config", NULL, &value)) != 0) {
+        if ((r = cli_args_value(&a, "--config", NULL)) != 0) {
             if (r < 0) return usage_error(where, "option '%s' needs a FILE", arg);
             if (config_file != NULL) return usage_error(where, "option '%s' given twice", arg);
-            config_file = value;
+            config_file = a.value;
             continue;
         }
         return usage_error(where,
@@ -466,21 +468,23 @@ static int write_config(const char *path, const acx_resolved_config_t *cfg, int 
  * --help (printed). */
 static int parse_write_options(int argc, char **argv, const char *where, const char *usage,
                                const char **output_p, int *force_p) {
-    for (int i = 1; i < argc; i++) {
-        const char *arg = argv[i], *value = NULL;
+    cli_args_t a;
+    cli_args_init(&a, argc, argv);
+    while (cli_args_next(&a)) {
+        const char *arg = a.arg;
         int r;
-        if (is_help(arg)) {
+        if (cli_args_help(&a)) {
             fputs(usage, stdout);
             return -1;
         }
-        if (strcmp(arg, "--force") == 0 || strcmp(arg, "-f") == 0) {
+        if (cli_args_flag(&a, "--force", "-f")) {
             *force_p = 1;
             continue;
         }
-        if ((r = take_option(argc, argv, &i, "--output", "-o", &value)) != 0) {
+        if ((r = cli_args_value(&a, "--output", "-o")) != 0) {
             if (r < 0) return usage_error(where, "option '%s' needs a FILE", arg);
             if (*output_p != NULL) return usage_error(where, "option '%s' given twice", arg);
-            *output_p = value;
+            *output_p = a.value;
             continue;
         }
         return usage_error(where,

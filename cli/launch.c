@@ -312,15 +312,18 @@ typedef struct launch_options {
 static int parse_options(int argc, char **argv, launch_options_t *o) {
     static const char where[] = "launch";
     acx_launch_request_t *q = &o->req;
+    cli_args_t a;
+    cli_args_init(&a, argc, argv);
     int i = 1;
-    for (; i < argc; i++) {
-        const char *arg = argv[i], *value = NULL;
+    while (cli_args_next(&a)) {
+        const char *arg = a.arg, *value = NULL;
         int r;
-        if (is_help(arg)) {
+        i = a.i;
+        if (cli_args_help(&a)) {
             fputs(launch_usage, stdout);
             return -1;
         }
-        if (strcmp(arg, "--") == 0) {
+        if (cli_args_flag(&a, "--", NULL)) {
             /* The second form: launcher options up to the next '--'. */
             int end = i + 1;
             while (end < argc && strcmp(argv[end], "--") != 0)
@@ -337,17 +340,18 @@ static int parse_options(int argc, char **argv, launch_options_t *o) {
             q->program_args = (const char *const *)argv + i;
             return EXIT_OK;
         }
-        if (arg[0] != '-' || arg[1] == '\0') break; /* PROGRAM */
-        if (strcmp(arg, "--debug") == 0) {
+        if (!cli_args_is_option(&a)) break; /* PROGRAM */
+        if (cli_args_flag(&a, "--debug", NULL)) {
             q->debug = 1;
             continue;
         }
-        if (strcmp(arg, "--dry-run") == 0) {
+        if (cli_args_flag(&a, "--dry-run", NULL)) {
             o->dry_run = 1;
             continue;
         }
-        if ((r = take_option(argc, argv, &i, "--num-processes", "-n", &value)) != 0) {
+        if ((r = cli_args_value(&a, "--num-processes", "-n")) != 0) {
             if (r < 0) return usage_error(where, "option '%s' needs a number", arg);
+            value = a.value;
             char *end;
             errno = 0;
             long n = strtol(value, &end, 10);
@@ -371,7 +375,8 @@ static int parse_options(int argc, char **argv, launch_options_t *o) {
         };
         int matched = 0;
         for (size_t k = 0; k < sizeof strings / sizeof strings[0] && !matched; k++) {
-            if ((r = take_option(argc, argv, &i, strings[k].name, NULL, &value)) == 0) continue;
+            if ((r = cli_args_value(&a, strings[k].name, NULL)) == 0) continue;
+            value = a.value;
             matched = 1;
             char msg[96];
             snprintf(msg, sizeof msg, "option '%%s' needs %s", strings[k].what);
@@ -383,6 +388,7 @@ static int parse_options(int argc, char **argv, launch_options_t *o) {
         }
         if (!matched) return usage_error(where, "unknown option '%s'", arg);
     }
+    i = a.i; /* PROGRAM's index, or argc when there is none */
     if (i >= argc) return usage_error(where, "%s", "missing PROGRAM");
     /* PROGRAM ARGS [-- LAUNCHER-OPTIONS] */
     int end = i;

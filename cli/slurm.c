@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "acx/acx.h"
+#include "cli/args.h"
 
 enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2 };
 
@@ -42,7 +43,7 @@ static const char sbatch_usage[] =
     "limit (#SBATCH --signal=B:USR1@SECONDS, forwarded to srun by a trap),\n"
     "requeues the job once they have, and resumes it from that checkpoint\n"
     "(the ranks get ACX_PREEMPTION_REQUEUE=true and ACX_RESUME=auto). The\n"
-    "program must be built on acx and stop on ACX_PREEMPTED (docs/slurm.md).\n"
+    "program must be built on acx and stop when acx_preempted() (docs/slurm.md).\n"
     "\n"
     "options:\n"
     "  -N, --nodes N            nodes (default: num_machines of the config file, else 1)\n"
@@ -97,22 +98,6 @@ static int usage_error(const char *fmt, const char *arg) {
     fprintf(stderr, fmt, arg);
     fprintf(stderr, "\nRun 'acx slurm sbatch --help' for usage.\n");
     return EXIT_USAGE;
-}
-
-/* "--name VALUE", "--name=VALUE" or "-x VALUE": 1 with *value_p, 0 when
- * argv[*i] is another option, -1 when the value is missing. */
-static int take(int argc, char **argv, int *i, const char *name, const char *short_name,
-                const char **value_p) {
-    const char *a = argv[*i];
-    size_t n = strlen(name);
-    if (strncmp(a, name, n) == 0 && a[n] == '=') {
-        *value_p = a + n + 1;
-        return a[n + 1] != '\0' ? 1 : -1;
-    }
-    if (strcmp(a, name) != 0 && (short_name == NULL || strcmp(a, short_name) != 0)) return 0;
-    if (*i + 1 >= argc || argv[*i + 1][0] == '\0') return -1;
-    *value_p = argv[++*i];
-    return 1;
 }
 
 static int parse_count(const char *text, long min, long *value_p) {
@@ -346,23 +331,28 @@ static int parse_sbatch(int argc, char **argv, sbatch_opts_t *o) {
                          .signal_before = 120,
                          .output = "%x-%j.out",
                          .requeue = 1};
-    int i = 1;
-    for (; i < argc; i++) {
-        const char *a = argv[i], *v = NULL;
+    cli_args_t args;
+    cli_args_init(&args, argc, argv);
+    int i = argc; /* PROGRAM's index once the options end */
+    while (cli_args_next(&args)) {
+        const char *a = args.arg, *v = NULL;
         int r;
-        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+        if (cli_args_help(&args)) {
             fputs(sbatch_usage, stdout);
             return 1;
         }
-        if (strcmp(a, "--") == 0) {
-            i++;
+        if (cli_args_flag(&args, "--", NULL)) {
+            i = args.i + 1;
             break;
         }
-        if (a[0] != '-') break; /* PROGRAM */
+        if (a[0] != '-') { /* PROGRAM */
+            i = args.i;
+            break;
+        }
 #define VALUE(name, short_name)                                                                    \
-    ((r = take(argc, argv, &i, name, short_name, &v)) < 0                                          \
+    ((r = cli_args_value(&args, name, short_name)) < 0                                             \
          ? (usage_error("option '%s' needs a value", a), -1)                                       \
-         : r)
+         : (v = args.value, r))
         if ((r = VALUE("--nodes", "-N")) != 0) {
             if (r < 0) return -1;
             if (!parse_count(v, 1, &o->nodes))
@@ -532,7 +522,7 @@ int cmd_slurm(int argc, char **argv) {
         fputs(slurm_usage, stderr);
         return EXIT_USAGE;
     }
-    if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0) {
+    if (is_help(argv[1])) {
         fputs(slurm_usage, stdout);
         return EXIT_OK;
     }

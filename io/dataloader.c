@@ -53,7 +53,7 @@
  * retries that batch. Without prefetch, next() reads synchronously into the
  * one slot.
  *
- * End of epoch: next() returns ACX_END_OF_DATA once, and the loader then
+ * End of epoch: next() gives a NULL batch (ACX_OK) once, and the loader then
  * stands at (epoch + 1, position 0) with prefetch of that epoch already
  * running; the following next() returns its first batch.
  */
@@ -686,7 +686,8 @@ ACX_API acx_status_t acx_dataloader_next(acx_dataloader_t *l, const acx_batch_t 
     if (l->pos >= l->num_batches) {
         restart_locked(l, l->epoch + 1, 0);
         pthread_mutex_unlock(&l->mu);
-        return ACX_END_OF_DATA;
+        *batch_p = NULL; /* the end of the epoch: not an error (acx/status.h) */
+        return ACX_OK;
     }
     if (l->thread_started) {
         while ((slot = find_ready(l, l->gen, l->pos)) == NULL)

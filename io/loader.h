@@ -29,7 +29,7 @@ void acx_loader_free(acx_dataloader_t *loader);
 
 /* Stand at batch `batch_index` of `epoch`, as if batch_index batches of that
  * epoch had been returned: the next acx_dataloader_next returns batch
- * batch_index, or ACX_END_OF_DATA when batch_index == num_batches (the
+ * batch_index, or the end of the epoch (a NULL batch) when batch_index == num_batches (the
  * position between the epoch's last batch and its end). Not collective.
  * Errors: ACX_ERR_INVALID_ARG (epoch < 0, batch_index outside
  * [0, num_batches]), ACX_ERR_STATE (closed). */

@@ -591,12 +591,6 @@ ACX_API acx_status_t acx_set_compute_stream(acx_accelerator_t *acc, void *stream
     return ACX_OK;
 }
 
-ACX_API acx_status_t acx_wait_for_everyone(acx_accelerator_t *acc) {
-    if (acc == NULL) return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_wait_for_everyone: acc is NULL");
-    /* through the public barrier, so ACX_DEBUG_MODE checks it too */
-    return acx_barrier_at(__FILE__, __LINE__, acc);
-}
-
 /* ---- agreement of per-rank arguments ---- */
 
 static uint64_t fnv_bytes(uint64_t h, const void *p, size_t n) {

@@ -6,14 +6,15 @@
  * Thin: argument checks, the debug-mode check (coll_debug.h: a counter when
  * ACX_DEBUG_MODE is off), then the accelerator's backend (its table of
  * blocking and non-blocking collectives, collectives/coll.h); a public
- * request wraps the backend's one. Each call exists twice: the *_at form
- * that carries the program's call site (the header's macros call it) and
- * the plain exported name, which reports no call site. The evaluation
- * helpers built on top (gather_for_metrics, pad_across_processes, reduce,
- * main_process_first, the trigger) are in eval.c.
+ * request wraps the backend's one. Each call is the *_at form that carries
+ * the program's call site (the header's macros call it). Also the buffers
+ * of the accelerator's memory the collectives take (acx_buffer_*, declared
+ * in acx/memory.h). The evaluation helpers built on top (gather_for_metrics,
+ * pad_across_processes, reduce, main_process_first, the trigger) are in
+ * eval.c.
  */
-/* The plain names are defined here, so the call-site macros must not
- * rename them. */
+/* The *_at forms are defined here under their own names: no call-site
+ * macros. */
 #define ACX_NO_CALL_SITE 1
 
 #include <limits.h>
@@ -21,8 +22,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/accelerator.h"
+#include "base/config_resolve.h"
 #include "base/error.h"
+#include "device/memory.h"
+#include "device/ops.h"
+#include "runtime/accelerator.h"
 #include "runtime/coll_debug.h"
 
 /* A public request: the backend's request and the table that completes it.
@@ -54,10 +58,36 @@ static void request_unlink(acx_request_t *r) {
 /* Local argument checks. Their status is not returned at once: it goes
  * through acx_coll_debug_check, so that in debug mode a bad argument on one
  * rank fails every rank instead of leaving the others in the collective. */
-static acx_status_t check_args(const void *buf, size_t count, acx_dtype_t dtype, const char *fn) {
+/* The memory space rule (acx/collectives.h): a collective's buffers live
+ * where the accelerator keeps model state (acx_device_state), whatever the
+ * backend. A device backend (NCCL, its test double) refuses host pointers
+ * itself; with the MPI backend, which would stage either kind, a host
+ * pointer under device state is refused here, so that a program behaves
+ * the same on both backends. Under host state pointers are not probed: the
+ * probe would create a CUDA context in a host-only program. */
+static acx_status_t check_space(const acx_accelerator_t *acc, const void *buf, size_t esize,
+                                const char *fn) {
+    if (acc->dev == NULL || acc->coll->device_memory) return ACX_OK;
+    int is_device = 0;
+    if (acc->dev->emulated)
+        is_device = acx_devops_emulated_owns(buf, esize);
+    else
+        ACX_CHECK(acx_cuda_pointer_is_device(buf, &is_device));
+    if (is_device) return ACX_OK;
+    return ACX_ERROR(ACX_ERR_INVALID_ARG,
+                     "%s: a buffer is host memory, but this accelerator's collectives move "
+                     "device memory (device_state: %s, where acx_param_data points), with every "
+                     "backend: allocate it with acx_buffer_alloc, or reduce host data with "
+                     "acx_reduce",
+                     fn, acx_device_state_name((int)acx_device_state(acc)));
+}
+
+static acx_status_t check_args(const acx_accelerator_t *acc, const void *buf, size_t count,
+                               acx_dtype_t dtype, const char *fn) {
     if (acx_dtype_size(dtype) == 0)
         return ACX_ERROR(ACX_ERR_INVALID_ARG, "%s: invalid dtype %d", fn, (int)dtype);
     if (buf == NULL && count > 0) return ACX_ERROR(ACX_ERR_INVALID_ARG, "%s: buffer is NULL", fn);
+    if (buf != NULL && count > 0) return check_space(acc, buf, acx_dtype_size(dtype), fn);
     return ACX_OK;
 }
 
@@ -133,15 +163,12 @@ ACX_API acx_status_t acx_all_reduce_at(const char *file, int line, acx_accelerat
                                        acx_dtype_t dtype, acx_red_op_t op) {
     ACX_CHECK(check_acc(acc, "acx_all_reduce"));
     acx_coll_call_t call = call_of(ACX_COLL_ALL_REDUCE, count, dtype, (int)op, -1, file, line);
-    ACX_CHECK(
-        acx_coll_debug_check(acc, &call, check_args(recvbuf, count, dtype, "acx_all_reduce")));
+    acx_status_t local = check_args(acc, recvbuf, count, dtype, "acx_all_reduce");
+    if (local == ACX_OK && sendbuf != NULL)
+        local = check_args(acc, sendbuf, count, dtype, "acx_all_reduce");
+    ACX_CHECK(acx_coll_debug_check(acc, &call, local));
     if (sendbuf == NULL) sendbuf = recvbuf;
     return acc->world->ops->all_reduce(acc->world, sendbuf, recvbuf, count, dtype, op);
-}
-
-ACX_API acx_status_t acx_all_reduce(acx_accelerator_t *acc, const void *sendbuf, void *recvbuf,
-                                    size_t count, acx_dtype_t dtype, acx_red_op_t op) {
-    return acx_all_reduce_at(NULL, 0, acc, sendbuf, recvbuf, count, dtype, op);
 }
 
 ACX_API acx_status_t acx_all_reduce_async_at(const char *file, int line, acx_accelerator_t *acc,
@@ -153,17 +180,11 @@ ACX_API acx_status_t acx_all_reduce_async_at(const char *file, int line, acx_acc
     ACX_CHECK(check_acc(acc, fn));
     ACX_CHECK(request_begin(
         acc, call_of(ACX_COLL_ALL_REDUCE_ASYNC, count, dtype, (int)op, -1, file, line),
-        check_args(recvbuf, count, dtype, fn), req_p, fn, &r));
+        check_args(acc, recvbuf, count, dtype, fn), req_p, fn, &r));
     if (sendbuf == NULL) sendbuf = recvbuf;
     return request_finish(
         r->ops->all_reduce_start(acc->world, sendbuf, recvbuf, count, dtype, op, &r->req), r,
         req_p);
-}
-
-ACX_API acx_status_t acx_all_reduce_async(acx_accelerator_t *acc, const void *sendbuf,
-                                          void *recvbuf, size_t count, acx_dtype_t dtype,
-                                          acx_red_op_t op, acx_request_t **req_p) {
-    return acx_all_reduce_async_at(NULL, 0, acc, sendbuf, recvbuf, count, dtype, op, req_p);
 }
 
 ACX_API acx_status_t acx_reduce_scatter_at(const char *file, int line, acx_accelerator_t *acc,
@@ -171,16 +192,11 @@ ACX_API acx_status_t acx_reduce_scatter_at(const char *file, int line, acx_accel
                                            acx_dtype_t dtype, acx_red_op_t op) {
     static const char fn[] = "acx_reduce_scatter";
     ACX_CHECK(check_acc(acc, fn));
-    acx_status_t local = check_args(recvbuf, count, dtype, fn);
-    if (local == ACX_OK) local = check_args(sendbuf, count, dtype, fn);
+    acx_status_t local = check_args(acc, recvbuf, count, dtype, fn);
+    if (local == ACX_OK) local = check_args(acc, sendbuf, count, dtype, fn);
     acx_coll_call_t call = call_of(ACX_COLL_REDUCE_SCATTER, count, dtype, (int)op, -1, file, line);
     ACX_CHECK(acx_coll_debug_check(acc, &call, local));
     return acc->world->ops->reduce_scatter(acc->world, sendbuf, recvbuf, count, dtype, op);
-}
-
-ACX_API acx_status_t acx_reduce_scatter(acx_accelerator_t *acc, const void *sendbuf, void *recvbuf,
-                                        size_t count, acx_dtype_t dtype, acx_red_op_t op) {
-    return acx_reduce_scatter_at(NULL, 0, acc, sendbuf, recvbuf, count, dtype, op);
 }
 
 ACX_API acx_status_t acx_reduce_scatter_async_at(const char *file, int line, acx_accelerator_t *acc,
@@ -190,8 +206,8 @@ ACX_API acx_status_t acx_reduce_scatter_async_at(const char *file, int line, acx
     static const char fn[] = "acx_reduce_scatter_async";
     acx_request_t *r;
     ACX_CHECK(check_acc(acc, fn));
-    acx_status_t local = check_args(recvbuf, count, dtype, fn);
-    if (local == ACX_OK) local = check_args(sendbuf, count, dtype, fn);
+    acx_status_t local = check_args(acc, recvbuf, count, dtype, fn);
+    if (local == ACX_OK) local = check_args(acc, sendbuf, count, dtype, fn);
     ACX_CHECK(request_begin(
         acc, call_of(ACX_COLL_REDUCE_SCATTER_ASYNC, count, dtype, (int)op, -1, file, line), local,
         req_p, fn, &r));
@@ -200,28 +216,17 @@ ACX_API acx_status_t acx_reduce_scatter_async_at(const char *file, int line, acx
         req_p);
 }
 
-ACX_API acx_status_t acx_reduce_scatter_async(acx_accelerator_t *acc, const void *sendbuf,
-                                              void *recvbuf, size_t count, acx_dtype_t dtype,
-                                              acx_red_op_t op, acx_request_t **req_p) {
-    return acx_reduce_scatter_async_at(NULL, 0, acc, sendbuf, recvbuf, count, dtype, op, req_p);
-}
-
 /* ---- broadcast, all-gather, gather, barrier ---- */
 
 ACX_API acx_status_t acx_broadcast_at(const char *file, int line, acx_accelerator_t *acc, void *buf,
                                       size_t count, acx_dtype_t dtype, int root) {
     static const char fn[] = "acx_broadcast";
     ACX_CHECK(check_acc(acc, fn));
-    acx_status_t local = check_args(buf, count, dtype, fn);
+    acx_status_t local = check_args(acc, buf, count, dtype, fn);
     if (local == ACX_OK) local = check_root(acc, root, fn);
     acx_coll_call_t call = call_of(ACX_COLL_BROADCAST, count, dtype, -1, root, file, line);
     ACX_CHECK(acx_coll_debug_check(acc, &call, local));
     return acc->world->ops->broadcast(acc->world, buf, count, dtype, root);
-}
-
-ACX_API acx_status_t acx_broadcast(acx_accelerator_t *acc, void *buf, size_t count,
-                                   acx_dtype_t dtype, int root) {
-    return acx_broadcast_at(NULL, 0, acc, buf, count, dtype, root);
 }
 
 ACX_API acx_status_t acx_broadcast_async_at(const char *file, int line, acx_accelerator_t *acc,
@@ -230,7 +235,7 @@ ACX_API acx_status_t acx_broadcast_async_at(const char *file, int line, acx_acce
     static const char fn[] = "acx_broadcast_async";
     acx_request_t *r;
     ACX_CHECK(check_acc(acc, fn));
-    acx_status_t local = check_args(buf, count, dtype, fn);
+    acx_status_t local = check_args(acc, buf, count, dtype, fn);
     if (local == ACX_OK) local = check_root(acc, root, fn);
     ACX_CHECK(request_begin(acc,
                             call_of(ACX_COLL_BROADCAST_ASYNC, count, dtype, -1, root, file, line),
@@ -239,26 +244,16 @@ ACX_API acx_status_t acx_broadcast_async_at(const char *file, int line, acx_acce
                           req_p);
 }
 
-ACX_API acx_status_t acx_broadcast_async(acx_accelerator_t *acc, void *buf, size_t count,
-                                         acx_dtype_t dtype, int root, acx_request_t **req_p) {
-    return acx_broadcast_async_at(NULL, 0, acc, buf, count, dtype, root, req_p);
-}
-
 ACX_API acx_status_t acx_all_gather_at(const char *file, int line, acx_accelerator_t *acc,
                                        const void *sendbuf, void *recvbuf, size_t count,
                                        acx_dtype_t dtype) {
     static const char fn[] = "acx_all_gather";
     ACX_CHECK(check_acc(acc, fn));
-    acx_status_t local = check_args(recvbuf, count, dtype, fn);
-    if (local == ACX_OK) local = check_args(sendbuf, count, dtype, fn);
+    acx_status_t local = check_args(acc, recvbuf, count, dtype, fn);
+    if (local == ACX_OK) local = check_args(acc, sendbuf, count, dtype, fn);
     acx_coll_call_t call = call_of(ACX_COLL_ALL_GATHER, count, dtype, -1, -1, file, line);
     ACX_CHECK(acx_coll_debug_check(acc, &call, local));
     return acc->world->ops->all_gather(acc->world, sendbuf, recvbuf, count, dtype);
-}
-
-ACX_API acx_status_t acx_all_gather(acx_accelerator_t *acc, const void *sendbuf, void *recvbuf,
-                                    size_t count, acx_dtype_t dtype) {
-    return acx_all_gather_at(NULL, 0, acc, sendbuf, recvbuf, count, dtype);
 }
 
 ACX_API acx_status_t acx_all_gather_async_at(const char *file, int line, acx_accelerator_t *acc,
@@ -267,8 +262,8 @@ ACX_API acx_status_t acx_all_gather_async_at(const char *file, int line, acx_acc
     static const char fn[] = "acx_all_gather_async";
     acx_request_t *r;
     ACX_CHECK(check_acc(acc, fn));
-    acx_status_t local = check_args(recvbuf, count, dtype, fn);
-    if (local == ACX_OK) local = check_args(sendbuf, count, dtype, fn);
+    acx_status_t local = check_args(acc, recvbuf, count, dtype, fn);
+    if (local == ACX_OK) local = check_args(acc, sendbuf, count, dtype, fn);
     ACX_CHECK(request_begin(acc,
                             call_of(ACX_COLL_ALL_GATHER_ASYNC, count, dtype, -1, -1, file, line),
                             local, req_p, fn, &r));
@@ -276,27 +271,16 @@ ACX_API acx_status_t acx_all_gather_async_at(const char *file, int line, acx_acc
         r->ops->all_gather_start(acc->world, sendbuf, recvbuf, count, dtype, &r->req), r, req_p);
 }
 
-ACX_API acx_status_t acx_all_gather_async(acx_accelerator_t *acc, const void *sendbuf,
-                                          void *recvbuf, size_t count, acx_dtype_t dtype,
-                                          acx_request_t **req_p) {
-    return acx_all_gather_async_at(NULL, 0, acc, sendbuf, recvbuf, count, dtype, req_p);
-}
-
 ACX_API acx_status_t acx_gather_at(const char *file, int line, acx_accelerator_t *acc,
                                    const void *sendbuf, void *recvbuf, size_t count,
                                    acx_dtype_t dtype, int root) {
     static const char fn[] = "acx_gather";
     ACX_CHECK(check_acc(acc, fn));
-    acx_status_t local = check_args(sendbuf, count, dtype, fn);
+    acx_status_t local = check_args(acc, sendbuf, count, dtype, fn);
     if (local == ACX_OK) local = check_root(acc, root, fn);
     acx_coll_call_t call = call_of(ACX_COLL_GATHER, count, dtype, -1, root, file, line);
     ACX_CHECK(acx_coll_debug_check(acc, &call, local));
     return acc->world->ops->gather(acc->world, sendbuf, recvbuf, count, dtype, root);
-}
-
-ACX_API acx_status_t acx_gather(acx_accelerator_t *acc, const void *sendbuf, void *recvbuf,
-                                size_t count, acx_dtype_t dtype, int root) {
-    return acx_gather_at(NULL, 0, acc, sendbuf, recvbuf, count, dtype, root);
 }
 
 ACX_API acx_status_t acx_gather_async_at(const char *file, int line, acx_accelerator_t *acc,
@@ -305,18 +289,12 @@ ACX_API acx_status_t acx_gather_async_at(const char *file, int line, acx_acceler
     static const char fn[] = "acx_gather_async";
     acx_request_t *r;
     ACX_CHECK(check_acc(acc, fn));
-    acx_status_t local = check_args(sendbuf, count, dtype, fn);
+    acx_status_t local = check_args(acc, sendbuf, count, dtype, fn);
     if (local == ACX_OK) local = check_root(acc, root, fn);
     ACX_CHECK(request_begin(acc, call_of(ACX_COLL_GATHER_ASYNC, count, dtype, -1, root, file, line),
                             local, req_p, fn, &r));
     return request_finish(
         r->ops->gather_start(acc->world, sendbuf, recvbuf, count, dtype, root, &r->req), r, req_p);
-}
-
-ACX_API acx_status_t acx_gather_async(acx_accelerator_t *acc, const void *sendbuf, void *recvbuf,
-                                      size_t count, acx_dtype_t dtype, int root,
-                                      acx_request_t **req_p) {
-    return acx_gather_async_at(NULL, 0, acc, sendbuf, recvbuf, count, dtype, root, req_p);
 }
 
 ACX_API acx_status_t acx_barrier_at(const char *file, int line, acx_accelerator_t *acc) {
@@ -332,8 +310,6 @@ ACX_API acx_status_t acx_barrier_at(const char *file, int line, acx_accelerator_
     return acc->world->ops->barrier(acc->world);
 }
 
-ACX_API acx_status_t acx_barrier(acx_accelerator_t *acc) { return acx_barrier_at(NULL, 0, acc); }
-
 ACX_API acx_status_t acx_barrier_async_at(const char *file, int line, acx_accelerator_t *acc,
                                           acx_request_t **req_p) {
     static const char fn[] = "acx_barrier_async";
@@ -348,10 +324,6 @@ ACX_API acx_status_t acx_barrier_async_at(const char *file, int line, acx_accele
                             .line = line};
     ACX_CHECK(request_begin(acc, call, ACX_OK, req_p, fn, &r));
     return request_finish(r->ops->barrier_start(acc->world, &r->req), r, req_p);
-}
-
-ACX_API acx_status_t acx_barrier_async(acx_accelerator_t *acc, acx_request_t **req_p) {
-    return acx_barrier_async_at(NULL, 0, acc, req_p);
 }
 
 /* ---- requests ---- */
@@ -380,4 +352,55 @@ ACX_API acx_status_t acx_request_test(acx_request_t *req, int *done_p) {
         return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_request_test: %s is NULL",
                          req == NULL ? "req" : "done_p");
     return req->ops->test(req->req, done_p);
+}
+
+/* ---- buffers in the accelerator's memory (acx/memory.h) ---- */
+
+ACX_API acx_status_t acx_buffer_alloc(acx_accelerator_t *acc, size_t bytes, void **buf_p) {
+    if (acc == NULL || buf_p == NULL)
+        return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_buffer_alloc: %s is NULL",
+                         acc == NULL ? "acc" : "buf_p");
+    void *p = NULL;
+    if (acc->dev != NULL) {
+        /* the device table's alloc is zero-filled and complete on return */
+        ACX_CHECK(acc->dev->alloc(bytes > 0 ? bytes : 1, "a program buffer", &p));
+    } else {
+        p = calloc(bytes > 0 ? bytes : 1, 1);
+        if (p == NULL)
+            return ACX_ERROR(ACX_ERR_NO_MEMORY, "acx_buffer_alloc: %zu bytes of host memory",
+                             bytes);
+    }
+    *buf_p = p;
+    return ACX_OK;
+}
+
+ACX_API void acx_buffer_free(acx_accelerator_t *acc, void *buf) {
+    if (acc == NULL || buf == NULL) return;
+    if (acc->dev != NULL) {
+        /* the table's free waits for nothing: work on buf must be done */
+        (void)acc->dev->sync(acc->compute_stream);
+        acc->dev->free(buf);
+    } else {
+        free(buf);
+    }
+}
+
+ACX_API acx_status_t acx_buffer_to_host(acx_accelerator_t *acc, void *host, const void *buf,
+                                        size_t bytes) {
+    if (acc == NULL || ((host == NULL || buf == NULL) && bytes > 0))
+        return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_buffer_to_host: a NULL argument");
+    if (bytes == 0) return ACX_OK;
+    if (acc->dev != NULL) return acc->dev->to_host(host, buf, bytes, acc->compute_stream);
+    memcpy(host, buf, bytes);
+    return ACX_OK;
+}
+
+ACX_API acx_status_t acx_buffer_from_host(acx_accelerator_t *acc, void *buf, const void *host,
+                                          size_t bytes) {
+    if (acc == NULL || ((host == NULL || buf == NULL) && bytes > 0))
+        return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_buffer_from_host: a NULL argument");
+    if (bytes == 0) return ACX_OK;
+    if (acc->dev != NULL) return acc->dev->to_device(buf, host, bytes, acc->compute_stream);
+    memcpy(buf, host, bytes);
+    return ACX_OK;
 }

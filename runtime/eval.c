@@ -10,8 +10,8 @@
  * and goes through the debug-mode check first (coll_debug.h). The plain
  * collectives and requests are collectives_api.c's.
  */
-/* The plain names are defined here, so the call-site macros must not
- * rename them. */
+/* The *_at forms are defined here under their own names: no call-site
+ * macros. */
 #define ACX_NO_CALL_SITE 1
 
 #include <limits.h>
@@ -77,11 +77,6 @@ ACX_API acx_status_t acx_reduce_at(const char *file, int line, acx_accelerator_t
     return acx_coll_mpi_ops.all_reduce(acc->world_host, sendbuf, recvbuf, count, dtype, op);
 }
 
-ACX_API acx_status_t acx_reduce(acx_accelerator_t *acc, const void *sendbuf, void *recvbuf,
-                                size_t count, acx_dtype_t dtype, acx_red_op_t op) {
-    return acx_reduce_at(NULL, 0, acc, sendbuf, recvbuf, count, dtype, op);
-}
-
 ACX_API acx_status_t acx_reduce_scalar_at(const char *file, int line, acx_accelerator_t *acc,
                                           double value, acx_red_op_t op, double *out_p) {
     static const char fn[] = "acx_reduce_scalar";
@@ -96,11 +91,6 @@ ACX_API acx_status_t acx_reduce_scalar_at(const char *file, int line, acx_accele
     ACX_CHECK(acx_coll_mpi_ops.all_reduce(acc->world_host, &v, &v, 1, ACX_DTYPE_FLOAT64, op));
     *out_p = v;
     return ACX_OK;
-}
-
-ACX_API acx_status_t acx_reduce_scalar(acx_accelerator_t *acc, double value, acx_red_op_t op,
-                                       double *out_p) {
-    return acx_reduce_scalar_at(NULL, 0, acc, value, op, out_p);
 }
 
 /* ---- gather_for_metrics ---- */
@@ -197,14 +187,6 @@ out:
     free(rcounts);
     free(displs);
     return status;
-}
-
-ACX_API acx_status_t acx_gather_for_metrics(acx_accelerator_t *acc, const acx_batch_t *batch,
-                                            const void *local, size_t sample_bytes, void *out,
-                                            int64_t out_capacity, int to_main_only,
-                                            int64_t *count_p) {
-    return acx_gather_for_metrics_at(NULL, 0, acc, batch, local, sample_bytes, out, out_capacity,
-                                     to_main_only, count_p);
 }
 
 /* ---- pad_across_processes ---- */
@@ -313,14 +295,6 @@ ACX_API acx_status_t acx_pad_across_processes_at(const char *file, int line, acx
     return ACX_OK;
 }
 
-ACX_API acx_status_t acx_pad_across_processes(acx_accelerator_t *acc, const void *buf, int64_t rows,
-                                              int64_t row_numel, acx_dtype_t dtype,
-                                              double pad_value, int pad_first, void **out_p,
-                                              int64_t *max_rows_p) {
-    return acx_pad_across_processes_at(NULL, 0, acc, buf, rows, row_numel, dtype, pad_value,
-                                       pad_first, out_p, max_rows_p);
-}
-
 /* ---- main_process_first ---- */
 
 /*
@@ -386,22 +360,6 @@ ACX_API acx_status_t acx_local_main_process_first_end_at(const char *file, int l
     return first_step(file, line, acc, 1, 0);
 }
 
-ACX_API acx_status_t acx_main_process_first_begin(acx_accelerator_t *acc) {
-    return first_step(NULL, 0, acc, 0, 1);
-}
-
-ACX_API acx_status_t acx_main_process_first_end(acx_accelerator_t *acc) {
-    return first_step(NULL, 0, acc, 0, 0);
-}
-
-ACX_API acx_status_t acx_local_main_process_first_begin(acx_accelerator_t *acc) {
-    return first_step(NULL, 0, acc, 1, 1);
-}
-
-ACX_API acx_status_t acx_local_main_process_first_end(acx_accelerator_t *acc) {
-    return first_step(NULL, 0, acc, 1, 0);
-}
-
 /* ---- the trigger ---- */
 
 ACX_API acx_status_t acx_set_trigger(acx_accelerator_t *acc) {
@@ -427,8 +385,4 @@ ACX_API acx_status_t acx_check_trigger_at(const char *file, int line, acx_accele
     if (any) acc->trigger = 0;
     *triggered_p = any;
     return ACX_OK;
-}
-
-ACX_API acx_status_t acx_check_trigger(acx_accelerator_t *acc, int *triggered_p) {
-    return acx_check_trigger_at(NULL, 0, acc, triggered_p);
 }

@@ -51,7 +51,7 @@
  * the job's processes and starts the batch script again, with
  * SLURM_RESTART_COUNT incremented; with resume: auto that run loads the
  * checkpoint at acx_prepare. A failed requeue is logged, not returned: the
- * checkpoint is safe and the job still stops with ACX_PREEMPTED.
+ * checkpoint is safe and the job still stops (acx_preempted).
  */
 #include <errno.h>
 #include <mpi.h>
@@ -334,13 +334,9 @@ acx_status_t acx_preempt_step_end(acx_accelerator_t *acc) {
                      "resubmit to continue",
                      acx_last_error());
     }
+    /* a stop is not an error (acx/status.h): acx_preempted says it */
     acc->preempted = 1;
-    char text[PREEMPT_PATH_MAX + 256];
-    snprintf(text, sizeof text,
-             "preempted by SIG%s (received by rank %d): stopped at step %lld with checkpoint '%s'; "
-             "exit with ACX_EXIT_PREEMPTED (%d) and resume from it",
-             signal_name(first.sig), first.rank, (long long)acc->step, file, ACX_EXIT_PREEMPTED);
-    return acx_error_set_raw(ACX_PREEMPTED, text);
+    return ACX_OK;
 }
 
 ACX_API int acx_preempted(const acx_accelerator_t *acc) { return acc != NULL && acc->preempted; }

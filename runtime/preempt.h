@@ -41,7 +41,8 @@ acx_status_t acx_preempt_prepared(acx_accelerator_t *acc);
 /* After a boundary's step count and periodic save: agree whether any rank
  * got a preemption signal (one MPI_Allreduce, MAXLOC of the signal number);
  * if so save (unless the periodic save just did), requeue under Slurm
- * (preemption.requeue) and return ACX_PREEMPTED on every rank. Collective.
+ * (preemption.requeue) and set acc->preempted on every rank (ACX_OK: a stop
+ * is not an error, acx/status.h). Collective.
  * Errors: ACX_ERR_MPI, those of acx_save_state. */
 acx_status_t acx_preempt_step_end(acx_accelerator_t *acc);
 

@@ -38,6 +38,7 @@
 #include <stdio.h>
 
 #include "collectives/watchdog.h"
+#include "device/ops.h"
 #include "runtime/accelerator.h"
 #include "base/error.h"
 #include "base/log.h"
@@ -224,6 +225,20 @@ acx_status_t acx_scaler_step(acx_accelerator_t *acc, int *skip_p) {
 
 ACX_API double acx_loss_scale(const acx_accelerator_t *acc) {
     return acc != NULL ? acc->scaler.scale : 1.0;
+}
+
+ACX_API acx_status_t acx_backward_begin(acx_accelerator_t *acc, float *seed, size_t count) {
+    if (acc == NULL || (seed == NULL && count > 0))
+        return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_backward_begin: %s is NULL",
+                         acc == NULL ? "acc" : "seed");
+    /* the same single float multiplication on either side (the device
+     * table's scale kernel is x[i] *= s), so host and device runs agree */
+    const float s = (float)acc->scaler.scale;
+    if (s == 1.0f || count == 0) return ACX_OK;
+    if (acc->dev != NULL) return acc->dev->scale(seed, count, s, acc->compute_stream);
+    for (size_t i = 0; i < count; i++)
+        seed[i] *= s;
+    return ACX_OK;
 }
 
 ACX_API void acx_record_loss(acx_accelerator_t *acc, double loss) {

@@ -104,6 +104,7 @@ typedef struct unit_state {
     size_t shard_off;    /* the segment's offset in master / shard_grad */
     float *data;         /* [numel] full parameters, NULL when resharded */
     float *grad;         /* [numel] full gradients being accumulated, or NULL */
+    float *stale;        /* ACX_DEBUG_MODE, host state: the last handed-over grad, poisoned */
     void *staging;       /* [S x seg] of param_dtype: all-gather in flight, or NULL */
     void *send;          /* [seg] of param_dtype when 16-bit: the rounded segment, or NULL */
     acx_coll_req_t *req; /* the in-flight all-gather */
@@ -466,14 +467,72 @@ static acx_status_t rs_complete_oldest(acx_model_t *m) {
     return status;
 }
 
-static void free_grad(acx_model_t *m, int u) {
+/* ---- stale gradient pointers (ACX_DEBUG_MODE) ----
+ *
+ * A unit's full gradient buffer is handed to the reduce-scatter on a
+ * boundary (and dropped by zero_grad), so an acx_param_grad pointer a
+ * program kept from before (llm.c-style code caches them) points at memory
+ * acx no longer reads. In debug mode with host state the handed-over buffer
+ * is not freed but kept until the unit's next hand-over, filled with a
+ * signalling-NaN pattern: a read through a stale pointer gives NaN (the
+ * loss or the non-finite check shows it), and a write changes the pattern,
+ * which the unit's next acx_unit_grads_ready and hand-over detect
+ * (ACX_ERR_STATE naming the parameter). Cost: a second full gradient buffer
+ * per unit, debug mode only. (Device state: the emulated device already
+ * faults on host access; a CUDA buffer is left to compute-sanitizer.) */
+
+#define STALE_POISON 0x7fa5a5a5u /* a signalling NaN no arithmetic produces */
+
+static acx_status_t stale_check(acx_model_t *m, int u) {
     unit_state_t *us = &state_of(m)->units[u];
     acx_unit_t *unit = m->units[u];
-    if (us->grad == NULL) return;
-    buf_free(m, ACX_MEM_GRADS, us->grad, unit->numel * sizeof(float));
+    if (us->stale == NULL) return ACX_OK;
+    const uint32_t *w = (const uint32_t *)us->stale;
+    size_t n = (size_t)unit->numel, i = 0;
+    while (i < n && w[i] == STALE_POISON)
+        i++;
+    if (i == n) return ACX_OK;
+    const char *name = "?";
+    for (int k = 0; k < unit->num_params; k++) {
+        const acx_param_t *p = unit->params[k];
+        if ((size_t)p->full_offset <= i && i < (size_t)p->full_offset + (size_t)p->numel)
+            name = p->name;
+    }
+    acx_status_t status = ACX_ERROR(
+        ACX_ERR_STATE,
+        "parameter '%s' (unit '%s'): the program wrote into a gradient buffer acx had already "
+        "handed to the reduce-scatter (or dropped at zero_grad): an acx_param_grad pointer kept "
+        "across a synchronization boundary is stale under the sharded strategies; call "
+        "acx_param_grad again after each acx_unit_grads_ready and acx_optimizer_zero_grad "
+        "(found by ACX_DEBUG_MODE)",
+        name, unit->name);
+    buf_free(m, ACX_MEM_GRADS, us->stale, n * sizeof(float));
+    us->stale = NULL;
+    return status;
+}
+
+/* The unit's full gradient buffer is no longer the program's: free it, or
+ * in debug mode poison it and keep it (after checking the one it replaces). */
+static acx_status_t free_grad(acx_model_t *m, int u) {
+    unit_state_t *us = &state_of(m)->units[u];
+    acx_unit_t *unit = m->units[u];
+    if (us->grad == NULL) return ACX_OK;
+    size_t n = (size_t)unit->numel;
+    acx_status_t status = ACX_OK;
+    if (m->ctx.unit_check != NULL && m->ctx.dev == NULL) {
+        status = stale_check(m, u);
+        if (us->stale != NULL) buf_free(m, ACX_MEM_GRADS, us->stale, n * sizeof(float));
+        uint32_t *w = (uint32_t *)us->grad;
+        for (size_t i = 0; i < n; i++)
+            w[i] = STALE_POISON;
+        us->stale = us->grad;
+    } else {
+        buf_free(m, ACX_MEM_GRADS, us->grad, n * sizeof(float));
+    }
     us->grad = NULL;
     for (int i = 0; i < unit->num_params; i++)
         unit->params[i]->grad = NULL;
+    return status;
 }
 
 /* Copy unit u's full gradients (x prescale) into segment order and start
@@ -513,7 +572,8 @@ static acx_status_t rs_start(acx_model_t *m, int u) {
                     status = d->copy((float *)staging + off, src, n * sizeof(float), m->ctx.stream);
             }
         }
-        free_grad(m, u);
+        acx_status_t s = free_grad(m, u);
+        if (status == ACX_OK) status = s;
     } else if (us->grad != NULL) { /* NULL: no gradient was touched, it is all zeros */
         for (int i = 0; i < unit->num_params; i++) {
             const acx_param_t *p = unit->params[i];
@@ -525,7 +585,7 @@ static acx_status_t rs_start(acx_model_t *m, int u) {
                              (size_t)((e - b) * p->row_numel), scale);
             }
         }
-        free_grad(m, u);
+        status = free_grad(m, u);
     }
     pending_rs_t *pr = &st->pending[st->num_pending];
     if (status == ACX_OK) status = before_collective(m, st->shard);
@@ -674,6 +734,7 @@ static acx_status_t sharded_materialize_grads(acx_unit_t *unit) {
 static acx_status_t sharded_grads_ready(acx_unit_t *unit) {
     acx_model_t *m = unit->model;
     sharded_state_t *st = state_of(m);
+    ACX_CHECK(stale_check(m, unit->index));
     if (st->policy != POLICY_GRAD_OP && m->ctx.backward_prefetch == ACX_BACKWARD_POST)
         ACX_CHECK(prefetch(m, unit->index - 1));
     if (!m->sync) return ACX_OK; /* accumulate in the full buffer; no communication */
@@ -710,9 +771,12 @@ static acx_status_t sharded_zero_grad(acx_model_t *m) {
     else
         memset(m->shard_grad, 0, m->shard_numel * sizeof(float));
     /* set_to_none for the full buffers: they are recreated zeroed on use */
-    for (int u = 0; u < m->num_units; u++)
-        free_grad(m, u);
-    return ACX_OK;
+    acx_status_t status = ACX_OK;
+    for (int u = 0; u < m->num_units; u++) {
+        acx_status_t s = free_grad(m, u);
+        if (status == ACX_OK) status = s;
+    }
+    return status;
 }
 
 static void sharded_destroy(acx_model_t *m) {
@@ -725,7 +789,8 @@ static void sharded_destroy(acx_model_t *m) {
             unit_state_t *us = &st->units[u];
             if (us->req != NULL) (void)gather_finish(m, u);
             if (us->data != NULL) free_data(m, u);
-            free_grad(m, u);
+            buf_free(m, ACX_MEM_GRADS, us->grad, (size_t)m->units[u]->numel * sizeof(float));
+            buf_free(m, ACX_MEM_GRADS, us->stale, (size_t)m->units[u]->numel * sizeof(float));
         }
     }
     buf_free(m, ACX_MEM_MASTER, m->master, m->shard_numel * sizeof(float));

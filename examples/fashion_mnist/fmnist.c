@@ -473,13 +473,15 @@ static acx_status_t check_labels(const acx_batch_t *batch, int classes) {
 
 /* Pointers for this step: valid between acquire and release (under
  * NO_SHARD, always). */
-static void model_tensors(model_t *md, mlp_tensors_t *p, mlp_tensors_t *g) {
-    for (int l = 0; l < MLP_LAYERS; l++) {
-        p->w[l] = acx_param_data(md->w[l]);
-        p->b[l] = acx_param_data(md->b[l]);
-        g->w[l] = acx_param_grad(md->w[l]);
-        g->b[l] = acx_param_grad(md->b[l]);
-    }
+/* Layer l's parameter pointers (valid while its unit is acquired), and
+ * with g its gradient pointers (fetched anew every micro-step: under the
+ * sharded strategies a gradient buffer is handed over at each boundary). */
+static void layer_tensors(model_t *md, int l, mlp_tensors_t *p, mlp_tensors_t *g) {
+    p->w[l] = acx_param_data(md->w[l]);
+    p->b[l] = acx_param_data(md->b[l]);
+    if (g == NULL) return;
+    g->w[l] = acx_param_grad(md->w[l]);
+    g->b[l] = acx_param_grad(md->b[l]);
 }
 
 /* One micro-step: forward, loss, backward layer by layer, telling acx as
@@ -499,19 +501,22 @@ static acx_status_t train_step(acx_accelerator_t *acc, model_t *md, mlp_workspac
     int n = (int)batch->size;
     mlp_tensors_t p, g;
     ACX_TRY(check_labels(batch, md->dims.out));
-    for (int l = 0; l < MLP_LAYERS; l++)
-        ACX_TRY(acx_unit_acquire(md->unit[l]));
-    model_tensors(md, &p, &g);
+    /* docs/sharding.md's pattern: one unit gathered at a time (plus acx's
+     * prefetch), so FULL_SHARD's peak is one layer, not the model */
     mlp_load_input(ws, &md->dims, batch->tensors[0], n);
-    mlp_forward(&md->dims, &p, ws, n);
+    for (int l = 0; l < MLP_LAYERS; l++) {
+        ACX_TRY(acx_unit_acquire(md->unit[l]));
+        layer_tensors(md, l, &p, NULL);
+        mlp_forward_layer(&md->dims, &p, ws, l, n);
+        ACX_TRY(acx_unit_release(md->unit[l]));
+    }
     *loss_p = mlp_loss(&md->dims, ws, batch->tensors[1], n);
     acx_record_loss(acc, *loss_p);
-    /* fp16: backward starts from the scaled loss (1 otherwise) */
-    float scale = (float)acx_loss_scale(acc);
-    if (scale != 1.0f)
-        for (size_t i = 0; i < (size_t)n * (size_t)md->dims.out; i++)
-            ws->dact[i] *= scale;
-    for (int l = MLP_LAYERS - 1; l >= 0; l--) {
+    /* fp16: backward starts from the scaled loss (acx knows the scale) */
+    ACX_TRY(acx_backward_begin(acc, ws->dact, (size_t)n * (size_t)md->dims.out));
+    for (int l = MLP_LAYERS - 1; l >= 0; l--) { /* gathered again, in reverse */
+        ACX_TRY(acx_unit_acquire(md->unit[l]));
+        layer_tensors(md, l, &p, &g);
         mlp_backward_layer(&md->dims, &p, &g, ws, l, n);
         ACX_TRY(acx_unit_grads_ready(md->unit[l]));
         ACX_TRY(acx_unit_release(md->unit[l]));
@@ -538,16 +543,20 @@ static acx_status_t train_step_cuda(acx_accelerator_t *acc, model_t *md, mlp_cud
     int n = (int)batch->size;
     mlp_tensors_t p, g;
     ACX_TRY(check_labels(batch, md->dims.out));
-    for (int l = 0; l < MLP_LAYERS; l++)
+    if (mlp_cuda_load_batch(gpu, &md->dims, batch->tensors[0], batch->tensors[1], n) != 0)
+        return cuda_failed(gpu);
+    for (int l = 0; l < MLP_LAYERS; l++) { /* acquire, forward, release: as train_step */
         ACX_TRY(acx_unit_acquire(md->unit[l]));
-    model_tensors(md, &p, &g);
-    if (mlp_cuda_load_batch(gpu, &md->dims, batch->tensors[0], batch->tensors[1], n) != 0 ||
-        mlp_cuda_forward(&md->dims, &p, gpu, n) != 0 || mlp_cuda_loss(&md->dims, gpu, n) != 0)
-        return cuda_failed(gpu);
-    float scale = (float)acx_loss_scale(acc); /* fp16: backward starts from the scaled loss */
-    if (scale != 1.0f && mlp_cuda_scale_dloss(&md->dims, gpu, n, scale) != 0)
-        return cuda_failed(gpu);
+        layer_tensors(md, l, &p, NULL);
+        if (mlp_cuda_forward_layer(&md->dims, &p, gpu, l, n) != 0) return cuda_failed(gpu);
+        ACX_TRY(acx_unit_release(md->unit[l]));
+    }
+    if (mlp_cuda_loss(&md->dims, gpu, n) != 0) return cuda_failed(gpu);
+    /* fp16: backward starts from the scaled loss, scaled on acx's compute stream (gpu's) */
+    ACX_TRY(acx_backward_begin(acc, gpu->dact, (size_t)n * (size_t)md->dims.out));
     for (int l = MLP_LAYERS - 1; l >= 0; l--) {
+        ACX_TRY(acx_unit_acquire(md->unit[l]));
+        layer_tensors(md, l, &p, &g);
         if (mlp_cuda_backward_layer(&md->dims, &p, &g, gpu, l, n) != 0) return cuda_failed(gpu);
         ACX_TRY(acx_unit_grads_ready(md->unit[l]));
         ACX_TRY(acx_unit_release(md->unit[l]));
@@ -604,37 +613,51 @@ static acx_status_t evaluate(acx_accelerator_t *acc, model_t *md, acx_dataloader
     int64_t hits = 0, seen = 0;
     acx_status_t st = ACX_OK;
     const acx_batch_t *batch;
-    mlp_tensors_t p, g;
+    mlp_tensors_t p;
     if ((acx_is_main_process(acc) && all == NULL) || mine == NULL) {
         fprintf(stderr, "acx-fmnist: out of memory\n");
         st = ACX_ERR_NO_MEMORY;
         goto out;
     }
-    ACX_TRY(acx_dataloader_set_epoch(test, 0));
-    while ((st = acx_dataloader_next(test, &batch)) == ACX_OK) {
+/* every failure below leaves through out, which frees the buffers */
+#define EVAL_TRY(call)                                                                             \
+    do {                                                                                           \
+        if ((st = (call)) != ACX_OK) goto out;                                                     \
+    } while (0)
+    EVAL_TRY(acx_dataloader_set_epoch(test, 0));
+    while ((st = acx_dataloader_next(test, &batch)) == ACX_OK && batch != NULL) {
         int n = (int)batch->size;
-        ACX_TRY(check_labels(batch, md->dims.out));
-        for (int l = 0; l < MLP_LAYERS; l++)
-            ACX_TRY(acx_unit_acquire(md->unit[l]));
-        model_tensors(md, &p, &g);
+        EVAL_TRY(check_labels(batch, md->dims.out));
 #if FMNIST_DEVICE_PATH
         if (gpu != NULL) {
             int hits_unused;
-            if (mlp_cuda_load_batch(gpu, &md->dims, batch->tensors[0], batch->tensors[1], n) != 0 ||
-                mlp_cuda_forward(&md->dims, &p, gpu, n) != 0 ||
-                mlp_cuda_count_correct(&md->dims, gpu, n, mine, &hits_unused) != 0) {
+            if (mlp_cuda_load_batch(gpu, &md->dims, batch->tensors[0], batch->tensors[1], n) != 0) {
                 st = cuda_failed(gpu);
                 goto out;
             }
-            for (int l = 0; l < MLP_LAYERS; l++)
-                ACX_TRY(acx_unit_release(md->unit[l]));
+            for (int l = 0; l < MLP_LAYERS; l++) { /* acquire, forward, release */
+                EVAL_TRY(acx_unit_acquire(md->unit[l]));
+                layer_tensors(md, l, &p, NULL);
+                if (mlp_cuda_forward_layer(&md->dims, &p, gpu, l, n) != 0) {
+                    st = cuda_failed(gpu);
+                    goto out;
+                }
+                EVAL_TRY(acx_unit_release(md->unit[l]));
+            }
+            if (mlp_cuda_count_correct(&md->dims, gpu, n, mine, &hits_unused) != 0) {
+                st = cuda_failed(gpu);
+                goto out;
+            }
         } else
 #endif
         {
             mlp_load_input(ws, &md->dims, batch->tensors[0], n);
-            mlp_forward(&md->dims, &p, ws, n);
-            for (int l = 0; l < MLP_LAYERS; l++)
-                ACX_TRY(acx_unit_release(md->unit[l]));
+            for (int l = 0; l < MLP_LAYERS; l++) { /* acquire, forward, release */
+                EVAL_TRY(acx_unit_acquire(md->unit[l]));
+                layer_tensors(md, l, &p, NULL);
+                mlp_forward_layer(&md->dims, &p, ws, l, n);
+                EVAL_TRY(acx_unit_release(md->unit[l]));
+            }
             mlp_count_correct(&md->dims, ws, batch->tensors[1], n, mine);
         }
         int64_t got = 0;
@@ -645,7 +668,7 @@ static acx_status_t evaluate(acx_accelerator_t *acc, model_t *md, acx_dataloader
             hits += all[seen + i];
         seen += got;
     }
-    if (st != ACX_END_OF_DATA) goto out;
+    if (st != ACX_OK) goto out;
     st = ACX_OK;
     if (acx_is_main_process(acc) && seen != n_test)
         fprintf(stderr, "acx-fmnist: warning: evaluated %lld of %lld test samples\n",
@@ -657,6 +680,7 @@ static acx_status_t evaluate(acx_accelerator_t *acc, model_t *md, acx_dataloader
     st = acx_reduce_scalar(acc, acx_is_main_process(acc) ? acc_local : 0.0, ACX_OP_SUM, &acc_local);
     *accuracy_p = acc_local;
 out:
+#undef EVAL_TRY
     free(all);
     free(mine);
     return st;
@@ -935,7 +959,7 @@ static int run(int argc, char **argv) {
      * (checkpoints go to its checkpoints/ subdirectory, made by acx). */
     double bad = 0.0;
     if (!o.save && acx_is_main_process(acc) && mkdir_p(c->project_dir) != 0) bad = 1.0;
-    CHECK(acx_wait_for_everyone(acc));
+    CHECK(acx_barrier(acc));
     if (o.metrics && acx_is_main_process(acc) && (metrics = fopen(o.metrics, "a")) == NULL) {
         fprintf(stderr, "acx-fmnist: cannot open metrics file '%s': %s\n", o.metrics,
                 strerror(errno));
@@ -969,7 +993,7 @@ static int run(int argc, char **argv) {
         const acx_batch_t *batch;
         double loss_sum = 0.0, window_loss = 0.0, t0 = now_s(), tw = t0;
         int64_t nb = 0, window = 0, window_samples = 0;
-        while ((st = acx_dataloader_next(train, &batch)) == ACX_OK) {
+        while ((st = acx_dataloader_next(train, &batch)) == ACX_OK && batch != NULL) {
             double loss;
             CHECK(acx_accumulate_begin(acc));
             CHECK(train_step(acc, &md, &ws, gpu, batch, &loss));
@@ -987,8 +1011,8 @@ static int run(int argc, char **argv) {
             }
             /* A preemption signal: every rank stops at this step, whose
              * checkpoint acx has just saved. */
-            if ((st = acx_accumulate_end(acc)) == ACX_PREEMPTED) goto preempted;
-            if (st != ACX_OK) goto fail;
+            if ((st = acx_accumulate_end(acc)) != ACX_OK) goto fail;
+            if (acx_preempted(acc)) goto preempted;
             loss_sum += loss;
             window_loss += loss;
             nb++;
@@ -1013,7 +1037,7 @@ static int run(int argc, char **argv) {
                 tw = t;
             }
         }
-        if (st != ACX_END_OF_DATA) goto fail;
+        if (st != ACX_OK) goto fail;
         double epoch_time = now_s() - t0;
         train_time += epoch_time;
         int64_t epoch_samples = acx_dataloader_num_batches(train) * global_batch;
@@ -1050,10 +1074,12 @@ static int run(int argc, char **argv) {
     goto done;
 
 preempted:
-    acx_print(acc, "acx-fmnist: preempted at step %lld (epoch %d, batch %lld of %lld): %s\n",
+    acx_print(acc,
+              "acx-fmnist: preempted at step %lld (epoch %d, batch %lld of %lld): checkpoint "
+              "saved; exit %d and resume from it\n",
               (long long)acx_step(acc), (int)acx_dataloader_epoch(train) + 1,
               (long long)acx_dataloader_position(train), (long long)steps_per_epoch,
-              acx_last_error());
+              ACX_EXIT_PREEMPTED);
     rc = ACX_EXIT_PREEMPTED;
     goto done;
 

@@ -56,25 +56,28 @@ void mlp_load_input(mlp_workspace_t *ws, const mlp_dims_t *d, const uint8_t *pix
         ws->x[i] = ((float)pixels[i] / 255.0f - FMNIST_MEAN) / FMNIST_STD;
 }
 
-void mlp_forward(const mlp_dims_t *d, const mlp_tensors_t *p, mlp_workspace_t *ws, int batch) {
-    const float *in = ws->x;
-    for (int l = 0; l < MLP_LAYERS; l++) {
-        int fi = mlp_fan_in(d, l), fo = mlp_fan_out(d, l);
-        float *out = ws->act[l];
-        /* out[B x fo] = in[B x fi] . W^T, W [fo x fi]; then + b, ReLU on hidden layers */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, batch, fo, fi, 1.0f, in, fi, p->w[l],
-                    fi, 0.0f, out, fo);
-        const float *b = p->b[l];
-        int relu = l < MLP_LAYERS - 1;
-        for (int i = 0; i < batch; i++) {
-            float *row = out + (size_t)i * fo;
-            for (int j = 0; j < fo; j++) {
-                float v = row[j] + b[j];
-                row[j] = relu && v < 0.0f ? 0.0f : v;
-            }
+void mlp_forward_layer(const mlp_dims_t *d, const mlp_tensors_t *p, mlp_workspace_t *ws, int l,
+                       int batch) {
+    const float *in = l == 0 ? ws->x : ws->act[l - 1];
+    int fi = mlp_fan_in(d, l), fo = mlp_fan_out(d, l);
+    float *out = ws->act[l];
+    /* out[B x fo] = in[B x fi] . W^T, W [fo x fi]; then + b, ReLU on hidden layers */
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, batch, fo, fi, 1.0f, in, fi, p->w[l], fi,
+                0.0f, out, fo);
+    const float *b = p->b[l];
+    int relu = l < MLP_LAYERS - 1;
+    for (int i = 0; i < batch; i++) {
+        float *row = out + (size_t)i * fo;
+        for (int j = 0; j < fo; j++) {
+            float v = row[j] + b[j];
+            row[j] = relu && v < 0.0f ? 0.0f : v;
         }
-        in = out;
     }
+}
+
+void mlp_forward(const mlp_dims_t *d, const mlp_tensors_t *p, mlp_workspace_t *ws, int batch) {
+    for (int l = 0; l < MLP_LAYERS; l++)
+        mlp_forward_layer(d, p, ws, l, batch);
 }
 
 double mlp_loss(const mlp_dims_t *d, mlp_workspace_t *ws, const uint8_t *labels, int batch) {

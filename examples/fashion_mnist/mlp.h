@@ -53,6 +53,12 @@ void mlp_load_input(mlp_workspace_t *ws, const mlp_dims_t *d, const uint8_t *pix
 /* Forward pass over ws->x: fills ws->act[*] (logits in act[2]). */
 void mlp_forward(const mlp_dims_t *d, const mlp_tensors_t *p, mlp_workspace_t *ws, int batch);
 
+/* One layer of mlp_forward (0, 1, 2 in that order): ws->act[l] from its
+ * input (ws->x or act[l - 1]); reads p->w[l] and p->b[l] only, so only
+ * layer l's parameters need to be acquired. */
+void mlp_forward_layer(const mlp_dims_t *d, const mlp_tensors_t *p, mlp_workspace_t *ws, int layer,
+                       int batch);
+
 /* Mean softmax cross-entropy over the batch, and d(loss)/d(logits) into
  * ws->dact ([B x out], already divided by B). Returns the mean loss. */
 double mlp_loss(const mlp_dims_t *d, mlp_workspace_t *ws, const uint8_t *labels, int batch);

@@ -251,18 +251,22 @@ static int gemm(mlp_cuda_t *c, cublasOperation_t ta, cublasOperation_t tb, int m
     return 0;
 }
 
+int mlp_cuda_forward_layer(const mlp_dims_t *d, const mlp_tensors_t *p, mlp_cuda_t *c, int l,
+                           int batch) {
+    if (check_batch(c, batch, "mlp_cuda_forward_layer")) return -1;
+    const float *in = l == 0 ? c->x : c->act[l - 1];
+    int fi = mlp_fan_in(d, l), fo = mlp_fan_out(d, l);
+    if (gemm(c, CUBLAS_OP_T, CUBLAS_OP_N, fo, batch, fi, p->w[l], fi, in, fi, 0.0f, c->act[l], fo,
+             layer_names[l], "forward"))
+        return -1;
+    CU_NAMED(mlpk_bias_act(c->act[l], p->b[l], batch, fo, l < MLP_LAYERS - 1, stream_of(c)),
+             "launching mlpk_bias_act", layer_names[l]);
+    return 0;
+}
+
 int mlp_cuda_forward(const mlp_dims_t *d, const mlp_tensors_t *p, mlp_cuda_t *c, int batch) {
-    if (check_batch(c, batch, "mlp_cuda_forward")) return -1;
-    const float *in = c->x;
-    for (int l = 0; l < MLP_LAYERS; l++) {
-        int fi = mlp_fan_in(d, l), fo = mlp_fan_out(d, l);
-        if (gemm(c, CUBLAS_OP_T, CUBLAS_OP_N, fo, batch, fi, p->w[l], fi, in, fi, 0.0f, c->act[l],
-                 fo, layer_names[l], "forward"))
-            return -1;
-        CU_NAMED(mlpk_bias_act(c->act[l], p->b[l], batch, fo, l < MLP_LAYERS - 1, stream_of(c)),
-                 "launching mlpk_bias_act", layer_names[l]);
-        in = c->act[l];
-    }
+    for (int l = 0; l < MLP_LAYERS; l++)
+        if (mlp_cuda_forward_layer(d, p, c, l, batch)) return -1;
     return 0;
 }
 
@@ -284,13 +288,6 @@ int mlp_cuda_loss_value(mlp_cuda_t *c, double *loss_p) {
     CU_NAMED(cudaEventSynchronize((cudaEvent_t)c->loss_ready), "cudaEventSynchronize",
              "waiting for the loss");
     *loss_p = *c->loss_host;
-    return 0;
-}
-
-int mlp_cuda_scale_dloss(const mlp_dims_t *d, mlp_cuda_t *c, int batch, float scale) {
-    if (check_batch(c, batch, "mlp_cuda_scale_dloss")) return -1;
-    CUBLAS(cublasSscal((cublasHandle_t)c->cublas, batch * d->out, &scale, c->dact, 1),
-           "cublasSscal", "loss scaling of the logits' gradient");
     return 0;
 }
 

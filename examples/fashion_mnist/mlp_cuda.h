@@ -96,6 +96,11 @@ int mlp_cuda_load_batch(mlp_cuda_t *c, const mlp_dims_t *d, const uint8_t *pixel
  * act[2]), as mlp_forward. */
 int mlp_cuda_forward(const mlp_dims_t *d, const mlp_tensors_t *p, mlp_cuda_t *c, int batch);
 
+/* One layer of mlp_cuda_forward (0, 1, 2 in that order), as
+ * mlp_forward_layer: reads p->w[l] and p->b[l] only. */
+int mlp_cuda_forward_layer(const mlp_dims_t *d, const mlp_tensors_t *p, mlp_cuda_t *c, int layer,
+                           int batch);
+
 /* Mean softmax cross-entropy over the batch and d(loss)/d(logits) into
  * c->dact ([B x out], divided by B), as mlp_loss; the mean stays on the
  * device until mlp_cuda_loss_value asks for it. */
@@ -104,10 +109,6 @@ int mlp_cuda_loss(const mlp_dims_t *d, mlp_cuda_t *c, int batch);
 /* The mean loss of the last mlp_cuda_loss: waits for that loss only (not
  * for work enqueued after it, such as the backward). */
 int mlp_cuda_loss_value(mlp_cuda_t *c, double *loss_p);
-
-/* c->dact[B x out] *= scale (fp16 loss scaling; one rounding per element,
- * as fmnist.c's host loop). */
-int mlp_cuda_scale_dloss(const mlp_dims_t *d, mlp_cuda_t *c, int batch, float scale);
 
 /* Backward through layer l (2, 1, 0 in that order), ADDING dW, db into the
  * device tensors g (beta = 1: micro-batches accumulate) and leaving the

@@ -44,7 +44,8 @@ int main(int argc, char **argv) {
     const acx_batch_t *batch;
     double loss_sum = 0;
     int64_t steps = 0;
-    while (acx_dataloader_next(dl, &batch) == ACX_OK) { /* this rank's share of the epoch */
+    while (acx_dataloader_next(dl, &batch) == ACX_OK &&
+           batch != NULL) { /* this rank's share of the epoch */
         const unsigned char *x = batch->tensors[0], *y = batch->tensors[1]; /* [n x 784], [n] */
         acx_accumulate_begin(acc);
         acx_unit_acquire(fc);

@@ -102,9 +102,6 @@ ACX_API acx_status_t acx_set_compute_stream(acx_accelerator_t *acc, void *stream
 /* The resolved configuration (read-only; owned by acc). */
 ACX_API const acx_config_t *acx_get_config(const acx_accelerator_t *acc);
 
-/* Barrier over all ranks (Accelerate's wait_for_everyone). Collective. */
-ACX_API acx_status_t acx_wait_for_everyone(acx_accelerator_t *acc);
-
 /* ---- training ---- */
 
 /* Plan storage and communication for the model and bind the optimizer:
@@ -128,8 +125,9 @@ ACX_API acx_status_t acx_prepare(acx_accelerator_t *acc, acx_model_t *model,
 ACX_API acx_status_t acx_accumulate_begin(acx_accelerator_t *acc);
 /* acx_accumulate_end on a boundary counts the optimizer step, saves when
  * checkpoint.save_every_steps divides it, and handles a pending preemption
- * (below): collective on boundaries. Returns ACX_OK, ACX_PREEMPTED (stop
- * now: the checkpoint is saved), or the errors of acx_save_state. */
+ * (below): collective on boundaries. Returns ACX_OK — also when the job
+ * must stop for preemption, which acx_preempted(acc) then says (the
+ * checkpoint is saved) — or the errors of acx_save_state. */
 ACX_API acx_status_t acx_accumulate_end(acx_accelerator_t *acc);
 
 /* ---- preemption and time limits (docs/slurm.md) ----
@@ -140,8 +138,13 @@ ACX_API acx_status_t acx_accumulate_end(acx_accelerator_t *acc);
  * small all-reduce per boundary, skipped when preemption.signals is
  * "none"), saves a checkpoint with acx_save_state(acc, NULL) (the same
  * step on every rank), inside a Slurm job with preemption.requeue set has
- * rank 0 run `scontrol requeue $SLURM_JOB_ID`, and returns ACX_PREEMPTED on
- * every rank. The program should then leave its loop, call acx_finalize and
+ * rank 0 run `scontrol requeue $SLURM_JOB_ID`, and returns ACX_OK with
+ * acx_preempted(acc) nonzero on every rank:
+ *
+ *     ACX_TRY(acx_accumulate_end(acc));
+ *     if (acx_preempted(acc)) break;     the checkpoint is saved
+ *
+ * The program should then leave its loop, call acx_finalize and
  * exit with ACX_EXIT_PREEMPTED; with resume: auto the next run continues
  * from the checkpoint at acx_prepare. Repeated signals are ignored while a
  * stop is pending, except a second SIGINT (Ctrl-C twice), which ends the
@@ -152,8 +155,9 @@ ACX_API acx_status_t acx_accumulate_end(acx_accelerator_t *acc);
  * (timeout(1)), 77/99 (the test harness) and 128+N (killed by signal N). */
 #define ACX_EXIT_PREEMPTED 75
 
-/* Nonzero once acx_accumulate_end has returned ACX_PREEMPTED (the job
- * agreed to stop and its checkpoint is saved). Not collective. */
+/* Nonzero once an acx_accumulate_end found a preemption signal: every rank
+ * agreed to stop at that boundary and its checkpoint is saved. The same on
+ * every rank. Not collective. */
 ACX_API int acx_preempted(const acx_accelerator_t *acc);
 
 /* Nonzero when the current micro-step ends at a synchronization boundary:
@@ -193,11 +197,24 @@ ACX_API acx_status_t acx_clip_grad_value(acx_accelerator_t *acc, double clip_val
 
 /* ---- mixed precision and loss normalization ---- */
 
-/* The factor to multiply the loss (the seed of backward) by: the fp16 loss
- * scale (torch.amp.GradScaler, initially loss_scale.init = 2^16; halved on
- * an overflow, doubled after loss_scale.growth_interval clean steps), or
- * exactly 1 unless mixed_precision is fp16. acx divides it out of the
- * reduced gradients before clipping and the optimizer step. */
+/* Start backward from the loss, as Accelerate's backward(loss) does with
+ * its GradScaler: multiply the seed of backward — seed [count] float32,
+ * dL/d(output) of this micro-step's loss, in the accelerator's memory (host
+ * memory, or device memory with device_state cuda, on the compute stream) —
+ * in place by the current loss scale (one float multiplication per element;
+ * nothing when the scale is 1, i.e. always unless mixed_precision is fp16).
+ * Call it once per micro-step, between the loss and the first gradient the
+ * program adds; acx divides the scale out of the reduced gradients before
+ * clipping and the optimizer step. Not collective.
+ * Errors: ACX_ERR_INVALID_ARG (acc NULL, seed NULL with count > 0; a host
+ * pointer with emulated device state), ACX_ERR_CUDA. */
+ACX_API acx_status_t acx_backward_begin(acx_accelerator_t *acc, float *seed, size_t count);
+
+/* The current loss scale, for logging (what acx_backward_begin multiplies
+ * by): torch.amp.GradScaler's get_scale — initially loss_scale.init = 2^16,
+ * halved on an overflow, doubled after loss_scale.growth_interval clean
+ * steps — or exactly 1 unless mixed_precision is fp16. Programs never
+ * multiply by it themselves: acx_backward_begin does. */
 ACX_API double acx_loss_scale(const acx_accelerator_t *acc);
 
 /* Tell acx this micro-step's (unscaled) loss. Optional; under fp16 it lets

@@ -1,9 +1,26 @@
 /*
  * acx/collectives.h — collectives over the world, through the accelerator's
- * backend (MPI on host memory; NCCL on device memory when built and chosen),
- * and the evaluation helpers built on them (Accelerate's gather_for_metrics,
- * pad_across_processes, reduce, main_process_first and the cross-rank
- * trigger).
+ * backend, and the evaluation helpers built on them (Accelerate's
+ * gather_for_metrics, pad_across_processes, reduce, main_process_first and
+ * the cross-rank trigger).
+ *
+ * Two memory spaces, never mixed up by the backend:
+ *   - the collectives (all-reduce ... barrier and their async forms) move
+ *     the ACCELERATOR'S memory: where acx_device_state says model state
+ *     lives — host memory with host state, device memory with device_state
+ *     cuda — with every backend. (Once they moved host memory on MPI and
+ *     device memory on NCCL, so a program that worked on one backend
+ *     faulted on the other.) A host pointer with device state is refused
+ *     (ACX_ERR_INVALID_ARG) on MPI as on NCCL; acx_buffer_alloc
+ *     (acx/memory.h) gives buffers of the right kind;
+ *   - the evaluation helpers (acx_reduce, acx_reduce_scalar,
+ *     acx_gather_for_metrics, acx_pad_across_processes, the trigger) move
+ *     HOST memory, whatever the state and backend: metrics, predictions,
+ *     flags.
+ *
+ * The collectives are macros over exported *_at functions that carry the
+ * call site (see "Call sites" at the end); their signatures are given in
+ * comments where they are documented.
  *
  * All functions here are collective over every rank of the world, with the
  * same count, dtype and op everywhere (acx_request_wait/test and
@@ -34,16 +51,16 @@ extern "C" {
  *     float64, float16 and bfloat16. float16/bfloat16 SUM and AVG accumulate
  *     in float32 and round to nearest even once, at the end; MAX/MIN of them
  *     is exact, with NaN propagating.
- *   - Buffers are host memory with the MPI backend. A blocking call may
+ *   - Buffers are the accelerator's memory (above). A blocking call may
  *     reuse them on return; an async call owns them until acx_request_wait
  *     returns (or acx_request_test reported completion): do not read the
  *     output or write the input before that.
  *   - Errors (the same on every rank when the arguments are the same):
  *     ACX_ERR_INVALID_ARG (acc NULL, a NULL buffer with count > 0, a bad
  *     dtype, op or root, req_p NULL, overlapping buffers other than the
- *     in-place forms), ACX_ERR_NOT_SUPPORTED (AVG of an integer dtype; a
- *     reduce-scatter above INT_MAX elements per rank), ACX_ERR_NO_MEMORY,
- *     ACX_ERR_MPI (MPI's own message).
+ *     in-place forms, a host buffer with device state), ACX_ERR_NOT_SUPPORTED (AVG of an integer
+ * dtype; a reduce-scatter above INT_MAX elements per rank), ACX_ERR_NO_MEMORY, ACX_ERR_MPI (MPI's
+ * own message).
  */
 
 /* A pending non-blocking collective, from one of the *_async calls. */
@@ -52,66 +69,64 @@ typedef struct acx_request acx_request_t;
 /* All-reduce: recvbuf [count] on every rank = op over ranks of sendbuf
  * [count] (element-wise). In place: sendbuf == recvbuf, or sendbuf NULL
  * (recvbuf is then the input and the output). torch.distributed.all_reduce. */
-ACX_API acx_status_t acx_all_reduce(acx_accelerator_t *acc, const void *sendbuf, void *recvbuf,
-                                    size_t count, acx_dtype_t dtype, acx_red_op_t op);
+/*   acx_status_t acx_all_reduce(acx_accelerator_t *acc, const void *sendbuf, void *recvbuf, size_t
+ * count, acx_dtype_t dtype, acx_red_op_t op) */
 
 /* Non-blocking acx_all_reduce: starts it and writes *req_p (only on
  * success); complete it with acx_request_wait. */
-ACX_API acx_status_t acx_all_reduce_async(acx_accelerator_t *acc, const void *sendbuf,
-                                          void *recvbuf, size_t count, acx_dtype_t dtype,
-                                          acx_red_op_t op, acx_request_t **req_p);
+/*   acx_status_t acx_all_reduce_async(acx_accelerator_t *acc, const void *sendbuf, void *recvbuf,
+ * size_t count, acx_dtype_t dtype, acx_red_op_t op, acx_request_t **req_p) */
 
 /* Reduce-scatter: sendbuf is [world_size x count] (block r = elements
  * [r * count, (r + 1) * count)); recvbuf [count] on rank r = op over ranks of
  * block r. In place (NCCL's rule): recvbuf == sendbuf + rank * count
  * elements; sendbuf may then be overwritten anywhere. Any other overlap is
  * ACX_ERR_INVALID_ARG. torch.distributed.reduce_scatter_tensor. */
-ACX_API acx_status_t acx_reduce_scatter(acx_accelerator_t *acc, const void *sendbuf, void *recvbuf,
-                                        size_t count, acx_dtype_t dtype, acx_red_op_t op);
+/*   acx_status_t acx_reduce_scatter(acx_accelerator_t *acc, const void *sendbuf, void *recvbuf,
+ * size_t count, acx_dtype_t dtype, acx_red_op_t op) */
 
 /* Non-blocking acx_reduce_scatter; complete with acx_request_wait. */
-ACX_API acx_status_t acx_reduce_scatter_async(acx_accelerator_t *acc, const void *sendbuf,
-                                              void *recvbuf, size_t count, acx_dtype_t dtype,
-                                              acx_red_op_t op, acx_request_t **req_p);
+/*   acx_status_t acx_reduce_scatter_async(acx_accelerator_t *acc, const void *sendbuf, void
+ * *recvbuf, size_t count, acx_dtype_t dtype, acx_red_op_t op, acx_request_t **req_p) */
 
 /* Broadcast: buf [count] of rank root is copied into buf [count] of every
  * other rank (bit for bit, any dtype). root in 0..world_size-1. */
-ACX_API acx_status_t acx_broadcast(acx_accelerator_t *acc, void *buf, size_t count,
-                                   acx_dtype_t dtype, int root);
+/*   acx_status_t acx_broadcast(acx_accelerator_t *acc, void *buf, size_t count, acx_dtype_t dtype,
+ * int root) */
 
 /* Non-blocking acx_broadcast; complete with acx_request_wait. */
-ACX_API acx_status_t acx_broadcast_async(acx_accelerator_t *acc, void *buf, size_t count,
-                                         acx_dtype_t dtype, int root, acx_request_t **req_p);
+/*   acx_status_t acx_broadcast_async(acx_accelerator_t *acc, void *buf, size_t count, acx_dtype_t
+ * dtype, int root, acx_request_t **req_p) */
 
 /* All-gather: recvbuf [world_size x count] on every rank gets every rank's
  * sendbuf [count], in rank order (bit for bit). In place: sendbuf == recvbuf
  * + rank * count elements. torch.distributed.all_gather_into_tensor. */
-ACX_API acx_status_t acx_all_gather(acx_accelerator_t *acc, const void *sendbuf, void *recvbuf,
-                                    size_t count, acx_dtype_t dtype);
+/*   acx_status_t acx_all_gather(acx_accelerator_t *acc, const void *sendbuf, void *recvbuf, size_t
+ * count, acx_dtype_t dtype) */
 
 /* Non-blocking acx_all_gather; complete with acx_request_wait. */
-ACX_API acx_status_t acx_all_gather_async(acx_accelerator_t *acc, const void *sendbuf,
-                                          void *recvbuf, size_t count, acx_dtype_t dtype,
-                                          acx_request_t **req_p);
+/*   acx_status_t acx_all_gather_async(acx_accelerator_t *acc, const void *sendbuf, void *recvbuf,
+ * size_t count, acx_dtype_t dtype, acx_request_t **req_p) */
 
 /* Gather to one rank: on root, recvbuf [world_size x count] gets every
  * rank's sendbuf [count] in rank order; on the other ranks recvbuf is not
  * used and may be NULL. In place on root: sendbuf == recvbuf + root * count
  * elements. torch.distributed.gather. */
-ACX_API acx_status_t acx_gather(acx_accelerator_t *acc, const void *sendbuf, void *recvbuf,
-                                size_t count, acx_dtype_t dtype, int root);
+/*   acx_status_t acx_gather(acx_accelerator_t *acc, const void *sendbuf, void *recvbuf, size_t
+ * count, acx_dtype_t dtype, int root) */
 
 /* Non-blocking acx_gather; complete with acx_request_wait. */
-ACX_API acx_status_t acx_gather_async(acx_accelerator_t *acc, const void *sendbuf, void *recvbuf,
-                                      size_t count, acx_dtype_t dtype, int root,
-                                      acx_request_t **req_p);
+/*   acx_status_t acx_gather_async(acx_accelerator_t *acc, const void *sendbuf, void *recvbuf,
+ * size_t count, acx_dtype_t dtype, int root, acx_request_t **req_p) */
 
-/* Barrier: returns once every rank has entered it (the same as
- * acx_wait_for_everyone). */
-ACX_API acx_status_t acx_barrier(acx_accelerator_t *acc);
+/* Barrier: returns once every rank has entered it — Accelerate's
+ * wait_for_everyone, torch.distributed.barrier. (acx once exported both
+ * names for this one call; acx_barrier stays, since it has the non-blocking
+ * form and the debug-mode call site.) */
+/*   acx_status_t acx_barrier(acx_accelerator_t *acc) */
 
 /* Non-blocking barrier: the request completes once every rank has started it. */
-ACX_API acx_status_t acx_barrier_async(acx_accelerator_t *acc, acx_request_t **req_p);
+/*   acx_status_t acx_barrier_async(acx_accelerator_t *acc, acx_request_t **req_p) */
 
 /* Complete req (blocking until the collective has finished on this rank)
  * and free it, whatever the status: req is invalid afterwards. Local (not
@@ -136,8 +151,8 @@ ACX_API acx_status_t acx_request_test(acx_request_t *req, int *done_p);
 
 /* Mean (op ACX_OP_AVG), sum, max or min of one double over ranks, into
  * *out_p (the same on every rank). The scalar form of acx_reduce. */
-ACX_API acx_status_t acx_reduce_scalar(acx_accelerator_t *acc, double value, acx_red_op_t op,
-                                       double *out_p);
+/*   acx_status_t acx_reduce_scalar(acx_accelerator_t *acc, double value, acx_red_op_t op, double
+ * *out_p) */
 
 /* Reduce an array across ranks, every rank getting the result: recvbuf
  * [count] = op over ranks of sendbuf [count], element-wise. op: ACX_OP_SUM,
@@ -150,8 +165,8 @@ ACX_API acx_status_t acx_reduce_scalar(acx_accelerator_t *acc, double value, acx
  * dtype, op ACX_OP_PROD or not an acx_red_op_t), ACX_ERR_NOT_SUPPORTED
  * (ACX_OP_AVG of an integer dtype: a mean of integers is not an integer;
  * reduce with ACX_OP_SUM and divide), ACX_ERR_NO_MEMORY, ACX_ERR_MPI. */
-ACX_API acx_status_t acx_reduce(acx_accelerator_t *acc, const void *sendbuf, void *recvbuf,
-                                size_t count, acx_dtype_t dtype, acx_red_op_t op);
+/*   acx_status_t acx_reduce(acx_accelerator_t *acc, const void *sendbuf, void *recvbuf, size_t
+ * count, acx_dtype_t dtype, acx_red_op_t op) */
 
 /* Gather per-sample values of a batch from every rank, dropping exactly the
  * even_batches padding (batch->num_padding trailing samples on each rank),
@@ -172,10 +187,9 @@ ACX_API acx_status_t acx_reduce(acx_accelerator_t *acc, const void *sendbuf, voi
  * every rank. Errors: ACX_ERR_INVALID_ARG (on every rank when a receiving
  * rank's capacity is too small: the message gives the needed count),
  * ACX_ERR_NOT_SUPPORTED (2 GiB or more gathered in one call), ACX_ERR_MPI. */
-ACX_API acx_status_t acx_gather_for_metrics(acx_accelerator_t *acc, const acx_batch_t *batch,
-                                            const void *local, size_t sample_bytes, void *out,
-                                            int64_t out_capacity, int to_main_only,
-                                            int64_t *count_p);
+/*   acx_status_t acx_gather_for_metrics(acx_accelerator_t *acc, const acx_batch_t *batch, const
+ * void *local, size_t sample_bytes, void *out, int64_t out_capacity, int to_main_only, int64_t
+ * *count_p) */
 
 /* Pad a ragged first dimension to the same length on every rank, so that
  * the buffers can then be all-gathered (Accelerate's pad_across_processes
@@ -194,10 +208,9 @@ ACX_API acx_status_t acx_gather_for_metrics(acx_accelerator_t *acc, const acx_ba
  * row_numel negative, buf NULL with data, a bad dtype, a pad_value the
  * dtype cannot hold — on the rank that passed it), ACX_ERR_NO_MEMORY,
  * ACX_ERR_MPI. */
-ACX_API acx_status_t acx_pad_across_processes(acx_accelerator_t *acc, const void *buf, int64_t rows,
-                                              int64_t row_numel, acx_dtype_t dtype,
-                                              double pad_value, int pad_first, void **out_p,
-                                              int64_t *max_rows_p);
+/*   acx_status_t acx_pad_across_processes(acx_accelerator_t *acc, const void *buf, int64_t rows,
+ * int64_t row_numel, acx_dtype_t dtype, double pad_value, int pad_first, void **out_p, int64_t
+ * *max_rows_p) */
 
 /*
  * "Main process first" (Accelerate's main_process_first context manager):
@@ -218,10 +231,10 @@ ACX_API acx_status_t acx_pad_across_processes(acx_accelerator_t *acc, const void
  * open block, end without begin, or the end of the other kind of block),
  * ACX_ERR_MPI.
  */
-ACX_API acx_status_t acx_main_process_first_begin(acx_accelerator_t *acc);
-ACX_API acx_status_t acx_main_process_first_end(acx_accelerator_t *acc);
-ACX_API acx_status_t acx_local_main_process_first_begin(acx_accelerator_t *acc);
-ACX_API acx_status_t acx_local_main_process_first_end(acx_accelerator_t *acc);
+/*   acx_status_t acx_main_process_first_begin(acx_accelerator_t *acc) */
+/*   acx_status_t acx_main_process_first_end(acx_accelerator_t *acc) */
+/*   acx_status_t acx_local_main_process_first_begin(acx_accelerator_t *acc) */
+/*   acx_status_t acx_local_main_process_first_end(acx_accelerator_t *acc) */
 
 /*
  * The cross-rank trigger (Accelerate's set_trigger/check_trigger), e.g. for
@@ -238,7 +251,7 @@ ACX_API acx_status_t acx_local_main_process_first_end(acx_accelerator_t *acc);
  * Errors: ACX_ERR_INVALID_ARG (acc or triggered_p NULL), ACX_ERR_MPI.
  */
 ACX_API acx_status_t acx_set_trigger(acx_accelerator_t *acc);
-ACX_API acx_status_t acx_check_trigger(acx_accelerator_t *acc, int *triggered_p);
+/*   acx_status_t acx_check_trigger(acx_accelerator_t *acc, int *triggered_p) */
 
 /* ---- debug mode and call sites ---- */
 
@@ -277,12 +290,14 @@ ACX_API acx_status_t acx_check_trigger(acx_accelerator_t *acc, int *triggered_p)
  * exchanged (a counter increments). The variable is read once, at the
  * first collective, and must be the same on every rank.
  *
- * Call sites: the names above are also macros that pass __FILE__ and
- * __LINE__ to the exported *_at functions below, so a debug report names
- * the program's own lines. The plain functions remain exported (a report
- * then says "unknown call site"); define ACX_NO_CALL_SITE before including
- * acx headers to call them directly (e.g. from a language binding), or
- * call the _at forms with a site of your own (file may be NULL).
+ * Call sites: the names above (their signatures are shown in comments)
+ * are macros that pass __FILE__ and __LINE__ to the exported *_at
+ * functions below, so a debug report names the program's own lines. Only
+ * the *_at forms are symbols: acx once exported every collective twice,
+ * under both names, which doubled the surface for no caller's benefit. A
+ * language binding defines ACX_NO_CALL_SITE before including acx headers
+ * (no macros) and calls the _at forms with a site of its own, or file
+ * NULL and line 0 (a report then says "unknown call site").
  */
 ACX_API acx_status_t acx_all_reduce_at(const char *file, int line, acx_accelerator_t *acc,
                                        const void *sendbuf, void *recvbuf, size_t count,

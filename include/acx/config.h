@@ -153,7 +153,7 @@ typedef enum acx_checkpoint_existing {
 
 /* Preemption and time limits (docs/slurm.md). A listed signal asks the job
  * to stop at the next synchronization boundary: the ranks agree, save a
- * checkpoint, and acx_accumulate_end returns ACX_PREEMPTED. */
+ * checkpoint, and acx_preempted() turns nonzero after acx_accumulate_end. */
 typedef struct acx_preemption_config {
     const char *signals; /* comma-separated names: USR1, USR2, TERM, INT, HUP, XCPU (SIG prefix
                             and case optional); "none" = no handler (default "USR1,TERM") */

@@ -80,9 +80,19 @@ ACX_API acx_status_t acx_dataloader_open(acx_accelerator_t *acc, const char *pat
                                          const acx_dataloader_options_t *opts,
                                          acx_dataloader_t **loader_p);
 
-/* Next batch of the current epoch. Returns ACX_END_OF_DATA (and no batch)
- * once the epoch is exhausted; the following call starts the next epoch
- * (or set it with acx_dataloader_set_epoch). Not collective.
+/* Next batch of the current epoch into *batch_p (valid until the next call
+ * on this loader). Once the epoch is exhausted, *batch_p = NULL with ACX_OK
+ * — the end of an epoch is not an error, so ACX_TRY may wrap the call:
+ *
+ *     for (;;) {
+ *         const acx_batch_t *b;
+ *         ACX_TRY(acx_dataloader_next(loader, &b));
+ *         if (b == NULL) break;                       end of the epoch
+ *         ...
+ *     }
+ *
+ * The following call starts the next epoch (or set it with
+ * acx_dataloader_set_epoch). Not collective.
  * Errors: ACX_ERR_HDF5/ACX_ERR_IO from the read; ACX_ERR_FORMAT "... is damaged: ..."
  * when HDF5 finds the file damaged (a Fletcher-32 or metadata checksum). */
 ACX_API acx_status_t acx_dataloader_next(acx_dataloader_t *loader, const acx_batch_t **batch_p);

@@ -66,6 +66,33 @@ typedef struct acx_memory_stats {
     int64_t comm_segments;
 } acx_memory_stats_t;
 
+/* ---- buffers in the accelerator's memory ----
+ *
+ * The collectives of acx/collectives.h move the accelerator's memory: host
+ * memory with host state, device memory with device_state cuda (or the
+ * emulated test device) — the memory acx_param_data points into — with
+ * every backend. These four calls give a program such buffers without
+ * including a CUDA header. Not collective. */
+
+/* *buf_p = bytes zero-filled bytes of the accelerator's memory (acx_device_state:
+ * host -> malloc'd memory, cuda -> device memory of acx_device(acc));
+ * 0 bytes gives a valid 1-byte buffer. Owned by the program, freed with
+ * acx_buffer_free. Not counted in acx_memory_stats (model state only).
+ * Errors: ACX_ERR_INVALID_ARG, ACX_ERR_NO_MEMORY, ACX_ERR_CUDA. */
+ACX_API acx_status_t acx_buffer_alloc(acx_accelerator_t *acc, size_t bytes, void **buf_p);
+
+/* Free a buffer of acx_buffer_alloc (after the device work enqueued on the
+ * compute stream is done); NULL is a no-op. */
+ACX_API void acx_buffer_free(acx_accelerator_t *acc, void *buf);
+
+/* Copy bytes from a buffer of the accelerator's memory to host memory, and
+ * back. Complete when they return (they wait for the work enqueued on the
+ * compute stream first). Errors: ACX_ERR_INVALID_ARG, ACX_ERR_CUDA. */
+ACX_API acx_status_t acx_buffer_to_host(acx_accelerator_t *acc, void *host, const void *buf,
+                                        size_t bytes);
+ACX_API acx_status_t acx_buffer_from_host(acx_accelerator_t *acc, void *buf, const void *host,
+                                          size_t bytes);
+
 /* This process's accounting (all accelerators of the process together).
  * Not collective. Errors: ACX_ERR_INVALID_ARG (stats_p NULL). */
 ACX_API acx_status_t acx_memory_stats(acx_memory_stats_t *stats_p);

@@ -287,7 +287,16 @@ static int device_step(mlp_cuda_t *cp, device_model_t *dm, const model_t *m, con
     MC(cp, mlp_cuda_sync(cp));
     CU(cudaMemcpy(r->dlogits, cp->dact, (size_t)n * dims.out * sizeof(float),
                   cudaMemcpyDeviceToHost));
-    if (scale != 1.0f) MC(cp, mlp_cuda_scale_dloss(&dims, cp, n, scale));
+    if (scale != 1.0f) { /* fp16 loss scaling as acx_backward_begin does it: one product each */
+        size_t nd = (size_t)n * (size_t)dims.out;
+        float *scaled = malloc(nd * sizeof *scaled);
+        if (scaled == NULL) goto error;
+        for (size_t i = 0; i < nd; i++)
+            scaled[i] = r->dlogits[i] * scale;
+        cudaError_t ce = cudaMemcpy(cp->dact, scaled, nd * sizeof(float), cudaMemcpyHostToDevice);
+        free(scaled);
+        CU(ce);
+    }
     for (int l = MLP_LAYERS - 1; l >= 0; l--)
         MC(cp, mlp_cuda_backward_layer(&dims, &dm->p, &dm->g, cp, l, n));
     MC(cp, mlp_cuda_loss_value(cp, &r->loss));

@@ -82,7 +82,11 @@
  *                there is refused ("is host memory"), while
  *                acx_reduce_scalar (host data, through MPI) sums 1..world;
  *                a compute stream with host state is refused, NULL
- *                accepted.
+ *                accepted; with device state on the MPI backend (which
+ *                could stage either kind) a host buffer given to
+ *                acx_all_reduce is refused all the same ("is host
+ *                memory"), and an acx_buffer_alloc buffer, filled and read
+ *                back with acx_buffer_from_host/to_host, sums 1..world.
  */
 #include <hdf5.h>
 #include <stdint.h>
@@ -557,6 +561,28 @@ error:
     return 1;
 }
 
+/* Device state on a host-memory backend: the collectives still take the
+ * accelerator's memory only (acx/collectives.h), as they do on NCCL. */
+static int check_space(net_t *net) {
+    float host[4] = {1, 2, 3, 4}, got[4];
+    void *buf = NULL;
+    CHECK_STATUS(acx_all_reduce(net->acc, host, host, 4, ACX_DTYPE_FLOAT32, ACX_OP_SUM),
+                 ACX_ERR_INVALID_ARG, "is host memory, but this accelerator's collectives move");
+    CHECK_OK(acx_buffer_alloc(net->acc, sizeof host, &buf));
+    for (int i = 0; i < 4; i++)
+        host[i] = (float)(rank + 1);
+    CHECK_OK(acx_buffer_from_host(net->acc, buf, host, sizeof host));
+    CHECK_OK(acx_all_reduce(net->acc, NULL, buf, 4, ACX_DTYPE_FLOAT32, ACX_OP_SUM));
+    CHECK_OK(acx_buffer_to_host(net->acc, got, buf, sizeof got));
+    for (int i = 0; i < 4; i++)
+        CHECK(got[i] == (float)(world * (world + 1) / 2));
+    acx_buffer_free(net->acc, buf);
+    return 0;
+error:
+    acx_buffer_free(net->acc, buf);
+    return 1;
+}
+
 static int test_refusals(void) {
     net_t net = {0};
     opts_t o = {.device = 1, .opt = OPT_SGD_MOM, .reduce = -1, .poison_step = -1};
@@ -570,6 +596,7 @@ static int test_refusals(void) {
         o.backend = 0;
     }
     CHECK_OK(net_open(&net, &o));
+    if (strcmp(net.m->ctx.world->ops->name, "mpi") == 0) CHECK(check_space(&net) == 0);
     CHECK_OK(acx_set_compute_stream(net.acc, NULL));
     CHECK_OK(acx_accumulate_begin(net.acc));
     CHECK_OK(backward(&net, 0, -1, NULL));

@@ -174,11 +174,12 @@ static int test_op_mismatch(void) {
     CHECK(st == ACX_ERR_INVALID_ARG && req == NULL);
     CHECK(has(acx_last_error(), "rank %d all_reduce_async(count 4, float32, sum)", size_ - 1));
 
-    /* a plain (no call site) function: reported, still compared */
+    /* no call site (a binding's NULL, 0 to the exported _at form): reported,
+     * still compared */
     if (rank_ == 0)
-        st = (acx_barrier)(acc);
+        st = acx_barrier_at(NULL, 0, acc);
     else
-        st = (acx_all_gather)(acc, v, v, 0, ACX_DTYPE_FLOAT32);
+        st = acx_all_gather_at(NULL, 0, acc, v, v, 0, ACX_DTYPE_FLOAT32);
     seq++;
     CHECK(st == ACX_ERR_INVALID_ARG);
     CHECK(has(acx_last_error(), "rank 0 barrier at unknown call site"));

@@ -31,7 +31,15 @@
  *                      with a report naming the barrier (and its call site)
  *                      and the unit's all-gather; a barrier on every rank
  *                      then succeeds.
- * On one rank only the first part runs (nothing can differ).
+ *   stale gradient     under FULL_SHARD and SHARD_GRAD_OP a program keeps
+ *   pointer            head's acx_param_grad pointer from step 1 and adds
+ *                      into it in step 2 (llm.c-style cached pointers): the
+ *                      buffer was handed to the reduce-scatter at step 1's
+ *                      boundary, so acx_unit_grads_ready of head fails with
+ *                      ACX_ERR_STATE on every rank, naming the parameter and
+ *                      "stale"; the same program fetching the pointer anew
+ *                      each step passes (the no-false-positive case above).
+ * On one rank only the first and last parts run (nothing can differ).
  */
 #include <mpi.h>
 #include <stdarg.h>
@@ -267,6 +275,48 @@ error:
     return 1;
 }
 
+/* ---- a gradient pointer kept across a boundary ---- */
+
+static int stale_pointer(int strategy) {
+    net_t net;
+    CHECK_OK(net_open(&net, strategy, 0));
+    const int h = NUNITS - 1;
+    const int64_t n = shapes[h][0] * shapes[h][1];
+    float *kept = NULL;
+    for (int step = 0; step < 2; step++) {
+        CHECK_OK(acx_accumulate_begin(net.acc));
+        for (int u = NUNITS - 1; u >= 0; u--) { /* backward only: the gradients matter here */
+            CHECK_OK(acx_unit_acquire(net.u[u]));
+            float *g = u == h && kept != NULL ? kept : acx_param_grad(net.p[u]);
+            CHECK(g != NULL);
+            if (u == h) kept = g; /* step 2 uses step 1's pointer */
+            for (int64_t i = 0; i < n && u == h; i++)
+                g[i] += 1.0f;
+            acx_status_t st = acx_unit_grads_ready(net.u[u]);
+            if (step == 1 && u == h) {
+                CHECK(st == ACX_ERR_STATE);
+                CHECK(has(acx_last_error(), "parameter '%s.weight'", unit_names[h]));
+                CHECK(has(acx_last_error(), "is stale"));
+                net_close(&net);
+                return 0;
+            }
+            CHECK_OK(st);
+            CHECK_OK(acx_unit_release(net.u[u]));
+        }
+        CHECK_OK(acx_backward_end(net.acc));
+        CHECK_OK(acx_optimizer_step(net.opt));
+        CHECK_OK(acx_accumulate_end(net.acc));
+    }
+    fprintf(stderr, "\n[r%d] the stale pointer was not reported\n", rank_);
+error:
+    net_close(&net);
+    return 1;
+}
+
+static int test_stale_grad_pointer(void) {
+    return stale_pointer(ACX_FULL_SHARD) | stale_pointer(ACX_SHARD_GRAD_OP);
+}
+
 int main(int argc, char **argv) {
     acx_test_mpi_begin(&argc, &argv, 120, &rank_, &size_);
     int failed = 0;
@@ -280,6 +330,8 @@ int main(int argc, char **argv) {
         failed |= acx_test_run_case("a public collective against a unit's all-gather",
                                     test_public_against_unit);
     }
+    failed |= acx_test_run_case("a gradient pointer kept across a boundary is reported stale",
+                                test_stale_grad_pointer);
     MPI_Finalize();
     return failed ? 1 : 0;
 }

@@ -11,7 +11,7 @@
  *     start (position q reads stream[q mod N]), drop_last keeps exactly
  *     floor(N/G)*G distinct rows, and ranks agree on the batch count where
  *     they must;
- *   - ACX_END_OF_DATA once per epoch, then the next epoch; prefetch 0 and 2
+ *   - a NULL batch (ACX_OK) once per epoch, then the next epoch; prefetch 0 and 2
  *     give identical sequences; set_epoch in mid-epoch restarts cleanly;
  *   - a read error (a corrupted, checksummed chunk) reaches next() from the
  *     prefetch thread, and the loader recovers with set_epoch;
@@ -161,8 +161,8 @@ static int run_epoch(acx_dataloader_t *dl, int64_t b, int64_t *rec) {
     int64_t k = 0;
     for (;;) {
         acx_status_t st = acx_dataloader_next(dl, &bt);
-        if (st == ACX_END_OF_DATA) break;
         CHECK_OK(st);
+        if (bt == NULL) break; /* the end of the epoch */
         CHECK(k < nb);
         CHECK(!check_batch(bt, b, epoch, k, nb));
         CHECK(acx_dataloader_position(dl) == k + 1);
@@ -394,9 +394,9 @@ static int test_read_error(void) {
         }
         int64_t k = 0, err_k = -1;
         acx_status_t st;
-        while ((st = acx_dataloader_next(dl, &bt)) == ACX_OK)
+        while ((st = acx_dataloader_next(dl, &bt)) == ACX_OK && bt != NULL)
             k++;
-        if (st != ACX_END_OF_DATA) {
+        if (st != ACX_OK) {
             err_k = k;
             failed |= st != ACX_ERR_FORMAT || strstr(acx_last_error(), "'/bad'") == NULL ||
                       strstr(acx_last_error(), "is damaged") == NULL ||
@@ -558,7 +558,7 @@ int main(int argc, char **argv) {
     failed |= test_read_error();
     failed |= test_bad_inputs();
 
-    acx_wait_for_everyone(acc);
+    acx_barrier(acc);
     if (rank == 0) {
         char cmd[300];
         snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);

@@ -64,7 +64,7 @@ static int run(const char *data) {
     const acx_batch_t *b;
     acx_status_t st;
     int64_t nb = 0;
-    while ((st = acx_dataloader_next(dl, &b)) == ACX_OK) {
+    while ((st = acx_dataloader_next(dl, &b)) == ACX_OK && b != NULL) {
         CHECK(b->size == 2);
         padded += b->num_padding;
         /* per-sample "prediction": the stored value v[i] = 100 + i */
@@ -79,7 +79,7 @@ static int run(const char *data) {
         total += got;
         nb++;
     }
-    CHECK(st == ACX_END_OF_DATA);
+    CHECK(st == ACX_OK && b == NULL); /* the end of the epoch */
     int64_t G = 2 * world, expect_batches = (N + G - 1) / G;
     CHECK(nb == expect_batches);
     CHECK(total == N);
@@ -160,7 +160,7 @@ static int gather_epoch(acx_accelerator_t *acc, const char *path, int64_t n, int
     int64_t seen[16] = {0}, total = 0, out[256], ref[256];
     const acx_batch_t *b;
     acx_status_t st;
-    while ((st = acx_dataloader_next(dl, &b)) == ACX_OK) {
+    while ((st = acx_dataloader_next(dl, &b)) == ACX_OK && b != NULL) {
         int64_t got = -1, want = reference_rows(b, ref, 256);
         CHECK(want >= 0);
         CHECK_OK(acx_gather_for_metrics(acc, b, b->indices, sizeof(int64_t), out, 256, to_main_only,
@@ -177,7 +177,7 @@ static int gather_epoch(acx_accelerator_t *acc, const char *path, int64_t n, int
         }
         total += got;
     }
-    CHECK(st == ACX_END_OF_DATA);
+    CHECK(st == ACX_OK && b == NULL); /* the end of the epoch */
     if (!to_main_only || rank == 0) {
         int64_t expect = drop_last ? n / G * G : n;
         CHECK(total == expect);
