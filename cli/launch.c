@@ -60,6 +60,7 @@
 
 #include "acx/acx.h"
 #include "base/config_resolve.h"
+#include "base/settings.h"
 #include "base/signal_list.h"
 #include "launch/env.h"
 #include "launch/command.h"
@@ -413,15 +414,16 @@ static int parse_options(int argc, char **argv, launch_options_t *o) {
  * *preempt_mask_p. */
 static int check_settings(const acx_launch_request_t *q, int *config_np_p, int *preempt_mask_p,
                           char *project_dir, size_t size) {
+    /* Each option sets its key's variable; the names come from the settings
+     * registry (base/settings.c), the one place they are spelled. */
     static const struct {
-        const char *option, *var;
+        const char *option, *key;
         size_t offset;
     } opts[] = {
-        {"--mixed-precision", "ACX_MIXED_PRECISION",
-         offsetof(acx_launch_request_t, mixed_precision)},
-        {"--sharding-strategy", "ACX_SHARDING_STRATEGY",
+        {"--mixed-precision", "mixed_precision", offsetof(acx_launch_request_t, mixed_precision)},
+        {"--sharding-strategy", "sharding_strategy",
          offsetof(acx_launch_request_t, sharding_strategy)},
-        {"--gradient-accumulation-steps", "ACX_GRADIENT_ACCUMULATION_STEPS",
+        {"--gradient-accumulation-steps", "gradient_accumulation_steps",
          offsetof(acx_launch_request_t, gradient_accumulation_steps)},
     };
     acx_resolved_config_t *cfg = malloc(sizeof *cfg);
@@ -434,7 +436,7 @@ static int check_settings(const acx_launch_request_t *q, int *config_np_p, int *
         const char *value = *(const char *const *)((const char *)q + opts[k].offset);
         if (value == NULL) continue;
         tool_env_reset(1);
-        tool_env_set(opts[k].var, value);
+        tool_env_set(acx_config_key(acx_config_key_index(opts[k].key))->env, value);
         if (acx_config_resolve(NULL, NULL, 0, NULL, tool_env, cfg) != ACX_OK) {
             const char *why = strstr(acx_last_error(), "expected");
             fprintf(stderr, "acx launch: invalid %s '%s'%s%s\nRun 'acx launch --help' for usage.\n",
@@ -445,8 +447,9 @@ static int check_settings(const acx_launch_request_t *q, int *config_np_p, int *
     }
     tool_env_reset(0);
     for (size_t k = 0; k < sizeof opts / sizeof opts[0]; k++)
-        tool_env_set(opts[k].var, *(const char *const *)((const char *)q + opts[k].offset));
-    if (q->debug) tool_env_set("ACX_LOG_LEVEL", "debug");
+        tool_env_set(acx_config_key(acx_config_key_index(opts[k].key))->env,
+                     *(const char *const *)((const char *)q + opts[k].offset));
+    if (q->debug) tool_env_set(acx_config_key(acx_config_key_index("log_level"))->env, "debug");
     if (acx_config_resolve(NULL, q->config_file, 0, NULL, tool_env, cfg) != ACX_OK) {
         rc = acx_failure(ACX_ERR_INVALID_CONFIG);
         goto out;
