@@ -124,6 +124,21 @@ acx_status_t acx_coll_select(acx_backend_kind_t kind, acx_device_state_t device_
     return ACX_OK;
 }
 
+acx_status_t acx_device_setup(const acx_coll_ops_t *ops, int local_rank, int local_size) {
+    if (ops == NULL) return ACX_ERROR(ACX_ERR_INVALID_ARG, "device setup: ops is NULL");
+    acx_device_need_t need = ops->emulated        ? ACX_DEVICE_NEED_EMULATED
+                             : ops->device_memory ? ACX_DEVICE_NEED_CUDA
+                                                  : ACX_DEVICE_NEED_HOST;
+    char why[256], user[96];
+    if (need == ACX_DEVICE_NEED_CUDA && acx_device_count(why, sizeof why) == 0)
+        return ACX_ERROR(ACX_ERR_NOT_SUPPORTED,
+                         "the %s backend needs a CUDA device, and this rank has none: %s; use "
+                         "backend: mpi (ACX_BACKEND=mpi)",
+                         ops->name, why);
+    snprintf(user, sizeof user, "%s backend", ops->name);
+    return acx_device_select(need, user, local_rank, local_size);
+}
+
 void acx_coll_abort_all(void) {
 #if ACX_HAVE_NCCL
     acx_coll_nccl_abort_all();

@@ -124,6 +124,16 @@ acx_status_t acx_coll_decide(acx_backend_kind_t kind, acx_device_state_t device_
 acx_status_t acx_coll_select(acx_backend_kind_t kind, acx_device_state_t device_state,
                              const acx_coll_ops_t **ops_p);
 
+/* Bind the device the backend's memory needs (device/device.h's
+ * acx_device_select): a CUDA device for a backend on device memory
+ * (ops->device_memory), none for a host-memory backend or for a test double
+ * on the emulated device (ops->emulated); logs the "device:" info line.
+ * local_rank/local_size: this rank on its node. Not collective (callers
+ * agree on the outcome). Errors: ACX_ERR_NOT_SUPPORTED (device backend, no
+ * device visible: the message says to use backend: mpi),
+ * ACX_ERR_INVALID_ARG, ACX_ERR_CUDA (cudaSetDevice failed). */
+acx_status_t acx_device_setup(const acx_coll_ops_t *ops, int local_rank, int local_size);
+
 /* Duplicate `parent` and bind it to ops. Collective over parent. */
 acx_status_t acx_comm_create(MPI_Comm parent, const acx_coll_ops_t *ops, acx_comm_t **comm_p);
 /* Split like MPI_Comm_split; same backend. Collective over parent. */
