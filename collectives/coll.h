@@ -79,6 +79,17 @@ typedef struct acx_coll_ops {
     acx_status_t (*test)(acx_coll_req_t *req, int *done_p);
     /* Complete and free req (also when it fails). */
     acx_status_t (*wait)(acx_coll_req_t *req);
+
+    /* Order comm's later collectives after the work enqueued on `stream`
+     * (a cudaStream_t; NULL: the legacy default stream). NULL entry: the
+     * backend has nothing to order (host memory: its callers synchronize
+     * the stream before handing it device buffers). Not collective. */
+    acx_status_t (*set_compute_stream)(acx_comm_t *comm, void *stream);
+    /* Abort every live communicator of this backend (ncclCommAbort), so
+     * that kernels waiting for a dead peer end; fatal paths only, from any
+     * thread. NULL entry: nothing can hang outside MPI (MPI_Abort ends
+     * it). */
+    void (*abort_all)(void);
 } acx_coll_ops_t;
 
 struct acx_comm {
@@ -150,18 +161,19 @@ extern const acx_coll_ops_t acx_coll_mpi_ops;
  * with device_state: emulated. */
 extern const acx_coll_ops_t acx_coll_nccl_emul_ops;
 
-/* Abort every live communicator of a device backend (ncclCommAbort), so
- * that kernels waiting for a dead peer end. Only for the fatal paths, just
- * before the process exits: acx_abort before MPI_Abort, and the stall
- * detector before it ends the process. Callable from any thread; the
- * communicators must not be used afterwards. No-op without NCCL. */
+/* Abort every live communicator of every compiled-in backend (each
+ * table's abort_all), so that kernels waiting for a dead peer end. Only
+ * for the fatal paths, just before the process exits: acx_abort before
+ * MPI_Abort, and the stall detector before it ends the process. Callable
+ * from any thread; the communicators must not be used afterwards. No-op
+ * when no backend has an abort_all (builds without NCCL). */
 void acx_coll_abort_all(void);
 
 /* Order comm's collectives after the work enqueued on `stream` (a
- * cudaStream_t; NULL: the legacy default stream): the NCCL backend's
- * acx_coll_nccl_set_compute_stream. A host-memory backend (MPI) has nothing
- * to order (its callers synchronize the stream before handing it device
- * buffers): ACX_OK. Not collective. */
+ * cudaStream_t; NULL: the legacy default stream): comm->ops's
+ * set_compute_stream; ACX_OK at once for a backend without one (host
+ * memory, MPI). Not collective. Errors: ACX_ERR_INVALID_ARG (comm NULL),
+ * the backend's. */
 acx_status_t acx_coll_set_compute_stream(acx_comm_t *comm, void *stream);
 
 /* MPI datatype / op of an acx dtype / op: the predefined ones only

@@ -404,9 +404,10 @@ ACX_API acx_status_t acx_init(int *argc, char ***argv, const acx_config_t *confi
     ACX_CHECK_GOTO(acx_coll_agree(acc->world, select_device_state(acc)), status, err_comm);
     acc->device = acx_device_bound();
     ACX_CHECK_GOTO(acx_coll_agree(acc->world, check_offload(acc)), status, err_comm);
-    /* a device backend gets its own world; the MPI one stays for host data */
+    /* a device-memory backend gets its own world; the MPI one stays for
+     * host data */
     acc->world_host = acc->world;
-    if (acc->coll != &acx_coll_mpi_ops)
+    if (acc->coll->device_memory)
         ACX_CHECK_GOTO(acx_comm_create(MPI_COMM_WORLD, acc->coll, &acc->world), status, err_comm);
     /* the launcher's numbering is compared with MPI's real one, before
      * ranks_per_node may replace the local rank with a simulated one */
