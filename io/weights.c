@@ -8,15 +8,15 @@
  *   /<param name>  float32 [the parameter's true shape]   (one per parameter;
  *                  a '/' in a name makes intermediate groups)
  *
- * Who writes what. Each parameter's rows come from the local shard
- * (model->master at param->shard_offset). Under NO_SHARD every rank holds
- * every row: rank 0 writes them all and the others take part with an empty
- * selection. Under HYBRID_SHARD the rows are replicated across nodes: the
- * ranks of the node that holds world rank 0 write their [row_begin, row_end)
- * and the other nodes select nothing. Otherwise (SHARD_GRAD_OP, FULL_SHARD)
- * each rank writes exactly its owned rows [row_begin, row_end), possibly
- * none. Every rank writes one hyperslab per parameter, so the transfer is one
- * collective H5Dwrite per parameter whatever the world size.
+ * Who writes what: the sharding plan (sharding/plan.h, through
+ * acx_param_save_rows), as for checkpoints; this file knows no strategy.
+ * Each rank writes its part of the rows it holds (its owned rows, split
+ * among the ranks that hold the same rows), so every row is written
+ * exactly once, possibly nothing on a rank. The rows come from the local
+ * shard (model->master at param->shard_offset). Every rank writes one
+ * hyperslab per parameter (an empty selection when it has none), so the
+ * transfer is one collective H5Dwrite per parameter whatever the world
+ * size.
  *
  * Crash safety: the file is written as path + ".tmp" and only renamed to
  * `path` (by rank 0, after the collective close) when everything succeeded,
@@ -34,7 +34,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "acx/config.h"
 #include "acx/model.h"
 #include "collectives/coll.h"
 #include "collectives/watchdog.h"
@@ -44,43 +43,10 @@
 #include "base/memstat.h"
 #include "sharding/model.h"
 
-/* ---- which rows this rank writes ---- */
-
-/* Is this rank a writer for replicated data under HYBRID_SHARD, i.e. on the
- * node of world rank 0? A local question (group rank translation, no
- * communication). */
-static int on_first_node(const acx_model_t *m) {
-    const acx_comm_t *node = m->ctx.node;
-    if (node == NULL) return m->ctx.world->rank == 0;
-    MPI_Group wg, ng;
-    int zero = 0, in_node = MPI_UNDEFINED;
-    MPI_Comm_group(m->ctx.world->mpi, &wg);
-    MPI_Comm_group(node->mpi, &ng);
-    MPI_Group_translate_ranks(wg, 1, &zero, ng, &in_node);
-    MPI_Group_free(&wg);
-    MPI_Group_free(&ng);
-    return in_node != MPI_UNDEFINED;
-}
-
-/* Rows [*begin_p, *end_p) of p this rank writes, and where they start in
- * the shard arrays. */
-static void writer_rows(const acx_model_t *m, const acx_param_t *p, int first_node,
-                        int64_t *begin_p, int64_t *end_p) {
-    int64_t b = p->row_begin, e = p->row_end;
-    if (m->ctx.strategy == ACX_NO_SHARD) {
-        if (m->ctx.world->rank != 0) e = b;
-    } else if (m->ctx.strategy == ACX_HYBRID_SHARD) {
-        if (!first_node) e = b;
-    }
-    *begin_p = b;
-    *end_p = e;
-}
-
 /* ---- one parameter ---- */
 
-static acx_status_t write_param(hid_t file, hid_t lcpl, hid_t dxpl, const acx_model_t *m,
-                                const float *master, const acx_param_t *p, int first_node,
-                                const char *tmp) {
+static acx_status_t write_param(hid_t file, hid_t lcpl, hid_t dxpl, const float *master,
+                                const acx_param_t *p, const char *tmp) {
     acx_status_t status = ACX_OK;
     char what[ACX_MAX_NAME + 512];
     hsize_t dims[ACX_MAX_DIMS], start[ACX_MAX_DIMS] = {0}, count[ACX_MAX_DIMS];
@@ -93,7 +59,7 @@ static acx_status_t write_param(hid_t file, hid_t lcpl, hid_t dxpl, const acx_mo
         dims[k] = (hsize_t)p->shape[k];
         count[k] = dims[k];
     }
-    writer_rows(m, p, first_node, &b, &e);
+    acx_param_save_rows(p, &b, &e); /* the plan's rows for this rank */
 
     ACX_H5_CHECK_GOTO(fspace = H5Screate_simple(p->ndim, dims, NULL), what, status, done);
     ACX_H5_CHECK_GOTO(
@@ -108,8 +74,8 @@ static acx_status_t write_param(hid_t file, hid_t lcpl, hid_t dxpl, const acx_mo
         ACX_H5_CHECK_GOTO(H5Sselect_hyperslab(fspace, H5S_SELECT_SET, start, NULL, count, NULL),
                           what, status, done);
         ACX_H5_CHECK_GOTO(mspace = H5Screate_simple(1, &melems, NULL), what, status, done);
-        /* the owned rows start at shard_offset; rows before b (NO_SHARD
-         * rank 0 writes from row_begin = 0) are not skipped by the offset */
+        /* the owned rows start at shard_offset; b may lie past row_begin
+         * (a slice of replicated rows) */
         buf = master + p->shard_offset + (size_t)(b - p->row_begin) * (size_t)p->row_numel;
     } else {
         hsize_t one = 1;
@@ -164,7 +130,6 @@ static acx_status_t save_weights(acx_model_t *model, const char *path) {
     }
     snprintf(what, sizeof what, "weights file '%s.tmp'", path);
     if (status == ACX_OK) status = acx_io_check_target(path);
-    int first_node = model->ctx.strategy == ACX_HYBRID_SHARD ? on_first_node(model) : 0;
     /* Device-resident state (shard_dev; with CPU offload the master is host
      * memory already): HDF5 writes from host memory, so the shard's
      * master weights are copied to a host mirror first (shard_numel floats,
@@ -217,7 +182,7 @@ agreed_write:
     status = acx_coll_agree(world, status);
     if (status != ACX_OK) goto out;
     for (int i = 0; i < model->num_params; i++) {
-        status = write_param(file, lcpl, dxpl, model, master, model->params[i], first_node, tmp);
+        status = write_param(file, lcpl, dxpl, master, model->params[i], tmp);
         /* agree per parameter: a rank that failed must not leave the others
          * inside the next collective create/write */
         status = acx_coll_agree(world, status);
