@@ -51,6 +51,15 @@ static const acx_coll_ops_t *nccl_ops(void) {
 #endif
 }
 
+/* Every compiled-in backend, for what concerns them all (acx_coll_abort_all). */
+static const acx_coll_ops_t *const compiled_in[] = {
+    &acx_coll_mpi_ops,
+    &acx_coll_nccl_emul_ops,
+#if ACX_HAVE_NCCL
+    &acx_coll_nccl_ops,
+#endif
+};
+
 acx_status_t acx_coll_decide(acx_backend_kind_t kind, acx_device_state_t device_state,
                              int nccl_usable, const char *nccl_why, acx_coll_pick_t *pick_p,
                              char *why, size_t why_len) {
@@ -124,19 +133,30 @@ acx_status_t acx_coll_select(acx_backend_kind_t kind, acx_device_state_t device_
     return ACX_OK;
 }
 
+acx_status_t acx_device_setup(const acx_coll_ops_t *ops, int local_rank, int local_size) {
+    if (ops == NULL) return ACX_ERROR(ACX_ERR_INVALID_ARG, "device setup: ops is NULL");
+    acx_device_need_t need = ops->emulated        ? ACX_DEVICE_NEED_EMULATED
+                             : ops->device_memory ? ACX_DEVICE_NEED_CUDA
+                                                  : ACX_DEVICE_NEED_HOST;
+    char why[256], user[96];
+    if (need == ACX_DEVICE_NEED_CUDA && acx_device_count(why, sizeof why) == 0)
+        return ACX_ERROR(ACX_ERR_NOT_SUPPORTED,
+                         "the %s backend needs a CUDA device, and this rank has none: %s; use "
+                         "backend: mpi (ACX_BACKEND=mpi)",
+                         ops->name, why);
+    snprintf(user, sizeof user, "%s backend", ops->name);
+    return acx_device_select(need, user, local_rank, local_size);
+}
+
 void acx_coll_abort_all(void) {
-#if ACX_HAVE_NCCL
-    acx_coll_nccl_abort_all();
-#endif
+    for (size_t i = 0; i < sizeof compiled_in / sizeof compiled_in[0]; i++)
+        if (compiled_in[i]->abort_all != NULL) compiled_in[i]->abort_all();
 }
 
 acx_status_t acx_coll_set_compute_stream(acx_comm_t *comm, void *stream) {
     if (comm == NULL) return ACX_ERROR(ACX_ERR_INVALID_ARG, "set compute stream: comm is NULL");
-#if ACX_HAVE_NCCL
-    if (comm->ops == &acx_coll_nccl_ops) return acx_coll_nccl_set_compute_stream(comm, stream);
-#endif
-    (void)stream;
-    return ACX_OK;
+    if (comm->ops->set_compute_stream == NULL) return ACX_OK; /* nothing to order */
+    return comm->ops->set_compute_stream(comm, stream);
 }
 
 /* ---- communicators ---- */

@@ -79,6 +79,17 @@ typedef struct acx_coll_ops {
     acx_status_t (*test)(acx_coll_req_t *req, int *done_p);
     /* Complete and free req (also when it fails). */
     acx_status_t (*wait)(acx_coll_req_t *req);
+
+    /* Order comm's later collectives after the work enqueued on `stream`
+     * (a cudaStream_t; NULL: the legacy default stream). NULL entry: the
+     * backend has nothing to order (host memory: its callers synchronize
+     * the stream before handing it device buffers). Not collective. */
+    acx_status_t (*set_compute_stream)(acx_comm_t *comm, void *stream);
+    /* Abort every live communicator of this backend (ncclCommAbort), so
+     * that kernels waiting for a dead peer end; fatal paths only, from any
+     * thread. NULL entry: nothing can hang outside MPI (MPI_Abort ends
+     * it). */
+    void (*abort_all)(void);
 } acx_coll_ops_t;
 
 struct acx_comm {
@@ -124,6 +135,16 @@ acx_status_t acx_coll_decide(acx_backend_kind_t kind, acx_device_state_t device_
 acx_status_t acx_coll_select(acx_backend_kind_t kind, acx_device_state_t device_state,
                              const acx_coll_ops_t **ops_p);
 
+/* Bind the device the backend's memory needs (device/device.h's
+ * acx_device_select): a CUDA device for a backend on device memory
+ * (ops->device_memory), none for a host-memory backend or for a test double
+ * on the emulated device (ops->emulated); logs the "device:" info line.
+ * local_rank/local_size: this rank on its node. Not collective (callers
+ * agree on the outcome). Errors: ACX_ERR_NOT_SUPPORTED (device backend, no
+ * device visible: the message says to use backend: mpi),
+ * ACX_ERR_INVALID_ARG, ACX_ERR_CUDA (cudaSetDevice failed). */
+acx_status_t acx_device_setup(const acx_coll_ops_t *ops, int local_rank, int local_size);
+
 /* Duplicate `parent` and bind it to ops. Collective over parent. */
 acx_status_t acx_comm_create(MPI_Comm parent, const acx_coll_ops_t *ops, acx_comm_t **comm_p);
 /* Split like MPI_Comm_split; same backend. Collective over parent. */
@@ -140,18 +161,19 @@ extern const acx_coll_ops_t acx_coll_mpi_ops;
  * with device_state: emulated. */
 extern const acx_coll_ops_t acx_coll_nccl_emul_ops;
 
-/* Abort every live communicator of a device backend (ncclCommAbort), so
- * that kernels waiting for a dead peer end. Only for the fatal paths, just
- * before the process exits: acx_abort before MPI_Abort, and the stall
- * detector before it ends the process. Callable from any thread; the
- * communicators must not be used afterwards. No-op without NCCL. */
+/* Abort every live communicator of every compiled-in backend (each
+ * table's abort_all), so that kernels waiting for a dead peer end. Only
+ * for the fatal paths, just before the process exits: acx_abort before
+ * MPI_Abort, and the stall detector before it ends the process. Callable
+ * from any thread; the communicators must not be used afterwards. No-op
+ * when no backend has an abort_all (builds without NCCL). */
 void acx_coll_abort_all(void);
 
 /* Order comm's collectives after the work enqueued on `stream` (a
- * cudaStream_t; NULL: the legacy default stream): the NCCL backend's
- * acx_coll_nccl_set_compute_stream. A host-memory backend (MPI) has nothing
- * to order (its callers synchronize the stream before handing it device
- * buffers): ACX_OK. Not collective. */
+ * cudaStream_t; NULL: the legacy default stream): comm->ops's
+ * set_compute_stream; ACX_OK at once for a backend without one (host
+ * memory, MPI). Not collective. Errors: ACX_ERR_INVALID_ARG (comm NULL),
+ * the backend's. */
 acx_status_t acx_coll_set_compute_stream(acx_comm_t *comm, void *stream);
 
 /* MPI datatype / op of an acx dtype / op: the predefined ones only

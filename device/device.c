@@ -1,12 +1,13 @@
 /*
  * device/device.c — probing the CUDA devices, binding this rank's device at
- * acx_init, the "device:" info line, and acx_device().
+ * acx_init, and the "device:" info line.
  *
- * Owns only the device choice; which backend runs is collectives/coll.c's
- * decision (it asks acx_device_count whether a device is visible), and when
- * to call acx_device_setup is runtime/accelerator.c's (after the backend is
- * chosen, before a device backend creates its communicators, which use the
- * current device).
+ * Owns only the device choice; which backend runs, and so which memory it
+ * needs, is collectives/coll.c's decision (it asks acx_device_count whether
+ * a device is visible), and when to bind is runtime/accelerator.c's (after
+ * the backend is chosen, before a device backend creates its
+ * communicators, which use the current device). The accelerator's
+ * acx_device() is runtime/accelerator.c's.
  *
  * The bound device is process state, like CUDA's own current device: one
  * accelerator per process, one device per rank. Without CUDA (configure
@@ -16,11 +17,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "acx/accelerator.h"
-#include "collectives/coll.h"
-#include "device/device.h"
 #include "base/error.h"
 #include "base/log.h"
+#include "device/device.h"
 
 #if ACX_HAVE_CUDA
 #include "device/cuda_check.h"
@@ -106,35 +105,39 @@ static acx_status_t bind_device(int local_rank, int local_size, int count, const
 }
 #endif
 
-acx_status_t acx_device_setup(const struct acx_coll_ops *ops, int local_rank, int local_size) {
-    if (ops == NULL) return ACX_ERROR(ACX_ERR_INVALID_ARG, "device setup: ops is NULL");
+acx_status_t acx_device_select(acx_device_need_t need, const char *user, int local_rank,
+                               int local_size) {
+    if (user == NULL) return ACX_ERROR(ACX_ERR_INVALID_ARG, "device select: user is NULL");
     char why[256];
     int count = acx_device_count(why, sizeof why);
     bound_device = -1;
-    if (ops->emulated) { /* its device memory is the emulated device's: no CUDA device */
+    switch (need) {
+    case ACX_DEVICE_NEED_EMULATED: /* its device memory is the emulated device's: no CUDA device */
         ACX_INFO(ACX_SUBSYS_INIT,
-                 "device: none bound (%s backend, a test double on the emulated "
+                 "device: none bound (%s, a test double on the emulated "
                  "device); local rank %d of %d",
-                 ops->name, local_rank, local_size);
+                 user, local_rank, local_size);
         return ACX_OK;
-    }
-    if (ops->device_memory) {
+    case ACX_DEVICE_NEED_CUDA:
         if (count == 0)
             return ACX_ERROR(ACX_ERR_NOT_SUPPORTED,
-                             "the %s backend needs a CUDA device, and this rank has none: %s; use "
-                             "backend: mpi (ACX_BACKEND=mpi)",
-                             ops->name, why);
+                             "the %s needs a CUDA device, and this rank has none: %s", user, why);
         return bind_device(local_rank, local_size, count, "", 0);
+    case ACX_DEVICE_NEED_HOST:
+        if (count == 0)
+            ACX_INFO(ACX_SUBSYS_INIT, "device: none bound (%s; %s); local rank %d of %d", user, why,
+                     local_rank, local_size);
+        else
+            ACX_INFO(ACX_SUBSYS_INIT,
+                     "device: none bound (%s, which works on host memory; %d CUDA device%s "
+                     "visible, not used); local rank %d of %d",
+                     user, count, count == 1 ? "" : "s", local_rank, local_size);
+        return ACX_OK;
+    default:
+        return ACX_ERROR(ACX_ERR_INVALID_ARG,
+                         "device select: need %d is not one of host (0), cuda (1), emulated (2)",
+                         (int)need);
     }
-    if (count == 0)
-        ACX_INFO(ACX_SUBSYS_INIT, "device: none bound (%s backend; %s); local rank %d of %d",
-                 ops->name, why, local_rank, local_size);
-    else
-        ACX_INFO(ACX_SUBSYS_INIT,
-                 "device: none bound (%s backend, which works on host memory; %d CUDA device%s "
-                 "visible, not used); local rank %d of %d",
-                 ops->name, count, count == 1 ? "" : "s", local_rank, local_size);
-    return ACX_OK;
 }
 
 acx_status_t acx_device_use(int local_rank, int local_size) {
@@ -149,5 +152,3 @@ acx_status_t acx_device_use(int local_rank, int local_size) {
 }
 
 int acx_device_bound(void) { return bound_device; }
-
-ACX_API int acx_device(const acx_accelerator_t *acc) { return acc != NULL ? bound_device : -1; }

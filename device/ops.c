@@ -1,13 +1,15 @@
 /*
- * device/ops.c — the parts of device/ops.h shared by both
- * devices: accounted allocation (acx_memory_stats' device counters), and
- * the CUDA table's stand-in in builds without CUDA.
+ * device/ops.c — the parts of device/ops.h shared by every device:
+ * accounted allocation (acx_memory_stats' device counters), which device
+ * owns a buffer (the one place that lists the tables), and the "none"
+ * answer of acx_devops_cuda in builds without CUDA.
  *
  * Compiled in every build; the CUDA table itself is device/ops_cuda.c
  * (CUDA builds only), the test double device/ops_emulated.c.
  */
 #include <stdio.h>
 
+#include "device/memory.h"
 #include "device/ops.h"
 #include "base/error.h"
 #include "base/memstat.h"
@@ -41,6 +43,27 @@ void acx_devops_host_free(const acx_devops_t *dev, acx_mem_category_t cat, void 
     dev->host_free(p);
     acx_mem_note(cat, -(int64_t)bytes, 0);
 }
+
+/* ---- which device owns a buffer ---- */
+
+acx_status_t acx_devops_owner(const void *p, size_t bytes, const acx_devops_t **dev_p) {
+    int owns = 0;
+    if (p == NULL || bytes == 0) {
+        *dev_p = NULL;
+        return ACX_OK;
+    }
+    ACX_CHECK(acx_devops_emulated.owns(p, bytes, &owns));
+    if (owns) {
+        *dev_p = &acx_devops_emulated;
+        return ACX_OK;
+    }
+    const acx_devops_t *cuda = acx_devops_cuda(NULL, 0); /* NULL: no CUDA, or no device */
+    if (cuda != NULL) ACX_CHECK(cuda->owns(p, bytes, &owns));
+    *dev_p = owns ? cuda : NULL;
+    return ACX_OK;
+}
+
+size_t acx_devops_stage_trim(void) { return acx_cuda_pinned_trim(); }
 
 #if !ACX_HAVE_CUDA
 const acx_devops_t *acx_devops_cuda(char *why, size_t why_len) {

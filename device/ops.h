@@ -5,7 +5,14 @@
  * pointers, compiled in every build so that sharding/, collectives/bucket.c
  * and runtime/ have no #if.
  *
- * Two implementations:
+ * One table, three implementations; callers hold a `const acx_devops_t *`
+ * and test only whether it is NULL:
+ *   - none: the NULL table. Model state in host memory, no device op is
+ *     called (the host code paths run instead, chosen once at prepare).
+ *     acx_devops_cuda answers NULL, with the reason, in a build without
+ *     CUDA or on a rank without a visible device, and acx_devops_owner
+ *     answers NULL for host memory; no user of the table tests
+ *     ACX_HAVE_CUDA;
  *   - "cuda" (device/ops_cuda.c, CUDA builds only): the CUDA runtime
  *     (cudaMalloc, cudaMemsetAsync, cudaMemcpyAsync + stream synchronize)
  *     and the kernels of device/cuda_kernels.h, each bitwise its CPU reference;
@@ -201,6 +208,31 @@ typedef struct acx_devops {
      * pending (cuda: cudaEventQuery's cudaErrorNotReady). Never waits
      * (emulated: always 1, its queued copies performed). */
     acx_status_t (*event_query)(void *event, int *done_p);
+
+    /* ---- staging: a host-memory user moving this device's buffers ----
+     *
+     * The MPI backend (collectives/mpi/coll_mpi_stage.c) accepts device
+     * buffers by copying them through host blocks: it asks which table owns
+     * a buffer (acx_devops_owner), takes a block, copies, runs MPI on host
+     * memory, copies back. These entries do that without a stream of the
+     * caller's: cuda copies with cudaMemcpy on the legacy default stream
+     * (after the work enqueued on it and on every blocking stream), the
+     * emulated device at once, without its stream bookkeeping. */
+
+    /* *owns_p = 1 when [p, p + bytes) is memory of this device (cuda: CUDA
+     * reports cudaMemoryTypeDevice for p; emulated: inside one of its
+     * allocations), else 0 (host memory, NULL). Errors: ACX_ERR_CUDA
+     * (*owns_p untouched). */
+    acx_status_t (*owns)(const void *p, size_t bytes, int *owns_p);
+    /* *p_p = a host block of at least bytes bytes for staging, contents
+     * undefined (cuda: pinned, from a reused pool, device/memory.h;
+     * emulated: malloc), NULL for 0 bytes; give it back with
+     * stage_release. */
+    acx_status_t (*stage_acquire)(size_t bytes, void **p_p);
+    void (*stage_release)(void *p);
+    /* dst[0..bytes) = src[0..bytes), either side (or both) this device's
+     * memory, the other host memory; complete on return. */
+    acx_status_t (*stage_copy)(void *dst, const void *src, size_t bytes);
 } acx_devops_t;
 
 /* The emulated device (every build). */
@@ -226,12 +258,24 @@ acx_status_t acx_devops_host_alloc(const acx_devops_t *dev, acx_mem_category_t c
                                    const char *what, void **p_p);
 void acx_devops_host_free(const acx_devops_t *dev, acx_mem_category_t cat, void *p, size_t bytes);
 
-/* ---- for the MPI backend's staging (collectives/mpi/coll_mpi_stage.c) ---- */
+/* ---- which device owns a buffer ---- */
 
-/* 1 when [p, p + bytes) lies inside one emulated device allocation. The MPI
- * backend stages such buffers through host blocks (malloc) with
- * acx_devops_emulated_memcpy, as it stages CUDA buffers through pinned
- * memory with cudaMemcpy: MPI itself never sees an emulated address. */
+/* *dev_p = the table whose memory [p, p + bytes) is (its owns entry): the
+ * emulated device, else the CUDA device when this build has CUDA and a
+ * device is visible, else NULL: host memory (no CUDA call at all then).
+ * Not collective. Errors: ACX_ERR_CUDA (*dev_p untouched). */
+acx_status_t acx_devops_owner(const void *p, size_t bytes, const acx_devops_t **dev_p);
+
+/* Free the host blocks every device keeps cached for staging and that are
+ * not in use (the CUDA pinned pool, device/memory.h): for when the last
+ * user of staging goes (the MPI backend's last communicator). Returns the
+ * bytes freed. */
+size_t acx_devops_stage_trim(void);
+
+/* ---- the emulated device, for its tests ---- */
+
+/* 1 when [p, p + bytes) lies inside one emulated device allocation (the
+ * emulated table's owns). */
 int acx_devops_emulated_owns(const void *p, size_t bytes);
 
 /* For tests of the device cache (device/cache.h): how many times the
@@ -240,7 +284,8 @@ int acx_devops_emulated_owns(const void *p, size_t bytes);
  * be NULL. */
 void acx_devops_emulated_counters(size_t *alloc_calls_p, size_t *live_bytes_p);
 
-/* memcpy where either side (or both) may be emulated device memory. */
+/* memcpy where either side (or both) may be emulated device memory (the
+ * emulated table's stage_copy). */
 acx_status_t acx_devops_emulated_memcpy(void *dst, const void *src, size_t bytes);
 
 #endif /* ACX_CUDA_DEVICE_OPS_H */

@@ -26,6 +26,7 @@
 
 #include "device/cuda_check.h"
 #include "device/device.h"
+#include "device/memory.h"
 #include "device/ops.h"
 #include "device/cuda_kernels.h"
 #include "base/error.h"
@@ -283,6 +284,13 @@ static acx_status_t cu_half_round_f32(acx_dtype_t dtype, const float *src, float
     return acx_cuda_half_round_f32(dtype, src, dst, n, stream);
 }
 
+/* ---- staging (device/memory.c: the pinned pool, cudaMemcpy) ---- */
+
+static acx_status_t cu_owns(const void *p, size_t bytes, int *owns_p) {
+    (void)bytes; /* one allocation holds the whole range, or the caller is wrong anyway */
+    return acx_cuda_pointer_is_device(p, owns_p);
+}
+
 static const acx_devops_t cuda_ops = {
     .name = "cuda",
     .emulated = 0,
@@ -315,6 +323,10 @@ static const acx_devops_t cuda_ops = {
     .to_host_async = cu_to_host_async,
     .event_sync = cu_event_sync,
     .event_query = cu_event_query,
+    .owns = cu_owns,
+    .stage_acquire = acx_cuda_pinned_acquire,
+    .stage_release = acx_cuda_pinned_release,
+    .stage_copy = acx_cuda_memcpy,
 };
 
 const acx_devops_t *acx_devops_cuda(char *why, size_t why_len) {

@@ -14,11 +14,12 @@
  *
  * Work. Each kernel is its CPU reference, element for element:
  * base/optim_kernels.c's acx_kernel_adam_ieee/acx_kernel_sgd_ieee (what
- * device/cuda_kernels.cu reproduces; this is the one include of a runtime/ header
- * below runtime/: the optimizer arithmetic is a leaf of pure functions and
- * the reference itself), base/half.h's casts, runtime/scaler.c's
- * check and runtime/clip.c's loops (norms, clamp) (same order: the norms are bitwise the
- * host's, where the CUDA kernels' tree differs by ~1e-12 relative).
+ * device/cuda_kernels.cu reproduces: the optimizer arithmetic is a leaf of
+ * pure functions in base/, and the reference itself), base/half.h's casts,
+ * and the loops of runtime/scaler.c's check and runtime/clip.c (norms,
+ * clamp), written again here since the device layer may not call up (same
+ * order: the norms are bitwise the host's, where the CUDA kernels' tree
+ * differs by ~1e-12 relative).
  *
  * Streams. Every op but one is complete when it returns, whatever its
  * stream. The exception is to_host_async on a stream from stream_create:
@@ -856,6 +857,23 @@ static acx_status_t emul_half_round_f32(acx_dtype_t dtype, const float *src, flo
     return ACX_OK;
 }
 
+/* ---- staging ---- */
+
+static acx_status_t emul_owns(const void *p, size_t bytes, int *owns_p) {
+    *owns_p = acx_devops_emulated_owns(p, bytes);
+    return ACX_OK;
+}
+
+/* A malloc'd block: the emulated device needs no pinned memory. */
+static acx_status_t emul_stage_acquire(size_t bytes, void **p_p) {
+    *p_p = NULL;
+    if (bytes == 0) return ACX_OK;
+    *p_p = acx_malloc(bytes, "emulated-device staging block");
+    return *p_p != NULL ? ACX_OK : ACX_ERR_NO_MEMORY;
+}
+
+static void emul_stage_release(void *p) { free(p); }
+
 const acx_devops_t acx_devops_emulated = {
     .name = "emulated",
     .emulated = 1,
@@ -888,4 +906,8 @@ const acx_devops_t acx_devops_emulated = {
     .to_host_async = emul_to_host_async,
     .event_sync = emul_event_sync,
     .event_query = emul_event_query,
+    .owns = emul_owns,
+    .stage_acquire = emul_stage_acquire,
+    .stage_release = emul_stage_release,
+    .stage_copy = acx_devops_emulated_memcpy,
 };

@@ -9,14 +9,12 @@
  *   /<param name>  float32 [the parameter's true shape]   (one per parameter;
  *                  a '/' in a name makes intermediate groups)
  *
- * Who writes what. Each parameter's rows come from the local shard
- * (model->master at param->shard_offset). Under NO_SHARD every rank holds
- * every row: rank 0 writes them all and the others take part with an empty
- * selection. Under HYBRID_SHARD the rows are replicated across nodes: the
- * ranks of the node that holds world rank 0 write their [row_begin, row_end)
- * and the other nodes select nothing. Otherwise (SHARD_GRAD_OP, FULL_SHARD)
- * each rank writes exactly its owned rows [row_begin, row_end), possibly
- * none. Every row is written by exactly one rank, as the writer requires.
+ * Who writes what: the sharding plan (sharding/plan.h, through
+ * acx_param_save_rows), as for checkpoints; this file knows no strategy.
+ * Each rank writes its part of the rows it holds (its owned rows, split
+ * among the ranks that hold the same rows), so every row is written
+ * exactly once, possibly nothing on a rank. The rows come from the local
+ * shard (model->master at param->shard_offset).
  *
  * Crash safety and agreed statuses are the writer's: the file is written as
  * path + ".tmp" and only renamed to `path` when everything succeeded, so a
@@ -43,38 +41,6 @@
 #include "base/memstat.h"
 #include "sharding/model.h"
 
-/* ---- which rows this rank writes ---- */
-
-/* Is this rank a writer for replicated data under HYBRID_SHARD, i.e. on the
- * node of world rank 0? A local question (group rank translation, no
- * communication). */
-static int on_first_node(const acx_model_t *m) {
-    const acx_comm_t *node = m->ctx.node;
-    if (node == NULL) return m->ctx.world->rank == 0;
-    MPI_Group wg, ng;
-    int zero = 0, in_node = MPI_UNDEFINED;
-    MPI_Comm_group(m->ctx.world->mpi, &wg);
-    MPI_Comm_group(node->mpi, &ng);
-    MPI_Group_translate_ranks(wg, 1, &zero, ng, &in_node);
-    MPI_Group_free(&wg);
-    MPI_Group_free(&ng);
-    return in_node != MPI_UNDEFINED;
-}
-
-/* Rows [*begin_p, *end_p) of p this rank writes, and where they start in
- * the shard arrays. */
-static void writer_rows(const acx_model_t *m, const acx_param_t *p, int first_node,
-                        int64_t *begin_p, int64_t *end_p) {
-    int64_t b = p->row_begin, e = p->row_end;
-    if (m->ctx.strategy == ACX_NO_SHARD) {
-        if (m->ctx.world->rank != 0) e = b;
-    } else if (m->ctx.strategy == ACX_HYBRID_SHARD) {
-        if (!first_node) e = b;
-    }
-    *begin_p = b;
-    *end_p = e;
-}
-
 /* ---- the public entry point ---- */
 
 static acx_status_t save_weights(acx_model_t *model, const char *path);
@@ -100,7 +66,6 @@ static acx_status_t save_weights(acx_model_t *model, const char *path) {
         return ACX_ERROR(ACX_ERR_INTERNAL, "acx_model_save_weights: the model has no communicator");
 
     acx_status_t status = acx_io_check_target(path);
-    int first_node = model->ctx.strategy == ACX_HYBRID_SHARD ? on_first_node(model) : 0;
     int n = model->num_params;
     acx_ckpt_tensor_t *tensors = calloc((size_t)(n > 0 ? n : 1), sizeof *tensors);
     char(*names)[ACX_MAX_NAME + 2] = calloc((size_t)(n > 0 ? n : 1), sizeof *names);
@@ -130,7 +95,7 @@ static acx_status_t save_weights(acx_model_t *model, const char *path) {
 
     /* One tensor per parameter at /<name>: the local buffer holds the
      * shard's rows [row_begin, row_end) at shard_offset; this rank writes
-     * writer_rows of them. */
+     * the part of them the sharding plan gives it. */
     for (int i = 0; i < n && status == ACX_OK; i++) {
         const acx_param_t *p = model->params[i];
         acx_ckpt_tensor_t *t = &tensors[i];
@@ -143,7 +108,7 @@ static acx_status_t save_weights(acx_model_t *model, const char *path) {
                                  .buf_rows = p->row_end - p->row_begin};
         for (int d = 0; d < p->ndim; d++)
             t->shape[d] = p->shape[d];
-        writer_rows(model, p, first_node, &t->io_begin, &t->io_end);
+        acx_param_save_rows(p, &t->io_begin, &t->io_end); /* the plan's rows for this rank */
     }
     const acx_ckpt_attr_t attrs[] = {
         {.object = "/", .name = "format", .type = ACX_CKPT_STR, .str = ACX_WEIGHTS_FORMAT},

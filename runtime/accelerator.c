@@ -230,7 +230,7 @@ static acx_status_t check_config_agrees(acx_accelerator_t *acc) {
  * device table, or the emulated test device. auto is cuda with a backend
  * on device memory (NCCL), else host. With cuda and the MPI backend the
  * device is bound here (local rank modulo devices), as acx_device_setup
- * does for NCCL. The emulated device goes with a host-memory backend (MPI
+ * (collectives/coll.h) does for NCCL. The emulated device goes with a host-memory backend (MPI
  * stages it) or with the NCCL test double (acx_coll_select picks it for
  * backend: nccl with device_state: emulated), never with the real NCCL.
  * Not collective (the caller agrees on the status). */
@@ -331,6 +331,7 @@ ACX_API acx_status_t acx_init(int *argc, char ***argv, const acx_config_t *confi
 
     acx_accelerator_t *acc = acx_calloc(1, sizeof *acc, "accelerator");
     if (acc == NULL) return ACX_ERR_NO_MEMORY;
+    acc->device = -1;
     if (gethostname(acc->host, sizeof acc->host) != 0) snprintf(acc->host, sizeof acc->host, "?");
     acc->host[sizeof acc->host - 1] = '\0';
     char *dot = strchr(acc->host, '.');
@@ -401,10 +402,12 @@ ACX_API acx_status_t acx_init(int *argc, char ***argv, const acx_config_t *confi
         acx_coll_agree(acc->world, acx_device_setup(acc->coll, acc->local_rank, acc->local_size)),
         status, err_comm);
     ACX_CHECK_GOTO(acx_coll_agree(acc->world, select_device_state(acc)), status, err_comm);
+    acc->device = acx_device_bound();
     ACX_CHECK_GOTO(acx_coll_agree(acc->world, check_offload(acc)), status, err_comm);
-    /* a device backend gets its own world; the MPI one stays for host data */
+    /* a device-memory backend gets its own world; the MPI one stays for
+     * host data */
     acc->world_host = acc->world;
-    if (acc->coll != &acx_coll_mpi_ops)
+    if (acc->coll->device_memory)
         ACX_CHECK_GOTO(acx_comm_create(MPI_COMM_WORLD, acc->coll, &acc->world), status, err_comm);
     /* the launcher's numbering is compared with MPI's real one, before
      * ranks_per_node may replace the local rank with a simulated one */
@@ -556,6 +559,7 @@ ACX_API int acx_is_main_process(const acx_accelerator_t *acc) { return acc && ac
 ACX_API int acx_is_local_main_process(const acx_accelerator_t *acc) {
     return acc && acc->local_rank == 0;
 }
+ACX_API int acx_device(const acx_accelerator_t *acc) { return acc ? acc->device : -1; }
 ACX_API acx_device_state_t acx_device_state(const acx_accelerator_t *acc) {
     if (acc == NULL) return ACX_DEVICE_STATE_AUTO;
     if (acc->dev == NULL) return ACX_DEVICE_STATE_HOST;

@@ -28,6 +28,7 @@ struct acx_accelerator {
      * NULL; the program's compute stream (acx_set_compute_stream) */
     const struct acx_devops *dev;
     void *compute_stream;
+    int device; /* the CUDA device bound at acx_init (acx_device), or -1: host memory */
     acx_comm_t *world;
     acx_comm_t *node;
     /* the world on the MPI backend, for host data whatever the data backend

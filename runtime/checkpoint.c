@@ -232,12 +232,12 @@ static void save_rows(const acx_accelerator_t *acc, acx_ckpt_tensor_t *t, const 
 }
 
 /* Rows this rank reads on load: every row it holds, except that replicas
- * on different nodes (the model's load_comm) read one part each and
+ * on different nodes (the plan's read group) read one part each and
  * all-gather the parts (io's share group): a replicated tensor is read from
  * storage once per job, not once per node. */
 static void load_rows(const acx_accelerator_t *acc, acx_ckpt_tensor_t *t, const acx_param_t *p) {
     acx_param_load_rows(p, &t->io_begin, &t->io_end);
-    t->share = acc->model->load_comm;
+    t->share = acc->model->plan.read_group;
 }
 
 /* ---- save ---- */

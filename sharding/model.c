@@ -24,33 +24,14 @@
 
 /* ---- ownership ---- */
 
-void acx_shard_rows(int64_t rows, int rank, int size, int64_t *begin_p, int64_t *end_p) {
-    /* c = ceil(R/N); rank r owns [r*c, min(R, (r+1)*c)). Trailing ranks may
-     * own nothing (R=3, N=4: 1,1,1,0) — never "R must divide by N". */
-    int64_t c = (rows + size - 1) / size;
-    int64_t b = (int64_t)rank * c, e = b + c;
-    if (b > rows) b = rows;
-    if (e > rows) e = rows;
-    *begin_p = b;
-    *end_p = e;
-}
+/* The plan answers (sharding/plan.h); these take a parameter's owned rows. */
 
 void acx_param_save_rows(const acx_param_t *p, int64_t *begin_p, int64_t *end_p) {
-    /* the replicas split the owned rows by the same dim-0 rule */
-    const acx_model_t *m = p->unit->model;
-    int64_t b, e;
-    acx_shard_rows(p->row_end - p->row_begin, m->replica_rank, m->replica_size, &b, &e);
-    *begin_p = p->row_begin + b;
-    *end_p = p->row_begin + e;
+    acx_plan_write_rows(&p->unit->model->plan, p->row_begin, p->row_end, begin_p, end_p);
 }
 
 void acx_param_load_rows(const acx_param_t *p, int64_t *begin_p, int64_t *end_p) {
-    const acx_model_t *m = p->unit->model;
-    int64_t b = 0, e = p->row_end - p->row_begin;
-    if (m->load_comm != NULL)
-        acx_shard_rows(p->row_end - p->row_begin, m->load_comm->rank, m->load_comm->size, &b, &e);
-    *begin_p = p->row_begin + b;
-    *end_p = p->row_begin + e;
+    acx_plan_read_rows(&p->unit->model->plan, p->row_begin, p->row_end, begin_p, end_p);
 }
 
 /* ---- lifecycle ---- */
@@ -271,7 +252,7 @@ ACX_API acx_status_t acx_param_gather(acx_param_t *param, float *out) {
     }
     for (int s = 0; status == ACX_OK && s < c->size; s++) {
         int64_t b, e;
-        acx_shard_rows(param->rows, s, c->size, &b, &e);
+        acx_plan_rows_of(&m->plan, param->rows, s, &b, &e);
         if (e > b)
             memcpy(out + b * param->row_numel, all + (size_t)s * piece,
                    (size_t)((e - b) * param->row_numel) * sizeof(float));

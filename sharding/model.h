@@ -10,8 +10,8 @@
  * each parameter's owned rows at param->shard_offset. The optimizer runs one
  * fused loop over those arrays and never needs to know the strategy.
  *
- * Sharding rule (DESIGN.md): parameter with R rows on N ranks, c = ceil(R/N):
- * rank r owns rows [r*c, min(R, (r+1)*c)) — possibly none.
+ * Which rank owns, writes and reads which rows is the model's plan
+ * (sharding/plan.h), filled by the strategy at prepare.
  */
 #ifndef ACX_SHARDING_MODEL_H
 #define ACX_SHARDING_MODEL_H
@@ -23,6 +23,7 @@
 #include "acx/model.h"
 #include "collectives/coll.h"
 #include "device/ops.h"
+#include "sharding/plan.h"
 
 /* A collective a sharded strategy is about to run on one unit, as the
  * debug mode compares it across ranks (acx_shard_context_t.unit_check). */
@@ -137,26 +138,16 @@ struct acx_model {
      * ctx.dev. Set by acx_model_prepare. */
     const acx_devops_t *shard_dev;
     size_t shard_numel;
-    /* Who else holds the same rows. shard_comm: the ranks among which rows
-     * are split (NULL under NO_SHARD: every rank holds every row) — norms
-     * and gathers reduce over it. Replicas (ranks holding the same owned
-     * rows: every rank under NO_SHARD, the node peers under HYBRID_SHARD)
-     * split the writing of those rows in a checkpoint by the same dim-0
-     * rule: replica_rank of replica_size.
-     * Loading them: load_comm is the group of replicas on different nodes
-     * that share the reading (acx_param_load_rows): each reads its part of
-     * the owned rows by the dim-0 rule over load_comm, then they all-gather
-     * (io's share group). Replicas on the same node do not split the
-     * reading: they read the same rows, which the node's page cache reads
-     * from storage once, each checking its own — an all-gather through
-     * shared memory measured slower than that copy and checksum (see
-     * sharding/no_shard.c). NO_SHARD: one rank per node with the same local
-     * rank, when the nodes have equal rank counts and there are several
-     * (else NULL: every rank reads every row); HYBRID_SHARD: the replica
-     * group (one rank per node). NULL when there is no one to share with. */
+    /* shard_comm: the ranks among which rows are split (NULL under
+     * NO_SHARD: every rank holds every row) — norms and gathers reduce over
+     * it. Who owns, writes and reads which rows: the plan (sharding/plan.h;
+     * its read group is owned by the strategy). Replicas on the same node
+     * do not split a read: they read the same rows, which the node's page
+     * cache reads from storage once, each checking its own — an all-gather
+     * through shared memory measured slower than that copy and checksum
+     * (see sharding/no_shard.c). */
     acx_comm_t *shard_comm;
-    int replica_rank, replica_size;
-    acx_comm_t *load_comm;
+    acx_shard_plan_t plan;
 
     /* set by the runtime before each micro-step */
     int sync;            /* this micro-step ends at a boundary */
@@ -196,18 +187,14 @@ extern const acx_strategy_ops_t acx_strategy_shard_grad_op; /* sharding/sharded.
 extern const acx_strategy_ops_t acx_strategy_full_shard;
 extern const acx_strategy_ops_t acx_strategy_hybrid_shard;
 
-/* Rows [*begin_p, *end_p) of a parameter with `rows` rows owned by `rank` of
- * `size` under the dim-0 rule above (empty range: begin == end). */
-void acx_shard_rows(int64_t rows, int rank, int size, int64_t *begin_p, int64_t *end_p);
-
-/* Rows [*begin_p, *end_p) of p that this rank writes into a checkpoint:
- * its owned rows split among their replicas (the replicas together write
- * each row exactly once). */
+/* Rows [*begin_p, *end_p) of p that this rank writes into a checkpoint or
+ * weight file: the model's plan for p's owned rows (acx_plan_write_rows;
+ * the replicas together write each row exactly once). */
 void acx_param_save_rows(const acx_param_t *p, int64_t *begin_p, int64_t *end_p);
 
-/* Rows [*begin_p, *end_p) of p that this rank reads from a checkpoint: its
- * owned rows split among the model's load_comm (all of them when it is
- * NULL); the members then all-gather the parts. */
+/* Rows [*begin_p, *end_p) of p that this rank reads from a checkpoint: the
+ * model's plan for p's owned rows (acx_plan_read_rows); the members of
+ * plan.read_group then all-gather the parts. */
 void acx_param_load_rows(const acx_param_t *p, int64_t *begin_p, int64_t *end_p);
 
 /* Create/destroy a model (registration functions are public, in model.c). */

@@ -62,8 +62,8 @@
  * boundary's copies overwrite it).
  *
  * Checkpoints. Every rank holds every row: a save splits the writing over
- * the world (replica_rank/size). A load is split over the nodes only
- * (load_comm: one rank per node, the ranks with the same local rank): the
+ * the world (the plan's replicas). A load is split over the nodes only
+ * (the plan's read group: one rank per node, the same local rank): the
  * ranks of a node read the same rows, which the node's page cache fetches
  * from storage once, each copying and checksumming them itself, and the
  * nodes all-gather their parts. Splitting within a node too (each rank 1/N,
@@ -102,7 +102,7 @@ typedef struct no_shard_state {
     int copies_unwaited;   /* copies enqueued that the host has not waited for */
     acx_model_t *model;    /* for the done hook */
     acx_buckets_t *buckets;
-    acx_comm_t *load_comm; /* m->load_comm (owned), or NULL */
+    acx_comm_t *load_comm; /* m->plan.read_group (owned), or NULL */
 } no_shard_state_t;
 
 static int mixed(const acx_model_t *m) { return m->ctx.param_dtype != ACX_DTYPE_FLOAT32; }
@@ -255,21 +255,18 @@ static acx_status_t no_shard_prepare(acx_model_t *m) {
     }
     /* every rank holds every row: the replicas are the whole world */
     m->shard_comm = NULL;
-    m->replica_rank = m->ctx.world->rank;
-    m->replica_size = m->ctx.world->size;
     status = load_group(m, &s->load_comm);
     if (status != ACX_OK) goto out;
-    m->load_comm = s->load_comm;
+    acx_plan_set(&m->plan, 0, 1, m->ctx.world->rank, m->ctx.world->size, s->load_comm);
 
     size_t off = 0;
     for (int i = m->num_params - 1, k = 0; i >= 0; i--, k++) {
         acx_param_t *p = m->params[i];
         p->data = s->flat_param + off;
         p->grad = s->flat_grad + off;
-        p->row_begin = 0;
-        p->row_end = p->rows;
+        acx_plan_owned_rows(&m->plan, p->rows, &p->row_begin, &p->row_end); /* all of them */
         p->shard_offset = off;
-        p->shard_rows = p->rows;
+        p->shard_rows = acx_plan_piece_rows(&m->plan, p->rows);
         p->full_offset = off;
         /* Every rank computes every value itself: the initializer is keyed
          * by (seed, name, element), so no broadcast from rank 0 is needed
@@ -362,7 +359,7 @@ static void no_shard_destroy(acx_model_t *m) {
     if (s == NULL) return;
     acx_buckets_destroy(s->buckets);
     acx_comm_destroy(s->load_comm);
-    m->load_comm = NULL;
+    m->plan.read_group = NULL;
     size_t n = (size_t)m->numel;
     if (s->dev != NULL) {
         /* nothing acx enqueued may still run on the buffers */

@@ -82,7 +82,7 @@
  * Memory accounting: every buffer goes through acx_mem_alloc (host) or
  * acx_devcache_alloc (device; counted as acx_devops_alloc counts) with its category, so
  * acx_memory_stats measures what acx_memory_estimate predicts. Left to others: the optimizer math
- * (runtime/), checkpoint rows (acx_param_save_rows), the shared bookkeeping (model.c).
+ * (runtime/), checkpoint rows (the plan, sharding/plan.h), the shared bookkeeping (model.c).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -203,14 +203,8 @@ static void load_f32(acx_dtype_t dt, float *dst, const void *src, size_t off, si
 
 /* ---- plan ---- */
 
-/* Rows of p owned by shard-group rank s. */
-static void piece_rows(const acx_param_t *p, int s, int S, int64_t *b, int64_t *e) {
-    acx_shard_rows(p->rows, s, S, b, e);
-}
-
 /* Segment layout and ownership of every unit and parameter. */
 static void plan_layout(acx_model_t *m, sharded_state_t *st) {
-    int S = st->shard->size, s = st->shard->rank;
     size_t off = 0;
     for (int u = 0; u < m->num_units; u++) {
         acx_unit_t *unit = m->units[u];
@@ -218,10 +212,10 @@ static void plan_layout(acx_model_t *m, sharded_state_t *st) {
         size_t seg = 0, full = 0;
         for (int i = 0; i < unit->num_params; i++) {
             acx_param_t *p = unit->params[i];
-            p->shard_rows = (p->rows + S - 1) / S;
+            p->shard_rows = acx_plan_piece_rows(&m->plan, p->rows);
             p->piece_offset = seg;
             p->full_offset = full;
-            piece_rows(p, s, S, &p->row_begin, &p->row_end);
+            acx_plan_owned_rows(&m->plan, p->rows, &p->row_begin, &p->row_end);
             p->shard_offset = off + seg;
             seg += (size_t)(p->shard_rows * p->row_numel);
             full += (size_t)p->numel;
@@ -335,7 +329,7 @@ static acx_status_t gather_finish(acx_model_t *m, int u) {
             const acx_param_t *p = unit->params[i];
             for (int s = 0; status == ACX_OK && s < S; s++) {
                 int64_t b, e;
-                piece_rows(p, s, S, &b, &e);
+                acx_plan_rows_of(&p->unit->model->plan, p->rows, s, &b, &e);
                 if (e <= b) continue;
                 float *dst = us->data + p->full_offset + (size_t)(b * p->row_numel);
                 size_t off = (size_t)s * us->seg + p->piece_offset;
@@ -561,7 +555,7 @@ static acx_status_t rs_start(acx_model_t *m, int u) {
             const acx_param_t *p = unit->params[i];
             for (int s = 0; status == ACX_OK && s < S; s++) {
                 int64_t b, e;
-                piece_rows(p, s, S, &b, &e);
+                acx_plan_rows_of(&p->unit->model->plan, p->rows, s, &b, &e);
                 const float *src = us->grad + p->full_offset + (size_t)(b * p->row_numel);
                 size_t off = (size_t)s * us->seg + p->piece_offset;
                 size_t n = (size_t)((e - b) * p->row_numel);
@@ -579,7 +573,7 @@ static acx_status_t rs_start(acx_model_t *m, int u) {
             const acx_param_t *p = unit->params[i];
             for (int s = 0; s < S; s++) {
                 int64_t b, e;
-                piece_rows(p, s, S, &b, &e);
+                acx_plan_rows_of(&p->unit->model->plan, p->rows, s, &b, &e);
                 store_scaled(dt, staging, (size_t)s * us->seg + p->piece_offset,
                              us->grad + p->full_offset + (size_t)(b * p->row_numel),
                              (size_t)((e - b) * p->row_numel), scale);
@@ -642,14 +636,13 @@ static acx_status_t sharded_prepare_policy(acx_model_t *m, policy_t policy) {
                              -sz[1], sz[0]);
         st->shard = m->ctx.node;
         ACX_CHECK(acx_comm_split(world, m->ctx.node->rank, world->rank, &st->replica));
-        m->replica_rank = st->replica->rank;
-        m->replica_size = st->replica->size;
-        m->load_comm = st->replica->size > 1 ? st->replica : NULL;
+        /* rows split over the node, replicated across the nodes */
+        acx_plan_set(&m->plan, st->shard->rank, st->shard->size, st->replica->rank,
+                     st->replica->size, st->replica->size > 1 ? st->replica : NULL);
     } else {
         st->shard = world;
-        m->replica_rank = 0;
-        m->replica_size = 1;
-        m->load_comm = NULL;
+        /* rows split over the world, no replicas */
+        acx_plan_set(&m->plan, world->rank, world->size, 0, 1, NULL);
     }
     m->shard_comm = st->shard;
     plan_layout(m, st);
@@ -805,6 +798,7 @@ static void sharded_destroy(acx_model_t *m) {
     free(st);
     m->strategy_state = NULL;
     m->shard_comm = NULL;
+    m->plan.read_group = NULL; /* was st->replica */
 }
 
 #define SHARDED_OPS(NAME, PREPARE)                                                                 \

@@ -1,16 +1,17 @@
 /*
  * collectives/mpi/coll_mpi_stage.c — the MPI backend's table
- * (acx_coll_mpi_ops): every collective of coll_mpi.c, also on CUDA device
- * buffers, which are staged through pinned host memory.
+ * (acx_coll_mpi_ops): every collective of coll_mpi.c, also on device
+ * buffers, which are staged through host memory.
  *
  * Open MPI as Debian builds it is not CUDA-aware: given a device pointer it
  * reads host memory at that address and crashes. So each entry point asks
- * device/memory.h whether its buffers are device memory (no CUDA call at all
- * in a build without CUDA or on a machine without a device), and when one
- * is:
+ * the device layer which device, if any, owns each buffer
+ * (acx_devops_owner: no CUDA call at all in a build without CUDA or on a
+ * machine without a device), and when one does:
  *
- *   1. takes a pinned host block per device buffer from the reused pool
- *      (device/memory.c), copies the input bytes device -> host;
+ *   1. takes a host block per device buffer from that device's table
+ *      (stage_acquire: CUDA's reused pinned pool), copies the input bytes
+ *      device -> host (stage_copy);
  *   2. runs coll_mpi.c's collective (acx_coll_mpi_host_ops) on the host
  *      blocks — same semantics, same rounding, same errors;
  *   3. copies the output bytes host -> device and gives the blocks back.
@@ -26,15 +27,14 @@
  * in (an in-place all-gather: this rank's block) and only those it writes
  * are copied out (an in-place reduce-scatter: this rank's block).
  *
- * The emulated test device (device/ops.h, device_state: emulated) is
- * staged the same way: its memory is inaccessible to host code outside its
- * own ops, so a buffer inside one of its allocations gets a malloc'd host
- * block and acx_devops_emulated_memcpy copies; MPI sees host memory only.
+ * This file knows no device by name: the emulated test device
+ * (device_state: emulated), whose memory host code cannot touch, is staged
+ * through its table like CUDA's; MPI sees host memory only.
  *
- * The copies are synchronous cudaMemcpy on the legacy default stream
- * (device/memory.h): they follow the work already enqueued on blocking
- * streams, and the device buffers hold the result when a blocking call
- * returns. Non-blocking calls copy in at the start and copy out when test
+ * The copies are synchronous (device/ops.h, "staging": cudaMemcpy on the
+ * legacy default stream for CUDA): they follow the work already enqueued
+ * on blocking streams, and the device buffers hold the result when a
+ * blocking call returns. Non-blocking calls copy in at the start and copy out when test
  * or wait sees the MPI side complete; the device buffers belong to the
  * operation until then, as for host buffers.
  *
@@ -49,7 +49,6 @@
 #include "collectives/coll.h"
 #include "collectives/mpi/coll_mpi.h"
 #include "device/ops.h"
-#include "device/memory.h"
 #include "base/error.h"
 
 #define HOST (&acx_coll_mpi_host_ops)
@@ -62,22 +61,17 @@ typedef struct stage {
     int nblocks, nout;
     struct {
         uintptr_t dev; /* device address of the staged range */
-        char *pin;     /* its pinned host block (malloc'd for the emulated device) */
+        char *pin;     /* its host block (owner->stage_acquire) */
         size_t bytes;
-        int emul; /* the range is emulated device memory */
+        const acx_devops_t *owner; /* the device whose memory the range is */
     } block[2];
     struct {
         void *dev;
         const void *pin;
         size_t bytes;
-        int emul;
+        const acx_devops_t *owner;
     } out[2];
 } stage_t;
-
-/* The device copies, CUDA or emulated. */
-static acx_status_t stage_copy(int emul, void *dst, const void *src, size_t bytes) {
-    return emul ? acx_devops_emulated_memcpy(dst, src, bytes) : acx_cuda_memcpy(dst, src, bytes);
-}
 
 /* bytes = count * mult elements of dtype; 0 when the arguments are not
  * valid (then nothing is staged and coll_mpi.c reports the error). */
@@ -101,12 +95,12 @@ static acx_status_t stage_map(stage_t *st, const void *p, size_t bytes, int copy
     if (p == NULL || bytes == 0) return ACX_OK;
     uintptr_t a = (uintptr_t)p;
     char *mapped = NULL;
-    int emul = 0;
+    const acx_devops_t *owner = NULL;
     for (int b = 0; b < st->nblocks && mapped == NULL; b++) {
         uintptr_t lo = st->block[b].dev, hi = lo + st->block[b].bytes;
         if (a >= lo && a + bytes <= hi) {
             mapped = st->block[b].pin + (a - lo);
-            emul = st->block[b].emul;
+            owner = st->block[b].owner;
         } else if (a < hi && lo < a + bytes)
             return ACX_ERROR(ACX_ERR_INVALID_ARG,
                              "MPI backend, device buffers: the send and receive buffers overlap "
@@ -114,30 +108,23 @@ static acx_status_t stage_map(stage_t *st, const void *p, size_t bytes, int copy
                              "block of the other)");
     }
     if (mapped == NULL) {
-        int is_device = 0;
-        emul = acx_devops_emulated_owns(p, bytes);
-        if (!emul) ACX_CHECK(acx_cuda_pointer_is_device(p, &is_device));
-        if (!is_device && !emul) return ACX_OK;
+        ACX_CHECK(acx_devops_owner(p, bytes, &owner));
+        if (owner == NULL) return ACX_OK; /* host memory */
         void *pin = NULL;
-        if (emul) {
-            pin = acx_malloc(bytes, "emulated-device staging block");
-            if (pin == NULL) return ACX_ERR_NO_MEMORY;
-        } else {
-            ACX_CHECK(acx_cuda_pinned_acquire(bytes, &pin));
-        }
+        ACX_CHECK(owner->stage_acquire(bytes, &pin));
         st->block[st->nblocks].dev = a;
         st->block[st->nblocks].pin = pin;
         st->block[st->nblocks].bytes = bytes;
-        st->block[st->nblocks].emul = emul;
+        st->block[st->nblocks].owner = owner;
         st->nblocks++;
         mapped = pin;
     }
-    if (copy_in) ACX_CHECK(stage_copy(emul, mapped, p, bytes));
+    if (copy_in) ACX_CHECK(owner->stage_copy(mapped, p, bytes));
     if (copy_out) {
         st->out[st->nout].dev = (void *)p;
         st->out[st->nout].pin = mapped;
         st->out[st->nout].bytes = bytes;
-        st->out[st->nout].emul = emul;
+        st->out[st->nout].owner = owner;
         st->nout++;
     }
     *mapped_p = mapped;
@@ -145,12 +132,8 @@ static acx_status_t stage_map(stage_t *st, const void *p, size_t bytes, int copy
 }
 
 static void stage_release(stage_t *st) {
-    for (int b = 0; b < st->nblocks; b++) {
-        if (st->block[b].emul)
-            free(st->block[b].pin);
-        else
-            acx_cuda_pinned_release(st->block[b].pin);
-    }
+    for (int b = 0; b < st->nblocks; b++)
+        st->block[b].owner->stage_release(st->block[b].pin);
     st->nblocks = st->nout = 0;
 }
 
@@ -158,7 +141,7 @@ static void stage_release(stage_t *st) {
  * back to the device; give the blocks back either way. */
 static acx_status_t stage_finish(stage_t *st, acx_status_t status) {
     for (int o = 0; o < st->nout && status == ACX_OK; o++)
-        status = stage_copy(st->out[o].emul, st->out[o].dev, st->out[o].pin, st->out[o].bytes);
+        status = st->out[o].owner->stage_copy(st->out[o].dev, st->out[o].pin, st->out[o].bytes);
     stage_release(st);
     return status;
 }
@@ -425,7 +408,7 @@ static acx_status_t stage_comm_init(acx_comm_t *comm) {
 
 static void stage_comm_fini(acx_comm_t *comm) {
     HOST->comm_fini(comm);
-    if (live_comms > 0 && --live_comms == 0) acx_cuda_pinned_trim();
+    if (live_comms > 0 && --live_comms == 0) acx_devops_stage_trim();
 }
 
 /* ---- the table ---- */

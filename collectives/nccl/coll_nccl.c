@@ -667,4 +667,6 @@ const acx_coll_ops_t acx_coll_nccl_ops = {
     .barrier_start = nccl_barrier_start,
     .test = nccl_test,
     .wait = nccl_watched_wait,
+    .set_compute_stream = acx_coll_nccl_set_compute_stream,
+    .abort_all = acx_coll_nccl_abort_all,
 };

@@ -1,9 +1,10 @@
 /*
  * collectives/nccl/coll_nccl.h — the NCCL backend (library-private; only in
- * builds with NCCL, ACX_HAVE_NCCL). Its table and the two entry points the
- * rest of acx needs beyond the table: the live-communicator abort of the
- * fatal paths (through acx_coll_abort_all in ../coll.c) and the compute
- * stream a communicator orders its collectives after.
+ * builds with NCCL, ACX_HAVE_NCCL). Its table, and the table's two
+ * entries beyond the collectives, also callable directly (tests/gpu): the
+ * live-communicator abort of the fatal paths (abort_all, reached through
+ * acx_coll_abort_all in ../coll.c) and the compute stream a communicator
+ * orders its collectives after (set_compute_stream).
  */
 #ifndef ACX_COLL_NCCL_H
 #define ACX_COLL_NCCL_H

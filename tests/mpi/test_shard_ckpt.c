@@ -15,7 +15,10 @@
  *         parameters bitwise, /optimizer/exp_avg and exp_avg_sq the double
  *         reference's moments (relative 1e-5), the step attributes 2. The
  *         file's full values go to DIR/np<N>_<strategy>.bin: the expected
- *         state for every later load.
+ *         state for every later load. acx_model_save_weights writes
+ *         DIR/np<N>_<strategy>_weights.h5 too, whose /<param> datasets
+ *         must also be the gathered parameters bitwise (every row written
+ *         once, by the rank the sharding plan names, whatever the strategy).
  *   load  every checkpoint in DIR saved at this world size or a smaller one
  *         (before, in this order), under every strategy; then, in a second
  *         pass (np = 1, 2, 3 with --load-larger: no saving), every checkpoint
@@ -153,6 +156,30 @@ static int read_checkpoint(const char *path, saved_t *s, int64_t *step_p, int64_
     return bad ? -1 : 0;
 }
 
+/* The weights file (acx_model_save_weights: /<param name> per parameter)
+ * holds exactly the gathered parameters. Rank 0. Returns 0 when it does. */
+static int check_weights(const char *path, const float *gathered) {
+    float w[SN_NP];
+    char name[256];
+    int bad = 0;
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (f < 0) {
+        fprintf(stderr, "\ncannot open %s\n", path);
+        return -1;
+    }
+    for (int q = 0; q < SN_NPAR && !bad; q++) {
+        snprintf(name, sizeof name, "/%s", sn_par[q].name);
+        bad |= read_floats(f, name, w + sn_off[q], sn_off[q + 1] - sn_off[q]);
+    }
+    H5Fclose(f);
+    if (!bad && memcmp(w, gathered, sizeof w) != 0) {
+        fprintf(stderr, "\n%s: the weights differ from the gathered parameters (relative %.3g)\n",
+                path, sn_rel_ff(w, gathered, SN_NP));
+        bad = 1;
+    }
+    return bad ? -1 : 0;
+}
+
 /* ---- training ---- */
 
 static acx_status_t train_steps(sn_net_t *net, int64_t until) {
@@ -174,14 +201,16 @@ static acx_status_t train_steps(sn_net_t *net, int64_t until) {
 static int save_case(int strategy) {
     sn_net_t net = {0};
     sn_run_cfg_t rc = run_cfg(strategy);
-    char h5[1200], bin[1200];
+    char h5[1200], bin[1200], weights[1200];
     float gathered[SN_NP];
     snprintf(h5, sizeof h5, "%s/np%d_%s.h5", dir, world, strat_name[strategy]);
+    snprintf(weights, sizeof weights, "%s/np%d_%s_weights.h5", dir, world, strat_name[strategy]);
     snprintf(bin, sizeof bin, "%s/np%d_%s.bin", dir, world, strat_name[strategy]);
     CHECK_OK(sn_open(&net, &rc));
     CHECK_OK(train_steps(&net, SAVE_STEPS));
     CHECK_OK(sn_gather(&net, gathered));
     CHECK_OK(acx_save_state(net.acc, h5));
+    CHECK_OK(acx_model_save_weights(net.m, weights));
     sn_close(&net);
 
     int bad = 0;
@@ -205,6 +234,7 @@ static int save_case(int strategy) {
                     h5, sn_rel_ff(s.p, gathered, SN_NP));
             bad = 1;
         }
+        if (!bad) bad = check_weights(weights, gathered) != 0;
         /* the double reference of the same 2 steps */
         sn_expected_init(init);
         for (int e = 0; e < SN_NP; e++)
