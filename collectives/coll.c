@@ -133,7 +133,7 @@ acx_status_t acx_coll_select(acx_backend_kind_t kind, acx_device_state_t device_
     return ACX_OK;
 }
 
-acx_status_t acx_device_setup(const acx_coll_ops_t *ops, int local_rank, int local_size) {
+acx_status_t acx_coll_device_setup(const acx_coll_ops_t *ops, int local_rank, int local_size) {
     if (ops == NULL) return ACX_ERROR(ACX_ERR_INVALID_ARG, "device setup: ops is NULL");
     acx_device_need_t need = ops->emulated        ? ACX_DEVICE_NEED_EMULATED
                              : ops->device_memory ? ACX_DEVICE_NEED_CUDA

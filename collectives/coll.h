@@ -143,7 +143,7 @@ acx_status_t acx_coll_select(acx_backend_kind_t kind, acx_device_state_t device_
  * agree on the outcome). Errors: ACX_ERR_NOT_SUPPORTED (device backend, no
  * device visible: the message says to use backend: mpi),
  * ACX_ERR_INVALID_ARG, ACX_ERR_CUDA (cudaSetDevice failed). */
-acx_status_t acx_device_setup(const acx_coll_ops_t *ops, int local_rank, int local_size);
+acx_status_t acx_coll_device_setup(const acx_coll_ops_t *ops, int local_rank, int local_size);
 
 /* Duplicate `parent` and bind it to ops. Collective over parent. */
 acx_status_t acx_comm_create(MPI_Comm parent, const acx_coll_ops_t *ops, acx_comm_t **comm_p);

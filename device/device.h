@@ -5,7 +5,7 @@
  * GPU binding each task sees one device: device 0). The device is bound
  * (cudaSetDevice) at acx_init only when the memory acx's buffers live in
  * needs it (acx_device_need_t: the collective backend says which,
- * collectives/coll.h's acx_device_setup); with host memory every buffer
+ * collectives/coll.h's acx_coll_device_setup); with host memory every buffer
  * acx owns is host memory and no device is bound, whatever the machine
  * has. Either way acx_device_select logs one info line that says which
  * and why. This layer knows nothing of collectives: its user names itself

@@ -229,7 +229,7 @@ static acx_status_t check_config_agrees(acx_accelerator_t *acc) {
 /* Where model state lives (device_state): NULL (host memory), the CUDA
  * device table, or the emulated test device. auto is cuda with a backend
  * on device memory (NCCL), else host. With cuda and the MPI backend the
- * device is bound here (local rank modulo devices), as acx_device_setup
+ * device is bound here (local rank modulo devices), as acx_coll_device_setup
  * (collectives/coll.h) does for NCCL. The emulated device goes with a host-memory backend (MPI
  * stages it) or with the NCCL test double (acx_coll_select picks it for
  * backend: nccl with device_state: emulated), never with the real NCCL.
@@ -398,9 +398,9 @@ ACX_API acx_status_t acx_init(int *argc, char ***argv, const acx_config_t *confi
     status = acx_coll_agree(acc->world, status);
     if (status != ACX_OK) goto err_comm;
     /* the device (device/device.c) before a device backend's communicators use it */
-    ACX_CHECK_GOTO(
-        acx_coll_agree(acc->world, acx_device_setup(acc->coll, acc->local_rank, acc->local_size)),
-        status, err_comm);
+    ACX_CHECK_GOTO(acx_coll_agree(acc->world, acx_coll_device_setup(acc->coll, acc->local_rank,
+                                                                    acc->local_size)),
+                   status, err_comm);
     ACX_CHECK_GOTO(acx_coll_agree(acc->world, select_device_state(acc)), status, err_comm);
     acc->device = acx_device_bound();
     ACX_CHECK_GOTO(acx_coll_agree(acc->world, check_offload(acc)), status, err_comm);

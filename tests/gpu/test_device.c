@@ -82,13 +82,13 @@ static int test_no_device(void) {
     CHECK_OK(acx_coll_select(ACX_BACKEND_AUTO, ACX_DEVICE_STATE_CUDA, &ops));
     CHECK(ops == &acx_coll_mpi_ops);
     /* host backend, and the NCCL test double: nothing bound */
-    CHECK_OK(acx_device_setup(&acx_coll_mpi_ops, local_rank, local_size));
+    CHECK_OK(acx_coll_device_setup(&acx_coll_mpi_ops, local_rank, local_size));
     CHECK(acx_device_bound() == -1);
-    CHECK_OK(acx_device_setup(&acx_coll_nccl_emul_ops, local_rank, local_size));
+    CHECK_OK(acx_coll_device_setup(&acx_coll_nccl_emul_ops, local_rank, local_size));
     CHECK(acx_device_bound() == -1);
 #if ACX_HAVE_NCCL
     /* a device backend without a device */
-    CHECK_STATUS(acx_device_setup(&acx_coll_nccl_ops, local_rank, local_size),
+    CHECK_STATUS(acx_coll_device_setup(&acx_coll_nccl_ops, local_rank, local_size),
                  ACX_ERR_NOT_SUPPORTED, "needs a CUDA device");
     CHECK(acx_device_bound() == -1);
 #endif
@@ -103,7 +103,7 @@ static int test_devices(int count) {
     /* auto: MPI unless the model state is on the device (device_state: cuda) */
     CHECK_OK(acx_coll_select(ACX_BACKEND_AUTO, ACX_DEVICE_STATE_AUTO, &ops));
     CHECK(ops == &acx_coll_mpi_ops);
-    CHECK_OK(acx_device_setup(&acx_coll_mpi_ops, local_rank, local_size));
+    CHECK_OK(acx_coll_device_setup(&acx_coll_mpi_ops, local_rank, local_size));
     CHECK(acx_device_bound() == -1);
 #if ACX_HAVE_NCCL
     ops = NULL;
@@ -112,7 +112,7 @@ static int test_devices(int count) {
     ops = NULL;
     CHECK_OK(acx_coll_select(ACX_BACKEND_NCCL, ACX_DEVICE_STATE_CUDA, &ops));
     CHECK(ops == &acx_coll_nccl_ops && ops->device_memory && strcmp(ops->name, "nccl") == 0);
-    CHECK_OK(acx_device_setup(&acx_coll_nccl_ops, local_rank, local_size));
+    CHECK_OK(acx_coll_device_setup(&acx_coll_nccl_ops, local_rank, local_size));
     CHECK(acx_device_bound() == local_rank % count);
     int current = -1;
     CHECK(cudaGetDevice(&current) == cudaSuccess && current == local_rank % count);

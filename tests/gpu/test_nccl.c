@@ -514,7 +514,7 @@ int main(int argc, char **argv) {
         MPI_Finalize();
         return 77;
     }
-    if (acx_device_setup(&acx_coll_nccl_ops, local_rank, local_size) != ACX_OK ||
+    if (acx_coll_device_setup(&acx_coll_nccl_ops, local_rank, local_size) != ACX_OK ||
         acx_comm_create(MPI_COMM_WORLD, &acx_coll_nccl_ops, &comm) != ACX_OK) {
         fprintf(stderr, "[r%d] NCCL communicator: %s\n", rank_, acx_last_error());
         MPI_Abort(MPI_COMM_WORLD, 1);
