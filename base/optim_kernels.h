@@ -1,6 +1,7 @@
 /*
  * base/optim_kernels.h — the arithmetic of the optimizers and learning-rate
- * schedules (library-private to runtime/; tests call it directly).
+ * schedules (library-private: runtime/, the emulated device in device/ops_emulated.c
+ * and io/ckpt_state.c's range checks use it; tests call it directly).
  *
  * The kernels are pure functions over flat fp32 arrays of n elements (the
  * rank's local shard: p = master weights, g = reduced gradients, the state
@@ -24,8 +25,8 @@
  * Objects (optimizer, scheduler) live in runtime/optimizer.c and
  * runtime/scheduler.c; the two hooks they share are declared at the end.
  */
-#ifndef ACX_RUNTIME_OPTIM_KERNELS_H
-#define ACX_RUNTIME_OPTIM_KERNELS_H
+#ifndef ACX_BASE_OPTIM_KERNELS_H
+#define ACX_BASE_OPTIM_KERNELS_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -94,4 +95,4 @@ double acx_schedule_factor(acx_schedule_kind_t kind, int64_t warmup_steps, int64
 acx_status_t acx_optimizer_attach_scheduler(acx_optimizer_t *opt, acx_scheduler_t *sched);
 void acx_scheduler_free(acx_scheduler_t *sched);
 
-#endif /* ACX_RUNTIME_OPTIM_KERNELS_H */
+#endif /* ACX_BASE_OPTIM_KERNELS_H */

@@ -9,8 +9,8 @@
  * no state, no signals touched, so the config layer can check a value long
  * before acx_init installs anything.
  */
-#ifndef ACX_RUNTIME_BASE_SIGNAL_LIST_H
-#define ACX_RUNTIME_BASE_SIGNAL_LIST_H
+#ifndef ACX_BASE_SIGNAL_LIST_H
+#define ACX_BASE_SIGNAL_LIST_H
 
 #include <stddef.h>
 

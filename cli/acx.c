@@ -1,14 +1,13 @@
 /*
  * cli/acx.c — the `acx` command: a dispatcher over subcommands.
  *
- * Owns: argument parsing, usage texts and exit codes of the command line
- * tool. Here: `acx version`, `acx config show`, `acx data import-idx`,
- * `acx ckpt info|verify|export` and `acx estimate-memory`; `acx launch` is
- * in cli/launch.c, `acx env` and `acx config default` (and the questions
- * of a bare `acx config`) in cli/env.c. `slurm` slots into the command
- * table below when it is written (a name, a handler, a one-line summary);
- * the top-level help lists exactly the table, so it never advertises a
- * command that does not exist.
+ * Owns: the command table, usage texts and exit codes of the command line
+ * tool (walking argv: cli/args.c). Here: `acx version`, `acx config
+ * show|doc`, `acx data import-idx`, `acx ckpt info|verify|export` and
+ * `acx estimate-memory`; `acx launch` is in cli/launch.c, `acx env` and
+ * `acx config default` (and the questions of a bare `acx config`) in
+ * cli/env.c, `acx slurm` in cli/slurm.c. The top-level help lists exactly
+ * the table, so it never advertises a command that does not exist.
  * Leaves to others: all real work. This is the library's top layer (cli/):
  * it may use every layer below; the `acx` program (tools/acx.c) calls
  * acx_cli_main (acx/cli.h) and links libacx.so.

@@ -1,5 +1,5 @@
 /*
- * cli/cli.h — what the `acx` command's source files share (tools/ only).
+ * cli/cli.h — what the `acx` command's source files share (cli/ only).
  *
  * cli/acx.c owns the command table, the conventions and these helpers;
  * cli/launch.c (`acx launch`) and cli/env.c (`acx env`, `acx config
@@ -7,8 +7,8 @@
  * Exit codes: 0 success, 1 a failure (the message names what failed), 2 a
  * usage error (one line naming it plus a hint at --help).
  */
-#ifndef ACX_TOOLS_TOOL_H
-#define ACX_TOOLS_TOOL_H
+#ifndef ACX_CLI_CLI_H
+#define ACX_CLI_CLI_H
 
 #include "acx/status.h"
 #include "cli/args.h" /* the one argv parser: cli_args_*, take_option, is_help */
@@ -42,4 +42,4 @@ int cmd_config_default(int argc, char **argv);
  * usage error that points at `acx config default`. */
 int cmd_config_interactive(int argc, char **argv);
 
-#endif /* ACX_TOOLS_TOOL_H */
+#endif /* ACX_CLI_CLI_H */

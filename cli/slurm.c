@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "acx/acx.h"
+#include "base/settings.h"
 #include "cli/args.h"
 
 enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2 };
@@ -198,16 +199,19 @@ static int described_value(const char *text, const char *key, char *buf, size_t 
     return 0;
 }
 
-/* ACX_<KEY>: upper case, '.' and '-' as '_' (the variables acx_init reads). */
+/* The variable of the config key `key` (klen bytes), from the settings
+ * registry (base/settings.c): the one place ACX_* names are spelled.
+ * parse_args accepted only known keys, so the lookup finds one. */
 static void env_name(const char *key, size_t klen, char *buf, size_t n) {
-    size_t o = (size_t)snprintf(buf, n, "ACX_");
-    for (size_t i = 0; i < klen && o + 1 < n; i++) {
-        char c = key[i];
-        buf[o++] = (c == '.' || c == '-')   ? '_'
-                   : (c >= 'a' && c <= 'z') ? (char)(c - 'a' + 'A')
-                                            : c;
-    }
-    buf[o] = '\0';
+    char k[128];
+    snprintf(k, sizeof k, "%.*s", (int)klen, key);
+    int i = acx_config_option_index(k);
+    snprintf(buf, n, "%s", i >= 0 && acx_config_key(i)->env ? acx_config_key(i)->env : "");
+}
+
+/* The variable of the config key named exactly `key`. */
+static const char *key_env(const char *key) {
+    return acx_config_key(acx_config_key_index(key))->env;
 }
 
 /* ---- the script ---- */
@@ -243,11 +247,12 @@ static void write_script(FILE *f, const sbatch_opts_t *o, const char *program) {
         fprintf(f, "#SBATCH %s\n", o->sbatch[k]);
 
     fprintf(f, "\n# acx settings of every rank (lowest precedence: the program's own win)\n");
-    fprintf(f, "export ACX_PREEMPTION_SIGNALS=${ACX_PREEMPTION_SIGNALS:-USR1,TERM}\n");
-    fprintf(f, "export ACX_PREEMPTION_REQUEUE=%s\n", o->requeue ? "true" : "false");
-    fprintf(f, "export ACX_RESUME=auto\n");
+    const char *signals = key_env("preemption.signals");
+    fprintf(f, "export %s=${%s:-USR1,TERM}\n", signals, signals);
+    fprintf(f, "export %s=%s\n", key_env("preemption.requeue"), o->requeue ? "true" : "false");
+    fprintf(f, "export %s=auto\n", key_env("resume"));
     if (o->config_file) {
-        fprintf(f, "export ACX_CONFIG_FILE=");
+        fprintf(f, "export %s=", acx_env_name(ACX_ENV_CONFIG_FILE));
         put_quoted(f, o->config_file);
         fputc('\n', f);
     }

@@ -1,5 +1,5 @@
 /*
- * device/cache.c — the caching allocator of device_cache.h: freed
+ * device/cache.c — the caching allocator of device/cache.h: freed
  * device blocks kept per table, tagged with the stream that may still use
  * them, reused by best fit on that stream.
  *

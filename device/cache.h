@@ -43,8 +43,8 @@
  * released at its free). Not thread-safe beyond a mutex around the block
  * list; acx drives device state from the main thread only.
  */
-#ifndef ACX_CUDA_DEVICE_CACHE_H
-#define ACX_CUDA_DEVICE_CACHE_H
+#ifndef ACX_DEVICE_CACHE_H
+#define ACX_DEVICE_CACHE_H
 
 #include <stddef.h>
 
@@ -83,4 +83,4 @@ void acx_devcache_empty(void);
 /* Bytes of cached free blocks (full block sizes). */
 size_t acx_devcache_bytes(void);
 
-#endif /* ACX_CUDA_DEVICE_CACHE_H */
+#endif /* ACX_DEVICE_CACHE_H */

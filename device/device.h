@@ -14,8 +14,8 @@
  * device/device.c is compiled in every build: without CUDA it reports no
  * devices ("this build has no CUDA") and never binds one.
  */
-#ifndef ACX_CUDA_DEVICE_H
-#define ACX_CUDA_DEVICE_H
+#ifndef ACX_DEVICE_DEVICE_H
+#define ACX_DEVICE_DEVICE_H
 
 #include <stddef.h>
 
@@ -58,4 +58,4 @@ acx_status_t acx_device_use(int local_rank, int local_size);
  * memory). Process state, like CUDA's own current device. */
 int acx_device_bound(void);
 
-#endif /* ACX_CUDA_DEVICE_H */
+#endif /* ACX_DEVICE_DEVICE_H */

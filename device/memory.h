@@ -18,8 +18,8 @@
  * and they are complete when the function returns. Work on a stream created
  * with cudaStreamNonBlocking is not waited for: synchronize it first.
  */
-#ifndef ACX_CUDA_MEMORY_H
-#define ACX_CUDA_MEMORY_H
+#ifndef ACX_DEVICE_MEMORY_H
+#define ACX_DEVICE_MEMORY_H
 
 #include <stddef.h>
 
@@ -80,4 +80,4 @@ void acx_cuda_pinned_release(void *p);
  * pinned memory behind. Returns the bytes freed. */
 size_t acx_cuda_pinned_trim(void);
 
-#endif /* ACX_CUDA_MEMORY_H */
+#endif /* ACX_DEVICE_MEMORY_H */

@@ -50,8 +50,8 @@
  * the emulated device sums in the host loop's order (bitwise the host's);
  * the CUDA kernels use a fixed tree, within ~1e-12 relative of it.
  */
-#ifndef ACX_CUDA_DEVICE_OPS_H
-#define ACX_CUDA_DEVICE_OPS_H
+#ifndef ACX_DEVICE_OPS_H
+#define ACX_DEVICE_OPS_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -288,4 +288,4 @@ void acx_devops_emulated_counters(size_t *alloc_calls_p, size_t *live_bytes_p);
  * emulated table's stage_copy). */
 acx_status_t acx_devops_emulated_memcpy(void *dst, const void *src, size_t bytes);
 
-#endif /* ACX_CUDA_DEVICE_OPS_H */
+#endif /* ACX_DEVICE_OPS_H */

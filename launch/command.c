@@ -9,8 +9,8 @@
  * for --dry-run; the one-line exit record format, picking the first failure
  * and wording the summary.
  * Leaves to others: parsing the command line and starting processes
- * (cli/launch.c), what the variables mean (base/config.c's key
- * table: ACX_MIXED_PRECISION, ...), detecting the environment a rank runs
+ * (cli/launch.c), what the variables mean (base/settings.c's
+ * registry: ACX_MIXED_PRECISION, ...), detecting the environment a rank runs
  * in (launch/env.c). Nothing here reads the real environment or the
  * clock: every input is an argument, so the unit tests can pin the output.
  *

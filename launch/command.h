@@ -12,8 +12,8 @@
  *     rank supervisor into the launch's status directory, read back by
  *     `acx launch`, which picks the first failure and prints one summary.
  */
-#ifndef ACX_SLURM_LAUNCHER_H
-#define ACX_SLURM_LAUNCHER_H
+#ifndef ACX_LAUNCH_COMMAND_H
+#define ACX_LAUNCH_COMMAND_H
 
 #include <stddef.h>
 
@@ -154,4 +154,4 @@ size_t acx_rank_exit_summary(const acx_rank_exit_t *r, char *buf, size_t size);
  * 128 + signal, like a shell. */
 int acx_rank_exit_status(const acx_rank_exit_t *r);
 
-#endif /* ACX_SLURM_LAUNCHER_H */
+#endif /* ACX_LAUNCH_COMMAND_H */

@@ -9,8 +9,8 @@
  * them, the Slurm node list (expanded by slurm/hostlist.c), the rank
  * cross-check and the one-line description for the log.
  * Leaves to others: MPI itself (the caller passes MPI's world size and
- * ranks), logging the result (runtime/), generating sbatch scripts and
- * requeue (later files in this folder). Makes no MPI call and keeps no state.
+ * ranks), logging the result (runtime/), generating sbatch scripts
+ * (cli/slurm.c) and requeue (runtime/preempt.c). Makes no MPI call and keeps no state.
  *
  * Which variable announces the world size, in order of trust:
  *

@@ -11,8 +11,8 @@
  * disagreements are reported as warnings, and the whole picture is
  * formatted for the log.
  */
-#ifndef ACX_SLURM_LAUNCH_ENV_H
-#define ACX_SLURM_LAUNCH_ENV_H
+#ifndef ACX_LAUNCH_ENV_H
+#define ACX_LAUNCH_ENV_H
 
 #include <stddef.h>
 
@@ -41,7 +41,7 @@ typedef struct acx_launch_env {
     long slurm_step_id; /* SLURM_STEP_ID, -1 outside a step */
 
     /* This process in the world the launcher declared (from the winning
-     * launcher's own variables only; see launch_env.c). */
+     * launcher's own variables only; see launch/env.c). */
     int rank;                   /* SLURM_PROCID, OMPI_COMM_WORLD_RANK, PMI_RANK, PMIX_RANK */
     const char *rank_var;       /* the variable rank came from, or NULL */
     int local_rank;             /* SLURM_LOCALID, OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID */
@@ -101,4 +101,4 @@ int acx_launch_env_check_rank(const acx_launch_env_t *e, int mpi_rank, int mpi_l
  * and returns the length the whole text has (as snprintf does). */
 size_t acx_launch_env_format(const acx_launch_env_t *e, char *buf, size_t size);
 
-#endif /* ACX_SLURM_LAUNCH_ENV_H */
+#endif /* ACX_LAUNCH_ENV_H */

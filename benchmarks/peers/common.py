@@ -10,7 +10,7 @@ else lives here, once, so the two measure the same thing:
 * the data: Fashion-MNIST from the HDF5 file that `acx data import-idx` writes
   (/train/images uint8 [60000 x 28 x 28], /train/labels uint8 [60000]), or
   synthetic uint8 "pixels" [n x IN] and labels in [0, OUT) from a fixed-seed
-  generator (about half the pixels 0, as in benchmarks/fmnist_ddp.c);
+  generator (about half the pixels 0, as in benchmarks/train.c);
 * the model of examples/fashion_mnist/mlp.c: Linear(in,h1) ReLU Linear(h1,h2)
   ReLU Linear(h2,out), mean softmax cross-entropy, with the pixels normalized
   inside the step exactly as mlp_load_input() does ((p/255 - 0.2860)/0.3530),
