@@ -129,7 +129,9 @@ static const acx_setting_t key_table[] = {
             "longest legitimate wait (values below a second end healthy jobs); `0` turns the "
             "detector off"},
     {KEY("bucket_size_mb", "ACX_BUCKET_SIZE_MB", DOUBLE), ABOVE(0), FIELD(bucket_size_mb),
-     .def = "25", .unit = "MiB", .doc = "> 0; gradient fusion bucket size"},
+     .def = "25", .unit = "MiB",
+     .doc = "> 0; gradient fusion bucket size (NO_SHARD; the sharded strategies reduce-scatter "
+            "one unit at a time)"},
     {KEY("backend", "ACX_BACKEND", ENUM), .names = backend_names, FIELD(backend), .def = "auto",
      .doc = "`auto`, `mpi`, `nccl` (CUDA/NCCL builds with a GPU; needs device-resident state, "
             "every `sharding_strategy`; with `device_state: emulated` it is the NCCL backend's "

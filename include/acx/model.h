@@ -155,6 +155,11 @@ ACX_API float *acx_param_grad(acx_param_t *param);
  * prepared), ACX_ERR_NO_MEMORY, ACX_ERR_MPI. */
 ACX_API acx_status_t acx_param_gather(acx_param_t *param, float *out);
 
+/* The parameter's name, number of dimensions (1..ACX_MAX_DIMS), shape
+ * (ndim sizes, row dimension first) and element count, as given to
+ * acx_model_add_param: the full parameter, not this rank's shard. The
+ * name and shape are owned by acx and valid while the model lives. Local,
+ * not collective. A NULL param gives NULL / 0. */
 ACX_API const char *acx_param_name(const acx_param_t *param);
 ACX_API int acx_param_ndim(const acx_param_t *param);
 ACX_API const int64_t *acx_param_shape(const acx_param_t *param);
