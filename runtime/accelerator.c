@@ -610,12 +610,15 @@ static uint64_t fnv_str(uint64_t h, const char *s) {
 
 /* ACX_OK when every rank passed the same hash; otherwise an error on every
  * rank naming `what` and this rank's own `detail`, so each rank's message
- * shows what it had. Collective (two small all-reduces). */
+ * shows what it had. Collective (two small all-reduces, watched: a rank
+ * that never makes the call ends the job with the stall detector's line). */
 static acx_status_t agree_on(acx_accelerator_t *acc, uint64_t h, const char *what,
                              const char *detail) {
     uint64_t lo, hi;
-    ACX_MPI_CHECK(MPI_Allreduce(&h, &lo, 1, MPI_UINT64_T, MPI_MIN, acc->world->mpi));
-    ACX_MPI_CHECK(MPI_Allreduce(&h, &hi, 1, MPI_UINT64_T, MPI_MAX, acc->world->mpi));
+    ACX_MPI_CHECK(ACX_WATCHED("argument agreement",
+                              MPI_Allreduce(&h, &lo, 1, MPI_UINT64_T, MPI_MIN, acc->world->mpi)));
+    ACX_MPI_CHECK(ACX_WATCHED("argument agreement",
+                              MPI_Allreduce(&h, &hi, 1, MPI_UINT64_T, MPI_MAX, acc->world->mpi)));
     if (lo == hi) return ACX_OK;
     return ACX_ERROR(ACX_ERR_INVALID_ARG,
                      "ranks passed different %s (rank %d: %s); every rank must make the same call",
@@ -783,8 +786,12 @@ ACX_API acx_status_t acx_prepare(acx_accelerator_t *acc, acx_model_t *model,
          * rank; without even_batches (and drop_last) ranks can get one batch
          * more or less, and the extra step would wait forever for the others. */
         int64_t nb = acx_dataloader_num_batches(loader), lo, hi;
-        ACX_MPI_CHECK(MPI_Allreduce(&nb, &lo, 1, MPI_INT64_T, MPI_MIN, acc->world->mpi));
-        ACX_MPI_CHECK(MPI_Allreduce(&nb, &hi, 1, MPI_INT64_T, MPI_MAX, acc->world->mpi));
+        ACX_MPI_CHECK(
+            ACX_WATCHED("batch count agreement",
+                        MPI_Allreduce(&nb, &lo, 1, MPI_INT64_T, MPI_MIN, acc->world->mpi)));
+        ACX_MPI_CHECK(
+            ACX_WATCHED("batch count agreement",
+                        MPI_Allreduce(&nb, &hi, 1, MPI_INT64_T, MPI_MAX, acc->world->mpi)));
         if (lo != hi)
             return ACX_ERROR(
                 ACX_ERR_INVALID_CONFIG,
@@ -974,7 +981,9 @@ ACX_API acx_status_t acx_print_ordered(acx_accelerator_t *acc, const char *fmt, 
         if (lens == NULL || displs == NULL) status = ACX_ERR_NO_MEMORY;
     }
     ACX_CHECK_GOTO(acx_coll_agree(acc->world, status), status, out);
-    ACX_MPI_CHECK_GOTO(MPI_Gather(&n, 1, MPI_INT, lens, 1, MPI_INT, 0, comm), status, out);
+    ACX_MPI_CHECK_GOTO(
+        ACX_WATCHED("print_ordered gather", MPI_Gather(&n, 1, MPI_INT, lens, 1, MPI_INT, 0, comm)),
+        status, out);
     long total = 0;
     if (acc->rank == 0) {
         for (int r = 0; r < acc->world_size; r++) {
@@ -988,8 +997,9 @@ ACX_API acx_status_t acx_print_ordered(acx_accelerator_t *acc, const char *fmt, 
             status = ACX_ERR_NO_MEMORY;
     }
     ACX_CHECK_GOTO(acx_coll_agree(acc->world, status), status, out);
-    ACX_MPI_CHECK_GOTO(MPI_Gatherv(mine, n, MPI_CHAR, all, lens, displs, MPI_CHAR, 0, comm), status,
-                       out);
+    ACX_MPI_CHECK_GOTO(ACX_WATCHED("print_ordered gather", MPI_Gatherv(mine, n, MPI_CHAR, all, lens,
+                                                                       displs, MPI_CHAR, 0, comm)),
+                       status, out);
     if (acc->rank == 0) {
         fwrite(all, 1, (size_t)total, stdout);
         fflush(stdout);
