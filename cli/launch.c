@@ -465,17 +465,6 @@ out:
     return rc;
 }
 
-/* ---- this machine ---- */
-
-static int mpi_flavor(void) {
-    char lib[MPI_MAX_LIBRARY_VERSION_STRING] = "";
-    int len = 0;
-    if (MPI_Get_library_version(lib, &len) == MPI_SUCCESS && strstr(lib, "Open MPI") == NULL &&
-        (strstr(lib, "MPICH") != NULL || strstr(lib, "Intel(R) MPI") != NULL))
-        return ACX_MPI_FLAVOR_MPICH;
-    return ACX_MPI_FLAVOR_OPENMPI;
-}
-
 /* ---- running the launcher ---- */
 
 static volatile sig_atomic_t launcher_pid;
@@ -728,7 +717,7 @@ int cmd_launch(int argc, char **argv) {
         realpath(q->config_file, config_abs) != NULL)
         q->config_file = config_abs;
 
-    acx_launch_host_t host = {tool_count_cpus(), geteuid() == 0, mpi_flavor()};
+    acx_launch_host_t host = {tool_count_cpus(), geteuid() == 0, tool_mpi_flavor()};
     acx_launch_cmd_t *cmd = NULL;
     acx_status_t st = acx_launch_cmd_build(q, &host, NULL, &cmd);
     if (st != ACX_OK) {
