@@ -332,9 +332,10 @@ int cmd_env(int argc, char **argv) {
     /* the launcher `acx launch` would run here (launch/command.c decides) */
     acx_launch_host_t host = {tool_count_cpus(), geteuid() == 0, tool_mpi_flavor()};
     const char *launcher = acx_launch_launcher_name(&host, NULL);
-    const char *job = getenv("SLURM_JOB_ID");
-    if (strcmp(launcher, "srun") == 0)
-        snprintf(buf, sizeof buf, "srun --mpi=pmix (inside Slurm job %s)", job);
+    if (strcmp(launcher, "srun") == 0 && le.slurm_job_id > 0)
+        snprintf(buf, sizeof buf, "srun --mpi=pmix (inside Slurm job %ld)", le.slurm_job_id);
+    else if (strcmp(launcher, "srun") == 0) /* the id is in launch_environment_warnings */
+        snprintf(buf, sizeof buf, "srun --mpi=pmix (inside a Slurm job)");
     else
         snprintf(buf, sizeof buf, "%s (no Slurm allocation)", launcher);
     yaml_line(f, "acx_launch_uses", buf);

@@ -375,9 +375,8 @@ ACX_API acx_status_t acx_init(int *argc, char ***argv, const acx_config_t *confi
     ACX_CHECK_GOTO(acx_comm_create(MPI_COMM_WORLD, &acx_coll_mpi_ops, &acc->world), status,
                    err_mpi);
 
-    acx_launch_env_t env;
-    acx_launch_env_detect(env_lookup, &env);
-    status = acx_launch_env_check(&env, acc->world_size);
+    acx_launch_env_detect(env_lookup, &acc->launch);
+    status = acx_launch_env_check(&acc->launch, acc->world_size);
     if (status == ACX_OK && argv_status != ACX_OK)
         status = acx_error_set_raw(argv_status, argv_error);
     if (status == ACX_OK && config_status != ACX_OK)
@@ -412,7 +411,8 @@ ACX_API acx_status_t acx_init(int *argc, char ***argv, const acx_config_t *confi
     /* the launcher's numbering is compared with MPI's real one, before
      * ranks_per_node may replace the local rank with a simulated one */
     char mismatch[512];
-    if (acx_launch_env_check_rank(&env, acc->rank, acc->local_rank, mismatch, sizeof mismatch))
+    if (acx_launch_env_check_rank(&acc->launch, acc->rank, acc->local_rank, mismatch,
+                                  sizeof mismatch))
         ACX_WARN(ACX_SUBSYS_LAUNCH, "%s", mismatch);
     ACX_CHECK_GOTO(acx_coll_agree(acc->world, simulate_nodes(acc)), status, err_comm);
     acx_scaler_init(&acc->scaler, c);
@@ -427,16 +427,16 @@ ACX_API acx_status_t acx_init(int *argc, char ***argv, const acx_config_t *confi
 
     if (acx_log_enabled(ACX_LOG_INFO, ACX_SUBSYS_LAUNCH)) {
         char line[2048];
-        acx_launch_env_format(&env, line, sizeof line);
+        acx_launch_env_format(&acc->launch, line, sizeof line);
         ACX_INFO(ACX_SUBSYS_LAUNCH, "%s", line);
-    } else if (env.warnings[0] != '\0') {
-        ACX_WARN(ACX_SUBSYS_LAUNCH, "launcher environment: %s", env.warnings);
+    } else if (acc->launch.warnings[0] != '\0') {
+        ACX_WARN(ACX_SUBSYS_LAUNCH, "launcher environment: %s", acc->launch.warnings);
     }
     ACX_INFO(
         ACX_SUBSYS_INIT,
         "acx %s: rank %d/%d, local rank %d/%d, node %d/%d on %s; launcher %s; backend %s; MPI %s",
         acx_version(), acc->rank, acc->world_size, acc->local_rank, acc->local_size, acc->node_rank,
-        acc->num_nodes, acc->host, env.launcher, acc->coll->name,
+        acc->num_nodes, acc->host, acc->launch.launcher, acc->coll->name,
         acc->mpi_owned ? "initialized by acx" : "adopted from the program");
     if (acx_log_enabled(ACX_LOG_DEBUG, ACX_SUBSYS_INIT)) {
         for (int k = 0; k < acx_config_num_keys(); k++) {
