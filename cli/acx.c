@@ -36,6 +36,7 @@
 #include "acx/acx.h"
 #include "acx/cli.h"
 #include "base/settings.h"
+#include "sharding/plan.h"
 #include "io/checkpoint.h"
 #include "io/ckpt_crc.h"
 #include "cli/cli.h"
@@ -902,12 +903,12 @@ static int est_units(est_tensors_t *l, est_input_t *in) {
 }
 
 /* The largest rank's shard under S ranks: rank 0 owns ceil(R/S) rows of
- * every parameter (DESIGN.md's row rule), so it holds the most. */
+ * every parameter (the dim-0 rule, sharding/plan.h), so it holds the most. */
 static int64_t est_shard_numel(const est_tensors_t *l, int64_t S) {
     int64_t sh = 0;
     for (int k = 0; k < l->count; k++) {
         const est_tensor_t *t = &l->t[k];
-        if (t->rows > 0) sh += (t->rows + S - 1) / S * (t->numel / t->rows);
+        if (t->rows > 0) sh += acx_plan_rows_per_rank(t->rows, S) * (t->numel / t->rows);
     }
     return sh;
 }

@@ -33,6 +33,11 @@ const char *tool_env(const char *name);
 /* CPUs this process may run on (its affinity mask, as nproc counts). */
 long tool_count_cpus(void);
 
+/* The MPI acx runs with, as a launch/command.h acx_mpi_flavor_t:
+ * ACX_MPI_FLAVOR_MPICH for MPICH and Intel MPI, ACX_MPI_FLAVOR_OPENMPI
+ * otherwise (MPI_Get_library_version; callable before MPI_Init). */
+int tool_mpi_flavor(void);
+
 /* The commands of cli/launch.c and cli/env.c; argv[0] is the command's
  * (or subcommand's) name. */
 int cmd_launch(int argc, char **argv);

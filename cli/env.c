@@ -146,6 +146,15 @@ long tool_count_cpus(void) {
     return n > 0 ? n : 1;
 }
 
+int tool_mpi_flavor(void) {
+    char lib[MPI_MAX_LIBRARY_VERSION_STRING] = "";
+    int len = 0;
+    if (MPI_Get_library_version(lib, &len) == MPI_SUCCESS && strstr(lib, "Open MPI") == NULL &&
+        (strstr(lib, "MPICH") != NULL || strstr(lib, "Intel(R) MPI") != NULL))
+        return ACX_MPI_FLAVOR_MPICH;
+    return ACX_MPI_FLAVOR_OPENMPI;
+}
+
 #if ACX_HAVE_CUDA
 static void print_cuda(FILE *f) {
     char line[256];
@@ -320,11 +329,15 @@ int cmd_env(int argc, char **argv) {
     if (nl != NULL) *nl = '\0';
     yaml_line(f, "launch_environment", desc);
     if (nl != NULL) yaml_line(f, "launch_environment_warnings", le.warnings);
-    const char *job = getenv("SLURM_JOB_ID");
-    if (job != NULL && job[0] != '\0')
-        snprintf(buf, sizeof buf, "srun --mpi=pmix (inside Slurm job %s)", job);
+    /* the launcher `acx launch` would run here (launch/command.c decides) */
+    acx_launch_host_t host = {tool_count_cpus(), geteuid() == 0, tool_mpi_flavor()};
+    const char *launcher = acx_launch_launcher_name(&host, NULL);
+    if (strcmp(launcher, "srun") == 0 && le.slurm_job_id > 0)
+        snprintf(buf, sizeof buf, "srun --mpi=pmix (inside Slurm job %ld)", le.slurm_job_id);
+    else if (strcmp(launcher, "srun") == 0) /* the id is in launch_environment_warnings */
+        snprintf(buf, sizeof buf, "srun --mpi=pmix (inside a Slurm job)");
     else
-        snprintf(buf, sizeof buf, "mpirun (no Slurm allocation)");
+        snprintf(buf, sizeof buf, "%s (no Slurm allocation)", launcher);
     yaml_line(f, "acx_launch_uses", buf);
 
     yaml_line(f, "config_file", cfg->config_file[0] ? cfg->config_file : "none");

@@ -465,17 +465,6 @@ out:
     return rc;
 }
 
-/* ---- this machine ---- */
-
-static int mpi_flavor(void) {
-    char lib[MPI_MAX_LIBRARY_VERSION_STRING] = "";
-    int len = 0;
-    if (MPI_Get_library_version(lib, &len) == MPI_SUCCESS && strstr(lib, "Open MPI") == NULL &&
-        (strstr(lib, "MPICH") != NULL || strstr(lib, "Intel(R) MPI") != NULL))
-        return ACX_MPI_FLAVOR_MPICH;
-    return ACX_MPI_FLAVOR_OPENMPI;
-}
-
 /* ---- running the launcher ---- */
 
 static volatile sig_atomic_t launcher_pid;
@@ -690,8 +679,10 @@ int cmd_launch(int argc, char **argv) {
     if (rc < 0) return EXIT_OK; /* --help */
     if (rc != EXIT_OK) return rc;
     acx_launch_request_t *q = &o.req;
-    const char *job = getenv("SLURM_JOB_ID");
-    if (q->hostfile != NULL && job != NULL && job[0] != '\0')
+    /* srun inside an allocation: launch/command.c decides (only the MPI
+     * flavour of host matters here, and srun does not depend on it) */
+    acx_launch_host_t host = {tool_count_cpus(), geteuid() == 0, tool_mpi_flavor()};
+    if (q->hostfile != NULL && strcmp(acx_launch_launcher_name(&host, NULL), "srun") == 0)
         return usage_error("launch",
                            "--hostfile '%s' inside a Slurm allocation: srun runs on the "
                            "allocation's nodes (give srun's --nodelist after '--' instead)",
@@ -728,7 +719,6 @@ int cmd_launch(int argc, char **argv) {
         realpath(q->config_file, config_abs) != NULL)
         q->config_file = config_abs;
 
-    acx_launch_host_t host = {tool_count_cpus(), geteuid() == 0, mpi_flavor()};
     acx_launch_cmd_t *cmd = NULL;
     acx_status_t st = acx_launch_cmd_build(q, &host, NULL, &cmd);
     if (st != ACX_OK) {

@@ -79,8 +79,10 @@ void acx_deadline_stop(void);
  * wait in it: ACX_MPI_CHECK(ACX_WATCHED("clip_grad_norm", MPI_Allreduce(...))).
  * Used for the runtime's small reductions of the training and evaluation
  * loop (the preemption agreement at every boundary, the loss scaler's flag,
- * the clipping norm, the item count, the debug mode's check, the evaluation
- * helpers) and for the status agreements (acx_coll_agree). Spans whose
+ * the clipping norm, the item count, the debug mode's check and its
+ * agreement at init, the evaluation helpers, acx_prepare's and
+ * acx_dataloader_open's argument agreements, acx_print_ordered's gathers)
+ * and for the status agreements (acx_coll_agree). Spans whose
  * waits follow file I/O of unbounded length on some rank (a checkpoint save
  * or load, a weights file, a dataset open) are bracketed as a whole by
  * acx_watch_enter_io, whose longer limit then covers the agreements and

@@ -272,6 +272,17 @@ static void build_mpirun(const acx_launch_request_t *req, const acx_launch_host_
     add_rank_command(argv, req);
 }
 
+/* Inside a Slurm allocation: srun launches (acx_launch_cmd_build). */
+static int in_allocation(const char *(*env)(const char *)) {
+    return lookup(env, "SLURM_JOB_ID") != NULL;
+}
+
+const char *acx_launch_launcher_name(const acx_launch_host_t *host,
+                                     const char *(*env)(const char *name)) {
+    if (in_allocation(env)) return "srun";
+    return host->mpi_flavor == ACX_MPI_FLAVOR_MPICH ? "mpiexec" : "mpirun";
+}
+
 acx_status_t acx_launch_cmd_build(const acx_launch_request_t *req, const acx_launch_host_t *host,
                                   const char *(*env)(const char *name), acx_launch_cmd_t **cmd_p) {
     ACX_CHECK(check_request(req, host, cmd_p));
@@ -280,7 +291,7 @@ acx_status_t acx_launch_cmd_build(const acx_launch_request_t *req, const acx_lau
     strvec_t argv = {0}, vars = {0};
     acx_status_t status = ACX_OK;
 
-    if (lookup(env, "SLURM_JOB_ID") != NULL)
+    if (in_allocation(env))
         ACX_CHECK_GOTO(build_srun(req, host, env, cmd, &argv, &vars), status, err);
     else
         build_mpirun(req, host, env, cmd, &argv, &vars);

@@ -90,6 +90,14 @@ acx_status_t acx_launch_cmd_build(const acx_launch_request_t *req, const acx_lau
 
 void acx_launch_cmd_free(acx_launch_cmd_t *cmd);
 
+/* The launcher acx_launch_cmd_build picks, without building the command:
+ * "srun" inside a Slurm allocation (SLURM_JOB_ID set and not empty in env),
+ * else "mpiexec" when host->mpi_flavor is ACX_MPI_FLAVOR_MPICH, else
+ * "mpirun" (static strings; cmd->launcher of the built command). Only
+ * host->mpi_flavor is read. env: lookup (getenv when NULL). Never fails. */
+const char *acx_launch_launcher_name(const acx_launch_host_t *host,
+                                     const char *(*env)(const char *name));
+
 /* Quote word for a POSIX shell: as is when it holds only
  * [A-Za-z0-9_@%+=:,./-] (and is not empty), else in single quotes with
  * each ' written as '\''. Writes at most size bytes (NUL-terminated when

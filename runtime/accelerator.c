@@ -375,9 +375,8 @@ ACX_API acx_status_t acx_init(int *argc, char ***argv, const acx_config_t *confi
     ACX_CHECK_GOTO(acx_comm_create(MPI_COMM_WORLD, &acx_coll_mpi_ops, &acc->world), status,
                    err_mpi);
 
-    acx_launch_env_t env;
-    acx_launch_env_detect(env_lookup, &env);
-    status = acx_launch_env_check(&env, acc->world_size);
+    acx_launch_env_detect(env_lookup, &acc->launch);
+    status = acx_launch_env_check(&acc->launch, acc->world_size);
     if (status == ACX_OK && argv_status != ACX_OK)
         status = acx_error_set_raw(argv_status, argv_error);
     if (status == ACX_OK && config_status != ACX_OK)
@@ -412,7 +411,8 @@ ACX_API acx_status_t acx_init(int *argc, char ***argv, const acx_config_t *confi
     /* the launcher's numbering is compared with MPI's real one, before
      * ranks_per_node may replace the local rank with a simulated one */
     char mismatch[512];
-    if (acx_launch_env_check_rank(&env, acc->rank, acc->local_rank, mismatch, sizeof mismatch))
+    if (acx_launch_env_check_rank(&acc->launch, acc->rank, acc->local_rank, mismatch,
+                                  sizeof mismatch))
         ACX_WARN(ACX_SUBSYS_LAUNCH, "%s", mismatch);
     ACX_CHECK_GOTO(acx_coll_agree(acc->world, simulate_nodes(acc)), status, err_comm);
     acx_scaler_init(&acc->scaler, c);
@@ -427,16 +427,16 @@ ACX_API acx_status_t acx_init(int *argc, char ***argv, const acx_config_t *confi
 
     if (acx_log_enabled(ACX_LOG_INFO, ACX_SUBSYS_LAUNCH)) {
         char line[2048];
-        acx_launch_env_format(&env, line, sizeof line);
+        acx_launch_env_format(&acc->launch, line, sizeof line);
         ACX_INFO(ACX_SUBSYS_LAUNCH, "%s", line);
-    } else if (env.warnings[0] != '\0') {
-        ACX_WARN(ACX_SUBSYS_LAUNCH, "launcher environment: %s", env.warnings);
+    } else if (acc->launch.warnings[0] != '\0') {
+        ACX_WARN(ACX_SUBSYS_LAUNCH, "launcher environment: %s", acc->launch.warnings);
     }
     ACX_INFO(
         ACX_SUBSYS_INIT,
         "acx %s: rank %d/%d, local rank %d/%d, node %d/%d on %s; launcher %s; backend %s; MPI %s",
         acx_version(), acc->rank, acc->world_size, acc->local_rank, acc->local_size, acc->node_rank,
-        acc->num_nodes, acc->host, env.launcher, acc->coll->name,
+        acc->num_nodes, acc->host, acc->launch.launcher, acc->coll->name,
         acc->mpi_owned ? "initialized by acx" : "adopted from the program");
     if (acx_log_enabled(ACX_LOG_DEBUG, ACX_SUBSYS_INIT)) {
         for (int k = 0; k < acx_config_num_keys(); k++) {
@@ -610,12 +610,15 @@ static uint64_t fnv_str(uint64_t h, const char *s) {
 
 /* ACX_OK when every rank passed the same hash; otherwise an error on every
  * rank naming `what` and this rank's own `detail`, so each rank's message
- * shows what it had. Collective (two small all-reduces). */
+ * shows what it had. Collective (two small all-reduces, watched: a rank
+ * that never makes the call ends the job with the stall detector's line). */
 static acx_status_t agree_on(acx_accelerator_t *acc, uint64_t h, const char *what,
                              const char *detail) {
     uint64_t lo, hi;
-    ACX_MPI_CHECK(MPI_Allreduce(&h, &lo, 1, MPI_UINT64_T, MPI_MIN, acc->world->mpi));
-    ACX_MPI_CHECK(MPI_Allreduce(&h, &hi, 1, MPI_UINT64_T, MPI_MAX, acc->world->mpi));
+    ACX_MPI_CHECK(ACX_WATCHED("argument agreement",
+                              MPI_Allreduce(&h, &lo, 1, MPI_UINT64_T, MPI_MIN, acc->world->mpi)));
+    ACX_MPI_CHECK(ACX_WATCHED("argument agreement",
+                              MPI_Allreduce(&h, &hi, 1, MPI_UINT64_T, MPI_MAX, acc->world->mpi)));
     if (lo == hi) return ACX_OK;
     return ACX_ERROR(ACX_ERR_INVALID_ARG,
                      "ranks passed different %s (rank %d: %s); every rank must make the same call",
@@ -783,8 +786,12 @@ ACX_API acx_status_t acx_prepare(acx_accelerator_t *acc, acx_model_t *model,
          * rank; without even_batches (and drop_last) ranks can get one batch
          * more or less, and the extra step would wait forever for the others. */
         int64_t nb = acx_dataloader_num_batches(loader), lo, hi;
-        ACX_MPI_CHECK(MPI_Allreduce(&nb, &lo, 1, MPI_INT64_T, MPI_MIN, acc->world->mpi));
-        ACX_MPI_CHECK(MPI_Allreduce(&nb, &hi, 1, MPI_INT64_T, MPI_MAX, acc->world->mpi));
+        ACX_MPI_CHECK(
+            ACX_WATCHED("batch count agreement",
+                        MPI_Allreduce(&nb, &lo, 1, MPI_INT64_T, MPI_MIN, acc->world->mpi)));
+        ACX_MPI_CHECK(
+            ACX_WATCHED("batch count agreement",
+                        MPI_Allreduce(&nb, &hi, 1, MPI_INT64_T, MPI_MAX, acc->world->mpi)));
         if (lo != hi)
             return ACX_ERROR(
                 ACX_ERR_INVALID_CONFIG,
@@ -974,7 +981,9 @@ ACX_API acx_status_t acx_print_ordered(acx_accelerator_t *acc, const char *fmt, 
         if (lens == NULL || displs == NULL) status = ACX_ERR_NO_MEMORY;
     }
     ACX_CHECK_GOTO(acx_coll_agree(acc->world, status), status, out);
-    ACX_MPI_CHECK_GOTO(MPI_Gather(&n, 1, MPI_INT, lens, 1, MPI_INT, 0, comm), status, out);
+    ACX_MPI_CHECK_GOTO(
+        ACX_WATCHED("print_ordered gather", MPI_Gather(&n, 1, MPI_INT, lens, 1, MPI_INT, 0, comm)),
+        status, out);
     long total = 0;
     if (acc->rank == 0) {
         for (int r = 0; r < acc->world_size; r++) {
@@ -988,8 +997,9 @@ ACX_API acx_status_t acx_print_ordered(acx_accelerator_t *acc, const char *fmt, 
             status = ACX_ERR_NO_MEMORY;
     }
     ACX_CHECK_GOTO(acx_coll_agree(acc->world, status), status, out);
-    ACX_MPI_CHECK_GOTO(MPI_Gatherv(mine, n, MPI_CHAR, all, lens, displs, MPI_CHAR, 0, comm), status,
-                       out);
+    ACX_MPI_CHECK_GOTO(ACX_WATCHED("print_ordered gather", MPI_Gatherv(mine, n, MPI_CHAR, all, lens,
+                                                                       displs, MPI_CHAR, 0, comm)),
+                       status, out);
     if (acc->rank == 0) {
         fwrite(all, 1, (size_t)total, stdout);
         fflush(stdout);

@@ -11,6 +11,7 @@
 #include "acx/acx.h"
 #include "collectives/coll.h"
 #include "base/config_resolve.h"
+#include "launch/env.h"
 #include "runtime/scaler.h"
 
 #define ACX_HOST_MAX 256
@@ -21,6 +22,9 @@ struct acx_accelerator {
     int node_rank, num_nodes;
     int mpi_owned; /* acx called MPI_Init_thread, so acx finalizes */
     char host[ACX_HOST_MAX];
+    /* what started this process (launch/env.h), read at acx_init: the one
+     * source of the Slurm job for the runtime (preemption, project lock) */
+    acx_launch_env_t launch;
 
     acx_resolved_config_t config;
     const acx_coll_ops_t *coll;

@@ -61,7 +61,8 @@ acx_status_t acx_coll_debug_init(acx_accelerator_t *acc) {
     ACX_CHECK(acx_coll_agree(acc->world, acx_coll_debug_read(acc)));
     /* max of (on, -on) gives max and -min of the setting in one call */
     int on = acc->coll_debug == ACX_COLL_DEBUG_ON, v[2] = {on, -on};
-    ACX_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, v, 2, MPI_INT, MPI_MAX, acc->world->mpi));
+    ACX_MPI_CHECK(ACX_WATCHED("debug mode agreement", MPI_Allreduce(MPI_IN_PLACE, v, 2, MPI_INT,
+                                                                    MPI_MAX, acc->world->mpi)));
     if (v[0] != -v[1])
         return ACX_ERROR(ACX_ERR_INVALID_CONFIG,
                          "%s differs across ranks (this is rank %d, where it is %s): "

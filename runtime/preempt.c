@@ -174,12 +174,13 @@ acx_status_t acx_preempt_init(acx_accelerator_t *acc) {
     int mask = 0;
     ACX_CHECK(parse_signals(acc, c->preemption.signals, &mask));
 
-    const char *job = getenv("SLURM_JOB_ID"), *restarts = getenv("SLURM_RESTART_COUNT");
-    if (acc->rank == 0 && job != NULL)
-        ACX_INFO(ACX_SUBSYS_LAUNCH, "Slurm job %s: SLURM_RESTART_COUNT=%s%s", job,
+    long job = acc->launch.slurm_job_id; /* 0: not a Slurm job (or no usable id) */
+    const char *restarts = getenv("SLURM_RESTART_COUNT");
+    if (acc->rank == 0 && job > 0)
+        ACX_INFO(ACX_SUBSYS_LAUNCH, "Slurm job %ld: SLURM_RESTART_COUNT=%s%s", job,
                  restarts != NULL ? restarts : "0",
                  restarts != NULL ? " (requeued)" : " (first run)");
-    if (acc->rank == 0 && c->preemption.requeue && job == NULL && mask != 0)
+    if (acc->rank == 0 && c->preemption.requeue && job <= 0 && mask != 0)
         ACX_WARN(ACX_SUBSYS_LAUNCH, "preemption.requeue is set but this is not a Slurm job "
                                     "(no SLURM_JOB_ID): a preempted run will not be requeued");
     if (mask == 0) return ACX_OK;
@@ -203,7 +204,7 @@ acx_status_t acx_preempt_init(acx_accelerator_t *acc) {
         ACX_INFO(ACX_SUBSYS_LAUNCH,
                  "preemption: %s stop the job at the next step boundary with a "
                  "checkpoint%s",
-                 names, c->preemption.requeue && job != NULL ? ", then requeue it" : "");
+                 names, c->preemption.requeue && job > 0 ? ", then requeue it" : "");
     if (pending_signal != 0)
         ACX_INFO(ACX_SUBSYS_LAUNCH,
                  "SIG%s arrived while acx_init was starting: the job stops at "
@@ -258,8 +259,10 @@ acx_status_t acx_preempt_prepared(acx_accelerator_t *acc) {
 
 /* `scontrol requeue JOB`, waited for at most REQUEUE_TIMEOUT_S seconds.
  * Its own messages go to this process's stderr. */
-static acx_status_t slurm_requeue(const char *job) {
-    char *argv[] = {"scontrol", "requeue", (char *)job, NULL};
+static acx_status_t slurm_requeue(long job_id) {
+    char job[24];
+    snprintf(job, sizeof job, "%ld", job_id);
+    char *argv[] = {"scontrol", "requeue", job, NULL};
     pid_t pid;
     int ret = posix_spawnp(&pid, "scontrol", NULL, NULL, argv, environ);
     if (ret != 0)
@@ -316,13 +319,13 @@ acx_status_t acx_preempt_step_end(acx_accelerator_t *acc) {
             "preempted: SIG%s received by rank %d; stopped at step %lld and saved '%s'",
             signal_name(first.sig), first.rank, (long long)acc->step, file);
 
-    const char *job = getenv("SLURM_JOB_ID");
-    if (c->preemption.requeue && job != NULL) {
+    long job = acc->launch.slurm_job_id;
+    if (c->preemption.requeue && job > 0) {
         acx_status_t status = acc->rank == 0 ? slurm_requeue(job) : ACX_OK;
         status = acx_coll_agree(acc->world, status);
         if (acc->rank == 0 && status == ACX_OK)
             ACX_WARN(ACX_SUBSYS_LAUNCH,
-                     "requeued Slurm job %s (`scontrol requeue`): it starts "
+                     "requeued Slurm job %ld (`scontrol requeue`): it starts "
                      "again from the batch script%s",
                      job,
                      c->resume == ACX_RESUME_AUTO

@@ -377,12 +377,15 @@ static acx_status_t lock_acquire(acx_accelerator_t *acc, struct acx_project *p, 
     struct tm tm;
     gmtime_r(&t, &tm);
     strftime(started, sizeof started, "%Y-%m-%dT%H:%M:%SZ", &tm);
-    const char *job = getenv("SLURM_JOB_ID"), *step = getenv("SLURM_STEP_ID");
+    /* the Slurm job and step as launch/env.h read them at acx_init; "-": none */
+    char job[24] = "-", step[24] = "-";
+    if (acc->launch.slurm_job_id > 0) snprintf(job, sizeof job, "%ld", acc->launch.slurm_job_id);
+    if (acc->launch.slurm_step_id >= 0)
+        snprintf(step, sizeof step, "%ld", acc->launch.slurm_step_id);
     int len = snprintf(text, sizeof text,
                        "acx project lock (see docs/checkpoint-format.md)\nhost=%s\npid=%d\n"
                        "slurm_job_id=%s\nslurm_step_id=%s\nstarted=%s\nrun_id=%s\nnonce=%s\n",
-                       p->host, (int)getpid(), job ? job : "-", step ? step : "-", started,
-                       p->run_id, nonce);
+                       p->host, (int)getpid(), job, step, started, p->run_id, nonce);
     int fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd < 0)
         return ACX_ERROR(ACX_ERR_IO, "cannot create the project lock's file '%s': %s", tmp,

@@ -8,9 +8,13 @@
  */
 #include "sharding/plan.h"
 
+int64_t acx_plan_rows_per_rank(int64_t rows, int64_t group_size) {
+    return (rows + group_size - 1) / group_size;
+}
+
 /* c = ceil(R/N); rank r holds [r*c, min(R, (r+1)*c)). */
 static void dim0_rows(int64_t rows, int rank, int size, int64_t *begin_p, int64_t *end_p) {
-    int64_t c = (rows + size - 1) / size;
+    int64_t c = acx_plan_rows_per_rank(rows, size);
     int64_t b = (int64_t)rank * c, e = b + c;
     if (b > rows) b = rows;
     if (e > rows) e = rows;
@@ -38,7 +42,7 @@ void acx_plan_owned_rows(const acx_shard_plan_t *plan, int64_t rows, int64_t *be
 }
 
 int64_t acx_plan_piece_rows(const acx_shard_plan_t *plan, int64_t rows) {
-    return (rows + plan->shard_size - 1) / plan->shard_size;
+    return acx_plan_rows_per_rank(rows, plan->shard_size);
 }
 
 void acx_plan_write_rows(const acx_shard_plan_t *plan, int64_t owned_begin, int64_t owned_end,

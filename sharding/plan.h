@@ -65,6 +65,13 @@ void acx_plan_owned_rows(const acx_shard_plan_t *plan, int64_t rows, int64_t *be
  * to equal size (the sharded strategies' segments, the gathers). */
 int64_t acx_plan_piece_rows(const acx_shard_plan_t *plan, int64_t rows);
 
+/* The dim-0 rule's c = ceil(rows / group_size) for a group of group_size
+ * ranks, without a plan: the rows of a padded piece, and the most rows any
+ * rank holds (rank 0 holds that many whenever rows > 0). For estimates made
+ * before any group exists (`acx estimate-memory`). rows >= 0,
+ * group_size >= 1. Pure arithmetic, not collective. */
+int64_t acx_plan_rows_per_rank(int64_t rows, int64_t group_size);
+
 /* Of the owned rows [owned_begin, owned_end), the rows [*begin_p, *end_p)
  * this rank writes into a checkpoint or weight file: the dim-0 rule over
  * the replicas. Together the replicas write each row exactly once. */

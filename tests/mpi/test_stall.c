@@ -14,6 +14,9 @@
  *   clip        the same steps; the stuck rank sleeps before
  *               acx_clip_grad_norm, so the others wait in its norm
  *               all-reduce;
+ *   prepare     a model and acx_prepare; the stuck rank sleeps before
+ *               acx_prepare, so the others wait in its agreement on the
+ *               models (the first collective of acx_prepare);
  *   inside      all-reduces of 4 MiB (two synchronizations each on the
  *               shared-memory path); the rank before the stuck one (rank
  *               0 for stuck rank 1) arrives 1.5 s late at the 4th,
@@ -107,6 +110,23 @@ static int step_loop(acx_accelerator_t *acc, int stuck, unsigned sleep_s, int cl
     return 0;
 }
 
+/* One unit of 8 x 3 zeros and SGD; the stuck rank sleeps before
+ * acx_prepare. */
+static int prepare_once(acx_accelerator_t *acc, int stuck, unsigned sleep_s) {
+    acx_model_t *m;
+    acx_unit_t *u;
+    acx_param_t *p;
+    acx_optimizer_t *opt;
+    TRY(acx_model_create(acc, &m));
+    TRY(acx_model_add_unit(m, "u", &u));
+    TRY(acx_unit_add_param(u, "u.w", 2, (int64_t[]){8, 3}, ACX_INIT_SPEC_ZEROS, &p));
+    acx_sgd_hparams_t hp = ACX_SGD_DEFAULT;
+    TRY(acx_sgd_create(m, &hp, &opt));
+    if (acx_rank(acc) == stuck) sleep(sleep_s);
+    TRY(acx_prepare(acc, m, opt, NULL));
+    return 0;
+}
+
 /* SIGSTOP this process after delay_us, from a thread, while the main
  * thread is inside a collective. */
 static void *stop_later(void *arg) {
@@ -189,8 +209,9 @@ static int finalize_cycles(int argc, char **argv, const acx_config_t *cfg) {
 
 int main(int argc, char **argv) {
     if (argc < 4) {
-        fprintf(stderr, "usage: test_stall TIMEOUT_S STUCK_RANK SLEEP_S "
-                        "[all_reduce|step_end|clip|inside|save|finalize|mismatch|cycles]\n");
+        fprintf(stderr,
+                "usage: test_stall TIMEOUT_S STUCK_RANK SLEEP_S "
+                "[all_reduce|step_end|clip|prepare|inside|save|finalize|mismatch|cycles]\n");
         return 2;
     }
     const char *mode = argc > 4 ? argv[4] : "all_reduce";
@@ -201,8 +222,9 @@ int main(int argc, char **argv) {
     }
     int steps = strcmp(mode, "step_end") == 0 || strcmp(mode, "clip") == 0;
     int inside = strcmp(mode, "inside") == 0, save = strcmp(mode, "save") == 0,
-        fin = strcmp(mode, "finalize") == 0, mism = strcmp(mode, "mismatch") == 0;
-    if (!steps && !inside && !save && !fin && !mism && strcmp(mode, "all_reduce") != 0) {
+        fin = strcmp(mode, "finalize") == 0, mism = strcmp(mode, "mismatch") == 0,
+        prep = strcmp(mode, "prepare") == 0;
+    if (!steps && !inside && !save && !fin && !mism && !prep && strcmp(mode, "all_reduce") != 0) {
         fprintf(stderr, "test_stall: unknown mode '%s'\n", mode);
         return 2;
     }
@@ -217,6 +239,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     int failed = steps    ? step_loop(acc, stuck, sleep_s, strcmp(mode, "clip") == 0)
+                 : prep   ? prepare_once(acc, stuck, sleep_s)
                  : inside ? inside_loop(acc, stuck)
                  : save   ? save_once(acc)
                  : fin    ? 0

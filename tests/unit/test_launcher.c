@@ -81,6 +81,13 @@ static int expect_cmd(const acx_launch_request_t *q, acx_launch_host_t host, con
     }
     int ok = strcmp(joined(c), want_argv) == 0 && strcmp(joined_env(c), want_env) == 0 &&
              c->argv[c->argc] == NULL && (c->n_env == 0 || c->env[c->n_env] == NULL);
+    /* the launcher's name alone (`acx env`) is the one the command runs */
+    const char *name = acx_launch_launcher_name(&host, fake_env);
+    if (strcmp(name, c->launcher) != 0) {
+        fprintf(stderr, "\n  acx_launch_launcher_name: %s, the command runs %s\n", name,
+                c->launcher);
+        ok = 0;
+    }
     if (!ok)
         fprintf(stderr, "\n  got argv: %s\n  want:     %s\n  got env:  %s\n  want:     %s\n",
                 joined(c), want_argv, joined_env(c), want_env);
