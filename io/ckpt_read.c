@@ -191,12 +191,12 @@ out:
 static acx_status_t check_format(acx_ckpt_file_t *f) {
     char fmt[64];
     int64_t version;
-    htri_t has = H5Aexists(f->file, "format");
+    htri_t has = H5Aexists(f->file, ACX_CKPT_ATTR_FORMAT);
     if (has < 0) return acx_error_h5("H5Aexists", f->path, __FILE__, __LINE__);
     if (has == 0)
         return ACX_ERROR(ACX_ERR_FORMAT, "'%s' is not an acx checkpoint (no 'format' attribute)",
                          f->path);
-    acx_status_t status = acx_ckpt_get_str(f, "/", "format", fmt, sizeof fmt);
+    acx_status_t status = acx_ckpt_get_str(f, "/", ACX_CKPT_ATTR_FORMAT, fmt, sizeof fmt);
     if (status == ACX_ERR_INVALID_ARG || (status == ACX_OK && strcmp(fmt, ACX_CKPT_FORMAT) != 0))
         return ACX_ERROR(ACX_ERR_FORMAT,
                          "'%s' is not an acx checkpoint (format '%.40s%s', "
@@ -204,7 +204,7 @@ static acx_status_t check_format(acx_ckpt_file_t *f) {
                          f->path, status == ACX_OK ? fmt : "", status == ACX_OK ? "" : "...",
                          ACX_CKPT_FORMAT);
     if (status != ACX_OK) return status;
-    ACX_CHECK(acx_ckpt_get_i64(f, "/", "format_version", &version));
+    ACX_CHECK(acx_ckpt_get_i64(f, "/", ACX_CKPT_ATTR_FORMAT_VERSION, &version));
     if (version > ACX_CKPT_FORMAT_VERSION && !(f->flags & ACX_CKPT_OPEN_INSPECT))
         return ACX_ERROR(ACX_ERR_FORMAT,
                          "checkpoint '%s': format version %lld is newer than this acx supports "

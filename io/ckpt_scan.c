@@ -613,8 +613,8 @@ static herr_t shapes_visit(hid_t group, const char *name, const H5L_info_t *info
  * variable-length (h5py's default for str): 0 and buf filled, or -1. */
 static int format_attr(hid_t file, char *buf, size_t n) {
     int ok = -1;
-    if (H5Aexists(file, "format") <= 0) return -1;
-    hid_t attr = H5Aopen(file, "format", H5P_DEFAULT);
+    if (H5Aexists(file, ACX_CKPT_ATTR_FORMAT) <= 0) return -1;
+    hid_t attr = H5Aopen(file, ACX_CKPT_ATTR_FORMAT, H5P_DEFAULT);
     hid_t type = attr >= 0 ? H5Aget_type(attr) : -1;
     if (type >= 0 && H5Tget_class(type) == H5T_STRING) {
         if (H5Tis_variable_str(type) > 0) {
@@ -672,7 +672,7 @@ acx_status_t acx_ckpt_param_shapes(const char *path, acx_ckpt_param_shape_t **sh
         goto out;
     }
     if (strcmp(format, ACX_CKPT_FORMAT) == 0) {
-        where = "/model";
+        where = ACX_CKPT_GROUP_MODEL;
         *kind_p = "acx checkpoint";
     } else if (strcmp(format, ACX_WEIGHTS_FORMAT) == 0) {
         where = "/";
