@@ -102,6 +102,18 @@ acx_status_t acx_ckpt_save_opts(acx_comm_t *world, const char *path,
                                 const acx_ckpt_attr_t *attrs, int num_attrs,
                                 const acx_ckpt_save_opts_t *opts);
 
+/* Write a weights-only file (io/ckpt_format.h's weights layout) to `path`:
+ * the root attributes format "acx-weights", step and, when source is not
+ * NULL, source (the checkpoint it was exported from), then the tensors
+ * (their paths "/<param name>"), without checksums; the rest as
+ * acx_ckpt_save (collective over world, or world NULL for this process
+ * alone; every rank returns the same status). The one writer of a weights
+ * file's attributes, for acx_model_save_weights (io/weights.c) and
+ * `acx ckpt export --format hdf5` (io/ckpt_tools.c). */
+acx_status_t acx_weights_write(acx_comm_t *world, const char *path,
+                               const acx_ckpt_tensor_t *tensors, int num_tensors, int64_t step,
+                               const char *source);
+
 typedef struct acx_ckpt_file acx_ckpt_file_t;
 
 /* Open a checkpoint for reading (collective over world; MPI-IO driver).

@@ -814,8 +814,8 @@ out:
 /* Weights-only HDF5, the layout of acx_model_save_weights (io/weights.c;
  * io/ckpt_format.h): root attrs format = "acx-weights", step, source; one
  * float32 dataset per parameter at /<name> with its true shape, in the
- * checkpoint's order. Written by the one writer (acx_ckpt_save_opts, this
- * process alone, no checksums, as io/weights.c writes the format), whose
+ * checkpoint's order. Written by acx_weights_write (io/weights.c: the
+ * weights file's attributes, the one writer, this process alone), whose
  * row source reads each piece of a parameter through the reader's checked
  * row read: memory stays at one piece, whatever the model's size. */
 typedef struct export_src {
@@ -857,12 +857,7 @@ static acx_status_t export_hdf5(acx_ckpt_file_t *f, const char *real, const para
                                    .fill_ctx = &src[k]};
         memcpy(t[k].shape, p->dims, (size_t)p->ndim * sizeof *p->dims);
     }
-    const acx_ckpt_attr_t attrs[] = {
-        {.object = "/", .name = "format", .type = ACX_CKPT_STR, .str = ACX_WEIGHTS_FORMAT},
-        {.object = "/", .name = "step", .type = ACX_CKPT_I64, .i64 = step},
-        {.object = "/", .name = "source", .type = ACX_CKPT_STR, .str = real}};
-    const acx_ckpt_save_opts_t opts = {.no_checksums = 1};
-    status = acx_ckpt_save_opts(NULL, out_path, t, n, attrs, 3, &opts);
+    status = acx_weights_write(NULL, out_path, t, n, step, real);
 out:
     free(paths);
     free(src);
