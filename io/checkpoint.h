@@ -245,6 +245,9 @@ typedef struct acx_ckpt_param_shape {
  * (the whole file), by name, recursively: *shapes_p (free with
  * acx_ckpt_param_shapes_free), *count_p >= 1, *kind_p "acx checkpoint" or
  * "acx weights file" (static). Only the shapes are read, not the data.
+ * The root `format` is read as the reader's open reads it
+ * (acx_ckpt_format_name); no format_version is asked for (a weights file,
+ * or a model file written with h5py, has none).
  * Errors: ACX_ERR_IO (not an HDF5 file: "cannot open '<path>' as an HDF5
  * file"), ACX_ERR_FORMAT (no or another root `format`, no parameters
  * group, no float dataset), ACX_ERR_NO_MEMORY. One process; not
