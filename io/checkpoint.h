@@ -102,6 +102,18 @@ acx_status_t acx_ckpt_save_opts(acx_comm_t *world, const char *path,
                                 const acx_ckpt_attr_t *attrs, int num_attrs,
                                 const acx_ckpt_save_opts_t *opts);
 
+/* Write a weights-only file (io/ckpt_format.h's weights layout) to `path`:
+ * the root attributes format "acx-weights", step and, when source is not
+ * NULL, source (the checkpoint it was exported from), then the tensors
+ * (their paths "/<param name>"), without checksums; the rest as
+ * acx_ckpt_save (collective over world, or world NULL for this process
+ * alone; every rank returns the same status). The one writer of a weights
+ * file's attributes, for acx_model_save_weights (io/weights.c) and
+ * `acx ckpt export --format hdf5` (io/ckpt_tools.c). */
+acx_status_t acx_weights_write(acx_comm_t *world, const char *path,
+                               const acx_ckpt_tensor_t *tensors, int num_tensors, int64_t step,
+                               const char *source);
+
 typedef struct acx_ckpt_file acx_ckpt_file_t;
 
 /* Open a checkpoint for reading (collective over world; MPI-IO driver).
@@ -233,6 +245,9 @@ typedef struct acx_ckpt_param_shape {
  * (the whole file), by name, recursively: *shapes_p (free with
  * acx_ckpt_param_shapes_free), *count_p >= 1, *kind_p "acx checkpoint" or
  * "acx weights file" (static). Only the shapes are read, not the data.
+ * The root `format` is read as the reader's open reads it
+ * (acx_ckpt_format_name); no format_version is asked for (a weights file,
+ * or a model file written with h5py, has none).
  * Errors: ACX_ERR_IO (not an HDF5 file: "cannot open '<path>' as an HDF5
  * file"), ACX_ERR_FORMAT (no or another root `format`, no parameters
  * group, no float dataset), ACX_ERR_NO_MEMORY. One process; not

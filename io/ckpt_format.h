@@ -47,6 +47,37 @@
  * acx ckpt export --format hdf5). */
 #define ACX_WEIGHTS_FORMAT "acx-weights"
 
+/* The objects of the layout above, by their HDF5 paths. A tensor's path
+ * is its group's and its name: ACX_CKPT_GROUP_MODEL "/" name. */
+#define ACX_CKPT_GROUP_MODEL      "/model"
+#define ACX_CKPT_GROUP_OPTIMIZER  "/optimizer"
+#define ACX_CKPT_GROUP_SCHEDULER  "/scheduler"
+#define ACX_CKPT_GROUP_SCALER     "/scaler"
+#define ACX_CKPT_GROUP_DATALOADER "/dataloader"
+#define ACX_CKPT_GROUP_CONFIG     "/config"
+#define ACX_CKPT_GROUP_USER       "/user"
+#define ACX_CKPT_DATASET_RNG      "/rng"
+
+/* The root attributes (of "/"): a checkpoint's, and a weights file's
+ * format, step and source. The group attributes (/optimizer's type,
+ * /scheduler's kind, ...) are named where the state is written and read,
+ * io/ckpt_state.c. */
+#define ACX_CKPT_ATTR_FORMAT            "format"
+#define ACX_CKPT_ATTR_FORMAT_VERSION    "format_version"
+#define ACX_CKPT_ATTR_STEP              "step"
+#define ACX_CKPT_ATTR_MICRO_STEP        "micro_step"
+#define ACX_CKPT_ATTR_EPOCH             "epoch"
+#define ACX_CKPT_ATTR_WORLD_SIZE        "world_size"
+#define ACX_CKPT_ATTR_SHARDING_STRATEGY "sharding_strategy"
+#define ACX_CKPT_ATTR_MIXED_PRECISION   "mixed_precision"
+#define ACX_CKPT_ATTR_ACX_VERSION       "acx_version"
+#define ACX_CKPT_ATTR_CREATED           "created"
+#define ACX_CKPT_ATTR_RUN_ID            "run_id"
+/* A weights file's: the checkpoint it was exported from. */
+#define ACX_WEIGHTS_ATTR_SOURCE "source"
+/* /config's attribute: the resolved config as YAML text. */
+#define ACX_CKPT_ATTR_CONFIG_YAML "yaml"
+
 /* The largest step, micro-step, epoch or optimizer step a checkpoint may
  * hold: 2^53. A counter read from a file past it is damage or an edit (at a
  * million steps a second a run would need 285 years to reach it); below it,

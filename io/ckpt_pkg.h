@@ -49,6 +49,15 @@ struct acx_ckpt_file {
     int warned_unverified; /* the loud warning was given */
 };
 
+/* The root attribute `format` of open file f, the one read of it: the
+ * reader's open (a checkpoint) and acx_ckpt_param_shapes (a checkpoint or
+ * a weights file) both take the name from here. *has_p 0 and ACX_OK when
+ * f has no such attribute; else *has_p 1 and acx_ckpt_get_str's status
+ * (fixed- or variable-length string, checked whole before its size is
+ * trusted; ACX_ERR_INVALID_ARG when longer than n - 1 bytes, ACX_ERR_FORMAT
+ * when not a single string). An HDF5 failure asking: ACX_ERR_HDF5. */
+acx_status_t acx_ckpt_format_name(acx_ckpt_file_t *f, char *buf, size_t n, int *has_p);
+
 /* The agreed status over world; a file of one process (world NULL) has
  * nothing to agree with. */
 static inline acx_status_t agree(acx_comm_t *world, acx_status_t status) {

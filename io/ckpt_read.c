@@ -187,16 +187,26 @@ out:
     return status;
 }
 
+acx_status_t acx_ckpt_format_name(acx_ckpt_file_t *f, char *buf, size_t n, int *has_p) {
+    *has_p = 0;
+    acx_h5_lock();
+    htri_t has = H5Aexists(f->file, ACX_CKPT_ATTR_FORMAT);
+    acx_status_t status = has < 0 ? acx_error_h5("H5Aexists", f->path, __FILE__, __LINE__) : ACX_OK;
+    acx_h5_unlock();
+    if (status != ACX_OK || has == 0) return status;
+    *has_p = 1;
+    return acx_ckpt_get_str(f, "/", ACX_CKPT_ATTR_FORMAT, buf, n);
+}
+
 /* The format checks every open makes. Lock held. */
 static acx_status_t check_format(acx_ckpt_file_t *f) {
     char fmt[64];
     int64_t version;
-    htri_t has = H5Aexists(f->file, "format");
-    if (has < 0) return acx_error_h5("H5Aexists", f->path, __FILE__, __LINE__);
-    if (has == 0)
+    int has;
+    acx_status_t status = acx_ckpt_format_name(f, fmt, sizeof fmt, &has);
+    if (status == ACX_OK && !has)
         return ACX_ERROR(ACX_ERR_FORMAT, "'%s' is not an acx checkpoint (no 'format' attribute)",
                          f->path);
-    acx_status_t status = acx_ckpt_get_str(f, "/", "format", fmt, sizeof fmt);
     if (status == ACX_ERR_INVALID_ARG || (status == ACX_OK && strcmp(fmt, ACX_CKPT_FORMAT) != 0))
         return ACX_ERROR(ACX_ERR_FORMAT,
                          "'%s' is not an acx checkpoint (format '%.40s%s', "
@@ -204,7 +214,7 @@ static acx_status_t check_format(acx_ckpt_file_t *f) {
                          f->path, status == ACX_OK ? fmt : "", status == ACX_OK ? "" : "...",
                          ACX_CKPT_FORMAT);
     if (status != ACX_OK) return status;
-    ACX_CHECK(acx_ckpt_get_i64(f, "/", "format_version", &version));
+    ACX_CHECK(acx_ckpt_get_i64(f, "/", ACX_CKPT_ATTR_FORMAT_VERSION, &version));
     if (version > ACX_CKPT_FORMAT_VERSION && !(f->flags & ACX_CKPT_OPEN_INSPECT))
         return ACX_ERROR(ACX_ERR_FORMAT,
                          "checkpoint '%s': format version %lld is newer than this acx supports "

@@ -609,42 +609,6 @@ static herr_t shapes_visit(hid_t group, const char *name, const H5L_info_t *info
     return 0;
 }
 
-/* The root attribute `format` as text, fixed-length (acx's writers) or
- * variable-length (h5py's default for str): 0 and buf filled, or -1. */
-static int format_attr(hid_t file, char *buf, size_t n) {
-    int ok = -1;
-    if (H5Aexists(file, "format") <= 0) return -1;
-    hid_t attr = H5Aopen(file, "format", H5P_DEFAULT);
-    hid_t type = attr >= 0 ? H5Aget_type(attr) : -1;
-    if (type >= 0 && H5Tget_class(type) == H5T_STRING) {
-        if (H5Tis_variable_str(type) > 0) {
-            hid_t mem = H5Tcopy(H5T_C_S1);
-            char *s = NULL;
-            if (mem >= 0 && H5Tset_size(mem, H5T_VARIABLE) >= 0 &&
-                H5Tset_cset(mem, H5Tget_cset(type)) >= 0 && H5Aread(attr, mem, &s) >= 0 &&
-                s != NULL) {
-                snprintf(buf, n, "%s", s);
-                H5free_memory(s);
-                ok = 0;
-            }
-            if (mem >= 0) H5Tclose(mem);
-        } else {
-            size_t len = H5Tget_size(type);
-            char *s = calloc(len + 1, 1);
-            hid_t mem = H5Tcopy(type);
-            if (s != NULL && mem >= 0 && H5Aread(attr, mem, s) >= 0) {
-                snprintf(buf, n, "%s", s);
-                ok = 0;
-            }
-            if (mem >= 0) H5Tclose(mem);
-            free(s);
-        }
-    }
-    if (type >= 0) H5Tclose(type);
-    if (attr >= 0) H5Aclose(attr);
-    return ok;
-}
-
 acx_status_t acx_ckpt_param_shapes(const char *path, acx_ckpt_param_shape_t **shapes_p,
                                    int *count_p, const char **kind_p) {
     if (path == NULL || shapes_p == NULL || count_p == NULL || kind_p == NULL)
@@ -664,7 +628,21 @@ acx_status_t acx_ckpt_param_shapes(const char *path, acx_ckpt_param_shape_t **sh
                            unreadable ? ": " : "", unreadable ? strerror(errno) : "");
         goto out;
     }
-    if (format_attr(file, format, sizeof format) != 0) {
+    /* Not the reader's open (acx_ckpt_open_flags): a weights file has no
+     * format_version, and neither has a model file written by hand (h5py)
+     * that estimate-memory sizes; only shapes are read, which every version
+     * keeps at /model. The format's name is read as the open reads it. */
+    acx_ckpt_file_t view = {.file = file, .path = (char *)path, .flags = ACX_CKPT_OPEN_INSPECT};
+    int has = 0;
+    acx_status_t fs = acx_ckpt_format_name(&view, format, sizeof format, &has);
+    if (fs == ACX_ERR_INVALID_ARG) {
+        status = ACX_ERROR(ACX_ERR_FORMAT,
+                           "'%s' has a root attribute 'format' of %zu bytes or more (expected %s "
+                           "or %s)",
+                           path, sizeof format, ACX_CKPT_FORMAT, ACX_WEIGHTS_FORMAT);
+        goto out;
+    }
+    if (fs != ACX_OK || !has) {
         status = ACX_ERROR(ACX_ERR_FORMAT,
                            "'%s' has no string root attribute 'format' (expected an acx "
                            "checkpoint or weights file)",
@@ -672,7 +650,7 @@ acx_status_t acx_ckpt_param_shapes(const char *path, acx_ckpt_param_shape_t **sh
         goto out;
     }
     if (strcmp(format, ACX_CKPT_FORMAT) == 0) {
-        where = "/model";
+        where = ACX_CKPT_GROUP_MODEL;
         *kind_p = "acx checkpoint";
     } else if (strcmp(format, ACX_WEIGHTS_FORMAT) == 0) {
         where = "/";

@@ -74,60 +74,61 @@ acx_status_t acx_ckpt_state_attrs(const acx_ckpt_state_t *s, acx_ckpt_attr_t **a
     attr_list_t l = {0};
 
     /* root: the reader checks format and format_version when it opens a file */
-    add_str(&l, "/", "format", ACX_CKPT_FORMAT);
-    add_i64(&l, "/", "format_version", ACX_CKPT_FORMAT_VERSION);
-    add_i64(&l, "/", "step", s->step);
-    add_i64(&l, "/", "micro_step", s->micro_step);
-    add_i64(&l, "/", "epoch", s->epoch);
-    add_i64(&l, "/", "world_size", s->world_size);
-    add_str(&l, "/", "sharding_strategy", s->sharding_strategy);
-    add_str(&l, "/", "mixed_precision", s->mixed_precision);
-    add_str(&l, "/", "acx_version", s->acx_version);
-    add_str(&l, "/", "created", s->created);
-    add_str(&l, "/", "run_id", s->run_id);
+    add_str(&l, "/", ACX_CKPT_ATTR_FORMAT, ACX_CKPT_FORMAT);
+    add_i64(&l, "/", ACX_CKPT_ATTR_FORMAT_VERSION, ACX_CKPT_FORMAT_VERSION);
+    add_i64(&l, "/", ACX_CKPT_ATTR_STEP, s->step);
+    add_i64(&l, "/", ACX_CKPT_ATTR_MICRO_STEP, s->micro_step);
+    add_i64(&l, "/", ACX_CKPT_ATTR_EPOCH, s->epoch);
+    add_i64(&l, "/", ACX_CKPT_ATTR_WORLD_SIZE, s->world_size);
+    add_str(&l, "/", ACX_CKPT_ATTR_SHARDING_STRATEGY, s->sharding_strategy);
+    add_str(&l, "/", ACX_CKPT_ATTR_MIXED_PRECISION, s->mixed_precision);
+    add_str(&l, "/", ACX_CKPT_ATTR_ACX_VERSION, s->acx_version);
+    add_str(&l, "/", ACX_CKPT_ATTR_CREATED, s->created);
+    add_str(&l, "/", ACX_CKPT_ATTR_RUN_ID, s->run_id);
 
     /* optimizer and schedule */
     if (s->has_optimizer) {
-        add_str(&l, "/optimizer", "type", s->optimizer_type);
-        add_i64(&l, "/optimizer", "step", s->optimizer_step);
-        add_f64(&l, "/optimizer", "lr", s->lr);
+        add_str(&l, ACX_CKPT_GROUP_OPTIMIZER, "type", s->optimizer_type);
+        add_i64(&l, ACX_CKPT_GROUP_OPTIMIZER, "step", s->optimizer_step);
+        add_f64(&l, ACX_CKPT_GROUP_OPTIMIZER, "lr", s->lr);
         for (int h = 0; h < s->num_hparams && h < ACX_CKPT_MAX_HPARAMS; h++)
-            add_f64(&l, "/optimizer", s->hparam_names[h], s->hparam_values[h]);
+            add_f64(&l, ACX_CKPT_GROUP_OPTIMIZER, s->hparam_names[h], s->hparam_values[h]);
         if (s->has_scheduler) {
-            add_str(&l, "/scheduler", "kind", s->scheduler_kind);
-            add_i64(&l, "/scheduler", "warmup_steps", s->warmup_steps);
-            add_i64(&l, "/scheduler", "total_steps", s->total_steps);
-            add_f64(&l, "/scheduler", "num_cycles", s->num_cycles);
-            add_f64(&l, "/scheduler", "base_lr", s->base_lr);
-            add_i64(&l, "/scheduler", "step", s->scheduler_step);
+            add_str(&l, ACX_CKPT_GROUP_SCHEDULER, "kind", s->scheduler_kind);
+            add_i64(&l, ACX_CKPT_GROUP_SCHEDULER, "warmup_steps", s->warmup_steps);
+            add_i64(&l, ACX_CKPT_GROUP_SCHEDULER, "total_steps", s->total_steps);
+            add_f64(&l, ACX_CKPT_GROUP_SCHEDULER, "num_cycles", s->num_cycles);
+            add_f64(&l, ACX_CKPT_GROUP_SCHEDULER, "base_lr", s->base_lr);
+            add_i64(&l, ACX_CKPT_GROUP_SCHEDULER, "step", s->scheduler_step);
         } else {
-            add_str(&l, "/scheduler", "kind", "none");
+            add_str(&l, ACX_CKPT_GROUP_SCHEDULER, "kind", "none");
         }
     }
 
     /* fp16 loss scaler (torch GradScaler's state_dict: scale, growth tracker) */
     if (s->has_scaler) {
-        add_str(&l, "/scaler", "kind", "dynamic");
-        add_f64(&l, "/scaler", "scale", s->scale);
-        add_i64(&l, "/scaler", "growth_tracker", s->growth_tracker);
-        add_i64(&l, "/scaler", "growth_interval", s->growth_interval);
-        add_i64(&l, "/scaler", "consecutive_skips", s->consecutive_skips);
+        add_str(&l, ACX_CKPT_GROUP_SCALER, "kind", "dynamic");
+        add_f64(&l, ACX_CKPT_GROUP_SCALER, "scale", s->scale);
+        add_i64(&l, ACX_CKPT_GROUP_SCALER, "growth_tracker", s->growth_tracker);
+        add_i64(&l, ACX_CKPT_GROUP_SCALER, "growth_interval", s->growth_interval);
+        add_i64(&l, ACX_CKPT_GROUP_SCALER, "consecutive_skips", s->consecutive_skips);
     } else {
-        add_str(&l, "/scaler", "kind", "none");
+        add_str(&l, ACX_CKPT_GROUP_SCALER, "kind", "none");
     }
 
     /* data loader: the data order is fixed by (seed, epoch, global batch) */
     if (s->has_loader) {
-        add_i64(&l, "/dataloader", "epoch", s->loader_epoch);
-        add_i64(&l, "/dataloader", "position", s->position);
-        add_i64(&l, "/dataloader", "seed", s->seed);
-        add_i64(&l, "/dataloader", "global_batch", s->global_batch);
-        add_i64(&l, "/dataloader", "samples_consumed", s->samples_consumed);
-        add_i64(&l, "/dataloader", "num_batches", s->num_batches);
-        add_i64(&l, "/dataloader", "num_samples", s->num_samples);
+        add_i64(&l, ACX_CKPT_GROUP_DATALOADER, "epoch", s->loader_epoch);
+        add_i64(&l, ACX_CKPT_GROUP_DATALOADER, "position", s->position);
+        add_i64(&l, ACX_CKPT_GROUP_DATALOADER, "seed", s->seed);
+        add_i64(&l, ACX_CKPT_GROUP_DATALOADER, "global_batch", s->global_batch);
+        add_i64(&l, ACX_CKPT_GROUP_DATALOADER, "samples_consumed", s->samples_consumed);
+        add_i64(&l, ACX_CKPT_GROUP_DATALOADER, "num_batches", s->num_batches);
+        add_i64(&l, ACX_CKPT_GROUP_DATALOADER, "num_samples", s->num_samples);
     }
 
-    add_str(&l, "/config", "yaml", s->config_yaml != NULL ? s->config_yaml : "");
+    add_str(&l, ACX_CKPT_GROUP_CONFIG, ACX_CKPT_ATTR_CONFIG_YAML,
+            s->config_yaml != NULL ? s->config_yaml : "");
     if (l.failed) {
         free(l.a);
         return ACX_ERROR(ACX_ERR_NO_MEMORY, "out of memory describing the checkpoint");
@@ -200,31 +201,34 @@ static acx_status_t check_rng_size(const char *file, int64_t world) {
 }
 
 static acx_status_t read_root(acx_ckpt_file_t *f, acx_ckpt_state_t *s) {
-    ACX_CHECK(get_i64_in(f, "/", "step", 0, ACX_CKPT_COUNT_MAX, "", &s->step));
+    ACX_CHECK(get_i64_in(f, "/", ACX_CKPT_ATTR_STEP, 0, ACX_CKPT_COUNT_MAX, "", &s->step));
     /* micro_step and epoch are absent from early files: step stands in */
-    s->has_micro_step = acx_ckpt_get_i64(f, "/", "micro_step", &s->micro_step) == ACX_OK;
+    s->has_micro_step =
+        acx_ckpt_get_i64(f, "/", ACX_CKPT_ATTR_MICRO_STEP, &s->micro_step) == ACX_OK;
     if (s->has_micro_step)
-        ACX_CHECK(check_i64_in(f->path, "/", "micro_step", s->micro_step, s->step,
+        ACX_CHECK(check_i64_in(f->path, "/", ACX_CKPT_ATTR_MICRO_STEP, s->micro_step, s->step,
                                ACX_CKPT_COUNT_MAX,
                                "at least the step (every step has a micro-step)"));
     else
         s->micro_step = s->step;
-    s->has_epoch = acx_ckpt_get_i64(f, "/", "epoch", &s->epoch) == ACX_OK;
+    s->has_epoch = acx_ckpt_get_i64(f, "/", ACX_CKPT_ATTR_EPOCH, &s->epoch) == ACX_OK;
     if (s->has_epoch)
-        ACX_CHECK(check_i64_in(f->path, "/", "epoch", s->epoch, 0, ACX_CKPT_COUNT_MAX, ""));
+        ACX_CHECK(
+            check_i64_in(f->path, "/", ACX_CKPT_ATTR_EPOCH, s->epoch, 0, ACX_CKPT_COUNT_MAX, ""));
     else
         s->epoch = 0;
-    ACX_CHECK(get_i64_in(f, "/", "world_size", 1, INT_MAX, "MPI ranks are ints", &s->world_size));
+    ACX_CHECK(get_i64_in(f, "/", ACX_CKPT_ATTR_WORLD_SIZE, 1, INT_MAX, "MPI ranks are ints",
+                         &s->world_size));
     ACX_CHECK(check_rng_size(f->path, s->world_size));
     /* descriptive strings: optional (run_id is absent from early files) */
     static const struct {
         const char *name;
         size_t off;
-    } strs[] = {{"sharding_strategy", offsetof(acx_ckpt_state_t, sharding_strategy)},
-                {"mixed_precision", offsetof(acx_ckpt_state_t, mixed_precision)},
-                {"acx_version", offsetof(acx_ckpt_state_t, acx_version)},
-                {"created", offsetof(acx_ckpt_state_t, created)},
-                {"run_id", offsetof(acx_ckpt_state_t, run_id)}};
+    } strs[] = {{ACX_CKPT_ATTR_SHARDING_STRATEGY, offsetof(acx_ckpt_state_t, sharding_strategy)},
+                {ACX_CKPT_ATTR_MIXED_PRECISION, offsetof(acx_ckpt_state_t, mixed_precision)},
+                {ACX_CKPT_ATTR_ACX_VERSION, offsetof(acx_ckpt_state_t, acx_version)},
+                {ACX_CKPT_ATTR_CREATED, offsetof(acx_ckpt_state_t, created)},
+                {ACX_CKPT_ATTR_RUN_ID, offsetof(acx_ckpt_state_t, run_id)}};
     for (size_t k = 0; k < sizeof strs / sizeof strs[0]; k++) {
         char *buf = (char *)s + strs[k].off;
         if (acx_ckpt_get_str(f, "/", strs[k].name, buf, ACX_CKPT_NAME_MAX) != ACX_OK) buf[0] = '\0';
@@ -234,31 +238,32 @@ static acx_status_t read_root(acx_ckpt_file_t *f, acx_ckpt_state_t *s) {
 
 /* Optimizer step and lr; the schedule's position. */
 static acx_status_t read_optimizer(acx_ckpt_file_t *f, acx_ckpt_state_t *s) {
-    if (!acx_ckpt_exists(f, "/optimizer") ||
-        acx_ckpt_get_str(f, "/optimizer", "type", s->optimizer_type, sizeof s->optimizer_type) !=
-            ACX_OK)
+    if (!acx_ckpt_exists(f, ACX_CKPT_GROUP_OPTIMIZER) ||
+        acx_ckpt_get_str(f, ACX_CKPT_GROUP_OPTIMIZER, "type", s->optimizer_type,
+                         sizeof s->optimizer_type) != ACX_OK)
         return ACX_OK;
     /* an optimizer step is taken at a boundary, at most one per step of
      * the run (fp16 skips take none): 0..root step */
-    ACX_CHECK(get_i64_in(f, "/optimizer", "step", 0, s->step,
+    ACX_CHECK(get_i64_in(f, ACX_CKPT_GROUP_OPTIMIZER, "step", 0, s->step,
                          "the optimizer steps taken, at most the root's step", &s->optimizer_step));
-    ACX_CHECK(get_lr(f, "/optimizer", "lr", &s->lr));
+    ACX_CHECK(get_lr(f, ACX_CKPT_GROUP_OPTIMIZER, "lr", &s->lr));
     s->has_optimizer = 1;
 
     snprintf(s->scheduler_kind, sizeof s->scheduler_kind, "none");
-    if (acx_ckpt_exists(f, "/scheduler"))
-        (void)acx_ckpt_get_str(f, "/scheduler", "kind", s->scheduler_kind,
+    if (acx_ckpt_exists(f, ACX_CKPT_GROUP_SCHEDULER))
+        (void)acx_ckpt_get_str(f, ACX_CKPT_GROUP_SCHEDULER, "kind", s->scheduler_kind,
                                sizeof s->scheduler_kind);
     if (strcmp(s->scheduler_kind, "none") == 0) return ACX_OK;
     /* (the program decides how often it steps the schedule: no relation
      * to the root's step is assumed) */
-    ACX_CHECK(get_lr(f, "/scheduler", "base_lr", &s->base_lr));
-    ACX_CHECK(get_i64_in(f, "/scheduler", "step", 0, ACX_CKPT_COUNT_MAX, "", &s->scheduler_step));
-    ACX_CHECK(
-        get_i64_in(f, "/scheduler", "warmup_steps", 0, ACX_CKPT_COUNT_MAX, "", &s->warmup_steps));
-    ACX_CHECK(
-        get_i64_in(f, "/scheduler", "total_steps", 0, ACX_CKPT_COUNT_MAX, "", &s->total_steps));
-    if (acx_ckpt_get_f64(f, "/scheduler", "num_cycles", &s->num_cycles) != ACX_OK)
+    ACX_CHECK(get_lr(f, ACX_CKPT_GROUP_SCHEDULER, "base_lr", &s->base_lr));
+    ACX_CHECK(get_i64_in(f, ACX_CKPT_GROUP_SCHEDULER, "step", 0, ACX_CKPT_COUNT_MAX, "",
+                         &s->scheduler_step));
+    ACX_CHECK(get_i64_in(f, ACX_CKPT_GROUP_SCHEDULER, "warmup_steps", 0, ACX_CKPT_COUNT_MAX, "",
+                         &s->warmup_steps));
+    ACX_CHECK(get_i64_in(f, ACX_CKPT_GROUP_SCHEDULER, "total_steps", 0, ACX_CKPT_COUNT_MAX, "",
+                         &s->total_steps));
+    if (acx_ckpt_get_f64(f, ACX_CKPT_GROUP_SCHEDULER, "num_cycles", &s->num_cycles) != ACX_OK)
         s->num_cycles = 0.0; /* informational: the program's schedule keeps its own */
     s->has_scheduler = 1;
     return ACX_OK;
@@ -267,13 +272,15 @@ static acx_status_t read_optimizer(acx_ckpt_file_t *f, acx_ckpt_state_t *s) {
 /* The fp16 loss scaler's state. */
 static acx_status_t read_scaler(acx_ckpt_file_t *f, acx_ckpt_state_t *s) {
     char kind[32] = "none";
-    if (acx_ckpt_exists(f, "/scaler"))
-        (void)acx_ckpt_get_str(f, "/scaler", "kind", kind, sizeof kind);
+    if (acx_ckpt_exists(f, ACX_CKPT_GROUP_SCALER))
+        (void)acx_ckpt_get_str(f, ACX_CKPT_GROUP_SCALER, "kind", kind, sizeof kind);
     if (strcmp(kind, "dynamic") != 0) return ACX_OK;
-    ACX_CHECK(acx_ckpt_get_f64(f, "/scaler", "scale", &s->scale));
-    ACX_CHECK(acx_ckpt_get_i64(f, "/scaler", "growth_tracker", &s->growth_tracker));
-    ACX_CHECK(acx_ckpt_get_i64(f, "/scaler", "consecutive_skips", &s->consecutive_skips));
-    if (acx_ckpt_get_i64(f, "/scaler", "growth_interval", &s->growth_interval) != ACX_OK)
+    ACX_CHECK(acx_ckpt_get_f64(f, ACX_CKPT_GROUP_SCALER, "scale", &s->scale));
+    ACX_CHECK(acx_ckpt_get_i64(f, ACX_CKPT_GROUP_SCALER, "growth_tracker", &s->growth_tracker));
+    ACX_CHECK(
+        acx_ckpt_get_i64(f, ACX_CKPT_GROUP_SCALER, "consecutive_skips", &s->consecutive_skips));
+    if (acx_ckpt_get_i64(f, ACX_CKPT_GROUP_SCALER, "growth_interval", &s->growth_interval) !=
+        ACX_OK)
         s->growth_interval = 0; /* informational: the program's scaler keeps its own */
     /* the counters are ints in the scaler; a scale whose reciprocal
      * overflows float32 would unscale every gradient to inf/NaN, and one
@@ -296,17 +303,18 @@ static acx_status_t read_scaler(acx_ckpt_file_t *f, acx_ckpt_state_t *s) {
  * Every field is checked before a position is computed from them: an
  * edited field must not move the data position silently. */
 static acx_status_t read_loader(acx_ckpt_file_t *f, acx_ckpt_state_t *s) {
-    if (!acx_ckpt_exists(f, "/dataloader")) return ACX_OK;
+    if (!acx_ckpt_exists(f, ACX_CKPT_GROUP_DATALOADER)) return ACX_OK;
     s->has_loader = 1;
-    ACX_CHECK(get_i64_in(f, "/dataloader", "epoch", 0, ACX_CKPT_COUNT_MAX, "", &s->loader_epoch));
-    ACX_CHECK(acx_ckpt_get_i64(f, "/dataloader", "seed", &s->seed)); /* any 64 bits */
+    ACX_CHECK(get_i64_in(f, ACX_CKPT_GROUP_DATALOADER, "epoch", 0, ACX_CKPT_COUNT_MAX, "",
+                         &s->loader_epoch));
+    ACX_CHECK(acx_ckpt_get_i64(f, ACX_CKPT_GROUP_DATALOADER, "seed", &s->seed)); /* any 64 bits */
     s->has_num_samples =
-        acx_ckpt_get_i64(f, "/dataloader", "num_samples", &s->num_samples) == ACX_OK;
-    ACX_CHECK(acx_ckpt_get_i64(f, "/dataloader", "global_batch", &s->global_batch));
-    ACX_CHECK(acx_ckpt_get_i64(f, "/dataloader", "num_batches", &s->num_batches));
-    ACX_CHECK(acx_ckpt_get_i64(f, "/dataloader", "position", &s->position));
-    s->has_samples_consumed =
-        acx_ckpt_get_i64(f, "/dataloader", "samples_consumed", &s->samples_consumed) == ACX_OK;
+        acx_ckpt_get_i64(f, ACX_CKPT_GROUP_DATALOADER, "num_samples", &s->num_samples) == ACX_OK;
+    ACX_CHECK(acx_ckpt_get_i64(f, ACX_CKPT_GROUP_DATALOADER, "global_batch", &s->global_batch));
+    ACX_CHECK(acx_ckpt_get_i64(f, ACX_CKPT_GROUP_DATALOADER, "num_batches", &s->num_batches));
+    ACX_CHECK(acx_ckpt_get_i64(f, ACX_CKPT_GROUP_DATALOADER, "position", &s->position));
+    s->has_samples_consumed = acx_ckpt_get_i64(f, ACX_CKPT_GROUP_DATALOADER, "samples_consumed",
+                                               &s->samples_consumed) == ACX_OK;
     if (s->has_num_samples && s->num_samples >= 1)
         ACX_CHECK(acx_ckpt_state_check_loader(f->path, s, s->num_samples));
     return ACX_OK;
@@ -315,17 +323,17 @@ static acx_status_t read_loader(acx_ckpt_file_t *f, acx_ckpt_state_t *s) {
 acx_status_t acx_ckpt_state_check_loader(const char *file, const acx_ckpt_state_t *s,
                                          int64_t num_samples) {
     int64_t ns = num_samples > 0 ? num_samples : 1;
-    ACX_CHECK(check_i64_in(file, "/dataloader", "global_batch", s->global_batch, 1,
+    ACX_CHECK(check_i64_in(file, ACX_CKPT_GROUP_DATALOADER, "global_batch", s->global_batch, 1,
                            ACX_CKPT_COUNT_MAX / ns,
                            "a global batch of at least one sample, at most 2^53 / num_samples"));
     /* batches per epoch at that global batch: floor(N/G) with drop_last,
      * ceil(N/G) otherwise, never 0 on rank 0 (io/sampler.c) */
     int64_t gb = s->global_batch, nb_lo = ns / gb, nb_hi = (ns + gb - 1) / gb;
-    ACX_CHECK(check_i64_in(file, "/dataloader", "num_batches", s->num_batches,
+    ACX_CHECK(check_i64_in(file, ACX_CKPT_GROUP_DATALOADER, "num_batches", s->num_batches,
                            nb_lo > 0 ? nb_lo : 1, nb_hi,
                            "the batches per epoch of num_samples in global_batch"));
-    ACX_CHECK(check_i64_in(file, "/dataloader", "position", s->position, 0, s->num_batches,
-                           "batches consumed in the epoch, at most num_batches"));
+    ACX_CHECK(check_i64_in(file, ACX_CKPT_GROUP_DATALOADER, "position", s->position, 0,
+                           s->num_batches, "batches consumed in the epoch, at most num_batches"));
     if (s->has_samples_consumed && s->samples_consumed != s->position * gb)
         return ACX_ERROR(ACX_ERR_FORMAT,
                          "checkpoint '%s': /dataloader/samples_consumed = %lld, but position %lld "

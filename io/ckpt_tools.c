@@ -382,7 +382,8 @@ static herr_t attr_cb(hid_t obj, const char *name, const H5A_info_t *info, void 
 /* "/optimizer: type=AdamW step=8 lr=0.001 ..." for each group of the
  * layout that carries attributes. Lock held. */
 static void group_attrs(hid_t file, sbuf_t *sb) {
-    static const char *const groups[] = {"/optimizer", "/scheduler", "/dataloader", "/config"};
+    static const char *const groups[] = {ACX_CKPT_GROUP_OPTIMIZER, ACX_CKPT_GROUP_SCHEDULER,
+                                         ACX_CKPT_GROUP_DATALOADER, ACX_CKPT_GROUP_CONFIG};
     for (size_t k = 0; k < sizeof groups / sizeof groups[0]; k++) {
         if (H5Lexists(file, groups[k], H5P_DEFAULT) <= 0) {
             H5Eclear2(H5E_DEFAULT);
@@ -413,7 +414,9 @@ static void group_attrs(hid_t file, sbuf_t *sb) {
 }
 
 /* The parameter datasets: everything under /model. */
-static int is_model_path(const char *p) { return strncmp(p, "/model/", 7) == 0; }
+static int is_model_path(const char *p) {
+    return strncmp(p, ACX_CKPT_GROUP_MODEL "/", sizeof ACX_CKPT_GROUP_MODEL) == 0;
+}
 
 ACX_API acx_status_t acx_checkpoint_info(const char *path, char **text_p) {
     if (text_p == NULL)
@@ -443,13 +446,13 @@ ACX_API acx_status_t acx_checkpoint_info(const char *path, char **text_p) {
     /* the root attributes the writer defines, in a fixed order */
     static const struct {
         const char *attr, *label;
-    } known[] = {{"step", "step"},
-                 {"epoch", "epoch"},
-                 {"world_size", "world size at save"},
-                 {"sharding_strategy", "sharding strategy"},
-                 {"mixed_precision", "mixed precision"},
-                 {"acx_version", "written by acx"},
-                 {"created", "created"}};
+    } known[] = {{ACX_CKPT_ATTR_STEP, "step"},
+                 {ACX_CKPT_ATTR_EPOCH, "epoch"},
+                 {ACX_CKPT_ATTR_WORLD_SIZE, "world size at save"},
+                 {ACX_CKPT_ATTR_SHARDING_STRATEGY, "sharding strategy"},
+                 {ACX_CKPT_ATTR_MIXED_PRECISION, "mixed precision"},
+                 {ACX_CKPT_ATTR_ACX_VERSION, "written by acx"},
+                 {ACX_CKPT_ATTR_CREATED, "created"}};
     for (size_t k = 0; k < sizeof known / sizeof known[0]; k++)
         sb_printf(&sb, "%s: %s\n", known[k].label,
                   attr_text(file, known[k].attr, v, sizeof v) == 0 ? v : "(absent)");
@@ -558,12 +561,12 @@ ACX_API acx_status_t acx_checkpoint_verify_flags(const char *path, unsigned flag
     acx_ckpt_state_t *st = NULL;
 
     /* structure: what every version-1 checkpoint holds */
-    if (acx_ckpt_get_i64(f, "/", "step", &v) != ACX_OK) {
+    if (acx_ckpt_get_i64(f, "/", ACX_CKPT_ATTR_STEP, &v) != ACX_OK) {
         status = ACX_ERROR(ACX_ERR_FORMAT, "checkpoint '%s' lacks the integer root attribute step",
                            real);
         goto out;
     }
-    if (!acx_ckpt_exists(f, "/model")) {
+    if (!acx_ckpt_exists(f, ACX_CKPT_GROUP_MODEL)) {
         status = ACX_ERROR(ACX_ERR_FORMAT, "checkpoint '%s' has no /model group", real);
         goto out;
     }
@@ -658,9 +661,9 @@ static acx_status_t collect_params(acx_ckpt_file_t *f, const char *real, char **
     param_entry_t *params = NULL;
     char **paths = NULL;
     int count = 0;
-    if (!acx_ckpt_exists(f, "/model"))
+    if (!acx_ckpt_exists(f, ACX_CKPT_GROUP_MODEL))
         return ACX_ERROR(ACX_ERR_FORMAT, "checkpoint '%s' has no /model group", real);
-    ACX_CHECK(acx_ckpt_list_all(f, "/model", &count, &paths));
+    ACX_CHECK(acx_ckpt_list_all(f, ACX_CKPT_GROUP_MODEL, &count, &paths));
     if (count == 0) {
         free(paths);
         return ACX_ERROR(ACX_ERR_FORMAT, "checkpoint '%s' has no parameters under /model", real);
@@ -672,7 +675,7 @@ static acx_status_t collect_params(acx_ckpt_file_t *f, const char *real, char **
     for (int k = 0; k < count && status == ACX_OK; k++) {
         param_entry_t *p = &params[k];
         p->dpath = paths[k];
-        p->name = paths[k] + strlen("/model/");
+        p->name = paths[k] + sizeof ACX_CKPT_GROUP_MODEL;
         status = acx_ckpt_shape(f, p->dpath, &p->ndim, p->dims, &p->dtype);
         if (status != ACX_OK) break;
         if (p->dtype != ACX_DTYPE_FLOAT32 && p->dtype != ACX_DTYPE_FLOAT64 &&
@@ -764,12 +767,13 @@ static acx_status_t export_safetensors(acx_ckpt_file_t *f, const char *real, par
 
     /* metadata keys sorted, so the header is the same for the same input */
     sb_printf(&h, "{\"__metadata__\":{\"acx_version\":");
-    sb_json_str(&h,
-                acx_ckpt_get_str(f, "/", "acx_version", v, sizeof v) == ACX_OK ? v : acx_version());
+    sb_json_str(&h, acx_ckpt_get_str(f, "/", ACX_CKPT_ATTR_ACX_VERSION, v, sizeof v) == ACX_OK
+                        ? v
+                        : acx_version());
     sb_printf(&h, ",\"format\":\"pt\",\"source\":");
     sb_json_str(&h, real);
     sb_printf(&h, ",\"step\":");
-    if (acx_ckpt_get_i64(f, "/", "step", &step) == ACX_OK)
+    if (acx_ckpt_get_i64(f, "/", ACX_CKPT_ATTR_STEP, &step) == ACX_OK)
         snprintf(v, sizeof v, "%lld", (long long)step);
     else
         v[0] = '\0';
@@ -810,8 +814,8 @@ out:
 /* Weights-only HDF5, the layout of acx_model_save_weights (io/weights.c;
  * io/ckpt_format.h): root attrs format = "acx-weights", step, source; one
  * float32 dataset per parameter at /<name> with its true shape, in the
- * checkpoint's order. Written by the one writer (acx_ckpt_save_opts, this
- * process alone, no checksums, as io/weights.c writes the format), whose
+ * checkpoint's order. Written by acx_weights_write (io/weights.c: the
+ * weights file's attributes, the one writer, this process alone), whose
  * row source reads each piece of a parameter through the reader's checked
  * row read: memory stays at one piece, whatever the model's size. */
 typedef struct export_src {
@@ -828,7 +832,7 @@ static acx_status_t export_hdf5(acx_ckpt_file_t *f, const char *real, const para
                                 int n, const char *out_path) {
     acx_status_t status = ACX_OK;
     int64_t step = 0;
-    (void)acx_ckpt_get_i64(f, "/", "step", &step);
+    (void)acx_ckpt_get_i64(f, "/", ACX_CKPT_ATTR_STEP, &step);
     acx_ckpt_tensor_t *t = calloc((size_t)n, sizeof *t);
     export_src_t *src = calloc((size_t)n, sizeof *src);
     char(*paths)[PATH_CAP] = calloc((size_t)n, sizeof *paths);
@@ -853,12 +857,7 @@ static acx_status_t export_hdf5(acx_ckpt_file_t *f, const char *real, const para
                                    .fill_ctx = &src[k]};
         memcpy(t[k].shape, p->dims, (size_t)p->ndim * sizeof *p->dims);
     }
-    const acx_ckpt_attr_t attrs[] = {
-        {.object = "/", .name = "format", .type = ACX_CKPT_STR, .str = ACX_WEIGHTS_FORMAT},
-        {.object = "/", .name = "step", .type = ACX_CKPT_I64, .i64 = step},
-        {.object = "/", .name = "source", .type = ACX_CKPT_STR, .str = real}};
-    const acx_ckpt_save_opts_t opts = {.no_checksums = 1};
-    status = acx_ckpt_save_opts(NULL, out_path, t, n, attrs, 3, &opts);
+    status = acx_weights_write(NULL, out_path, t, n, step, real);
 out:
     free(paths);
     free(src);

@@ -5,7 +5,8 @@
  * checksums: collective metadata, each rank's rows, fsync, rename).
  *
  * Layout (io/ckpt_format.h):
- *   /              attrs: format = "acx-weights", step (int64)
+ *   /              attrs: format = "acx-weights", step (int64), and source
+ *                  for an export (acx_weights_write, the one writer of them)
  *   /<param name>  float32 [the parameter's true shape]   (one per parameter;
  *                  a '/' in a name makes intermediate groups)
  *
@@ -40,6 +41,23 @@
 #include "base/log.h"
 #include "base/memstat.h"
 #include "sharding/model.h"
+
+/* ---- the file's attributes ---- */
+
+acx_status_t acx_weights_write(acx_comm_t *world, const char *path,
+                               const acx_ckpt_tensor_t *tensors, int num_tensors, int64_t step,
+                               const char *source) {
+    const acx_ckpt_attr_t attrs[] = {
+        {.object = "/",
+         .name = ACX_CKPT_ATTR_FORMAT,
+         .type = ACX_CKPT_STR,
+         .str = ACX_WEIGHTS_FORMAT},
+        {.object = "/", .name = ACX_CKPT_ATTR_STEP, .type = ACX_CKPT_I64, .i64 = step},
+        {.object = "/", .name = ACX_WEIGHTS_ATTR_SOURCE, .type = ACX_CKPT_STR, .str = source}};
+    const acx_ckpt_save_opts_t opts = {.no_checksums = 1};
+    return acx_ckpt_save_opts(world, path, tensors, num_tensors, attrs, source != NULL ? 3 : 2,
+                              &opts);
+}
 
 /* ---- the public entry point ---- */
 
@@ -110,14 +128,10 @@ static acx_status_t save_weights(acx_model_t *model, const char *path) {
             t->shape[d] = p->shape[d];
         acx_param_save_rows(p, &t->io_begin, &t->io_end); /* the plan's rows for this rank */
     }
-    const acx_ckpt_attr_t attrs[] = {
-        {.object = "/", .name = "format", .type = ACX_CKPT_STR, .str = ACX_WEIGHTS_FORMAT},
-        {.object = "/", .name = "step", .type = ACX_CKPT_I64, .i64 = model->step}};
-    const acx_ckpt_save_opts_t opts = {.no_checksums = 1};
     /* every rank's part of the description, agreed before the collective
      * writer starts */
     status = acx_coll_agree(world, status);
-    if (status == ACX_OK) status = acx_ckpt_save_opts(world, path, tensors, n, attrs, 2, &opts);
+    if (status == ACX_OK) status = acx_weights_write(world, path, tensors, n, model->step, NULL);
     if (status == ACX_OK)
         ACX_DEBUG(ACX_SUBSYS_IO, "saved %d parameters (step %lld) to '%s'", model->num_params,
                   (long long)model->step, path);

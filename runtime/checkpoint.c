@@ -440,7 +440,8 @@ static acx_status_t build_plan(acx_accelerator_t *acc, plan_t *p, acx_ckpt_state
     /* model */
     for (int i = 0; i < m->num_params; i++) {
         acx_param_t *prm = m->params[i];
-        acx_ckpt_tensor_t t = shard_tensor(plan_str(p, "/model/%s", prm->name), prm, view->master);
+        acx_ckpt_tensor_t t =
+            shard_tensor(plan_str(p, ACX_CKPT_GROUP_MODEL "/%s", prm->name), prm, view->master);
         save_rows(acc, &t, prm);
         plan_tensor(p, &t);
     }
@@ -458,8 +459,9 @@ static acx_status_t build_plan(acx_accelerator_t *acc, plan_t *p, acx_ckpt_state
             const char *sname = acx_optimizer_state_name(opt, s);
             for (int i = 0; i < m->num_params; i++) {
                 acx_param_t *prm = m->params[i];
-                acx_ckpt_tensor_t t = shard_tensor(
-                    plan_str(p, "/optimizer/%s/%s", sname, prm->name), prm, view->state[s]);
+                acx_ckpt_tensor_t t =
+                    shard_tensor(plan_str(p, ACX_CKPT_GROUP_OPTIMIZER "/%s/%s", sname, prm->name),
+                                 prm, view->state[s]);
                 save_rows(acc, &t, prm);
                 plan_tensor(p, &t);
             }
@@ -507,7 +509,7 @@ static acx_status_t build_plan(acx_accelerator_t *acc, plan_t *p, acx_ckpt_state
     rng_row[1] = acc->rank;
     rng_row[2] = (int64_t)rng_counter;
     rng_row[3] = 0;
-    plan_tensor(p, &(acx_ckpt_tensor_t){.path = "/rng",
+    plan_tensor(p, &(acx_ckpt_tensor_t){.path = ACX_CKPT_DATASET_RNG,
                                         .dtype = ACX_DTYPE_INT64,
                                         .ndim = 2,
                                         .shape = {acc->world_size, 4},
@@ -522,7 +524,7 @@ static acx_status_t build_plan(acx_accelerator_t *acc, plan_t *p, acx_ckpt_state
     /* registered state: identical on every rank, written by rank 0 */
     for (int i = 0; i < acc->num_ckpt_user; i++) {
         struct acx_ckpt_entry *e = &acc->ckpt_user[i];
-        plan_tensor(p, &(acx_ckpt_tensor_t){.path = plan_str(p, "/user/%s", e->name),
+        plan_tensor(p, &(acx_ckpt_tensor_t){.path = plan_str(p, ACX_CKPT_GROUP_USER "/%s", e->name),
                                             .dtype = e->dtype,
                                             .ndim = 1,
                                             .shape = {e->count},
@@ -795,7 +797,7 @@ static acx_status_t plan_model(acx_accelerator_t *acc, acx_ckpt_file_t *f, resto
         acx_param_t *p = m->params[i];
         char what[ACX_MAX_NAME + 16];
         snprintf(what, sizeof what, "parameter '%s'", p->name);
-        const char *path = plan_str(&r->plan, "/model/%s", p->name);
+        const char *path = plan_str(&r->plan, ACX_CKPT_GROUP_MODEL "/%s", p->name);
         if (path == NULL) return ACX_ERROR(ACX_ERR_NO_MEMORY, "out of memory planning the load");
         ok[i] = dataset_matches(f, &r->mm, path, what, p->ndim, p->shape, ACX_DTYPE_FLOAT32);
         if (!ok[i]) continue;
@@ -803,7 +805,7 @@ static acx_status_t plan_model(acx_accelerator_t *acc, acx_ckpt_file_t *f, resto
         load_rows(acc, &t, p);
         plan_tensor(&r->plan, &t);
     }
-    return check_unexpected(f, &r->mm, "/model", "parameter", has_param, acc);
+    return check_unexpected(f, &r->mm, ACX_CKPT_GROUP_MODEL, "parameter", has_param, acc);
 }
 
 static void compare_hparams(acx_accelerator_t *acc, acx_ckpt_file_t *f, acx_optimizer_t *opt) {
@@ -812,8 +814,8 @@ static void compare_hparams(acx_accelerator_t *acc, acx_ckpt_file_t *f, acx_opti
     int nh = acx_optimizer_hparams(opt, names, values, ACX_OPTIM_MAX_HPARAMS);
     for (int h = 0; h < nh && h < ACX_OPTIM_MAX_HPARAMS; h++) {
         double v;
-        if (acx_ckpt_get_f64(f, "/optimizer", names[h], &v) != ACX_OK || v == values[h] ||
-            acc->rank != 0)
+        if (acx_ckpt_get_f64(f, ACX_CKPT_GROUP_OPTIMIZER, names[h], &v) != ACX_OK ||
+            v == values[h] || acc->rank != 0)
             continue;
         /* The lr a resume continues with is the checkpoint's (its `lr`
          * and the schedule's position are restored for an exact resume);
@@ -863,7 +865,8 @@ static acx_status_t plan_optimizer(acx_accelerator_t *acc, acx_ckpt_file_t *f, r
             if (!param_ok[i]) continue; /* already reported */
             char what[ACX_MAX_NAME + 64];
             snprintf(what, sizeof what, "optimizer state %s of '%s'", sname, p->name);
-            const char *path = plan_str(&r->plan, "/optimizer/%s/%s", sname, p->name);
+            const char *path =
+                plan_str(&r->plan, ACX_CKPT_GROUP_OPTIMIZER "/%s/%s", sname, p->name);
             if (path == NULL)
                 return ACX_ERROR(ACX_ERR_NO_MEMORY, "out of memory planning the load");
             if (!dataset_matches(f, &r->mm, path, what, p->ndim, p->shape, ACX_DTYPE_FLOAT32))
@@ -995,10 +998,11 @@ static acx_status_t plan_loader(acx_accelerator_t *acc, restore_t *r, const char
 static acx_status_t plan_rng_user(acx_accelerator_t *acc, acx_ckpt_file_t *f, restore_t *r) {
     int64_t saved = r->saved_world;
     int64_t shape[2] = {saved, 4};
-    if (dataset_matches(f, &r->mm, "/rng", "the random streams", 2, shape, ACX_DTYPE_INT64)) {
+    if (dataset_matches(f, &r->mm, ACX_CKPT_DATASET_RNG, "the random streams", 2, shape,
+                        ACX_DTYPE_INT64)) {
         int mine = acc->rank < saved;
         r->have_rng = 1;
-        plan_tensor(&r->plan, &(acx_ckpt_tensor_t){.path = "/rng",
+        plan_tensor(&r->plan, &(acx_ckpt_tensor_t){.path = ACX_CKPT_DATASET_RNG,
                                                    .dtype = ACX_DTYPE_INT64,
                                                    .ndim = 2,
                                                    .shape = {saved, 4},
@@ -1012,7 +1016,7 @@ static acx_status_t plan_rng_user(acx_accelerator_t *acc, acx_ckpt_file_t *f, re
         struct acx_ckpt_entry *e = &acc->ckpt_user[i];
         char what[CKPT_USER_NAME_MAX + 32];
         snprintf(what, sizeof what, "registered object '%s'", e->name);
-        const char *path = plan_str(&r->plan, "/user/%s", e->name);
+        const char *path = plan_str(&r->plan, ACX_CKPT_GROUP_USER "/%s", e->name);
         if (path == NULL) return ACX_ERROR(ACX_ERR_NO_MEMORY, "out of memory planning the load");
         if (!dataset_matches(f, &r->mm, path, what, 1, &e->count, e->dtype)) continue;
         plan_tensor(&r->plan, &(acx_ckpt_tensor_t){.path = path,
@@ -1025,7 +1029,7 @@ static acx_status_t plan_rng_user(acx_accelerator_t *acc, acx_ckpt_file_t *f, re
                                                    .io_begin = 0,
                                                    .io_end = e->count});
     }
-    return check_unexpected(f, &r->mm, "/user", "registered object", has_user, acc);
+    return check_unexpected(f, &r->mm, ACX_CKPT_GROUP_USER, "registered object", has_user, acc);
 }
 
 /* Everything before any buffer is touched: a strict mismatch leaves the
@@ -1152,7 +1156,8 @@ static acx_status_t load_state(acx_accelerator_t *acc, const char *path, int str
         /* the run continues the loaded checkpoint's lineage (runtime/project.c);
          * a file written before run_id existed has none (optional attribute) */
         char run_id[ACX_RUN_ID_LEN] = "";
-        if (acx_ckpt_get_str(f, "/", "run_id", run_id, sizeof run_id) != ACX_OK) run_id[0] = '\0';
+        if (acx_ckpt_get_str(f, "/", ACX_CKPT_ATTR_RUN_ID, run_id, sizeof run_id) != ACX_OK)
+            run_id[0] = '\0';
         acx_project_adopt(acc, run_id);
     }
     if (acc->rank == 0) {
