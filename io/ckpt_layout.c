@@ -85,3 +85,20 @@ acx_status_t acx_ckpt_select_rows(hid_t fspace, int ndim, const hsize_t *dims, h
 out:
     return status;
 }
+
+int acx_ckpt_dataset_shape(hid_t dset, acx_ckpt_shape_t *s) {
+    hid_t space = H5Dget_space(dset);
+    if (space < 0) return -1;
+    int nd = H5Sget_simple_extent_ndims(space);
+    if (nd < 0 || nd > H5S_MAX_RANK || H5Sget_simple_extent_dims(space, s->dims, NULL) < 0) {
+        H5Sclose(space);
+        return -1;
+    }
+    H5S_class_t cls = H5Sget_simple_extent_type(space);
+    H5Sclose(space);
+    s->ndim = nd;
+    s->numel = cls == H5S_NULL ? 0 : 1;
+    for (int k = 0; k < nd; k++)
+        s->numel *= s->dims[k];
+    return 0;
+}

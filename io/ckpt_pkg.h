@@ -141,4 +141,16 @@ acx_status_t acx_ckpt_dataset_crc(acx_ckpt_file_t *f, hid_t dset, uint64_t bytes
  * `real` names the file. Lock held. */
 acx_status_t acx_ckpt_walk_metadata(hid_t file, const char *real);
 
+/* A dataset's shape (ndim sizes) and element count (0 for a null
+ * dataspace). */
+typedef struct acx_ckpt_shape {
+    int ndim;
+    hsize_t dims[H5S_MAX_RANK];
+    hsize_t numel;
+} acx_ckpt_shape_t;
+
+/* The shape of `dset`. Returns 0, or -1 when HDF5 cannot tell it (the
+ * caller names the dataset). Lock held. */
+int acx_ckpt_dataset_shape(hid_t dset, acx_ckpt_shape_t *s);
+
 #endif /* ACX_IO_CKPT_PKG_H */

@@ -258,30 +258,6 @@ out:
     return status;
 }
 
-/* A dataset's shape and element count. Lock held. */
-typedef struct ds_shape {
-    int ndim;
-    hsize_t dims[H5S_MAX_RANK];
-    hsize_t numel;
-} ds_shape_t;
-
-static int get_shape(hid_t dset, ds_shape_t *s) {
-    hid_t space = H5Dget_space(dset);
-    if (space < 0) return -1;
-    int nd = H5Sget_simple_extent_ndims(space);
-    if (nd < 0 || nd > H5S_MAX_RANK || H5Sget_simple_extent_dims(space, s->dims, NULL) < 0) {
-        H5Sclose(space);
-        return -1;
-    }
-    H5S_class_t cls = H5Sget_simple_extent_type(space);
-    H5Sclose(space);
-    s->ndim = nd;
-    s->numel = cls == H5S_NULL ? 0 : 1;
-    for (int k = 0; k < nd; k++)
-        s->numel *= s->dims[k];
-    return 0;
-}
-
 /* ---- checksums ---- */
 
 /* The CRC-32 check of one dataset read whole, front to back. */
@@ -302,10 +278,10 @@ static acx_status_t crc_reader_open(acx_ckpt_file_t *f, hid_t dset, const char *
     char what[PATH_CAP + 256];
     hid_t type = -1;
     int present = 0;
-    ds_shape_t s;
+    acx_ckpt_shape_t s;
     r->on = 0;
     snprintf(what, sizeof what, "dataset %s of '%s'", dpath, f->path);
-    if (get_shape(dset, &s) < 0 || (type = H5Dget_type(dset)) < 0)
+    if (acx_ckpt_dataset_shape(dset, &s) < 0 || (type = H5Dget_type(dset)) < 0)
         return acx_error_h5("H5Dget_space", what, __FILE__, __LINE__);
     uint64_t bytes = (uint64_t)s.numel * H5Tget_size(type);
     H5Tclose(type);
@@ -339,11 +315,11 @@ typedef acx_status_t (*block_fn_t)(const void *buf, size_t bytes, void *ctx);
 static acx_status_t read_blocks(hid_t dset, hid_t mem, const char *what, crc_reader_t *crc,
                                 block_fn_t fn, void *ctx) {
     acx_status_t status = ACX_OK;
-    ds_shape_t s;
+    acx_ckpt_shape_t s;
     hid_t fspace = -1, mspace = -1, dcpl = -1;
     void *buf = NULL;
     size_t esize = H5Tget_size(mem);
-    if (get_shape(dset, &s) < 0 || esize == 0)
+    if (acx_ckpt_dataset_shape(dset, &s) < 0 || esize == 0)
         return acx_error_h5("H5Dget_space", what, __FILE__, __LINE__);
     if (s.numel == 0) return ACX_OK;
 
@@ -419,10 +395,10 @@ static acx_status_t verify_dataset(acx_ckpt_file_t *f, const char *dpath) {
     if (H5Tdetect_class(type, H5T_VLEN) > 0 || H5Tis_variable_str(type) > 0) {
         /* variable-length data (strings): one read, then give HDF5's
          * allocations back */
-        ds_shape_t s;
+        acx_ckpt_shape_t s;
         hid_t space = -1;
         void *buf = NULL;
-        ACX_H5_CHECK_GOTO(get_shape(dset, &s), what, status, out);
+        ACX_H5_CHECK_GOTO(acx_ckpt_dataset_shape(dset, &s), what, status, out);
         if (s.numel > 0) {
             buf = calloc((size_t)s.numel, H5Tget_size(type));
             if (buf == NULL) {

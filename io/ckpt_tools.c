@@ -298,31 +298,7 @@ static acx_status_t open_ckpt(const char *path, char *real, size_t cap, acx_ckpt
     return acx_ckpt_open_flags(NULL, real, ACX_CKPT_OPEN_INSPECT, f_p);
 }
 
-/* A dataset's shape and element count. Lock held. */
-typedef struct ds_shape {
-    int ndim;
-    hsize_t dims[H5S_MAX_RANK];
-    hsize_t numel;
-} ds_shape_t;
-
-static int get_shape(hid_t dset, ds_shape_t *s) {
-    hid_t space = H5Dget_space(dset);
-    if (space < 0) return -1;
-    int nd = H5Sget_simple_extent_ndims(space);
-    if (nd < 0 || nd > H5S_MAX_RANK || H5Sget_simple_extent_dims(space, s->dims, NULL) < 0) {
-        H5Sclose(space);
-        return -1;
-    }
-    H5S_class_t cls = H5Sget_simple_extent_type(space);
-    H5Sclose(space);
-    s->ndim = nd;
-    s->numel = cls == H5S_NULL ? 0 : 1;
-    for (int k = 0; k < nd; k++)
-        s->numel *= s->dims[k];
-    return 0;
-}
-
-static void shape_text(const ds_shape_t *s, char *buf, size_t n) {
+static void shape_text(const acx_ckpt_shape_t *s, char *buf, size_t n) {
     size_t len = (size_t)snprintf(buf, n, "[");
     for (int k = 0; k < s->ndim && len < n; k++)
         len += (size_t)snprintf(buf + len, n - len, "%s%llu", k ? ", " : "",
@@ -465,13 +441,13 @@ ACX_API acx_status_t acx_checkpoint_info(const char *path, char **text_p) {
         if (strlen(l.paths[k]) > width) width = strlen(l.paths[k]);
     for (int k = 0; k < l.count && status == ACX_OK; k++) {
         hid_t dset = -1, type = -1, dcpl = -1;
-        ds_shape_t s;
+        acx_ckpt_shape_t s;
         char shp[256], tname[64];
         snprintf(what, sizeof what, "dataset %s in '%s'", l.paths[k], real);
         ACX_H5_CHECK_GOTO(dset = H5Dopen2(file, l.paths[k], H5P_DEFAULT), what, status, next);
         ACX_H5_CHECK_GOTO(type = H5Dget_type(dset), what, status, next);
         ACX_H5_CHECK_GOTO(dcpl = H5Dget_create_plist(dset), what, status, next);
-        ACX_H5_CHECK_GOTO(get_shape(dset, &s), what, status, next);
+        ACX_H5_CHECK_GOTO(acx_ckpt_dataset_shape(dset, &s), what, status, next);
         shape_text(&s, shp, sizeof shp);
         type_text(type, tname, sizeof tname);
         hsize_t stored = H5Dget_storage_size(dset);
