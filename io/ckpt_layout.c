@@ -1,8 +1,8 @@
 /*
  * io/ckpt_layout.c — the pieces of the checkpoint file's HDF5 layout that
  * its writer (io/ckpt_write.c) and reader (io/ckpt_read.c) both use: the
- * check of a tensor's description, the existence of a path and the row
- * selection (io/ckpt_pkg.h). The names and the layout are
+ * check of a tensor's description, the existence of a path, a dataset's
+ * shape and the row selection (io/ckpt_pkg.h). The names and the layout are
  * io/ckpt_format.h's.
  */
 #include <stdio.h>
