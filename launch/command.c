@@ -30,6 +30,7 @@
 #include "base/error.h"
 #include "base/settings.h"
 #include "launch/command.h"
+#include "launch/env.h"
 
 /* ---- a growable list of owned strings ---- */
 
@@ -173,12 +174,14 @@ static acx_status_t check_request(const acx_launch_request_t *req, const acx_lau
 static acx_status_t build_srun(const acx_launch_request_t *req, const acx_launch_host_t *host,
                                const char *(*env)(const char *), acx_launch_cmd_t *cmd,
                                strvec_t *argv, strvec_t *vars) {
-    if (req->hostfile != NULL)
+    if (req->hostfile != NULL) {
+        const char *job = NULL, *job_var = acx_launch_slurm_job_var(env, &job);
         return ACX_ERROR(ACX_ERR_INVALID_ARG,
-                         "acx launch: --hostfile '%s' inside a Slurm allocation (SLURM_JOB_ID=%s): "
+                         "acx launch: --hostfile '%s' inside a Slurm allocation (%s=%s): "
                          "srun runs on the allocation's nodes; pass srun's own --nodelist after "
                          "'--' instead",
-                         req->hostfile, lookup(env, "SLURM_JOB_ID"));
+                         req->hostfile, job_var ? job_var : "SLURM_JOB_ID", job ? job : "");
+    }
     int n = req->num_processes > 0 ? req->num_processes : positive_var(env, "SLURM_NTASKS");
     if (n == 0) n = positive_var(env, "SLURM_NPROCS");
     int nodes = positive_var(env, "SLURM_JOB_NUM_NODES");
@@ -274,7 +277,7 @@ static void build_mpirun(const acx_launch_request_t *req, const acx_launch_host_
 
 /* Inside a Slurm allocation: srun launches (acx_launch_cmd_build). */
 static int in_allocation(const char *(*env)(const char *)) {
-    return lookup(env, "SLURM_JOB_ID") != NULL;
+    return acx_launch_slurm_job_var(env, NULL) != NULL;
 }
 
 const char *acx_launch_launcher_name(const acx_launch_host_t *host,

@@ -86,6 +86,20 @@ static void warn(acx_launch_env_t *e, const char *fmt, ...) {
 
 static const char *env_getenv(const char *name) { return getenv(name); }
 
+const char *acx_launch_slurm_job_var(env_fn_t env, const char **value_p) {
+    static const char *const names[] = {"SLURM_JOB_ID", "SLURM_JOBID" /* pre-2.x, still set */};
+    if (env == NULL) env = env_getenv;
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        const char *v = env(names[i]);
+        if (v != NULL && v[0] != '\0') {
+            if (value_p != NULL) *value_p = v;
+            return names[i];
+        }
+    }
+    if (value_p != NULL) *value_p = NULL;
+    return NULL;
+}
+
 /* A whole decimal number in [min, max] (min is 0 or 1); anything else
  * (empty, "4x", "-1", " 4", overflow) is rejected so a mangled variable
  * cannot invent a value. */
@@ -169,13 +183,9 @@ static void detect_launcher(env_fn_t env, acx_launch_env_t *e) {
      * count too, but SLURM_STEP_NUM_TASKS is the one meant for it. */
     static const char *const step_vars[] = {"SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", "SLURM_NPROCS"};
 
-    const char *job_text = env("SLURM_JOB_ID");
-    const char *job_var = "SLURM_JOB_ID";
-    if (job_text == NULL) { /* pre-2.x name, still exported */
-        job_text = env("SLURM_JOBID");
-        job_var = "SLURM_JOBID";
-    }
-    if (job_text != NULL) {
+    const char *job_text = NULL;
+    const char *job_var = acx_launch_slurm_job_var(env, &job_text);
+    if (job_var != NULL) {
         long job_id;
         e->in_slurm_job = 1;
         if (parse_num(job_text, 1, LONG_MAX, &job_id))

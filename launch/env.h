@@ -75,6 +75,13 @@ typedef struct acx_launch_env {
  * is left as it was. */
 void acx_launch_env_detect(const char *(*env)(const char *name), acx_launch_env_t *out);
 
+/* The one rule for "inside a Slurm allocation": SLURM_JOB_ID (or the older
+ * SLURM_JOBID) is set and not empty. Returns the variable's name and, in
+ * *value_p (may be NULL), its text; NULL outside an allocation. env as for
+ * acx_launch_env_detect (NULL = the process environment). Local, reads no
+ * other state. Used by acx_launch_env_detect and launch/command.c. */
+const char *acx_launch_slurm_job_var(const char *(*env)(const char *name), const char **value_p);
+
 /* ACX_ERR_STATE when the launcher declared size > 1 but MPI sees
  * mpi_world_size == 1 (singletons), with a message saying what to run
  * instead: `srun --mpi=pmix` (and `srun --mpi=list`) when the size came

@@ -15,6 +15,7 @@
 
 #include "base/error.h"
 #include "launch/command.h"
+#include "launch/env.h"
 
 /* ---- the fake environment ---- */
 
@@ -299,6 +300,41 @@ error:
     return 1;
 }
 
+/* The launch command (srun or not) and the launch-environment detection
+ * (in_slurm_job) answer "inside an allocation?" by one rule: an empty
+ * SLURM_JOB_ID is none, the older SLURM_JOBID alone is one. */
+static int test_allocation_rule(void) {
+    TESTING("srun and in_slurm_job agree: empty SLURM_JOB_ID, SLURM_JOBID alone");
+    static const struct {
+        const char *pairs[5];
+        int in_job;
+    } cases[] = {
+        {{"SLURM_JOB_ID", "", NULL}, 0},
+        {{"SLURM_JOBID", "9", NULL}, 1},
+        {{"SLURM_JOB_ID", "9", NULL}, 1},
+        {{"SLURM_JOB_ID", "", "SLURM_JOBID", "9", NULL}, 1},
+        {{NULL}, 0},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        fake_set(cases[k].pairs);
+        acx_launch_env_t e;
+        acx_launch_env_detect(fake_env, &e);
+        const char *name =
+            acx_launch_launcher_name(&(acx_launch_host_t){2, 0, ACX_MPI_FLAVOR_OPENMPI}, fake_env);
+        int srun = name != NULL && strcmp(name, "srun") == 0;
+        if (e.in_slurm_job != cases[k].in_job || srun != cases[k].in_job) {
+            fprintf(stderr, "\n  case %zu: in_slurm_job %d, launcher %s, expected %s\n", k,
+                    e.in_slurm_job, name ? name : "(null)", cases[k].in_job ? "srun" : "not srun");
+            goto error;
+        }
+    }
+    PASSED();
+    return 0;
+error:
+    FAILED();
+    return 1;
+}
+
 static int test_errors(void) {
     TESTING("build errors: hostfile in Slurm, no program, bad counts");
     acx_launch_request_t q = request();
@@ -528,6 +564,7 @@ int main(void) {
     failed += test_srun();
     failed += test_srun_oversubscribed();
     failed += test_srun_no_count();
+    failed += test_allocation_rule();
     failed += test_errors();
     failed += test_quote();
     failed += test_format_through_shell();
