@@ -75,19 +75,26 @@ static int all_reduce_loop(acx_accelerator_t *acc, int stuck, unsigned sleep_s) 
     return 0;
 }
 
-/* One unit of 8 x 3 zeros under full_shard, SGD; every rank adds 1 to every
- * gradient. clip: the stuck rank sleeps before clipping, else before
+/* One unit "u" of 8 x 3 zeros ("u.w") and SGD, not yet prepared. */
+static int small_model(acx_accelerator_t *acc, acx_model_t **m_p, acx_unit_t **u_p,
+                       acx_param_t **p_p, acx_optimizer_t **opt_p) {
+    TRY(acx_model_create(acc, m_p));
+    TRY(acx_model_add_unit(*m_p, "u", u_p));
+    TRY(acx_unit_add_param(*u_p, "u.w", 2, (int64_t[]){8, 3}, ACX_INIT_SPEC_ZEROS, p_p));
+    acx_sgd_hparams_t hp = ACX_SGD_DEFAULT;
+    TRY(acx_sgd_create(*m_p, &hp, opt_p));
+    return 0;
+}
+
+/* The small model under full_shard; every rank adds 1 to every gradient.
+ * clip: the stuck rank sleeps before clipping, else before
  * acx_accumulate_end. */
 static int step_loop(acx_accelerator_t *acc, int stuck, unsigned sleep_s, int clip) {
     acx_model_t *m;
     acx_unit_t *u;
     acx_param_t *p;
     acx_optimizer_t *opt;
-    TRY(acx_model_create(acc, &m));
-    TRY(acx_model_add_unit(m, "u", &u));
-    TRY(acx_unit_add_param(u, "u.w", 2, (int64_t[]){8, 3}, ACX_INIT_SPEC_ZEROS, &p));
-    acx_sgd_hparams_t hp = ACX_SGD_DEFAULT;
-    TRY(acx_sgd_create(m, &hp, &opt));
+    if (small_model(acc, &m, &u, &p, &opt) != 0) return 1;
     TRY(acx_prepare(acc, m, opt, NULL));
     for (int i = 0; i < 8; i++) {
         int sleeps = i == 3 && acx_rank(acc) == stuck;
@@ -110,18 +117,13 @@ static int step_loop(acx_accelerator_t *acc, int stuck, unsigned sleep_s, int cl
     return 0;
 }
 
-/* One unit of 8 x 3 zeros and SGD; the stuck rank sleeps before
- * acx_prepare. */
+/* The small model; the stuck rank sleeps before acx_prepare. */
 static int prepare_once(acx_accelerator_t *acc, int stuck, unsigned sleep_s) {
     acx_model_t *m;
     acx_unit_t *u;
     acx_param_t *p;
     acx_optimizer_t *opt;
-    TRY(acx_model_create(acc, &m));
-    TRY(acx_model_add_unit(m, "u", &u));
-    TRY(acx_unit_add_param(u, "u.w", 2, (int64_t[]){8, 3}, ACX_INIT_SPEC_ZEROS, &p));
-    acx_sgd_hparams_t hp = ACX_SGD_DEFAULT;
-    TRY(acx_sgd_create(m, &hp, &opt));
+    if (small_model(acc, &m, &u, &p, &opt) != 0) return 1;
     if (acx_rank(acc) == stuck) sleep(sleep_s);
     TRY(acx_prepare(acc, m, opt, NULL));
     return 0;
