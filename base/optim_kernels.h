@@ -79,6 +79,13 @@ void acx_kernel_sgd_ieee(float *p, const float *g, float *buf, size_t n,
 void acx_kernel_adam_ieee(float *p, const float *g, float *m, float *v, size_t n,
                           const acx_adam_hparams_t *hp, double lr, int64_t t, int decoupled);
 
+/* Whether any of x[0..n) or x[i] * factor is not finite (inf or NaN): the
+ * gradient check before an update (runtime/scaler.c; factor 1 without
+ * loss scaling, 1/scale with it). Tests the exponent bits, which compilers
+ * vectorize, in blocks, stopping at the first block that has one; the same
+ * answer as isfinite() per element, at memory speed. */
+int acx_kernel_any_nonfinite(const float *x, size_t n, float factor);
+
 /* ---- learning-rate schedules ---- */
 
 /* factor(s) of transformers.get_<kind>_schedule_with_warmup after s

@@ -42,6 +42,7 @@
 #include "runtime/accelerator.h"
 #include "base/error.h"
 #include "base/log.h"
+#include "base/optim_kernels.h"
 #include "runtime/scaler.h"
 #include "sharding/model.h"
 
@@ -84,11 +85,7 @@ acx_status_t acx_scaler_unscale(acx_accelerator_t *acc) {
         flags[2] = dev_status != ACX_OK;
     } else {
         ACX_CHECK(acx_model_grads_to_host(m)); /* offload: the copies into g */
-        for (size_t i = 0; i < m->shard_numel; i++)
-            if (!isfinite(g[i]) || !isfinite(g[i] * inv)) {
-                flags[0] = 1;
-                break;
-            }
+        flags[0] = acx_kernel_any_nonfinite(g, m->shard_numel, inv);
     }
     /* every rank decides from the same two bits: any non-finite gradient
      * anywhere, and any non-finite recorded loss anywhere */
@@ -129,11 +126,7 @@ static acx_status_t check_finite(acx_accelerator_t *acc) {
             dev_status = d->to_host(&grad_bad, flag, sizeof grad_bad, m->ctx.stream);
     } else {
         ACX_CHECK(acx_model_grads_to_host(m)); /* offload: the copies into g */
-        for (size_t i = 0; i < m->shard_numel; i++)
-            if (!isfinite(g[i])) {
-                grad_bad = 1;
-                break;
-            }
+        grad_bad = acx_kernel_any_nonfinite(g, m->shard_numel, 1.0f);
     }
     /* the lowest rank of each kind, and whether every device op worked */
     int v[3] = {loss_bad ? acc->rank : INT_MAX, grad_bad ? acc->rank : INT_MAX,

@@ -406,6 +406,59 @@ error:
     return 1;
 }
 
+/* ---- the gradient check ---- */
+
+/* The reference: isfinite() per element, as the check was first written. */
+static int ref_any_nonfinite(const float *x, size_t n, float factor) {
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(x[i]) || !isfinite(x[i] * factor)) return 1;
+    return 0;
+}
+
+/* One bad value at positions around the kernel's 4096-element blocks and
+ * the tail, each kind of non-finite value, and values that are finite but
+ * extreme (largest float, smallest subnormal, -0): the answer must be
+ * isfinite()'s everywhere, with factor 1 and with an overflowing factor. */
+static int test_any_nonfinite(void) {
+    enum { N = 3 * 4096 + 17 };
+    static float x[N];
+    const size_t pos[] = {0, 1, 4095, 4096, 4097, 8191, 8192, N - 17, N - 1};
+    const float bad[] = {INFINITY, -INFINITY, NAN, -NAN};
+    for (size_t i = 0; i < N; i++)
+        x[i] = (float)((int)(i % 7) - 3) * 0.125f;
+    x[5] = FLT_MAX;
+    x[6] = -FLT_MAX;
+    x[7] = 1.4e-45f; /* the smallest subnormal */
+    x[8] = -0.0f;
+    CHECK(acx_kernel_any_nonfinite(x, N, 1.0f) == 0);
+    CHECK(ref_any_nonfinite(x, N, 1.0f) == 0);
+    /* FLT_MAX * 2 overflows: non-finite after unscaling by factor 2 */
+    CHECK(acx_kernel_any_nonfinite(x, N, 2.0f) == 1);
+    CHECK(acx_kernel_any_nonfinite(x, N, 0.5f) == 0);
+    CHECK(acx_kernel_any_nonfinite(x, 0, 1.0f) == 0);
+    x[5] = 1.0f;
+    x[6] = -1.0f;
+    for (size_t b = 0; b < sizeof bad / sizeof bad[0]; b++)
+        for (size_t k = 0; k < sizeof pos / sizeof pos[0]; k++) {
+            float keep = x[pos[k]];
+            x[pos[k]] = bad[b];
+            for (int f = 0; f < 2; f++) {
+                float factor = f ? 0.25f : 1.0f;
+                int want = ref_any_nonfinite(x, N, factor);
+                CHECK(want == 1);
+                CHECK(acx_kernel_any_nonfinite(x, N, factor) == want);
+                /* a prefix that ends before the bad value has none */
+                CHECK(acx_kernel_any_nonfinite(x, pos[k], factor) == 0);
+            }
+            x[pos[k]] = keep;
+        }
+    PASSED();
+    return 0;
+error:
+    FAILED();
+    return 1;
+}
+
 /* ---- floating-point environment ---- */
 
 static int test_mxcsr(void) {
@@ -560,6 +613,7 @@ int main(void) {
     failed += test_adam_reference();
     failed += test_torch_literals();
     failed += test_zero_grad_and_tail();
+    failed += test_any_nonfinite();
     failed += test_mxcsr();
     failed += test_create_checks();
     return failed ? 1 : 0;
