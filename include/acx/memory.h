@@ -140,7 +140,9 @@ typedef struct acx_memory_model {
     int limit_all_gathers; /* as in the config; 0 = no cap (then every unit counts) */
     int num_units;         /* units in the model: the gathered units when
                               limit_all_gathers = 0, and their cap otherwise
-                              (0 = unknown: no cap) */
+                              (0 = unknown: no cap). Units with parameters only:
+                              a shared unit (acx_model_add_shared_unit) gathers
+                              its owner's storage and has none of its own */
     int reduce_dtype;      /* acx_reduce_dtype_t; 0 = fp32. The dtype gradients are
                               reduced in, as in the config: bf16/fp16 halves the
                               reduce-scatter staging and adds NO_SHARD's 2 x P wire
