@@ -53,6 +53,9 @@
  *                     direction rule misreading the head's backward acquire
  *                     as a new forward pass would not give; values bitwise
  *                     equal to the run without prefetch.
+ *   memory            full_shard's gradient peak (acx_memory_stats) within
+ *                     acx_memory_estimate with shared_numel = embed's
+ *                     elements, and on rank 0 above the estimate without it.
  *   errors            a parameter added to a shared unit, a shared unit
  *                     shared, an owner of another model, NULL owner,
  *                     after prepare; the head reporting twice; the head not
@@ -706,6 +709,59 @@ error:
     return 1;
 }
 
+/* full_shard's gradient memory (acx_memory_stats) against
+ * acx_memory_estimate: embed's full gradient buffer lives from the head's
+ * backward to its own, beside blk1's and blk0's, which the estimate covers
+ * with shared_numel = embed's elements and would miss without it. */
+static int case_memory(void) {
+    net_t net = {0};
+    run_cfg_t rc = cfg_of(&strats[3], 1, 0);
+    acx_memory_stats_t ms;
+    acx_memory_estimate_t est, est_untied;
+    int64_t sh = 0; /* rank 0's shard: ceil(R / world) rows of every parameter */
+    for (int q = 0; q < NPAR; q++) {
+        int64_t rows = par_shape[q][0], row_numel = (par_off[q + 1] - par_off[q]) / rows;
+        sh += (rows + world - 1) / world * row_numel;
+    }
+    acx_memory_model_t mm = {.numel = NP,
+                             .largest_unit = V * D + D, /* embed */
+                             .shard_numel = sh,
+                             .world_size = world,
+                             .strategy = ACX_FULL_SHARD,
+                             .optimizer_states = 1,
+                             .limit_all_gathers = 0,
+                             .num_units = 3, /* the head has no storage */
+                             .shared_numel = V * D + D};
+    CHECK_OK(acx_memory_estimate(&mm, &est));
+    mm.shared_numel = 0;
+    CHECK_OK(acx_memory_estimate(&mm, &est_untied));
+    CHECK_OK(net_open(&net, &rc));
+    acx_memory_reset_peak();
+    for (int s = 0; s < 2; s++) {
+        CHECK_OK(acx_accumulate_begin(net.acc));
+        CHECK_OK(micro_step(&net, &rc, s, 0));
+        CHECK_OK(acx_backward_end(net.acc));
+        CHECK_OK(acx_optimizer_step(net.opt));
+        CHECK_OK(acx_optimizer_zero_grad(net.opt));
+        CHECK_OK(acx_accumulate_end(net.acc));
+    }
+    CHECK_OK(acx_memory_stats(&ms));
+    if (ms.peak[ACX_MEM_GRADS] > est.grads || ms.peak_total > est.total ||
+        (rank == 0 && ms.peak[ACX_MEM_GRADS] <= est_untied.grads)) {
+        fprintf(stderr,
+                "\n[r%d] full_shard gradients peaked at %lld bytes (total %lld); estimate %lld "
+                "(total %lld), %lld without the shared term\n",
+                rank, (long long)ms.peak[ACX_MEM_GRADS], (long long)ms.peak_total,
+                (long long)est.grads, (long long)est.total, (long long)est_untied.grads);
+        TEST_ERROR;
+    }
+    net_close(&net);
+    return 0;
+error:
+    net_close(&net);
+    return 1;
+}
+
 static int case_errors(void) {
     acx_config_t cfg = ACX_CONFIG_DEFAULT;
     acx_accelerator_t *acc = NULL;
@@ -772,6 +828,7 @@ int main(int argc, char **argv) {
     failed |= acx_test_run_case("tied: mixed precision, sharded = no_shard", case_mixed);
     failed |= acx_test_run_case("tied: debug mode (unit checks)", case_debug_mode);
     failed |= acx_test_run_case("tied: gathers and prefetches counted", case_counters);
+    failed |= acx_test_run_case("tied: gradient memory within the estimate", case_memory);
     failed |= acx_test_run_case("tied: errors", case_errors);
     MPI_Finalize();
     return failed ? 1 : 0;
