@@ -131,7 +131,8 @@ ACX_API acx_status_t acx_model_add_unit(acx_model_t *model, const char *name, ac
  * forward prefetch after the unit before it fetches the owner's values,
  * and backward prefetch from it goes to the unit before it. The memory
  * estimate counts no storage for it (acx_memory_model_t.num_units counts
- * units with parameters).
+ * units with parameters; shared_numel, the owners' elements, covers the
+ * owner's gradient buffer living between the uses).
  * owner: an ordinary unit of the same model (not itself a shared unit);
  * its parameters may be added before or after this call. Not collective
  * (every rank registers the same units in the same order).
