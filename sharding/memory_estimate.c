@@ -45,13 +45,18 @@
  *   K   optimizer_states: fp32 states per element (AdamW/Adam 2: exp_avg,
  *       exp_avg_sq; SGD with momentum 1; plain SGD 0)
  *   G   units gathered at once: limit_all_gathers, or num_units when it is
- *       0 (no cap); never more than num_units when that is known (> 0)
+ *       0 (no cap); never more than num_units when that is known (> 0).
+ *       Shared units (tied parameters) have no storage and are not units
+ *       here: they gather their owner's
+ *   T   shared_numel: elements of the units that have shared units; their
+ *       full gradient buffer stays from the first use's backward to the
+ *       last, while the units in between materialize theirs
  *
  * ---- what each strategy allocates ----
  *
  *   category   NO_SHARD             SHARD_GRAD_OP      FULL_SHARD, HYBRID_SHARD
  *   params     4*P                  4*P                0
- *   grads      4*P (+ 2*P if rb=2)  4*U + 4*Sh         4*U + 4*Sh
+ *   grads      4*P (+ 2*P if rb=2)  4*(U+T) + 4*Sh     4*(U+T) + 4*Sh
  *   master     4*P (mp only)        4*Sh               4*Sh
  *   optimizer  4*K*P                4*K*Sh             4*K*Sh
  *   transient  0                    max(2*rb*Up,       G*(4*U + pb*Up + snd)
@@ -199,6 +204,10 @@ static acx_status_t check_model(const acx_memory_model_t *m) {
     if (m->num_units < 0)
         return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_memory_estimate: num_units = %d (expected >= 0)",
                          m->num_units);
+    if (m->shared_numel < 0 || m->shared_numel > m->numel)
+        return ACX_ERROR(ACX_ERR_INVALID_ARG,
+                         "acx_memory_estimate: shared_numel = %lld (expected 0..numel = %lld)",
+                         (long long)m->shared_numel, (long long)m->numel);
     return ACX_OK;
 }
 
@@ -235,7 +244,10 @@ ACX_API acx_status_t acx_memory_estimate(const acx_memory_model_t *m,
     /* the terms of the table above, in bytes (P-sized ones only where used:
      * a FULL_SHARD estimate may fit where a replicated copy would not) */
     int ovf = 0;
-    const int64_t unit = mul3(4, U, 1, &ovf);    /* a float32 full copy of the largest unit */
+    const int64_t unit = mul3(4, U, 1, &ovf); /* a float32 full copy of the largest unit */
+    /* the full gradient buffers: the largest unit's, and those of the units
+     * with shared units, held across the backward of the units between */
+    const int64_t grad_bufs = add2(unit, mul3(4, m->shared_numel, 1, &ovf), &ovf);
     const int64_t rs = mul3(rb, Up, 1, &ovf);    /* its reduce-scatter staging */
     const int64_t shard = mul3(4, Sh, 1, &ovf);  /* an fp32 shard */
     const int64_t states = mul3(4, K, Sh, &ovf); /* optimizer state of a shard */
@@ -257,7 +269,7 @@ ACX_API acx_status_t acx_memory_estimate(const acx_memory_model_t *m,
     case ACX_SHARD_GRAD_OP: {
         const int64_t two_ag = mul3(2, ag, 1, &ovf); /* the refresh after the step */
         e.params = mul3(4, P, 1, &ovf);
-        e.grads = add2(unit, shard, &ovf);
+        e.grads = add2(grad_bufs, shard, &ovf);
         e.master = shard;
         e.optimizer = states;
         e.transient = two_rs > two_ag ? two_rs : two_ag;
@@ -265,7 +277,7 @@ ACX_API acx_status_t acx_memory_estimate(const acx_memory_model_t *m,
     }
     default: /* ACX_FULL_SHARD, ACX_HYBRID_SHARD (S chosen above) */
         e.params = 0;
-        e.grads = add2(unit, shard, &ovf);
+        e.grads = add2(grad_bufs, shard, &ovf);
         e.master = shard;
         e.optimizer = states;
         e.transient = add2(mul3(G, add2(unit, ag, &ovf), 1, &ovf), two_rs, &ovf);

@@ -7,6 +7,13 @@
  * sharded.c for SHARD_GRAD_OP, FULL_SHARD and HYBRID_SHARD).
  * Initial values come from base/param_init.c, keyed by parameter name,
  * so they never depend on the strategy or the world size.
+ *
+ * Shared units (acx_model_add_shared_unit; sharding/model.h's struct
+ * acx_unit): the bookkeeping of uses is here — each acquire/release counts
+ * on the owner how many of its uses hold the values (uses_held), each
+ * grads_ready how many uses have reported (uses_reported, reset at
+ * backward_end) — so the strategies only ask "may the storage go" and "is
+ * the gradient final".
  */
 #include <limits.h>
 #include <stdio.h>
@@ -92,17 +99,17 @@ static acx_status_t check_name(const char *name, const char *what) {
 
 /* ---- registration (public) ---- */
 
-ACX_API acx_status_t acx_model_add_unit(acx_model_t *model, const char *name, acx_unit_t **unit_p) {
-    if (model == NULL || unit_p == NULL)
-        return ACX_ERROR(ACX_ERR_INVALID_ARG,
-                         "acx_model_add_unit: model and unit_p must not be NULL");
+/* Append a unit (ordinary when owner is NULL, else a shared unit of owner)
+ * after the checks both public calls share. */
+static acx_status_t add_unit(acx_model_t *model, const char *name, acx_unit_t *owner,
+                             const char *fn, acx_unit_t **unit_p) {
     if (model->prepared)
-        return ACX_ERROR(ACX_ERR_STATE, "cannot add unit '%s': the model is already prepared",
-                         name ? name : "(null)");
+        return ACX_ERROR(ACX_ERR_STATE, "%s: cannot add unit '%s': the model is already prepared",
+                         fn, name ? name : "(null)");
     ACX_CHECK(check_name(name, "unit"));
     for (int i = 0; i < model->num_units; i++)
         if (strcmp(model->units[i]->name, name) == 0)
-            return ACX_ERROR(ACX_ERR_INVALID_ARG, "unit '%s' is already registered", name);
+            return ACX_ERROR(ACX_ERR_INVALID_ARG, "%s: unit '%s' is already registered", fn, name);
     ACX_CHECK(grow((void **)&model->units, &model->cap_units, model->num_units,
                    sizeof *model->units, "unit"));
     acx_unit_t *u = acx_calloc(1, sizeof *u, "unit");
@@ -110,9 +117,38 @@ ACX_API acx_status_t acx_model_add_unit(acx_model_t *model, const char *name, ac
     strcpy(u->name, name);
     u->model = model;
     u->index = model->num_units;
+    u->owner = owner;
+    u->num_uses = 1;
+    if (owner != NULL) owner->num_uses++;
     model->units[model->num_units++] = u;
     *unit_p = u;
     return ACX_OK;
+}
+
+ACX_API acx_status_t acx_model_add_unit(acx_model_t *model, const char *name, acx_unit_t **unit_p) {
+    if (model == NULL || unit_p == NULL)
+        return ACX_ERROR(ACX_ERR_INVALID_ARG,
+                         "acx_model_add_unit: model and unit_p must not be NULL");
+    return add_unit(model, name, NULL, "acx_model_add_unit", unit_p);
+}
+
+ACX_API acx_status_t acx_model_add_shared_unit(acx_model_t *model, const char *name,
+                                               acx_unit_t *owner, acx_unit_t **unit_p) {
+    if (model == NULL || owner == NULL || unit_p == NULL)
+        return ACX_ERROR(ACX_ERR_INVALID_ARG,
+                         "acx_model_add_shared_unit: model, owner and unit_p must not be NULL");
+    if (owner->model != model)
+        return ACX_ERROR(ACX_ERR_INVALID_ARG,
+                         "acx_model_add_shared_unit('%s'): owner unit '%s' belongs to another "
+                         "model",
+                         name ? name : "(null)", owner->name);
+    if (owner->owner != NULL)
+        return ACX_ERROR(ACX_ERR_INVALID_ARG,
+                         "acx_model_add_shared_unit('%s'): unit '%s' is itself a shared unit (of "
+                         "'%s'); share its owner '%s' instead",
+                         name ? name : "(null)", owner->name, owner->owner->name,
+                         owner->owner->name);
+    return add_unit(model, name, owner, "acx_model_add_shared_unit", unit_p);
 }
 
 ACX_API acx_status_t acx_unit_add_param(acx_unit_t *unit, const char *name, int ndim,
@@ -125,6 +161,11 @@ ACX_API acx_status_t acx_unit_add_param(acx_unit_t *unit, const char *name, int 
     if (m->prepared)
         return ACX_ERROR(ACX_ERR_STATE, "cannot add parameter '%s': the model is already prepared",
                          name ? name : "(null)");
+    if (unit->owner != NULL)
+        return ACX_ERROR(ACX_ERR_INVALID_ARG,
+                         "cannot add parameter '%s' to unit '%s': it is a shared unit of '%s' and "
+                         "has no parameters of its own (add the parameter to '%s')",
+                         name ? name : "(null)", unit->name, unit->owner->name, unit->owner->name);
     ACX_CHECK(check_name(name, "parameter"));
     if (ndim < 1 || ndim > ACX_MAX_DIMS)
         return ACX_ERROR(ACX_ERR_INVALID_ARG, "parameter '%s': ndim %d is outside 1..%d", name,
@@ -179,8 +220,8 @@ ACX_API float *acx_param_data(acx_param_t *param) {
         return NULL;
     }
     if (param->data == NULL) {
-        ACX_ERROR(ACX_ERR_STATE, "parameter '%s': unit '%s' is not acquired", param->name,
-                  param->unit->name);
+        ACX_ERROR(ACX_ERR_STATE, "parameter '%s': unit '%s'%s is not acquired", param->name,
+                  param->unit->name, param->unit->num_uses > 1 ? " (nor a shared unit of it)" : "");
         return NULL;
     }
     return param->data;
@@ -283,7 +324,7 @@ acx_status_t acx_model_prepare(acx_model_t *m) {
             ACX_ERR_STATE,
             "the model has no parameters: register units and parameters before acx_prepare");
     for (int i = 0; i < m->num_units; i++)
-        if (m->units[i]->num_params == 0)
+        if (m->units[i]->num_params == 0 && m->units[i]->owner == NULL)
             return ACX_ERROR(ACX_ERR_STATE, "unit '%s' has no parameters", m->units[i]->name);
     switch (m->ctx.strategy) {
     case ACX_NO_SHARD: m->strategy = &acx_strategy_no_shard; break;
@@ -324,8 +365,13 @@ ACX_API acx_status_t acx_unit_acquire(acx_unit_t *unit) {
     if (unit == NULL) return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_unit_acquire: unit is NULL");
     ACX_CHECK(require_prepared(unit->model, "acx_unit_acquire"));
     if (unit->acquired++ > 0) return ACX_OK; /* nested acquire: already gathered */
+    acx_unit_t *storage = acx_unit_storage(unit);
+    storage->uses_held++;
     acx_status_t st = unit->model->strategy->acquire(unit);
-    if (st != ACX_OK) unit->acquired--;
+    if (st != ACX_OK) {
+        unit->acquired--;
+        storage->uses_held--;
+    }
     return st;
 }
 
@@ -335,6 +381,7 @@ ACX_API acx_status_t acx_unit_release(acx_unit_t *unit) {
     if (unit->acquired == 0)
         return ACX_ERROR(ACX_ERR_STATE, "unit '%s' released without being acquired", unit->name);
     if (--unit->acquired > 0) return ACX_OK;
+    acx_unit_storage(unit)->uses_held--;
     return unit->model->strategy->release(unit);
 }
 
@@ -345,6 +392,7 @@ ACX_API acx_status_t acx_unit_grads_ready(acx_unit_t *unit) {
         return ACX_ERROR(ACX_ERR_STATE, "unit '%s' reported its gradients twice in one micro-step",
                          unit->name);
     unit->grads_reported = 1;
+    acx_unit_storage(unit)->uses_reported++; /* the strategy reduces after the last use */
     return unit->model->strategy->grads_ready(unit);
 }
 
@@ -370,8 +418,10 @@ acx_status_t acx_model_backward_end(acx_model_t *m) {
                            "rank; or acx_backward_end was called twice)",
                            missing, names);
     }
-    for (int i = 0; i < m->num_units; i++)
+    for (int i = 0; i < m->num_units; i++) {
         m->units[i]->grads_reported = 0;
+        m->units[i]->uses_reported = 0;
+    }
     return st;
 }
 

@@ -99,16 +99,57 @@ struct acx_param {
     size_t full_offset;  /* element offset of the full values in the unit's buffers */
 };
 
+/* A unit is either ordinary (owner NULL: it has parameters and storage)
+ * or a *shared unit* of another unit (acx_model_add_shared_unit): a use of
+ * the owner's parameters at another point of the forward order (GPT's
+ * token embedding reused as the output layer). A shared unit has no
+ * parameters, no storage and no segment; everything about storage —
+ * gathered values, the full gradient buffer, the reduction — is kept on
+ * the owner, and the strategies map a unit to its storage with
+ * acx_unit_storage. What a shared unit keeps is its own position (index)
+ * in the order, which the prefetch direction rule reads (sharded.c), and
+ * its own acquire count and grads_ready report. */
 struct acx_unit {
     char name[ACX_MAX_NAME];
-    int index;
+    int index; /* position in the forward (registration) order */
     acx_model_t *model;
     acx_param_t **params;
     int num_params, cap_params;
     int acquired;       /* acquire count (nesting allowed) */
     int grads_reported; /* this micro-step */
     size_t numel;       /* elements of all its parameters (set at prepare) */
+    acx_unit_t *owner;  /* shared unit: the unit whose parameters it uses; else NULL */
+    /* Storage units only (owner NULL): */
+    int num_uses;      /* 1 + its shared units */
+    int uses_held;     /* units of {this, its shared units} acquired now: the full values
+                          must stay while it is > 0 */
+    int uses_reported; /* of num_uses, those that called grads_ready this micro-step:
+                          the reduction starts when all have */
+    /* Counted since prepare, for tests: */
+    uint64_t gathers;    /* all-gathers of its storage started (sharded strategies) */
+    uint64_t reductions; /* reductions of its gradients started: its buckets reported
+                            (NO_SHARD), reduce-scatters (sharded strategies) */
 };
+
+/* The unit that holds u's storage: u's owner for a shared unit, else u. */
+static inline acx_unit_t *acx_unit_storage(acx_unit_t *u) {
+    return u->owner != NULL ? u->owner : u;
+}
+
+/* Every use of u's storage (the owner and its shared units) has reported
+ * grads_ready in this micro-step: the gradient buffer is final and may be
+ * reduced. */
+static inline int acx_unit_uses_complete(acx_unit_t *u) {
+    const acx_unit_t *s = acx_unit_storage(u);
+    return s->uses_reported == s->num_uses;
+}
+
+/* Prefetch statistics of the sharded strategies (FULL_SHARD, HYBRID_SHARD),
+ * counted since prepare; tests read them to see that prefetching fires. */
+typedef struct acx_prefetch_stats {
+    uint64_t forward;  /* all-gathers started by forward prefetch */
+    uint64_t backward; /* all-gathers started by backward prefetch (pre or post) */
+} acx_prefetch_stats_t;
 
 typedef struct acx_strategy_ops acx_strategy_ops_t;
 
@@ -153,6 +194,8 @@ struct acx_model {
     int sync;            /* this micro-step ends at a boundary */
     float grad_prescale; /* 1 / (world size x micro-steps accumulated) */
     int64_t step;        /* optimizer steps taken (written into weight files) */
+
+    acx_prefetch_stats_t prefetch_stats; /* sharded strategies */
 };
 
 struct acx_strategy_ops {
@@ -161,12 +204,19 @@ struct acx_strategy_ops {
      * (acx_param_init_fill), set every param's data/grad/row range/
      * shard_offset and the model's shard arrays; plan communication. Collective. */
     acx_status_t (*prepare)(acx_model_t *m);
+    /* u's acquire count went 0 -> 1 (acquire) or 1 -> 0 (release); model.c
+     * has updated the storage unit's uses_held first. u may be a shared
+     * unit: the values to gather or free are its storage unit's, and the
+     * storage is freed only when uses_held is 0. */
     acx_status_t (*acquire)(acx_unit_t *u);
     acx_status_t (*release)(acx_unit_t *u);
     /* Make the unit's full gradient buffers exist (zeroed) and set every
      * param's grad; NULL when they always exist (NO_SHARD). */
     acx_status_t (*materialize_grads)(acx_unit_t *u);
-    /* On m->sync, start reducing what this unit completes. */
+    /* Unit u (ordinary or shared) reported; model.c has counted the report
+     * on its storage unit. On m->sync, once every use of the storage has
+     * reported (acx_unit_uses_complete), start reducing what the storage
+     * unit completes — once per boundary, after the last use. */
     acx_status_t (*grads_ready)(acx_unit_t *u);
     /* On m->sync, wait for all reductions: shard_grad then holds the mean. */
     acx_status_t (*backward_end)(acx_model_t *m);

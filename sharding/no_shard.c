@@ -316,11 +316,16 @@ out:
 static acx_status_t no_shard_acquire(acx_unit_t *u) { return ACX_OK; }
 static acx_status_t no_shard_release(acx_unit_t *u) { return ACX_OK; }
 
+/* A shared unit's parameters are its owner's (their segments carry the
+ * owner's index): the owner's buckets are reported once, after the last of
+ * its uses, so no bucket starts while a use may still add into it. */
 static acx_status_t no_shard_grads_ready(acx_unit_t *u) {
     acx_model_t *m = u->model;
     if (!m->sync) return ACX_OK; /* accumulate locally; nothing to communicate */
+    if (!acx_unit_uses_complete(u)) return ACX_OK;
     no_shard_state_t *s = m->strategy_state;
-    return acx_buckets_unit_ready(s->buckets, u->index, m->grad_prescale);
+    acx_unit_storage(u)->reductions++;
+    return acx_buckets_unit_ready(s->buckets, acx_unit_storage(u)->index, m->grad_prescale);
 }
 
 static acx_status_t no_shard_backward_end(acx_model_t *m) {

@@ -79,6 +79,15 @@
  * buffers for the model's life instead would make FULL_SHARD hold every
  * unit's full parameters, which is what it exists to avoid.
  *
+ * Shared units (tied parameters; sharding/model.h): a unit's *position*
+ * (unit->index) drives the direction rule and the prefetch targets, its
+ * *storage* (acx_unit_storage: the owner's for a shared unit) is what is
+ * gathered, freed and reduced. A shared unit has an empty segment and no
+ * buffers of its own. The storage's full values stay while any use holds
+ * them (uses_held); its full gradient buffer collects every use's
+ * gradients and goes to the reduce-scatter once, after the last use's
+ * grads_ready (acx_unit_uses_complete).
+ *
  * Memory accounting: every buffer goes through acx_mem_alloc (host) or
  * acx_devcache_alloc (device; counted as acx_devops_alloc counts) with its category, so
  * acx_memory_stats measures what acx_memory_estimate predicts. Left to others: the optimizer math
@@ -278,6 +287,7 @@ static acx_status_t gather_start(acx_model_t *m, int u) {
     size_t esz = dsize(dt);
     const acx_devops_t *d = m->ctx.dev;
     ACX_CHECK(unit_check(m, u, 0, dt));
+    unit->gathers++;
     if (us->data == NULL) {
         void *data = NULL;
         ACX_CHECK(buf_alloc(m, data_category(st), unit->numel * sizeof(float), 0, "gathered unit",
@@ -363,18 +373,27 @@ static void free_data(acx_model_t *m, int u) {
     if (st->policy != POLICY_GRAD_OP) st->num_gathered--;
 }
 
-/* Start gathering unit u ahead of its acquire, if it is resharded and the
- * cap on gathered units allows. Every rank makes the same decision: it
- * depends only on the sequence of calls, which is the same everywhere. */
-static acx_status_t prefetch(acx_model_t *m, int u) {
+/* Start gathering the unit at position `pos` of the order ahead of its
+ * acquire, if its storage (its own, or its owner's for a shared unit) is
+ * resharded and the cap on gathered units allows. Every rank makes the same
+ * decision: it depends only on the sequence of calls, which is the same
+ * everywhere. backward: counted as a backward prefetch (statistics). */
+static acx_status_t prefetch(acx_model_t *m, int pos, int backward) {
     sharded_state_t *st = state_of(m);
-    if (u < 0 || u >= m->num_units || st->units[u].data != NULL) return ACX_OK;
+    if (pos < 0 || pos >= m->num_units) return ACX_OK;
+    int u = acx_unit_storage(m->units[pos])->index;
+    if (st->units[u].data != NULL) return ACX_OK;
     int limit = m->ctx.limit_all_gathers;
     if (limit > 0 && st->num_gathered >= limit) return ACX_OK;
     ACX_CHECK(gather_start(m, u));
     st->units[u].prefetched = 1;
-    ACX_DEBUG(ACX_SUBSYS_SHARD, "prefetching unit '%s' (%d unit(s) gathered)", m->units[u]->name,
-              st->num_gathered);
+    if (backward)
+        m->prefetch_stats.backward++;
+    else
+        m->prefetch_stats.forward++;
+    ACX_DEBUG(ACX_SUBSYS_SHARD, "prefetching unit '%s'%s%s (%d unit(s) gathered)",
+              m->units[pos]->name, pos != u ? ", the storage of " : "",
+              pos != u ? m->units[u]->name : "", st->num_gathered);
     return ACX_OK;
 }
 
@@ -389,7 +408,7 @@ static acx_status_t drain_prefetches(acx_model_t *m) {
             acx_status_t s = gather_finish(m, u);
             if (status == ACX_OK) status = s;
         }
-        if (m->units[u]->acquired == 0) free_data(m, u);
+        if (m->units[u]->uses_held == 0) free_data(m, u);
         us->prefetched = 0;
     }
     return status;
@@ -402,6 +421,7 @@ static acx_status_t gather_units(acx_model_t *m, int only_resident) {
     int prev = -1;
     for (int u = 0; u <= m->num_units; u++) {
         if (u < m->num_units) {
+            if (m->units[u]->owner != NULL) continue; /* a shared unit: no storage */
             if (only_resident && st->units[u].data == NULL) continue;
             if (st->units[u].req != NULL) ACX_CHECK(gather_finish(m, u)); /* a prefetch */
             ACX_CHECK(gather_start(m, u));
@@ -539,6 +559,7 @@ static acx_status_t rs_start(acx_model_t *m, int u) {
     acx_dtype_t dt = m->ctx.reduce_dtype;
     size_t esz = dsize(dt);
     ACX_CHECK(unit_check(m, u, 1, dt));
+    unit->reductions++;
     if (st->num_pending == MAX_PENDING_RS) ACX_CHECK(rs_complete_oldest(m));
     void *staging = NULL;
     ACX_CHECK(buf_alloc(m, ACX_MEM_TRANSIENT, (size_t)S * us->seg * esz, 1,
@@ -687,28 +708,37 @@ static acx_status_t hybrid_prepare(acx_model_t *m) {
     return sharded_prepare_policy(m, POLICY_HYBRID);
 }
 
+/* The unit's position (unit->index) drives the direction rule and the
+ * prefetch targets; its storage (the owner's, for a shared unit) is what is
+ * gathered. A shared unit acquired while its owner still holds the values
+ * (or the reverse), or after a prefetch of them, gathers nothing. */
 static acx_status_t sharded_acquire(acx_unit_t *unit) {
     acx_model_t *m = unit->model;
     sharded_state_t *st = state_of(m);
     if (st->policy == POLICY_GRAD_OP) return ACX_OK; /* resident */
-    int u = unit->index;
-    /* Direction: a pass runs forward in increasing unit order, backward in
-     * decreasing order; a repeat of the last unit starts backward. */
-    int backward = st->last_acquired >= 0 && u <= st->last_acquired;
-    st->last_acquired = u;
+    int pos = unit->index, u = acx_unit_storage(unit)->index;
+    /* Direction: a pass runs forward in increasing position order, backward
+     * in decreasing order; a repeat of the last position starts backward. */
+    int backward = st->last_acquired >= 0 && pos <= st->last_acquired;
+    st->last_acquired = pos;
     unit_state_t *us = &st->units[u];
     if (us->data == NULL) ACX_CHECK(gather_start(m, u));
     if (us->req != NULL) ACX_CHECK(gather_finish(m, u));
     us->prefetched = 0;
-    if (!backward && m->ctx.forward_prefetch) ACX_CHECK(prefetch(m, u + 1));
-    if (backward && m->ctx.backward_prefetch == ACX_BACKWARD_PRE) ACX_CHECK(prefetch(m, u - 1));
+    if (!backward && m->ctx.forward_prefetch) ACX_CHECK(prefetch(m, pos + 1, 0));
+    if (backward && m->ctx.backward_prefetch == ACX_BACKWARD_PRE)
+        ACX_CHECK(prefetch(m, pos - 1, 1));
     return ACX_OK;
 }
 
+/* The storage goes only when no use holds it any more (uses_held, kept by
+ * model.c). */
 static acx_status_t sharded_release(acx_unit_t *unit) {
     acx_model_t *m = unit->model;
     if (state_of(m)->policy == POLICY_GRAD_OP) return ACX_OK;
-    if (state_of(m)->units[unit->index].req == NULL) free_data(m, unit->index);
+    acx_unit_t *storage = acx_unit_storage(unit);
+    if (storage->uses_held == 0 && state_of(m)->units[storage->index].req == NULL)
+        free_data(m, storage->index);
     return ACX_OK;
 }
 
@@ -724,14 +754,19 @@ static acx_status_t sharded_materialize_grads(acx_unit_t *unit) {
     return ACX_OK;
 }
 
+/* The storage's full gradient buffer collects every use's gradients: it is
+ * handed to the reduce-scatter once, on a boundary, after the last use
+ * reported (until then it stays, for the uses still to come). */
 static acx_status_t sharded_grads_ready(acx_unit_t *unit) {
     acx_model_t *m = unit->model;
     sharded_state_t *st = state_of(m);
-    ACX_CHECK(stale_check(m, unit->index));
+    int u = acx_unit_storage(unit)->index;
+    ACX_CHECK(stale_check(m, u));
     if (st->policy != POLICY_GRAD_OP && m->ctx.backward_prefetch == ACX_BACKWARD_POST)
-        ACX_CHECK(prefetch(m, unit->index - 1));
+        ACX_CHECK(prefetch(m, unit->index - 1, 1));
     if (!m->sync) return ACX_OK; /* accumulate in the full buffer; no communication */
-    return rs_start(m, unit->index);
+    if (!acx_unit_uses_complete(unit)) return ACX_OK;
+    return rs_start(m, u);
 }
 
 static acx_status_t sharded_backward_end(acx_model_t *m) {

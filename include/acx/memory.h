@@ -140,11 +140,19 @@ typedef struct acx_memory_model {
     int limit_all_gathers; /* as in the config; 0 = no cap (then every unit counts) */
     int num_units;         /* units in the model: the gathered units when
                               limit_all_gathers = 0, and their cap otherwise
-                              (0 = unknown: no cap) */
+                              (0 = unknown: no cap). Units with parameters only:
+                              a shared unit (acx_model_add_shared_unit) gathers
+                              its owner's storage and has none of its own */
     int reduce_dtype;      /* acx_reduce_dtype_t; 0 = fp32. The dtype gradients are
                               reduced in, as in the config: bf16/fp16 halves the
                               reduce-scatter staging and adds NO_SHARD's 2 x P wire
                               buffer. Independent of mixed_precision */
+    int64_t shared_numel;  /* elements of the units that have shared units
+                              (acx_model_add_shared_unit: tied parameters), summed;
+                              0 = none. Sharded strategies: such a unit's full
+                              gradient buffer lives from its first use in backward
+                              to its last, beside the other units' (+ 4 x this in
+                              grads) */
 } acx_memory_model_t;
 
 /* Fill *est_p for the model and strategy described by *m (written only on
@@ -152,7 +160,7 @@ typedef struct acx_memory_model {
  * their derivation: sharding/memory_estimate.c and docs/memory.md.
  * Errors: ACX_ERR_INVALID_ARG (NULL pointers, numel < 0, world_size < 1,
  * unknown strategy, mixed precision or reduce_dtype, ranks_per_node not dividing
- * world_size, largest_unit outside 0..numel, a negative optimizer_states,
+ * world_size, largest_unit or shared_numel outside 0..numel, a negative optimizer_states,
  * limit_all_gathers or num_units, shard_numel neither 0 nor between
  * ceil(numel / N) and numel, byte counts beyond int64), each naming the
  * field and value. */

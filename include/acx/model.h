@@ -13,7 +13,9 @@
  *   acx_unit_release(u);                 W may be freed (sharded strategies)
  *
  * Registration order is the forward order; gradients become ready in the
- * reverse order, which is how buckets are planned.
+ * reverse order, which is how buckets are planned. A parameter used at two
+ * places of the forward (tied weights) belongs to one unit and is used at
+ * the second place through a shared unit (acx_model_add_shared_unit).
  */
 #ifndef ACX_MODEL_H
 #define ACX_MODEL_H
@@ -98,12 +100,55 @@ ACX_API acx_status_t acx_model_create(acx_accelerator_t *acc, acx_model_t **mode
  * prepare), ACX_ERR_NO_MEMORY. */
 ACX_API acx_status_t acx_model_add_unit(acx_model_t *model, const char *name, acx_unit_t **unit_p);
 
+/* Append a *shared unit* named `name` (unique among the model's units, as
+ * for acx_model_add_unit) at this point of the forward (registration)
+ * order: a second use of `owner`'s parameters, for tied weights — GPT's
+ * token embedding wte [V x D] is read at the start (the lookup) and again
+ * at the end (logits = h . wte^T). The shared unit has no parameters of
+ * its own, no storage and nothing in checkpoints or weight files; it is
+ * acquired, released and reports acx_unit_grads_ready like any unit, at
+ * its own place in the order:
+ *
+ *   forward:  acquire(embed)  lookup with acx_param_data(wte)  release(embed)
+ *             ... blocks ...
+ *             acquire(head)   logits with acx_param_data(wte)
+ *   backward: (head kept acquired, or released and acquired again)
+ *             add the logits' gradient into acx_param_grad(wte)
+ *             grads_ready(head)  release(head)
+ *             ... blocks in reverse ...
+ *             acquire(embed)  add the lookup's gradient into acx_param_grad(wte)
+ *             grads_ready(embed)  release(embed)
+ *
+ * acx_param_data of the owner's parameters is valid while the owner or any
+ * of its shared units is acquired; acquiring one while another holds the
+ * values gathers nothing again (sharded strategies: at most one all-gather
+ * per use, none when the values are there). Both uses add into the same
+ * gradient buffer, which lives until the last use reported: the owner's
+ * gradients are reduced once per synchronization boundary, after the owner
+ * and every shared unit of it called acx_unit_grads_ready in that
+ * micro-step (micro-steps off a boundary keep accumulating both uses).
+ * Prefetching (fsdp.*) treats the shared unit as its own position: the
+ * forward prefetch after the unit before it fetches the owner's values,
+ * and backward prefetch from it goes to the unit before it. The memory
+ * estimate counts no storage for it (acx_memory_model_t.num_units counts
+ * units with parameters; shared_numel, the owners' elements, covers the
+ * owner's gradient buffer living between the uses).
+ * owner: an ordinary unit of the same model (not itself a shared unit);
+ * its parameters may be added before or after this call. Not collective
+ * (every rank registers the same units in the same order).
+ * Errors: ACX_ERR_INVALID_ARG (NULL argument, duplicate or bad name, owner
+ * of another model, owner a shared unit), ACX_ERR_STATE (after prepare),
+ * ACX_ERR_NO_MEMORY. acx_unit_add_param on a shared unit fails with
+ * ACX_ERR_INVALID_ARG. */
+ACX_API acx_status_t acx_model_add_shared_unit(acx_model_t *model, const char *name,
+                                               acx_unit_t *owner, acx_unit_t **unit_p);
+
 /* Append a float32 parameter to a unit. shape: ndim dims (1..ACX_MAX_DIMS),
  * each >= 1, copied. name: unique in the model; it keys the initializer's
  * random stream, so values depend on (seed, name, element index) only —
  * never on world size, rank or registration order.
- * Errors: ACX_ERR_INVALID_ARG (duplicate name, bad shape, bad init spec),
- * ACX_ERR_STATE (after prepare), ACX_ERR_NO_MEMORY. */
+ * Errors: ACX_ERR_INVALID_ARG (duplicate name, bad shape, bad init spec,
+ * a shared unit), ACX_ERR_STATE (after prepare), ACX_ERR_NO_MEMORY. */
 ACX_API acx_status_t acx_unit_add_param(acx_unit_t *unit, const char *name, int ndim,
                                         const int64_t *shape, acx_init_spec_t init,
                                         acx_param_t **param_p);
@@ -116,14 +161,17 @@ ACX_API acx_status_t acx_unit_add_param(acx_unit_t *unit, const char *name, int 
 ACX_API acx_status_t acx_unit_acquire(acx_unit_t *unit);
 
 /* The unit's parameters may be freed again; pointers from acx_param_data
- * become invalid under sharded strategies. */
+ * become invalid under sharded strategies (unless another use of the same
+ * parameters — the owner or a shared unit of it — is still acquired). */
 ACX_API acx_status_t acx_unit_release(acx_unit_t *unit);
 
 /* The program finished adding this micro-step's gradients into every
  * parameter of the unit. On a synchronization boundary this may start the
  * (asynchronous) reduction of the bucket the unit completes; acx_backward_end
  * waits for it. Each unit must report exactly once per micro-step in which
- * it took part in backward. Collective in effect (all ranks report the same
+ * it took part in backward. For a unit with shared units (or a shared
+ * unit), the reduction of the owner's gradients starts when the last of
+ * these uses reports. Collective in effect (all ranks report the same
  * units). Errors: ACX_ERR_STATE (reported twice), ACX_ERR_MPI. */
 ACX_API acx_status_t acx_unit_grads_ready(acx_unit_t *unit);
 

@@ -324,6 +324,15 @@ static int test_padding(void) {
     m.num_units = 0;
     CHECK_OK(acx_memory_estimate(&m, &e));
     CHECK(same(&e, 0, 140, 28, 56, 672, 896));
+    /* Tied parameters: a unit of 10 elements with a shared unit keeps its
+     * full gradient buffer (4*10 = 40) beside the largest unit's: grads
+     * 140 + 40 = 180, total 936; NO_SHARD holds every gradient anyway. */
+    m.shared_numel = 10;
+    CHECK_OK(acx_memory_estimate(&m, &e));
+    CHECK(same(&e, 0, 180, 28, 56, 672, 936));
+    m.strategy = ACX_NO_SHARD;
+    CHECK_OK(acx_memory_estimate(&m, &e));
+    CHECK(e.grads == 4 * 28);
     PASSED();
     return 0;
 error:
@@ -435,6 +444,10 @@ static int test_errors(void) {
     CHECK(fails(&m, "limit_all_gathers = -1"));
     m = ok, m.num_units = -1;
     CHECK(fails(&m, "num_units = -1"));
+    m = ok, m.shared_numel = -1;
+    CHECK(fails(&m, "shared_numel = -1"));
+    m = ok, m.shared_numel = m.numel + 1;
+    CHECK(fails(&m, "shared_numel"));
     /* shards of 1000 over 8 are 125..1000 elements */
     m = ok, m.shard_numel = 124;
     CHECK(fails(&m, "shard_numel = 124"));
