@@ -32,6 +32,9 @@
  *              every rank.
  *   ckpt       2 ranks save a checkpoint (acx_save_state); 2 and 3 ranks
  *              load its model with acx_model_load_weights.
+ *   device     device-resident state on the emulated device (no_shard,
+ *              shard_grad_op, full_shard; bf16): load, step, gather_to,
+ *              the safetensors round trip.
  *   debug      ACX_DEBUG_MODE=1: a write into acx_param_data under
  *              full_shard fails at release naming the parameter; under
  *              no_shard, at the next optimizer step.
@@ -274,8 +277,11 @@ typedef struct net {
     acx_optimizer_t *opt;
 } net_t;
 
+static int device_state = ACX_DEVICE_STATE_AUTO; /* the emulated device: device_case */
+
 static acx_status_t net_open(net_t *n, int strategy, int bf16) {
     acx_config_t cfg = ACX_CONFIG_DEFAULT;
+    cfg.device_state = device_state;
     cfg.seed = 7;
     cfg.sharding_strategy = strategy;
     cfg.mixed_precision = bf16 ? ACX_MP_BF16 : ACX_MP_NO;
@@ -518,6 +524,47 @@ error:
     return 1;
 }
 
+/* Device-resident state (the emulated device: host code cannot touch its
+ * memory, so only the host copies are compared): the load copies through
+ * the device table, gather_to copies the rows back first. */
+static int device_case(int strategy) {
+    net_t n;
+    float e[NP][MAXN], s[NP][MAXN];
+    char p[1300], rt[1300];
+    expected(e);
+    device_state = ACX_DEVICE_STATE_EMULATED;
+    const acx_load_options_t opts = {.map = the_map, .map_len = 2, .strict = 1};
+    CHECK_OK(net_open(&n, strategy, 1));
+    path_of(p, sizeof p, "model.safetensors");
+    CHECK_OK(acx_model_load_weights(n.m, p, &opts));
+    CHECK(gathered_equal(&n, e, "after load (emulated device)"));
+    CHECK_OK(zero_step(&n));
+    CHECK(gathered_equal(&n, e, "after a step of lr 0 (emulated device)"));
+    for (int q = 0; q < NP; q++) {
+        float one[MAXN];
+        CHECK_OK(acx_param_gather_to(n.p[q], 0, rank == 0 ? one : NULL));
+        for (int k = 0; rank == 0 && k < par[q].numel; k++)
+            CHECK(f32_bits(one[k]) == f32_bits(e[q][k]));
+    }
+    snprintf(rt, sizeof rt, "%s/dev_%s_np%d.safetensors", dir, strat_name[strategy], world);
+    CHECK_OK(acx_model_save_weights(n.m, rt));
+    for (int q = 0; q < NP; q++)
+        for (int k = 0; k < par[q].numel; k++)
+            s[q][k] = 100.0f + (float)(q * 10 + k);
+    path_of(p, sizeof p, "scramble.safetensors");
+    CHECK_OK(acx_model_load_weights(n.m, p, NULL));
+    CHECK(gathered_equal(&n, s, "after the scramble load (emulated device)"));
+    CHECK_OK(acx_model_load_weights(n.m, rt, NULL));
+    CHECK(gathered_equal(&n, e, "loaded back (emulated device)"));
+    net_close(&n);
+    device_state = ACX_DEVICE_STATE_AUTO;
+    return 0;
+error:
+    net_close(&n);
+    device_state = ACX_DEVICE_STATE_AUTO;
+    return 1;
+}
+
 static int hostile_case(void) {
     net_t n;
     char p[1300];
@@ -631,6 +678,12 @@ int main(int argc, char **argv) {
         failed |= acx_test_report(export_case());
         TESTING("strict and non-strict: missing, extra, mis-shaped");
         failed |= acx_test_report(strict_case());
+        for (int st = ACX_NO_SHARD; st <= ACX_FULL_SHARD; st++) {
+            snprintf(what, sizeof what, "device-resident state (emulated), %s, bf16",
+                     strat_name[st]);
+            TESTING(what);
+            failed |= acx_test_report(device_case(st));
+        }
         TESTING("hostile safetensors headers");
         failed |= acx_test_report(hostile_case());
         TESTING("the model of a checkpoint saved on 2 ranks");
