@@ -19,6 +19,7 @@
  * builds for; a big-endian build stops at compile time below rather than
  * read garbage.
  */
+#define _GNU_SOURCE /* qsort_r */
 #include <errno.h>
 #include <fcntl.h>
 #include <json-c/json.h>
@@ -470,9 +471,9 @@ int acx_st_writer_order(const acx_st_writer_t *w, int k) {
     return w != NULL && k >= 0 && k < w->n ? w->order[k] : -1;
 }
 
-static const acx_st_out_t *sort_base_;
-static int by_name(const void *a, const void *b) {
-    return strcmp(sort_base_[*(const int *)a].name, sort_base_[*(const int *)b].name);
+static int by_name(const void *a, const void *b, void *tensors) {
+    const acx_st_out_t *t = tensors;
+    return strcmp(t[*(const int *)a].name, t[*(const int *)b].name);
 }
 
 void acx_st_writer_abort(acx_st_writer_t *w) {
@@ -562,8 +563,7 @@ acx_status_t acx_st_writer_open(const char *path, const acx_st_out_t *tensors, i
         for (int d = 0; d < tensors[i].ndim; d++)
             w->numel[i] *= tensors[i].shape[d];
     }
-    sort_base_ = tensors;
-    qsort(w->order, (size_t)n, sizeof *w->order, by_name);
+    qsort_r(w->order, (size_t)n, sizeof *w->order, by_name, (void *)tensors);
     for (int k = 1; k < n; k++)
         if (strcmp(tensors[w->order[k]].name, tensors[w->order[k - 1]].name) == 0) {
             status = ACX_ERROR(ACX_ERR_INVALID_ARG, "safetensors '%s': two tensors named '%s'",
