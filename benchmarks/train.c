@@ -510,7 +510,8 @@ static acx_status_t acx_side_register(acx_side_t *s, const mlp_dims_t *d, double
  * millisecond or more). */
 static acx_status_t acx_side_step(acx_side_t *s, const mlp_dims_t *d, const batches_t *bs) {
     int n = bs->B;
-    mlp_tensors_t p, g;
+    mlp_params_t p;
+    mlp_tensors_t g;
     double t;
     ACX_TRY(acx_accumulate_begin(s->acc));
     t = MPI_Wtime();
@@ -689,10 +690,11 @@ static void raw_side_step(raw_side_t *r, const mlp_dims_t *d, const batches_t *b
     int n = bs->B;
     memset(r->grad, 0, r->numel * sizeof(float)); /* mlp_backward_layer adds into g */
     mlp_load_input(&r->ws, d, batch_pixels(bs, r->steps, d->in), n);
-    mlp_forward(d, &r->p, &r->ws, n);
+    mlp_params_t p = mlp_params_of(&r->p);
+    mlp_forward(d, &p, &r->ws, n);
     r->loss = mlp_loss(d, &r->ws, batch_labels(bs, r->steps), n);
     for (int l = MLP_LAYERS - 1; l >= 0; l--)
-        mlp_backward_layer(d, &r->p, &r->g, &r->ws, l, n);
+        mlp_backward_layer(d, &p, &r->g, &r->ws, l, n);
     /* The whole model's gradients in one all-reduce, then the mean. The
      * communicator's error handler is MPI's default (errors are fatal). */
     if (r->allreduce)

@@ -130,13 +130,21 @@ acx_status_t acx_ckpt_open(acx_comm_t *world, const char *path, acx_ckpt_file_t 
  * is refused or warned about in the tools' words (stderr). */
 #define ACX_CKPT_OPEN_INSPECT 1u
 
-/* acx_ckpt_open with flags (0 or ACX_CKPT_OPEN_INSPECT, which needs world
- * NULL). Errors as acx_ckpt_open. */
+/* acx_ckpt_open_flags: an acx weights file (root format "acx-weights",
+ * io/ckpt_format.h) is opened too, as well as a checkpoint; acx_ckpt_version
+ * then reads 0. A weights file's layout has no checksums, so its datasets
+ * are read without them (no refusal, no warning). For
+ * acx_model_load_weights (io/weights_load.c). */
+#define ACX_CKPT_OPEN_WEIGHTS 2u
+
+/* acx_ckpt_open with flags (0, or ACX_CKPT_OPEN_INSPECT, which needs world
+ * NULL, and/or ACX_CKPT_OPEN_WEIGHTS). Errors as acx_ckpt_open. */
 acx_status_t acx_ckpt_open_flags(acx_comm_t *world, const char *path, unsigned flags,
                                  acx_ckpt_file_t **file_p);
 void acx_ckpt_close(acx_ckpt_file_t *f);
 
-/* The open file's format_version and path (as given to the open). */
+/* The open file's format_version (0: a weights file, opened with
+ * ACX_CKPT_OPEN_WEIGHTS) and path (as given to the open). */
 int64_t acx_ckpt_version(const acx_ckpt_file_t *f);
 const char *acx_ckpt_path(const acx_ckpt_file_t *f);
 

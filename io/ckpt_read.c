@@ -207,6 +207,13 @@ static acx_status_t check_format(acx_ckpt_file_t *f) {
     if (status == ACX_OK && !has)
         return ACX_ERROR(ACX_ERR_FORMAT, "'%s' is not an acx checkpoint (no 'format' attribute)",
                          f->path);
+    /* a weights file, where the caller takes one: no version, no checksums
+     * (its layout has none, io/ckpt_format.h) */
+    if (status == ACX_OK && (f->flags & ACX_CKPT_OPEN_WEIGHTS) &&
+        strcmp(fmt, ACX_WEIGHTS_FORMAT) == 0) {
+        f->version = 0;
+        return ACX_OK;
+    }
     if (status == ACX_ERR_INVALID_ARG || (status == ACX_OK && strcmp(fmt, ACX_CKPT_FORMAT) != 0))
         return ACX_ERROR(ACX_ERR_FORMAT,
                          "'%s' is not an acx checkpoint (format '%.40s%s', "
@@ -248,7 +255,7 @@ acx_status_t acx_ckpt_open(acx_comm_t *world, const char *path, acx_ckpt_file_t 
 acx_status_t acx_ckpt_open_flags(acx_comm_t *world, const char *path, unsigned flags,
                                  acx_ckpt_file_t **file_p) {
     if (path == NULL || path[0] == '\0' || file_p == NULL ||
-        (flags & ~(unsigned)ACX_CKPT_OPEN_INSPECT) != 0 ||
+        (flags & ~(unsigned)(ACX_CKPT_OPEN_INSPECT | ACX_CKPT_OPEN_WEIGHTS)) != 0 ||
         ((flags & ACX_CKPT_OPEN_INSPECT) && world != NULL))
         return ACX_ERROR(ACX_ERR_INVALID_ARG,
                          "acx_ckpt_open: path and file_p must be given (and INSPECT only "
@@ -368,6 +375,9 @@ acx_status_t acx_ckpt_dataset_crc(acx_ckpt_file_t *f, hid_t dset, uint64_t bytes
     *present_p = 0;
     ACX_CHECK(acx_ckpt_crc_read_attrs(dset, bytes, what, present_p, crc));
     if (*present_p || bytes == 0 || has_fletcher32(dset)) return ACX_OK;
+    /* a weights file (ACX_CKPT_OPEN_WEIGHTS) has no checksums by its
+     * layout: nothing was removed, so nothing to refuse or warn about */
+    if (f->version == 0 && (f->flags & ACX_CKPT_OPEN_WEIGHTS)) return ACX_OK;
     if (!f->allow_unverified && (f->flags & ACX_CKPT_OPEN_INSPECT))
         return ACX_ERROR(ACX_ERR_FORMAT,
                          "%s has no checksum (no CRC-32 attributes '%s', no Fletcher-32 "

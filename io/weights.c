@@ -22,8 +22,12 @@
  * failure never harms a file already at `path`, and a failure on one rank
  * is the same error on every rank.
  *
+ * A path ending in ".safetensors" is written as a safetensors file instead
+ * (save_safetensors below; the format is io/safetensors.c's): rank 0
+ * writes it alone, each parameter gathered to it (acx_param_gather_to).
+ *
  * Left to others: the full checkpoint (optimizer state, RNG, config) and
- * loading, which belong to the checkpoint writer/reader.
+ * loading (the checkpoint reader; acx_model_load_weights, io/weights_load.c).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -37,6 +41,7 @@
 #include "collectives/watchdog.h"
 #include "io/checkpoint.h"
 #include "io/h5.h" /* acx_io_check_target */
+#include "io/safetensors.h"
 #include "base/error.h"
 #include "base/log.h"
 #include "base/memstat.h"
@@ -62,13 +67,94 @@ acx_status_t acx_weights_write(acx_comm_t *world, const char *path,
 /* ---- the public entry point ---- */
 
 static acx_status_t save_weights(acx_model_t *model, const char *path);
+static acx_status_t save_safetensors(acx_model_t *model, const char *path);
+
+static int is_safetensors_path(const char *path) {
+    static const char ext[] = ".safetensors";
+    size_t n = path != NULL ? strlen(path) : 0;
+    return n > sizeof ext - 1 && strcmp(path + n - (sizeof ext - 1), ext) == 0;
+}
 
 /* One watch with the checkpoint's limit over the whole save: its
  * agreements follow file I/O (collectives/watchdog.h). */
 ACX_API acx_status_t acx_model_save_weights(acx_model_t *model, const char *path) {
     acx_watch_enter_io("weights save");
-    acx_status_t status = save_weights(model, path);
+    acx_status_t status =
+        is_safetensors_path(path) ? save_safetensors(model, path) : save_weights(model, path);
     acx_watch_exit();
+    return status;
+}
+
+/* The safetensors export (io/safetensors.c writes the file): rank 0 opens
+ * the writer, then for each parameter in the file's (name-sorted) order
+ * every rank takes part in acx_param_gather_to(p, 0) and rank 0 appends
+ * the values. A failure on rank 0 mid-way keeps it in the gathers (the
+ * others cannot know) and is agreed at the end; the temporary file is
+ * removed then. Rank 0 holds one full parameter at a time. */
+static acx_status_t save_safetensors(acx_model_t *model, const char *path) {
+    if (model == NULL || path == NULL)
+        return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_model_save_weights: model and path must not be "
+                                              "NULL");
+    if (!model->prepared)
+        return ACX_ERROR(ACX_ERR_STATE, "acx_model_save_weights before acx_prepare (no weights "
+                                        "to save yet)");
+    acx_comm_t *world = model->ctx.world;
+    int n = model->num_params, root = world->rank == 0;
+    acx_status_t status = ACX_OK;
+    acx_st_writer_t *w = NULL;
+    acx_st_out_t *outs = calloc((size_t)n + 1, sizeof *outs);
+    float *buf = NULL;
+    size_t buf_bytes = 0;
+    char step[32];
+    snprintf(step, sizeof step, "%lld", (long long)model->step);
+    const char *meta[4] = {"format", ACX_WEIGHTS_FORMAT, "step", step};
+    if (outs == NULL) status = ACX_ERR_NO_MEMORY;
+    for (int i = 0; i < n && status == ACX_OK; i++) {
+        const acx_param_t *p = model->params[i];
+        outs[i] = (acx_st_out_t){.name = p->name, .ndim = p->ndim, .shape = p->shape};
+        if ((size_t)p->numel * sizeof(float) > buf_bytes)
+            buf_bytes = (size_t)p->numel * sizeof(float);
+    }
+    if (status == ACX_OK && root) {
+        status = acx_io_check_target(path);
+        if (status == ACX_OK) status = acx_st_writer_open(path, outs, n, meta, 2, &w);
+        if (status == ACX_OK) {
+            buf = acx_mem_alloc_raw(ACX_MEM_TRANSIENT, buf_bytes, "safetensors export buffer");
+            if (buf == NULL) status = ACX_ERR_NO_MEMORY;
+        }
+    }
+    status = acx_coll_agree(world, status);
+    /* the file's order is the writer's: name-sorted, the same on every rank */
+    int *order = NULL;
+    if (status == ACX_OK) {
+        order = calloc((size_t)n + 1, sizeof *order);
+        if (order != NULL && root)
+            for (int k = 0; k < n; k++)
+                order[k] = acx_st_writer_order(w, k);
+        if (order == NULL ||
+            MPI_Bcast(order, n, MPI_INT, 0, world->mpi) != MPI_SUCCESS) /* agreed below */
+            status = ACX_ERROR(ACX_ERR_MPI, "acx_model_save_weights: cannot share the file order");
+    }
+    status = acx_coll_agree(world, status);
+    acx_status_t local = ACX_OK; /* rank 0's writes */
+    for (int k = 0; k < n && status == ACX_OK; k++) {
+        acx_param_t *p = model->params[order[k]];
+        status = acx_param_gather_to(p, 0, buf); /* agreed by the call */
+        if (status == ACX_OK && root && local == ACX_OK)
+            local = acx_st_writer_put(w, buf, p->numel);
+    }
+    if (status == ACX_OK && root && local == ACX_OK) {
+        local = acx_st_writer_commit(w);
+        w = NULL;
+    }
+    if (status == ACX_OK) status = acx_coll_agree(world, local);
+    acx_st_writer_abort(w);
+    if (buf != NULL) acx_mem_free(ACX_MEM_TRANSIENT, buf, buf_bytes);
+    free(order);
+    free(outs);
+    if (status == ACX_OK)
+        ACX_DEBUG(ACX_SUBSYS_IO, "saved %d parameters (step %lld) to safetensors '%s'", n,
+                  (long long)model->step, path);
     return status;
 }
 

@@ -275,6 +275,8 @@ ACX_API acx_status_t acx_optimizer_step(acx_optimizer_t *opt) {
                          "synchronization boundary, after acx_backward_end, when "
                          "acx_sync_gradients() is true (on other micro-steps gradients only "
                          "accumulate)");
+    /* debug mode: a write into acx_param_data since acx made it (model.c) */
+    ACX_CHECK(acx_model_check_writes(m));
     int skip = 0;
     opt->step_skipped = 0;
     acx_status_t status = acx_scaler_step(acc, &skip);

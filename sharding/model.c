@@ -210,7 +210,7 @@ ACX_API acx_status_t acx_unit_add_param(acx_unit_t *unit, const char *name, int 
 
 /* ---- accessors (public) ---- */
 
-ACX_API float *acx_param_data(acx_param_t *param) {
+ACX_API const float *acx_param_data(acx_param_t *param) {
     if (param == NULL) {
         ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_param_data: param is NULL");
         return NULL;
@@ -302,6 +302,80 @@ ACX_API acx_status_t acx_param_gather(acx_param_t *param, float *out) {
     return status;
 }
 
+/* Root receives every row once: each rank sends the rows the plan has it
+ * write (acx_param_save_rows: its owned rows, split among replicas), so
+ * NO_SHARD's replicas send 1/N of the rows each and nothing is sent twice.
+ * The row ranges go to root first (one MPI_Gather of two int64), then one
+ * MPI_Gatherv of whole rows (a contiguous datatype of one row, so counts
+ * are rows). */
+ACX_API acx_status_t acx_param_gather_to(acx_param_t *param, int root, float *out) {
+    if (param == NULL)
+        return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_param_gather_to: param must not be NULL");
+    acx_model_t *m = param->unit->model;
+    if (!m->prepared)
+        return ACX_ERROR(ACX_ERR_STATE, "acx_param_gather_to('%s') before acx_prepare",
+                         param->name);
+    acx_comm_t *w = m->ctx.world;
+    if (root < 0 || root >= w->size)
+        return ACX_ERROR(ACX_ERR_INVALID_ARG,
+                         "acx_param_gather_to('%s'): root %d is not a rank (world size %d)",
+                         param->name, root, w->size);
+    acx_status_t status = ACX_OK;
+    if (w->rank == root && out == NULL)
+        status = ACX_ERROR(ACX_ERR_INVALID_ARG,
+                           "acx_param_gather_to('%s'): out is NULL on the root rank %d",
+                           param->name, root);
+    if (status == ACX_OK && (param->row_numel > INT_MAX || param->rows > INT_MAX))
+        status = ACX_ERROR(ACX_ERR_NOT_SUPPORTED,
+                           "acx_param_gather_to('%s'): %lld rows of %lld elements is more than "
+                           "one MPI call moves",
+                           param->name, (long long)param->rows, (long long)param->row_numel);
+    int64_t wb, we;
+    acx_param_save_rows(param, &wb, &we);
+    size_t rn = (size_t)param->row_numel, mine_n = (size_t)(we - wb) * rn;
+    const float *mine = m->master + param->shard_offset + (size_t)(wb - param->row_begin) * rn;
+    float *host = NULL;
+    if (status == ACX_OK && m->shard_dev != NULL && mine_n > 0) { /* device state: to the host */
+        host = acx_mem_alloc_raw(ACX_MEM_TRANSIENT, mine_n * sizeof(float), "parameter gather");
+        if (host == NULL) status = ACX_ERR_NO_MEMORY;
+        if (status == ACX_OK)
+            status = m->shard_dev->to_host(host, mine, mine_n * sizeof(float), m->ctx.stream);
+        mine = host;
+    }
+    status = acx_coll_agree(w, status);
+    int64_t range[2] = {wb, we}, *ranges = NULL;
+    int *counts = NULL, *displs = NULL;
+    if (status == ACX_OK && w->rank == root) {
+        ranges = acx_malloc((size_t)w->size * sizeof range, "parameter gather rows");
+        counts = acx_malloc((size_t)w->size * 2 * sizeof *counts, "parameter gather rows");
+        if (ranges == NULL || counts == NULL) status = ACX_ERR_NO_MEMORY;
+        displs = counts + w->size;
+    }
+    status = acx_coll_agree(w, status);
+    MPI_Datatype row = MPI_DATATYPE_NULL;
+    if (status == ACX_OK) {
+        int ret = MPI_Gather(range, 2, MPI_INT64_T, ranges, 2, MPI_INT64_T, root, w->mpi);
+        if (ret == MPI_SUCCESS) ret = MPI_Type_contiguous((int)rn, MPI_FLOAT, &row);
+        if (ret == MPI_SUCCESS) ret = MPI_Type_commit(&row);
+        if (ret == MPI_SUCCESS && w->rank == root)
+            for (int r = 0; r < w->size; r++) {
+                counts[r] = (int)(ranges[2 * r + 1] - ranges[2 * r]);
+                displs[r] = (int)ranges[2 * r];
+            }
+        if (ret == MPI_SUCCESS)
+            ret = ACX_WATCHED("acx_param_gather_to",
+                              MPI_Gatherv(mine_n > 0 ? mine : NULL, (int)(we - wb), row, out,
+                                          counts, displs, row, root, w->mpi));
+        if (ret != MPI_SUCCESS)
+            status = acx_error_mpi(ret, "MPI_Gatherv (acx_param_gather_to)", __FILE__, __LINE__);
+    }
+    if (row != MPI_DATATYPE_NULL) MPI_Type_free(&row);
+    if (host != NULL) acx_mem_free(ACX_MEM_TRANSIENT, host, mine_n * sizeof(float));
+    free(ranges);
+    free(counts);
+    return status;
+}
+
 ACX_API const char *acx_param_name(const acx_param_t *param) { return param ? param->name : NULL; }
 ACX_API int acx_param_ndim(const acx_param_t *param) { return param ? param->ndim : 0; }
 ACX_API const int64_t *acx_param_shape(const acx_param_t *param) {
@@ -356,6 +430,52 @@ acx_status_t acx_model_prepare(acx_model_t *m) {
     return ACX_OK;
 }
 
+/* ---- the debug mode's write check ----
+ *
+ * acx_param_data is read-only for the program: under NO_SHARD with fp32
+ * it is the master itself, elsewhere a copy acx remakes from the master
+ * (a rounding, a gather), so a write is lost or, worse, trains one rank
+ * apart. With ACX_DEBUG_MODE and host state each parameter's compute copy
+ * is checksummed when acx makes it (acquire, after a step or a load) and
+ * compared at release and before the next optimizer step: a write is
+ * caught there, naming the parameter. Cost: one pass over the unit's
+ * values per acquire and release, debug mode only. Device state is left
+ * alone (its values are not host memory; compute-sanitizer's job). */
+
+static int write_check_on(const acx_model_t *m) {
+    return m->ctx.unit_check != NULL && m->ctx.dev == NULL;
+}
+
+static uint64_t data_sum(const acx_param_t *p) {
+    const uint32_t *w = (const uint32_t *)p->data;
+    uint64_t h = 1469598103934665603ull; /* FNV-1a over 32-bit words */
+    for (int64_t i = 0; i < p->numel; i++)
+        h = (h ^ w[i]) * 1099511628211ull;
+    return h;
+}
+
+static void sum_take(acx_param_t *p) {
+    p->data_sum_set = p->data != NULL;
+    if (p->data_sum_set) p->data_sum = data_sum(p);
+}
+
+static acx_status_t sum_check(const acx_param_t *p, const char *when) {
+    if (!p->data_sum_set || p->data == NULL || data_sum(p) == p->data_sum) return ACX_OK;
+    return ACX_ERROR(ACX_ERR_STATE,
+                     "parameter '%s' (unit '%s'): the program wrote into its values "
+                     "(acx_param_data is read-only; found %s by ACX_DEBUG_MODE): the write is "
+                     "lost or makes ranks differ; to set weights use acx_model_load_weights",
+                     p->name, p->unit->name, when);
+}
+
+acx_status_t acx_model_check_writes(acx_model_t *m) {
+    if (!write_check_on(m) || !m->prepared) return ACX_OK;
+    acx_status_t status = ACX_OK;
+    for (int i = 0; i < m->num_params && status == ACX_OK; i++)
+        status = sum_check(m->params[i], "before the optimizer step");
+    return acx_coll_agree(m->ctx.world, status);
+}
+
 static acx_status_t require_prepared(const acx_model_t *m, const char *what) {
     if (!m->prepared) return ACX_ERROR(ACX_ERR_STATE, "%s before acx_prepare", what);
     return ACX_OK;
@@ -371,6 +491,10 @@ ACX_API acx_status_t acx_unit_acquire(acx_unit_t *unit) {
     if (st != ACX_OK) {
         unit->acquired--;
         storage->uses_held--;
+    } else if (write_check_on(unit->model) && storage->uses_held == 1) {
+        /* the values were just made: a later write is the program's */
+        for (int i = 0; i < storage->num_params; i++)
+            sum_take(storage->params[i]);
     }
     return st;
 }
@@ -381,8 +505,16 @@ ACX_API acx_status_t acx_unit_release(acx_unit_t *unit) {
     if (unit->acquired == 0)
         return ACX_ERROR(ACX_ERR_STATE, "unit '%s' released without being acquired", unit->name);
     if (--unit->acquired > 0) return ACX_OK;
-    acx_unit_storage(unit)->uses_held--;
-    return unit->model->strategy->release(unit);
+    acx_unit_t *storage = acx_unit_storage(unit); /* a shared unit's params are its owner's */
+    storage->uses_held--;
+    acx_status_t st = ACX_OK;
+    if (write_check_on(unit->model))
+        for (int i = 0; i < storage->num_params && st == ACX_OK; i++)
+            st = sum_check(storage->params[i], "at acx_unit_release");
+    acx_status_t rel = unit->model->strategy->release(unit);
+    for (int i = 0; i < storage->num_params; i++) /* freed copies have no sum */
+        if (storage->params[i]->data == NULL) storage->params[i]->data_sum_set = 0;
+    return st != ACX_OK ? st : rel;
 }
 
 ACX_API acx_status_t acx_unit_grads_ready(acx_unit_t *unit) {
@@ -427,7 +559,11 @@ acx_status_t acx_model_backward_end(acx_model_t *m) {
 
 acx_status_t acx_model_after_step(acx_model_t *m) {
     ACX_CHECK(require_prepared(m, "optimizer step"));
-    return m->strategy->after_step(m);
+    ACX_CHECK(m->strategy->after_step(m));
+    if (write_check_on(m)) /* the copies acx just made (or kept) */
+        for (int i = 0; i < m->num_params; i++)
+            sum_take(m->params[i]);
+    return ACX_OK;
 }
 
 acx_status_t acx_model_zero_grad(acx_model_t *m) {

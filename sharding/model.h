@@ -97,6 +97,11 @@ struct acx_param {
     int64_t shard_rows;  /* ceil(rows / shard group size) */
     size_t piece_offset; /* element offset of the piece in the unit's segment */
     size_t full_offset;  /* element offset of the full values in the unit's buffers */
+    /* ACX_DEBUG_MODE with host state (model.c, write check): a checksum of
+     * data taken when acx made it (acquire, after a step or a load), valid
+     * while data_sum_set; compared at release and before the next step */
+    uint64_t data_sum;
+    int data_sum_set;
 };
 
 /* A unit is either ordinary (owner NULL: it has parameters and storage)
@@ -257,6 +262,12 @@ acx_status_t acx_model_prepare(acx_model_t *m);
 /* Strategy dispatch used by the runtime. */
 acx_status_t acx_model_backward_end(acx_model_t *m);
 acx_status_t acx_model_after_step(acx_model_t *m);
+/* ACX_DEBUG_MODE with host state: did the program write into a compute
+ * copy (acx_param_data is read-only) since acx made it? ACX_ERR_STATE
+ * naming the first such parameter, agreed over the world (collective in
+ * debug mode; ACX_OK at once otherwise). The optimizer calls it before
+ * each step; acx_unit_release checks the unit's own parameters. */
+acx_status_t acx_model_check_writes(acx_model_t *m);
 acx_status_t acx_model_zero_grad(acx_model_t *m);
 /* Call before host code reads or writes m->shard_grad when m->shard_dev is
  * NULL (the loss scaler, clipping, the optimizer step): waits for the

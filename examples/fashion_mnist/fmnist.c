@@ -476,7 +476,7 @@ static acx_status_t check_labels(const acx_batch_t *batch, int classes) {
 /* Layer l's parameter pointers (valid while its unit is acquired), and
  * with g its gradient pointers (fetched anew every micro-step: under the
  * sharded strategies a gradient buffer is handed over at each boundary). */
-static void layer_tensors(model_t *md, int l, mlp_tensors_t *p, mlp_tensors_t *g) {
+static void layer_tensors(model_t *md, int l, mlp_params_t *p, mlp_tensors_t *g) {
     p->w[l] = acx_param_data(md->w[l]);
     p->b[l] = acx_param_data(md->b[l]);
     if (g == NULL) return;
@@ -499,7 +499,8 @@ static acx_status_t train_step(acx_accelerator_t *acc, model_t *md, mlp_workspac
     if (gpu != NULL) return train_step_cuda(acc, md, gpu, batch, loss_p);
 #endif
     int n = (int)batch->size;
-    mlp_tensors_t p, g;
+    mlp_params_t p;
+    mlp_tensors_t g;
     ACX_TRY(check_labels(batch, md->dims.out));
     /* docs/sharding.md's pattern: one unit gathered at a time (plus acx's
      * prefetch), so FULL_SHARD's peak is one layer, not the model */
@@ -541,7 +542,8 @@ static acx_status_t cuda_failed(const mlp_cuda_t *gpu) {
 static acx_status_t train_step_cuda(acx_accelerator_t *acc, model_t *md, mlp_cuda_t *gpu,
                                     const acx_batch_t *batch, double *loss_p) {
     int n = (int)batch->size;
-    mlp_tensors_t p, g;
+    mlp_params_t p;
+    mlp_tensors_t g;
     ACX_TRY(check_labels(batch, md->dims.out));
     if (mlp_cuda_load_batch(gpu, &md->dims, batch->tensors[0], batch->tensors[1], n) != 0)
         return cuda_failed(gpu);
@@ -613,7 +615,7 @@ static acx_status_t evaluate(acx_accelerator_t *acc, model_t *md, acx_dataloader
     int64_t hits = 0, seen = 0;
     acx_status_t st = ACX_OK;
     const acx_batch_t *batch;
-    mlp_tensors_t p;
+    mlp_params_t p;
     if ((acx_is_main_process(acc) && all == NULL) || mine == NULL) {
         fprintf(stderr, "acx-fmnist: out of memory\n");
         st = ACX_ERR_NO_MEMORY;
@@ -825,7 +827,7 @@ static int run(int argc, char **argv) {
         return parsed < 0 ? 2 : 0;
     }
     if (!o.cuda && acx_device_state(acc) != ACX_DEVICE_STATE_HOST) {
-        /* the CPU MLP reads and writes acx_param_data/acx_param_grad with
+        /* the CPU MLP reads acx_param_data and writes acx_param_grad with
          * CBLAS: device pointers would fault (same answer on every rank) */
         if (acx_is_main_process(acc))
             fprintf(stderr,

@@ -56,7 +56,7 @@ void mlp_load_input(mlp_workspace_t *ws, const mlp_dims_t *d, const uint8_t *pix
         ws->x[i] = ((float)pixels[i] / 255.0f - FMNIST_MEAN) / FMNIST_STD;
 }
 
-void mlp_forward_layer(const mlp_dims_t *d, const mlp_tensors_t *p, mlp_workspace_t *ws, int l,
+void mlp_forward_layer(const mlp_dims_t *d, const mlp_params_t *p, mlp_workspace_t *ws, int l,
                        int batch) {
     const float *in = l == 0 ? ws->x : ws->act[l - 1];
     int fi = mlp_fan_in(d, l), fo = mlp_fan_out(d, l);
@@ -75,7 +75,7 @@ void mlp_forward_layer(const mlp_dims_t *d, const mlp_tensors_t *p, mlp_workspac
     }
 }
 
-void mlp_forward(const mlp_dims_t *d, const mlp_tensors_t *p, mlp_workspace_t *ws, int batch) {
+void mlp_forward(const mlp_dims_t *d, const mlp_params_t *p, mlp_workspace_t *ws, int batch) {
     for (int l = 0; l < MLP_LAYERS; l++)
         mlp_forward_layer(d, p, ws, l, batch);
 }
@@ -105,7 +105,7 @@ double mlp_loss(const mlp_dims_t *d, mlp_workspace_t *ws, const uint8_t *labels,
     return total / batch;
 }
 
-void mlp_backward_layer(const mlp_dims_t *d, const mlp_tensors_t *p, mlp_tensors_t *g,
+void mlp_backward_layer(const mlp_dims_t *d, const mlp_params_t *p, mlp_tensors_t *g,
                         mlp_workspace_t *ws, int layer, int batch) {
     int fi = mlp_fan_in(d, layer), fo = mlp_fan_out(d, layer);
     const float *in = layer == 0 ? ws->x : ws->act[layer - 1];

@@ -31,6 +31,24 @@ typedef struct mlp_tensors {
     float *b[MLP_LAYERS];
 } mlp_tensors_t;
 
+/* The weights as the passes read them: read-only (acx_param_data hands
+ * out const pointers; the optimizer is what changes weights). */
+typedef struct mlp_params {
+    const float *w[MLP_LAYERS];
+    const float *b[MLP_LAYERS];
+} mlp_params_t;
+
+/* A read-only view of tensors the caller owns (a test's or benchmark's own
+ * weights). */
+static inline mlp_params_t mlp_params_of(const mlp_tensors_t *t) {
+    mlp_params_t p;
+    for (int l = 0; l < MLP_LAYERS; l++) {
+        p.w[l] = t->w[l];
+        p.b[l] = t->b[l];
+    }
+    return p;
+}
+
 /* Activations for batches of up to max_batch samples. */
 typedef struct mlp_workspace {
     int max_batch;
@@ -51,12 +69,12 @@ void mlp_workspace_free(mlp_workspace_t *ws);
 void mlp_load_input(mlp_workspace_t *ws, const mlp_dims_t *d, const uint8_t *pixels, int batch);
 
 /* Forward pass over ws->x: fills ws->act[*] (logits in act[2]). */
-void mlp_forward(const mlp_dims_t *d, const mlp_tensors_t *p, mlp_workspace_t *ws, int batch);
+void mlp_forward(const mlp_dims_t *d, const mlp_params_t *p, mlp_workspace_t *ws, int batch);
 
 /* One layer of mlp_forward (0, 1, 2 in that order): ws->act[l] from its
  * input (ws->x or act[l - 1]); reads p->w[l] and p->b[l] only, so only
  * layer l's parameters need to be acquired. */
-void mlp_forward_layer(const mlp_dims_t *d, const mlp_tensors_t *p, mlp_workspace_t *ws, int layer,
+void mlp_forward_layer(const mlp_dims_t *d, const mlp_params_t *p, mlp_workspace_t *ws, int layer,
                        int batch);
 
 /* Mean softmax cross-entropy over the batch, and d(loss)/d(logits) into
@@ -66,7 +84,7 @@ double mlp_loss(const mlp_dims_t *d, mlp_workspace_t *ws, const uint8_t *labels,
 /* Backward through layer l (2, 1, 0 in that order), ADDING dW, db into g
  * (beta = 1, so micro-batches accumulate) and leaving the gradient w.r.t.
  * layer l's input in ws->dact for the next call. */
-void mlp_backward_layer(const mlp_dims_t *d, const mlp_tensors_t *p, mlp_tensors_t *g,
+void mlp_backward_layer(const mlp_dims_t *d, const mlp_params_t *p, mlp_tensors_t *g,
                         mlp_workspace_t *ws, int layer, int batch);
 
 /* Number of correct argmax predictions among the first n samples. */

@@ -251,7 +251,7 @@ static int gemm(mlp_cuda_t *c, cublasOperation_t ta, cublasOperation_t tb, int m
     return 0;
 }
 
-int mlp_cuda_forward_layer(const mlp_dims_t *d, const mlp_tensors_t *p, mlp_cuda_t *c, int l,
+int mlp_cuda_forward_layer(const mlp_dims_t *d, const mlp_params_t *p, mlp_cuda_t *c, int l,
                            int batch) {
     if (check_batch(c, batch, "mlp_cuda_forward_layer")) return -1;
     const float *in = l == 0 ? c->x : c->act[l - 1];
@@ -264,7 +264,7 @@ int mlp_cuda_forward_layer(const mlp_dims_t *d, const mlp_tensors_t *p, mlp_cuda
     return 0;
 }
 
-int mlp_cuda_forward(const mlp_dims_t *d, const mlp_tensors_t *p, mlp_cuda_t *c, int batch) {
+int mlp_cuda_forward(const mlp_dims_t *d, const mlp_params_t *p, mlp_cuda_t *c, int batch) {
     for (int l = 0; l < MLP_LAYERS; l++)
         if (mlp_cuda_forward_layer(d, p, c, l, batch)) return -1;
     return 0;
@@ -291,7 +291,7 @@ int mlp_cuda_loss_value(mlp_cuda_t *c, double *loss_p) {
     return 0;
 }
 
-int mlp_cuda_backward_layer(const mlp_dims_t *d, const mlp_tensors_t *p, mlp_tensors_t *g,
+int mlp_cuda_backward_layer(const mlp_dims_t *d, const mlp_params_t *p, mlp_tensors_t *g,
                             mlp_cuda_t *c, int layer, int batch) {
     if (check_batch(c, batch, "mlp_cuda_backward_layer")) return -1;
     if (layer < 0 || layer >= MLP_LAYERS)

@@ -94,11 +94,11 @@ int mlp_cuda_load_batch(mlp_cuda_t *c, const mlp_dims_t *d, const uint8_t *pixel
 
 /* Forward pass over c->x with device tensors p: fills c->act[*] (logits in
  * act[2]), as mlp_forward. */
-int mlp_cuda_forward(const mlp_dims_t *d, const mlp_tensors_t *p, mlp_cuda_t *c, int batch);
+int mlp_cuda_forward(const mlp_dims_t *d, const mlp_params_t *p, mlp_cuda_t *c, int batch);
 
 /* One layer of mlp_cuda_forward (0, 1, 2 in that order), as
  * mlp_forward_layer: reads p->w[l] and p->b[l] only. */
-int mlp_cuda_forward_layer(const mlp_dims_t *d, const mlp_tensors_t *p, mlp_cuda_t *c, int layer,
+int mlp_cuda_forward_layer(const mlp_dims_t *d, const mlp_params_t *p, mlp_cuda_t *c, int layer,
                            int batch);
 
 /* Mean softmax cross-entropy over the batch and d(loss)/d(logits) into
@@ -113,7 +113,7 @@ int mlp_cuda_loss_value(mlp_cuda_t *c, double *loss_p);
 /* Backward through layer l (2, 1, 0 in that order), ADDING dW, db into the
  * device tensors g (beta = 1: micro-batches accumulate) and leaving the
  * gradient w.r.t. layer l's input in c->dact, as mlp_backward_layer. */
-int mlp_cuda_backward_layer(const mlp_dims_t *d, const mlp_tensors_t *p, mlp_tensors_t *g,
+int mlp_cuda_backward_layer(const mlp_dims_t *d, const mlp_params_t *p, mlp_tensors_t *g,
                             mlp_cuda_t *c, int layer, int batch);
 
 /* Argmax of the logits of the first n samples against their labels, as

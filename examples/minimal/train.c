@@ -49,8 +49,8 @@ int main(int argc, char **argv) {
         const unsigned char *x = batch->tensors[0], *y = batch->tensors[1]; /* [n x 784], [n] */
         acx_accumulate_begin(acc);
         acx_unit_acquire(fc);
-        float *W = acx_param_data(w), *B = acx_param_data(b), *gW = acx_param_grad(w),
-              *gB = acx_param_grad(b);
+        const float *W = acx_param_data(w), *B = acx_param_data(b); /* read-only */
+        float *gW = acx_param_grad(w), *gB = acx_param_grad(b);
         double loss = 0;
         for (int64_t s = 0; s < batch->size; s++) { /* forward, then backward ADDING into gW, gB */
             float z[10], zmax = -INFINITY, sum = 0;

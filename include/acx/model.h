@@ -8,6 +8,7 @@
  *
  *   acx_unit_acquire(u);                 parameters of u valid (gathered if sharded)
  *   W = acx_param_data(w);               [rows x cols], read-only for the program
+ *                                        (to set weights: acx_model_load_weights)
  *   ... forward ... backward, ADDING into acx_param_grad(w) (like autograd's +=)
  *   acx_unit_grads_ready(u);             gradient reduction of u may start
  *   acx_unit_release(u);                 W may be freed (sharded strategies)
@@ -179,9 +180,19 @@ ACX_API acx_status_t acx_unit_grads_ready(acx_unit_t *unit);
  * acquire and release (always, under NO_SHARD, after prepare). NULL (with
  * the last error set) when not available. With device-resident state
  * (device_state: cuda) this is a DEVICE pointer (CUDA memory of the rank's
- * device), as is acx_param_grad's: the program's kernels read and write
- * them on the stream named by acx_set_compute_stream. */
-ACX_API float *acx_param_data(acx_param_t *param);
+ * device), as is acx_param_grad's: the program's kernels read them (and
+ * write acx_param_grad's) on the stream named by acx_set_compute_stream.
+ *
+ * READ-ONLY for the program. The values are the compute copy acx makes
+ * from the fp32 master weights (rounded to bf16/fp16 under mixed
+ * precision, gathered under the sharded strategies) and remakes after
+ * every optimizer step: a write is lost at the next gather or step, or
+ * leaves this rank training different weights from the others. To set
+ * weights (pretrained, converted, edited) use acx_model_load_weights; the
+ * optimizer is the only other writer. With ACX_DEBUG_MODE and host state a
+ * write is caught: acx_unit_release or the next acx_optimizer_step returns
+ * ACX_ERR_STATE naming the parameter. */
+ACX_API const float *acx_param_data(acx_param_t *param);
 
 /* The parameter's gradient buffer, same shape; the program ADDS into it
  * during backward. Zeroed by acx_optimizer_zero_grad. NULL before prepare.
@@ -202,6 +213,18 @@ ACX_API float *acx_param_grad(acx_param_t *param);
  * numel floats. Errors: ACX_ERR_INVALID_ARG (NULL), ACX_ERR_STATE (not
  * prepared), ACX_ERR_NO_MEMORY, ACX_ERR_MPI. */
 ACX_API acx_status_t acx_param_gather(acx_param_t *param, float *out);
+
+/* acx_param_gather to one rank: the full values of `param` ([shape]
+ * row-major float32, the fp32 master weights) into out on rank `root` only
+ * (host memory, also with device-resident state); no other rank holds the
+ * full tensor at any time (each sends the rows it holds once, replicas
+ * splitting theirs: an MPI_Gatherv). out: caller-owned, numel floats, on
+ * root; ignored (may be NULL) on the other ranks. For export of a model
+ * larger than one rank should hold twice. Collective over all ranks (same
+ * param and root everywhere). Errors, on every rank alike:
+ * ACX_ERR_INVALID_ARG (NULL param, root not a rank, out NULL on root),
+ * ACX_ERR_STATE (not prepared), ACX_ERR_NO_MEMORY, ACX_ERR_MPI. */
+ACX_API acx_status_t acx_param_gather_to(acx_param_t *param, int root, float *out);
 
 /* The parameter's name, number of dimensions (1..ACX_MAX_DIMS), shape
  * (ndim sizes, row dimension first) and element count, as given to
@@ -224,10 +247,69 @@ ACX_API acx_param_t *acx_model_param(acx_model_t *model, int i);
  * attributes "format" = "acx-weights" and "step". Written to path + ".tmp"
  * and renamed, so a failure leaves any previous file intact. With
  * device-resident state (device_state: cuda) the rank's shard is copied to
- * one host block first (its size in host memory, for the call). Collective.
- * Errors: ACX_ERR_HDF5, ACX_ERR_IO, ACX_ERR_STATE (not prepared),
+ * one host block first (its size in host memory, for the call).
+ * A path ending in ".safetensors" writes a safetensors file instead: one
+ * F32 tensor per parameter, named by the parameter's name, with its true
+ * shape, header keys sorted, __metadata__ {"format": "acx-weights",
+ * "step": "<N>"}; rank 0 writes it (path + ".tmp", fsync, rename), each
+ * parameter gathered to rank 0 alone (acx_param_gather_to: rank 0 holds one
+ * full parameter at a time). Collective; every rank returns the same
+ * status. Errors: ACX_ERR_HDF5, ACX_ERR_IO, ACX_ERR_STATE (not prepared),
  * ACX_ERR_NO_MEMORY and ACX_ERR_CUDA (the host copy of device state). */
 ACX_API acx_status_t acx_model_save_weights(acx_model_t *model, const char *path);
+
+/* ---- loading existing weights (after acx_prepare) ---- */
+
+/* Where one parameter's values come from in a file (acx_load_options_t.map). */
+typedef struct acx_weight_source {
+    const char *param;  /* acx parameter name */
+    const char *tensor; /* tensor name in the file (safetensors key / HDF5 dataset name) */
+    int64_t index;      /* -1: the whole tensor; k >= 0: slice k of the tensor's dim 0
+                           (stacked layers: a [L, ...] tensor feeds L parameters) */
+    int transpose;      /* 1: the file holds the 2-D transpose of the parameter (GPT-2's
+                           Conv1D weights, [in, out] for a parameter [out, in]) */
+} acx_weight_source_t;
+
+typedef struct acx_load_options {
+    /* NULL/0: every parameter from the tensor of its own name. With a map,
+     * the parameters it names come from its entries (at most one entry per
+     * parameter) and the others still from the tensor of their own name. */
+    const acx_weight_source_t *map;
+    int map_len;
+    /* 1: every parameter must be loaded and every tensor of the file used
+     * (a stacked tensor counts as used when any of its slices is); 0:
+     * parameters without a tensor keep their values and unused tensors are
+     * skipped (both listed in one warning on rank 0). A tensor of the wrong
+     * shape is an error either way. */
+    int strict;
+} acx_load_options_t;
+
+/* Load parameter values from the file at `path` into a prepared model:
+ * after acx_prepare, between optimizer steps. The format is found from the
+ * content, not the name: an acx weights file (HDF5, root attribute
+ * format "acx-weights": acx_model_save_weights, acx ckpt export), an acx
+ * checkpoint (its /model; the optimizer state and the rest are not
+ * touched: acx_load_state restores those) or a safetensors file (tensors
+ * F32, F16, BF16 or F64, converted to float32; the header is checked
+ * whole before use). A parameter of shape S takes a tensor of shape S
+ * (index -1), [L, S...] (index k < L), or with transpose (2-D parameters
+ * [R, C]) [C, R], or [L, C, R] with an index. opts NULL: strict, no map.
+ * Each rank reads only the rows it owns (whole tensors when transposed)
+ * into its fp32 master weights, then every copy is made to agree (mixed
+ * precision compute copies, gathered parameters, replicas), as after an
+ * optimizer step. Optimizer state, the step count and the schedule are not
+ * changed. Collective over all ranks (same path and options everywhere);
+ * every rank returns the same status and on failure no parameter changes.
+ * Errors name the file and the tensor or parameter, with the shape found
+ * and the one expected: ACX_ERR_IO (missing, unreadable, neither HDF5 nor
+ * safetensors), ACX_ERR_FORMAT (a bad safetensors header, a mis-shaped
+ * tensor, a non-float dtype; strict: a parameter without a tensor, a
+ * tensor without a parameter), ACX_ERR_INVALID_ARG (NULL model or path, a
+ * map entry naming no parameter or twice the same one, transpose of a
+ * parameter that is not 2-D), ACX_ERR_STATE (not prepared),
+ * ACX_ERR_NO_MEMORY, ACX_ERR_HDF5, ACX_ERR_CUDA. */
+ACX_API acx_status_t acx_model_load_weights(acx_model_t *model, const char *path,
+                                            const acx_load_options_t *opts);
 
 #ifdef __cplusplus
 }

@@ -251,7 +251,7 @@ build_from_source() {
     done
     [ -x "$src/configure" ] || command -v autoreconf >/dev/null 2>&1 || missing="$missing autoreconf"
     if command -v pkg-config >/dev/null 2>&1; then
-        for m in ompi-c hdf5-openmpi yaml-0.1 zlib openblas; do
+        for m in ompi-c hdf5-openmpi yaml-0.1 zlib json-c openblas; do
             pkg-config --exists "$m" || missing="$missing pkg-config:$m"
         done
     fi

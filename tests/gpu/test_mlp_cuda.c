@@ -282,7 +282,8 @@ static int device_step(mlp_cuda_t *cp, device_model_t *dm, const model_t *m, con
                            s));
     }
     MC(cp, mlp_cuda_load_batch(cp, &dims, px, labels, n));
-    MC(cp, mlp_cuda_forward(&dims, &dm->p, cp, n));
+    mlp_params_t dp = mlp_params_of(&dm->p);
+    MC(cp, mlp_cuda_forward(&dims, &dp, cp, n));
     MC(cp, mlp_cuda_loss(&dims, cp, n));
     MC(cp, mlp_cuda_sync(cp));
     CU(cudaMemcpy(r->dlogits, cp->dact, (size_t)n * dims.out * sizeof(float),
@@ -298,7 +299,7 @@ static int device_step(mlp_cuda_t *cp, device_model_t *dm, const model_t *m, con
         CU(ce);
     }
     for (int l = MLP_LAYERS - 1; l >= 0; l--)
-        MC(cp, mlp_cuda_backward_layer(&dims, &dm->p, &dm->g, cp, l, n));
+        MC(cp, mlp_cuda_backward_layer(&dims, &dp, &dm->g, cp, l, n));
     MC(cp, mlp_cuda_loss_value(cp, &r->loss));
     MC(cp, mlp_cuda_count_correct(&dims, cp, n, r->correct, &r->hits));
     MC(cp, mlp_cuda_sync(cp));
@@ -318,7 +319,7 @@ error:
 static void cpu_step(mlp_workspace_t *ws, const model_t *m, mlp_tensors_t *g, const uint8_t *px,
                      const uint8_t *labels, int n, float scale, float *dlogits, double *loss_p,
                      uint8_t *correct, int *hits_p) {
-    mlp_tensors_t p;
+    mlp_params_t p;
     for (int l = 0; l < MLP_LAYERS; l++) {
         p.w[l] = m->w[l];
         p.b[l] = m->b[l];
@@ -487,7 +488,8 @@ static int test_misuse(void) {
     CHECK(strstr(mc.err, "batch of 5 samples, expected 1..4") != NULL);
     CHECK(mlp_cuda_load_batch(&mc, &dims, px, NULL, 0) == -1);
     mlp_tensors_t t = {0};
-    CHECK(mlp_cuda_backward_layer(&dims, &t, &t, &mc, 3, 1) == -1);
+    mlp_params_t tp = mlp_params_of(&t);
+    CHECK(mlp_cuda_backward_layer(&dims, &tp, &t, &mc, 3, 1) == -1);
     CHECK(strstr(mc.err, "layer 3, expected 0..2") != NULL);
     mlp_cuda_t bad;
     CHECK(mlp_cuda_init(&bad, &dims, 0, 0, NULL, 0) == -1);

@@ -80,12 +80,12 @@ for f in libnccl.so.2 libcublas.so.13 libcublasLt.so.13 libcudart.so.13; do
 done
 # and, whatever the bundle holds, every shared library of the packages the
 # device image lacks (Open MPI and its fabric libraries, PMIx, hwloc,
-# libevent, munge, HDF5 and what it links, libyaml, OpenBLAS, gfortran, isa-l)
+# libevent, munge, HDF5 and what it links, libyaml, json-c, OpenBLAS, gfortran, isa-l)
 pkg_re='^(libopenmpi|openmpi-|libpmix|libhwloc|libevent|libmunge|libfabric|libucx|libibverbs|librdmacm'
 pkg_re="$pkg_re|libpsm|libhdf5|libsz|libaec|libcurl|libnghttp|libssh|librtmp|libldap|libgnutls|libnettle"
 pkg_re="$pkg_re|libhogweed|libp11|libtasn|libidn2|libunistring|libpsl|libbrotli|libkrb5|libk5crypto"
 pkg_re="$pkg_re|libgssapi|libsasl2|libkeyutils|libcom-err|libgmp|libyaml|libopenblas|libgfortran"
-pkg_re="$pkg_re|libquadmath|libisal)"
+pkg_re="$pkg_re|libquadmath|libisal|libjson-c)"
 n_pkg=0
 while read -r f; do
     [ -f "$f" ] && [ ! -L "$f" ] && [ -s "$f" ] && hide_file "$f" && n_pkg=$((n_pkg + 1))
