@@ -30,13 +30,12 @@
  *           (what acx wrote before groups existed: DIR/old.h5). np = 3
  *           loads groups.h5 under every strategy: acx_checkpoint_info
  *           lists the groups; one more step equals the 1-rank three-step
- *           run (relative 1e-6). A program whose groups differ is refused
- *           under a strict load with a message naming the group or the
- *           parameter and both values (lr_scale, weight_decay,
- *           membership, no groups); non-strict loads the state and trains
- *           on with the program's groups (checked against the reference).
- *           old.h5 loads strictly into a program without groups and is
- *           refused by one with groups ("predates parameter groups").
+ *           run (relative 1e-6). Copies edited with HDF5 (an lr_scale out
+ *           of range, two groups of one name) fail acx_checkpoint_verify. A program whose groups
+ * differ is refused under a strict load with a message naming the group or the parameter and both
+ * values (lr_scale, weight_decay, membership, no groups); non-strict loads the state and trains on
+ * with the program's groups (checked against the reference). old.h5 loads strictly into a program
+ * without groups and is refused by one with groups ("predates parameter groups").
  */
 #include <dirent.h>
 #include <stdint.h>
@@ -471,6 +470,53 @@ error:
     return 1;
 }
 
+/* An edited lr_scale (5000, above the 1e3 bound) and an edited duplicate
+ * group name: `acx ckpt verify` refuses both, naming the attribute (rank 0,
+ * on copies written here with HDF5). */
+static int edited_case(void) {
+    static const struct {
+        const char *attr, *needle;
+        int is_str;
+        double v;
+        const char *s;
+    } ed[] = {{"param_group.1.lr_scale",
+               "/optimizer/param_group.1.lr_scale = 5000 (group 'head') is out of range", 0, 5000.0,
+               NULL},
+              {"param_group.1.name", "parameter groups 0 and 1 are both named 'no_decay'", 1, 0.0,
+               "no_decay"}};
+    char src[1200], dst[1200], cmd[2600];
+    snprintf(src, sizeof src, "%s/groups.h5", dir);
+    for (size_t i = 0; i < sizeof ed / sizeof ed[0]; i++) {
+        snprintf(dst, sizeof dst, "%s/edited%zu.h5", dir, i);
+        snprintf(cmd, sizeof cmd, "cp '%s' '%s'", src, dst);
+        CHECK(system(cmd) == 0);
+        hid_t f = H5Fopen(dst, H5F_ACC_RDWR, H5P_DEFAULT);
+        CHECK(f >= 0);
+        hid_t g = H5Gopen2(f, "/optimizer", H5P_DEFAULT);
+        CHECK(g >= 0);
+        CHECK(H5Adelete(g, ed[i].attr) >= 0);
+        hid_t space = H5Screate(H5S_SCALAR), type = H5Tcopy(H5T_NATIVE_DOUBLE);
+        if (ed[i].is_str) {
+            H5Tclose(type);
+            type = H5Tcopy(H5T_C_S1);
+            H5Tset_size(type, strlen(ed[i].s) + 1);
+        }
+        hid_t a = H5Acreate2(g, ed[i].attr, type, space, H5P_DEFAULT, H5P_DEFAULT);
+        CHECK(a >= 0);
+        CHECK(H5Awrite(a, type, ed[i].is_str ? (const void *)ed[i].s : (const void *)&ed[i].v) >=
+              0);
+        H5Aclose(a);
+        H5Tclose(type);
+        H5Sclose(space);
+        H5Gclose(g);
+        H5Fclose(f);
+        CHECK_STATUS(acx_checkpoint_verify(dst), ACX_ERR_FORMAT, ed[i].needle);
+    }
+    return 0;
+error:
+    return 1;
+}
+
 /* A program whose groups differ (head lr scale hs, mid.bias in the default
  * group, or no groups at all) loading `file` strictly: refused, naming
  * `needle`. */
@@ -600,6 +646,8 @@ int main(int argc, char **argv) {
         }
         TESTING("acx_checkpoint_info lists the groups");
         failed |= acx_test_report(acx_test_agree(rank == 0 ? info_case() : 0));
+        TESTING("acx_checkpoint_verify refuses edited groups");
+        failed |= acx_test_report(acx_test_agree(rank == 0 ? edited_case() : 0));
         TESTING("strict load refuses another lr_scale");
         failed |= acx_test_report(mismatch_case(
             "groups.h5", 0.25, 0, 0,
