@@ -13,8 +13,11 @@
  * can hold, a loss scale whose reciprocal is a float, loader fields that
  * agree with each other (num_batches from num_samples and global_batch,
  * position at most num_batches, samples_consumed = position x
- * global_batch). What depends on the program loading the file (a model
- * mismatch, another data set, another global batch) is the runtime's.
+ * global_batch), parameter groups with unique names, weight_decay finite
+ * >= 0 and lr_scale in (0, ACX_OPTIM_LR_SCALE_MAX]
+ * (acx_ckpt_read_param_groups, also used by `acx ckpt info`). What
+ * depends on the program loading the file (a model mismatch, another data
+ * set, another global batch, other parameter groups) is the runtime's.
  * Every refusal is ACX_ERR_FORMAT naming the file, the attribute, the
  * value and the accepted range, "(damaged or edited?)".
  */

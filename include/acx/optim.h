@@ -4,8 +4,10 @@
  * Semantics are exactly torch.optim's (SGD, Adam, AdamW) and the
  * transformers get_*_schedule_with_warmup functions; the formulas are in
  * each doc comment. An optimizer updates the fp32 master weights of the
- * rank's local shard (the whole model under NO_SHARD) in one fused pass,
- * after acx_backward_end on a synchronization boundary.
+ * rank's local shard (the whole model under NO_SHARD) in one fused pass
+ * (one per contiguous run of a parameter group's parameters, when the
+ * program adds groups: acx_optimizer_add_param_group), after
+ * acx_backward_end on a synchronization boundary.
  */
 #ifndef ACX_OPTIM_H
 #define ACX_OPTIM_H
