@@ -14,7 +14,9 @@
  *           are the same on every rank. After every step the gathered
  *           parameters must equal a double-precision loop written here from
  *           torch.optim's formulas (relative 1e-6), and acx_optimizer_lr
- *           must be the unscaled scheduled lr. Under no_shard,
+ *           must be the unscaled scheduled lr; at the end the local shard's
+ *           padding (elements no parameter owns) is 0 in the master weights
+ *           and every state array. Under no_shard,
  *           shard_grad_op and full_shard on host state, no_shard and
  *           full_shard on device_state: emulated, and no_shard with
  *           offload_optimizer: cpu.
@@ -42,6 +44,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "runtime/optim_state.h"
 #include "sharding/model.h"
 #include "tests/acx_test_mpi.h"
 #include "tests/mpi/shard_net.h"
@@ -196,6 +199,41 @@ static void h_ref_step(double *p, double *m, double *v, int s, int sgd) {
         }
 }
 
+/* The elements of the local shard no parameter owns (the sharded
+ * strategies' padding, between and after the owned rows) hold 0 in the
+ * master weights and every optimizer state array: 0 whether a range
+ * spans them or not. Returns 0 when they do. */
+static int h_padding_zero(h_net_t *n) {
+    const acx_model_t *m = n->m;
+    size_t total = m->shard_numel;
+    if (total == 0) return 0;
+    char *owned = calloc(total, 1);
+    float *buf = malloc(total * sizeof *buf);
+    int bad = owned == NULL || buf == NULL;
+    for (int q = 0; q < H_NPAR && !bad; q++) {
+        const acx_param_t *p = n->p[q];
+        size_t len = (size_t)(p->row_end - p->row_begin) * (size_t)p->row_numel;
+        memset(owned + p->shard_offset, 1, len);
+    }
+    for (int a = -1; a < acx_optimizer_num_state(n->opt) && !bad; a++) {
+        const float *src = a < 0 ? m->master : acx_optimizer_state(n->opt, a);
+        if (m->shard_dev != NULL)
+            bad = m->shard_dev->to_host(buf, src, total * sizeof *buf, m->ctx.stream) != ACX_OK;
+        else
+            memcpy(buf, src, total * sizeof *buf);
+        for (size_t e = 0; e < total && !bad; e++)
+            if (!owned[e] && buf[e] != 0.0f) {
+                fprintf(stderr, "\n[r%d] padding element %zu of %s is %g, not 0\n", rank, e,
+                        a < 0 ? "the master weights" : acx_optimizer_state_name(n->opt, a),
+                        (double)buf[e]);
+                bad = 1;
+            }
+    }
+    free(owned);
+    free(buf);
+    return bad;
+}
+
 static int hand_case(const h_case_t *c) {
     h_net_t n = {0};
     float got[H_NP];
@@ -218,6 +256,7 @@ static int hand_case(const h_case_t *c) {
             }
         }
     }
+    CHECK(h_padding_zero(&n) == 0);
     acx_finalize(n.acc);
     return 0;
 error:
