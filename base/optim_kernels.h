@@ -41,6 +41,12 @@
  * writes loads again. */
 #define ACX_OPTIM_LR_MAX 1e3
 
+/* The largest lr_scale of a parameter group (acx_optimizer_add_param_group,
+ * and from a checkpoint): a group's lr is the optimizer's times its scale,
+ * and scales in use are fractions or small multiples (layer-wise decay,
+ * 10x for a new head); 1e3 keeps an edited value from the same overflow. */
+#define ACX_OPTIM_LR_SCALE_MAX 1e3
+
 #include "acx/optim.h"
 
 /* ---- floating-point environment ---- */

@@ -280,12 +280,29 @@ acx_status_t acx_ckpt_state_attrs(const acx_ckpt_state_t *s, acx_ckpt_attr_t **a
  * type; /scheduler's base_lr, step, warmup_steps, total_steps when its
  * kind is not "none"; /scaler's scale and counters when its kind is
  * "dynamic"; /dataloader's epoch, seed, global_batch, num_batches and
- * position when the group exists. A missing required attribute is the
+ * position when the group exists; /optimizer's parameter groups when it
+ * has their count (acx_ckpt_read_param_groups; free them with
+ * acx_ckpt_state_free, also done here on failure). A missing required attribute is the
  * reader's ACX_ERR_FORMAT naming it; a value out of range is
  * ACX_ERR_FORMAT "checkpoint '<file>': <object>/<name> = <value> is out of
  * range: expected <range> (damaged or edited?)". Not collective (any rank
  * may ask; a load has every rank ask). */
 acx_status_t acx_ckpt_state_read(acx_ckpt_file_t *f, acx_ckpt_state_t *s);
+
+/* The parameter groups of /optimizer (io/ckpt_format.h), each value
+ * checked: a count in 0..ACX_CKPT_MAX_PARAM_GROUPS, non-empty names
+ * shorter than ACX_CKPT_GROUP_NAME_MAX, unique group names, weight_decay
+ * finite >= 0, lr_scale in (0, ACX_OPTIM_LR_SCALE_MAX], num_params >= 1
+ * (the members are read one by one: a count larger than the file's
+ * attributes fails at the first missing one). *has_p 0 (and no groups)
+ * when the file has no count. Refusals: ACX_ERR_FORMAT naming the file and
+ * the attribute, "(damaged or edited?)". Not collective. */
+acx_status_t acx_ckpt_read_param_groups(acx_ckpt_file_t *f, int *has_p, int *num_p,
+                                        acx_ckpt_param_group_t **groups_p);
+void acx_ckpt_free_param_groups(acx_ckpt_param_group_t *groups, int num);
+
+/* Free what acx_ckpt_state_read allocated in s (its parameter groups). */
+void acx_ckpt_state_free(acx_ckpt_state_t *s);
 
 /* The /dataloader fields of s checked against each other for a data set of
  * `num_samples` samples: global_batch in 1..2^53/num_samples, num_batches

@@ -18,7 +18,10 @@
  *                     mixed_precision, acx_version, created (UTC ISO 8601),
  *                     run_id
  *   /model/<param>                    fp32, the parameter's true shape
- *   /optimizer        type, step, lr, the hyperparameters (torch's names)
+ *   /optimizer        type, step, lr, the hyperparameters (torch's names),
+ *                     param_groups (the count) and, for each group k,
+ *                     param_group.<k>.name, .weight_decay, .lr_scale,
+ *                     .num_params and .param.<j> (the members' names)
  *   /optimizer/<state>/<param>        fp32, the parameter's shape
  *   /scheduler        kind ("none" without one), warmup_steps, total_steps,
  *                     num_cycles, base_lr, step
@@ -78,6 +81,30 @@
 /* /config's attribute: the resolved config as YAML text. */
 #define ACX_CKPT_ATTR_CONFIG_YAML "yaml"
 
+/* /optimizer's parameter groups (acx_optimizer_add_param_group): the
+ * count, and the attributes of group k (0-based, in the order the program
+ * added them) named ACX_CKPT_PARAM_GROUP_PREFIX "<k>." field, with field
+ * "name" (string), "weight_decay", "lr_scale" (float64), "num_params"
+ * (int64) and "param.<j>" (string, j in 0..num_params-1). Files written
+ * before groups existed have no count: every parameter in the default
+ * group (the optimizer's own weight_decay, lr scale 1). */
+#define ACX_CKPT_ATTR_PARAM_GROUPS  "param_groups"
+#define ACX_CKPT_PARAM_GROUP_PREFIX "param_group."
+/* Bounds a file's groups are held to: names as long as acx's parameter
+ * names (ACX_MAX_NAME, NUL included), at most this many groups. */
+#define ACX_CKPT_GROUP_NAME_MAX   128
+#define ACX_CKPT_MAX_PARAM_GROUPS 4096
+
+/* One parameter group of a checkpoint. Save: params points to the caller's
+ * names. Read (acx_ckpt_read_param_groups): params and its strings are
+ * malloc'd, freed by acx_ckpt_free_param_groups. */
+typedef struct acx_ckpt_param_group {
+    char name[ACX_CKPT_GROUP_NAME_MAX];
+    double weight_decay, lr_scale;
+    int num_params;
+    const char *const *params;
+} acx_ckpt_param_group_t;
+
 /* The largest step, micro-step, epoch or optimizer step a checkpoint may
  * hold: 2^53. A counter read from a file past it is damage or an edit (at a
  * million steps a second a run would need 285 years to reach it); below it,
@@ -131,6 +158,12 @@ typedef struct acx_ckpt_state {
     int64_t loader_epoch, position, seed, global_batch, samples_consumed, num_batches, num_samples;
     /* /config */
     const char *config_yaml; /* save only */
+    /* /optimizer's parameter groups (with has_optimizer). Save: the
+     * caller's array. Read: has_param_groups 0 for a file without the
+     * count (older acx), and the groups malloc'd: acx_ckpt_state_free. */
+    int has_param_groups;
+    int num_param_groups;
+    acx_ckpt_param_group_t *param_groups;
 } acx_ckpt_state_t;
 
 #endif /* ACX_IO_CKPT_FORMAT_H */

@@ -13,8 +13,11 @@
  * can hold, a loss scale whose reciprocal is a float, loader fields that
  * agree with each other (num_batches from num_samples and global_batch,
  * position at most num_batches, samples_consumed = position x
- * global_batch). What depends on the program loading the file (a model
- * mismatch, another data set, another global batch) is the runtime's.
+ * global_batch), parameter groups with unique names, weight_decay finite
+ * >= 0 and lr_scale in (0, ACX_OPTIM_LR_SCALE_MAX]
+ * (acx_ckpt_read_param_groups, also used by `acx ckpt info`). What
+ * depends on the program loading the file (a model mismatch, another data
+ * set, another global batch, other parameter groups) is the runtime's.
  * Every refusal is ACX_ERR_FORMAT naming the file, the attribute, the
  * value and the accepted range, "(damaged or edited?)".
  */
@@ -34,10 +37,16 @@
 
 /* ---- save: the attributes ---- */
 
-/* The attributes of a save, in the order the writer creates them. */
+/* The attributes of a save, in the order the writer creates them. Names
+ * made up here (a parameter group's "param_group.<k>.name") live in
+ * `pool`, at name_off[i] for attribute i (-1: a constant name); the
+ * result is one block, the array followed by the pool. */
 typedef struct attr_list {
     acx_ckpt_attr_t *a;
     int n, cap, failed;
+    long *name_off;
+    char *pool;
+    size_t pool_len, pool_cap;
 } attr_list_t;
 
 static void add(attr_list_t *l, const char *object, const char *name, acx_ckpt_attr_type_t type,
@@ -46,15 +55,96 @@ static void add(attr_list_t *l, const char *object, const char *name, acx_ckpt_a
     if (l->n == l->cap) {
         int cap = l->cap ? 2 * l->cap : 48;
         acx_ckpt_attr_t *a = realloc(l->a, (size_t)cap * sizeof *a);
-        if (a == NULL) {
+        if (a != NULL) l->a = a;
+        long *off = realloc(l->name_off, (size_t)cap * sizeof *off);
+        if (off != NULL) l->name_off = off;
+        if (a == NULL || off == NULL) {
             l->failed = 1;
             return;
         }
-        l->a = a;
         l->cap = cap;
     }
+    l->name_off[l->n] = -1;
     l->a[l->n++] = (acx_ckpt_attr_t){
         .object = object, .name = name, .type = type, .i64 = i64, .f64 = f64, .str = str};
+}
+
+/* The next attribute's name, "param_group.<k>.<field>" in the pool (after
+ * the add, the caller calls name_last). */
+static long pool_name(attr_list_t *l, int k, const char *field) {
+    if (l->failed) return -1;
+    char buf[96];
+    int len = snprintf(buf, sizeof buf, ACX_CKPT_PARAM_GROUP_PREFIX "%d.%s", k, field);
+    if (l->pool_len + (size_t)len + 1 > l->pool_cap) {
+        size_t cap = l->pool_cap ? 2 * l->pool_cap : 1024;
+        while (cap < l->pool_len + (size_t)len + 1)
+            cap *= 2;
+        char *p = realloc(l->pool, cap);
+        if (p == NULL) {
+            l->failed = 1;
+            return -1;
+        }
+        l->pool = p;
+        l->pool_cap = cap;
+    }
+    long off = (long)l->pool_len;
+    memcpy(l->pool + off, buf, (size_t)len + 1);
+    l->pool_len += (size_t)len + 1;
+    return off;
+}
+
+/* The attribute just added is named by pool offset off. */
+static void name_last(attr_list_t *l, long off) {
+    if (!l->failed && off >= 0) l->name_off[l->n - 1] = off;
+}
+
+/* /optimizer's parameter groups (io/ckpt_format.h). */
+static void add_param_groups(attr_list_t *l, const acx_ckpt_state_t *s) {
+    add(l, ACX_CKPT_GROUP_OPTIMIZER, ACX_CKPT_ATTR_PARAM_GROUPS, ACX_CKPT_I64, s->num_param_groups,
+        0.0, NULL);
+    for (int k = 0; k < s->num_param_groups; k++) {
+        const acx_ckpt_param_group_t *g = &s->param_groups[k];
+        long off = pool_name(l, k, "name");
+        add(l, ACX_CKPT_GROUP_OPTIMIZER, "", ACX_CKPT_STR, 0, 0.0, g->name);
+        name_last(l, off);
+        off = pool_name(l, k, "weight_decay");
+        add(l, ACX_CKPT_GROUP_OPTIMIZER, "", ACX_CKPT_F64, 0, g->weight_decay, NULL);
+        name_last(l, off);
+        off = pool_name(l, k, "lr_scale");
+        add(l, ACX_CKPT_GROUP_OPTIMIZER, "", ACX_CKPT_F64, 0, g->lr_scale, NULL);
+        name_last(l, off);
+        off = pool_name(l, k, "num_params");
+        add(l, ACX_CKPT_GROUP_OPTIMIZER, "", ACX_CKPT_I64, g->num_params, 0.0, NULL);
+        name_last(l, off);
+        for (int j = 0; j < g->num_params; j++) {
+            char field[32];
+            snprintf(field, sizeof field, "param.%d", j);
+            off = pool_name(l, k, field);
+            add(l, ACX_CKPT_GROUP_OPTIMIZER, "", ACX_CKPT_STR, 0, 0.0, g->params[j]);
+            name_last(l, off);
+        }
+    }
+}
+
+/* The list as one malloc'd block: the attributes, then the pool their
+ * made-up names point into. NULL on failure (l freed either way). */
+static acx_ckpt_attr_t *attr_block(attr_list_t *l) {
+    acx_ckpt_attr_t *out = NULL;
+    if (!l->failed) {
+        size_t head = (size_t)l->n * sizeof *out;
+        out = malloc(head + l->pool_len + 1);
+        if (out != NULL) {
+            memcpy(out, l->a, head);
+            char *pool = (char *)out + head;
+            if (l->pool_len > 0) memcpy(pool, l->pool, l->pool_len);
+            for (int i = 0; i < l->n; i++)
+                if (l->name_off[i] >= 0) out[i].name = pool + l->name_off[i];
+        }
+    }
+    free(l->a);
+    free(l->name_off);
+    free(l->pool);
+    return out;
 }
 
 static void add_i64(attr_list_t *l, const char *object, const char *name, int64_t v) {
@@ -93,6 +183,7 @@ acx_status_t acx_ckpt_state_attrs(const acx_ckpt_state_t *s, acx_ckpt_attr_t **a
         add_f64(&l, ACX_CKPT_GROUP_OPTIMIZER, "lr", s->lr);
         for (int h = 0; h < s->num_hparams && h < ACX_CKPT_MAX_HPARAMS; h++)
             add_f64(&l, ACX_CKPT_GROUP_OPTIMIZER, s->hparam_names[h], s->hparam_values[h]);
+        add_param_groups(&l, s);
         if (s->has_scheduler) {
             add_str(&l, ACX_CKPT_GROUP_SCHEDULER, "kind", s->scheduler_kind);
             add_i64(&l, ACX_CKPT_GROUP_SCHEDULER, "warmup_steps", s->warmup_steps);
@@ -129,12 +220,12 @@ acx_status_t acx_ckpt_state_attrs(const acx_ckpt_state_t *s, acx_ckpt_attr_t **a
 
     add_str(&l, ACX_CKPT_GROUP_CONFIG, ACX_CKPT_ATTR_CONFIG_YAML,
             s->config_yaml != NULL ? s->config_yaml : "");
-    if (l.failed) {
-        free(l.a);
+    int n = l.n;
+    acx_ckpt_attr_t *attrs = attr_block(&l);
+    if (attrs == NULL)
         return ACX_ERROR(ACX_ERR_NO_MEMORY, "out of memory describing the checkpoint");
-    }
-    *attrs_p = l.a;
-    *num_p = l.n;
+    *attrs_p = attrs;
+    *num_p = n;
     return ACX_OK;
 }
 
@@ -247,6 +338,8 @@ static acx_status_t read_optimizer(acx_ckpt_file_t *f, acx_ckpt_state_t *s) {
     ACX_CHECK(get_i64_in(f, ACX_CKPT_GROUP_OPTIMIZER, "step", 0, s->step,
                          "the optimizer steps taken, at most the root's step", &s->optimizer_step));
     ACX_CHECK(get_lr(f, ACX_CKPT_GROUP_OPTIMIZER, "lr", &s->lr));
+    ACX_CHECK(acx_ckpt_read_param_groups(f, &s->has_param_groups, &s->num_param_groups,
+                                         &s->param_groups));
     s->has_optimizer = 1;
 
     snprintf(s->scheduler_kind, sizeof s->scheduler_kind, "none");
@@ -266,6 +359,139 @@ static acx_status_t read_optimizer(acx_ckpt_file_t *f, acx_ckpt_state_t *s) {
     if (acx_ckpt_get_f64(f, ACX_CKPT_GROUP_SCHEDULER, "num_cycles", &s->num_cycles) != ACX_OK)
         s->num_cycles = 0.0; /* informational: the program's schedule keeps its own */
     s->has_scheduler = 1;
+    return ACX_OK;
+}
+
+/* ---- parameter groups ---- */
+
+void acx_ckpt_free_param_groups(acx_ckpt_param_group_t *groups, int num) {
+    if (groups == NULL) return;
+    for (int k = 0; k < num; k++) {
+        if (groups[k].params == NULL) continue;
+        for (int j = 0; j < groups[k].num_params; j++)
+            free((char *)groups[k].params[j]);
+        free((void *)groups[k].params);
+    }
+    free(groups);
+}
+
+void acx_ckpt_state_free(acx_ckpt_state_t *s) {
+    if (s == NULL) return;
+    acx_ckpt_free_param_groups(s->param_groups, s->num_param_groups);
+    s->param_groups = NULL;
+    s->num_param_groups = 0;
+}
+
+/* Group k's members, read one by one into g (num_params set as they are
+ * read, so a failure frees exactly those). */
+static acx_status_t read_group_params(acx_ckpt_file_t *f, int k, int64_t count,
+                                      acx_ckpt_param_group_t *g) {
+    const char *obj = ACX_CKPT_GROUP_OPTIMIZER;
+    char attr[96], name[ACX_CKPT_GROUP_NAME_MAX];
+    char **names = NULL;
+    int64_t cap = 0;
+    g->num_params = 0;
+    for (int64_t j = 0; j < count; j++) {
+        snprintf(attr, sizeof attr, ACX_CKPT_PARAM_GROUP_PREFIX "%d.param.%lld", k, (long long)j);
+        acx_status_t status = acx_ckpt_get_str(f, obj, attr, name, sizeof name);
+        if (status == ACX_OK && name[0] == '\0')
+            status = ACX_ERROR(ACX_ERR_FORMAT,
+                               "checkpoint '%s': %s/%s is empty: expected a parameter name "
+                               "(damaged or edited?)",
+                               f->path, obj, attr);
+        if (status == ACX_OK && j == cap) {
+            cap = cap ? 2 * cap : 16;
+            char **grown = realloc(names, (size_t)cap * sizeof *names);
+            if (grown == NULL)
+                status = ACX_ERROR(ACX_ERR_NO_MEMORY, "out of memory reading '%s'", f->path);
+            else
+                names = grown;
+        }
+        char *copy = status == ACX_OK ? strdup(name) : NULL;
+        if (status == ACX_OK && copy == NULL)
+            status = ACX_ERROR(ACX_ERR_NO_MEMORY, "out of memory reading '%s'", f->path);
+        if (status != ACX_OK) {
+            g->params = (const char *const *)names;
+            return status;
+        }
+        names[j] = copy;
+        g->num_params = (int)(j + 1);
+    }
+    g->params = (const char *const *)names;
+    return ACX_OK;
+}
+
+/* Group k's name and hyperparameters into g, checked. */
+static acx_status_t read_group(acx_ckpt_file_t *f, int k, acx_ckpt_param_group_t *g,
+                               int64_t *count_p) {
+    const char *obj = ACX_CKPT_GROUP_OPTIMIZER;
+    char attr[96];
+    snprintf(attr, sizeof attr, ACX_CKPT_PARAM_GROUP_PREFIX "%d.name", k);
+    acx_status_t status = acx_ckpt_get_str(f, obj, attr, g->name, sizeof g->name);
+    if (status == ACX_ERR_INVALID_ARG) /* longer than the buffer */
+        return ACX_ERROR(ACX_ERR_FORMAT,
+                         "checkpoint '%s': %s/%s is longer than %d bytes (damaged or edited?)",
+                         f->path, obj, attr, ACX_CKPT_GROUP_NAME_MAX - 1);
+    ACX_CHECK(status);
+    if (g->name[0] == '\0')
+        return ACX_ERROR(ACX_ERR_FORMAT,
+                         "checkpoint '%s': %s/%s is empty: expected a group name (damaged or "
+                         "edited?)",
+                         f->path, obj, attr);
+    snprintf(attr, sizeof attr, ACX_CKPT_PARAM_GROUP_PREFIX "%d.weight_decay", k);
+    ACX_CHECK(acx_ckpt_get_f64(f, obj, attr, &g->weight_decay));
+    if (!(g->weight_decay >= 0.0 && g->weight_decay <= DBL_MAX))
+        return ACX_ERROR(ACX_ERR_FORMAT,
+                         "checkpoint '%s': %s/%s = %g (group '%s') is out of range: expected a "
+                         "finite value >= 0 (damaged or edited?)",
+                         f->path, obj, attr, g->weight_decay, g->name);
+    snprintf(attr, sizeof attr, ACX_CKPT_PARAM_GROUP_PREFIX "%d.lr_scale", k);
+    ACX_CHECK(acx_ckpt_get_f64(f, obj, attr, &g->lr_scale));
+    if (!(g->lr_scale > 0.0 && g->lr_scale <= ACX_OPTIM_LR_SCALE_MAX))
+        return ACX_ERROR(ACX_ERR_FORMAT,
+                         "checkpoint '%s': %s/%s = %g (group '%s') is out of range: expected a "
+                         "finite value in (0, %g] (damaged or edited?)",
+                         f->path, obj, attr, g->lr_scale, g->name, ACX_OPTIM_LR_SCALE_MAX);
+    snprintf(attr, sizeof attr, ACX_CKPT_PARAM_GROUP_PREFIX "%d.num_params", k);
+    return get_i64_in(f, obj, attr, 1, INT_MAX, "a group has at least one parameter", count_p);
+}
+
+acx_status_t acx_ckpt_read_param_groups(acx_ckpt_file_t *f, int *has_p, int *num_p,
+                                        acx_ckpt_param_group_t **groups_p) {
+    const char *obj = ACX_CKPT_GROUP_OPTIMIZER;
+    *has_p = 0;
+    *num_p = 0;
+    *groups_p = NULL;
+    int64_t n;
+    if (!acx_ckpt_exists(f, obj) ||
+        acx_ckpt_get_i64(f, obj, ACX_CKPT_ATTR_PARAM_GROUPS, &n) != ACX_OK) {
+        /* absent (an older file), unless the question failed on damage */
+        return acx_ckpt_damage(f);
+    }
+    ACX_CHECK(check_i64_in(f->path, obj, ACX_CKPT_ATTR_PARAM_GROUPS, n, 0,
+                           ACX_CKPT_MAX_PARAM_GROUPS, "the number of parameter groups"));
+    acx_ckpt_param_group_t *groups = calloc(n > 0 ? (size_t)n : 1, sizeof *groups);
+    if (groups == NULL) return ACX_ERROR(ACX_ERR_NO_MEMORY, "out of memory reading '%s'", f->path);
+    acx_status_t status = ACX_OK;
+    int k;
+    for (k = 0; k < (int)n && status == ACX_OK; k++) {
+        int64_t count = 0;
+        status = read_group(f, k, &groups[k], &count);
+        for (int j = 0; j < k && status == ACX_OK; j++)
+            if (strcmp(groups[j].name, groups[k].name) == 0)
+                status = ACX_ERROR(ACX_ERR_FORMAT,
+                                   "checkpoint '%s': parameter groups %d and %d are both named "
+                                   "'%s' (damaged or edited?)",
+                                   f->path, j, k, groups[k].name);
+        if (status == ACX_OK) status = read_group_params(f, k, count, &groups[k]);
+    }
+    if (status != ACX_OK) {
+        acx_ckpt_free_param_groups(groups, k);
+        return status;
+    }
+    *has_p = 1;
+    *num_p = (int)n;
+    *groups_p = groups;
     return ACX_OK;
 }
 
@@ -353,6 +579,7 @@ acx_status_t acx_ckpt_state_read(acx_ckpt_file_t *f, acx_ckpt_state_t *s) {
     if (status == ACX_OK) status = read_loader(f, s);
     /* an optional group or attribute that "is absent" because its header
      * failed a checksum is damage, not absence (io/ckpt_read.c) */
-    if (acx_ckpt_damage(f) != ACX_OK) return acx_ckpt_damage(f);
+    if (status == ACX_OK && acx_ckpt_damage(f) != ACX_OK) status = acx_ckpt_damage(f);
+    if (status != ACX_OK) acx_ckpt_state_free(s);
     return status;
 }

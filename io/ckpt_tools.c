@@ -342,6 +342,10 @@ static herr_t attr_cb(hid_t obj, const char *name, const H5A_info_t *info, void 
     (void)info;
     /* a long string's dataset's checksums: the table's last column says it */
     if (strncmp(name, ACX_CKPT_CRC_ATTR, strlen(ACX_CKPT_CRC_ATTR)) == 0) return 0;
+    /* /optimizer's parameter groups: a section of their own (param_groups) */
+    if (strncmp(name, ACX_CKPT_PARAM_GROUP_PREFIX, strlen(ACX_CKPT_PARAM_GROUP_PREFIX)) == 0 ||
+        strcmp(name, ACX_CKPT_ATTR_PARAM_GROUPS) == 0)
+        return 0;
     if (attr_str(obj, name, v, sizeof v) == 0 && strlen(v) + 1 >= sizeof v) {
         hid_t a = H5Aopen(obj, name, H5P_DEFAULT), t = a >= 0 ? H5Aget_type(a) : -1;
         sb_printf(w->sb, " %s=(text, %zu bytes)", name, t >= 0 ? H5Tget_size(t) - 1 : 0);
@@ -389,6 +393,32 @@ static void group_attrs(hid_t file, sbuf_t *sb) {
     }
 }
 
+/* "parameter groups: 2" and a line per group: its name, weight_decay,
+ * lr_scale and members (the rest in the default group). A file that
+ * predates groups says so. */
+static void param_groups_text(acx_ckpt_file_t *f, sbuf_t *sb) {
+    if (!acx_ckpt_exists(f, ACX_CKPT_GROUP_OPTIMIZER)) return;
+    int has = 0, n = 0;
+    acx_ckpt_param_group_t *g = NULL;
+    if (acx_ckpt_read_param_groups(f, &has, &n, &g) != ACX_OK) {
+        sb_printf(sb, "parameter groups: (unreadable: %s)\n", acx_last_error());
+        return;
+    }
+    if (!has) {
+        sb_printf(sb, "parameter groups: (none recorded: every parameter in the default group)\n");
+        return;
+    }
+    sb_printf(sb, "parameter groups: %d (other parameters: the default group)\n", n);
+    for (int k = 0; k < n; k++) {
+        sb_printf(sb, "  %s: weight_decay=%.17g lr_scale=%.17g, %d parameter(s):", g[k].name,
+                  g[k].weight_decay, g[k].lr_scale, g[k].num_params);
+        for (int j = 0; j < g[k].num_params; j++)
+            sb_printf(sb, " %s", g[k].params[j]);
+        sb_printf(sb, "\n");
+    }
+    acx_ckpt_free_param_groups(g, n);
+}
+
 /* The parameter datasets: everything under /model. */
 static int is_model_path(const char *p) {
     return strncmp(p, ACX_CKPT_GROUP_MODEL "/", sizeof ACX_CKPT_GROUP_MODEL) == 0;
@@ -410,9 +440,11 @@ ACX_API acx_status_t acx_checkpoint_info(const char *path, char **text_p) {
         char **paths;
         int count;
     } l = {0};
-    sbuf_t sb = {0};
+    sbuf_t sb = {0}, groups = {0};
     char v[1024], what[PATH_CAP + 256];
     struct stat st;
+    /* through the reader's calls, which take the HDF5 lock themselves */
+    param_groups_text(f, &groups);
     acx_h5_lock();
     ACX_CHECK_GOTO(acx_ckpt_list_all(f, "/", &l.count, &l.paths), status, out);
 
@@ -500,9 +532,10 @@ ACX_API acx_status_t acx_checkpoint_info(const char *path, char **text_p) {
     sb_printf(&sb, "file: %lld bytes, %d datasets, %lld bytes of data\n",
               stat(real, &st) == 0 ? (long long)st.st_size : -1LL, l.count, (long long)data_bytes);
     group_attrs(file, &sb);
+    sb_printf(&sb, "%s", groups.s != NULL ? groups.s : "");
     sb_printf(&sb, "datasets (name, dtype, shape, checksum):\n%s", rows.s ? rows.s : "");
     free(rows.s);
-    if (sb.failed) {
+    if (sb.failed || groups.failed) {
         status = ACX_ERROR(ACX_ERR_NO_MEMORY, "no memory for the description of '%s'", real);
         goto out;
     }
@@ -510,6 +543,7 @@ ACX_API acx_status_t acx_checkpoint_info(const char *path, char **text_p) {
     sb.s = NULL;
 out:
     free(sb.s);
+    free(groups.s);
     free(l.paths);
     acx_h5_unlock();
     acx_ckpt_close(f);
@@ -561,6 +595,7 @@ ACX_API acx_status_t acx_checkpoint_verify_flags(const char *path, unsigned flag
     for (int k = 0; k < count && status == ACX_OK; k++)
         status = acx_ckpt_verify_dataset(f, paths[k]);
 out:
+    acx_ckpt_state_free(st);
     free(st);
     free(paths);
     acx_ckpt_close(f);

@@ -660,6 +660,12 @@ acx_status_t acx_ckpt_save_opts(acx_comm_t *world, const char *path,
     ACX_H5_CHECK_GOTO(
         H5Pset_link_creation_order(pl.gcpl, H5P_CRT_ORDER_TRACKED | H5P_CRT_ORDER_INDEXED), what,
         status, agreed_create);
+    /* and their attributes' order too: /optimizer holds more than the 8 a
+     * compact object header lists in creation order once it records
+     * parameter groups, and `acx ckpt info` shows type, step, lr first */
+    ACX_H5_CHECK_GOTO(
+        H5Pset_attr_creation_order(pl.gcpl, H5P_CRT_ORDER_TRACKED | H5P_CRT_ORDER_INDEXED), what,
+        status, agreed_create);
     /* contiguous storage, no filter: the checksums are attributes */
     ACX_H5_CHECK_GOTO(pl.dcpl = H5Pcreate(H5P_DATASET_CREATE), what, status, agreed_create);
     ACX_H5_CHECK_GOTO(H5Pset_layout(pl.dcpl, H5D_CONTIGUOUS), what, status, agreed_create);

@@ -455,6 +455,22 @@ static acx_status_t build_plan(acx_accelerator_t *acc, plan_t *p, acx_ckpt_state
         int nh =
             acx_optimizer_hparams(opt, st->hparam_names, st->hparam_values, ACX_CKPT_MAX_HPARAMS);
         st->num_hparams = nh < ACX_CKPT_MAX_HPARAMS ? nh : ACX_CKPT_MAX_HPARAMS;
+        /* parameter groups: the names point into the optimizer and the
+         * model; the array is freed by save_state */
+        int ng = acx_optimizer_num_groups(opt);
+        if (ng > 0) {
+            st->param_groups =
+                acx_calloc((size_t)ng, sizeof *st->param_groups, "checkpoint parameter groups");
+            if (st->param_groups == NULL) return ACX_ERR_NO_MEMORY;
+            for (int k = 0; k < ng; k++) {
+                acx_ckpt_param_group_t *g = &st->param_groups[k];
+                const char *gname;
+                acx_optimizer_group(opt, k, &gname, &g->weight_decay, &g->lr_scale, &g->num_params,
+                                    &g->params);
+                snprintf(g->name, sizeof g->name, "%s", gname);
+            }
+        }
+        st->num_param_groups = ng;
         for (int s = 0; s < acx_optimizer_num_state(opt); s++) {
             const char *sname = acx_optimizer_state_name(opt, s);
             for (int i = 0; i < m->num_params; i++) {
@@ -610,6 +626,7 @@ out:
     host_view_close(&view);
     plan_free(&plan);
     free(attrs);
+    if (st != NULL) free(st->param_groups); /* the names in it are borrowed */
     free(st);
     free(yaml);
     return status;
@@ -834,6 +851,109 @@ static void compare_hparams(acx_accelerator_t *acc, acx_ckpt_file_t *f, acx_opti
     }
 }
 
+/* Group name for messages: the default group has none. */
+static const char *group_label(const char *name) { return name != NULL ? name : "(default)"; }
+
+/* The file's parameter groups against the program's: names, weight_decay,
+ * lr_scale and membership (a file without groups: every parameter in the
+ * default group). Every difference is a mismatch naming the group or the
+ * parameter and both values: a strict load refuses the file; a non-strict
+ * one loads the state and trains on with the program's groups. */
+static void compare_groups(acx_accelerator_t *acc, restore_t *r, acx_optimizer_t *opt) {
+    const acx_ckpt_state_t *st = &r->st;
+    const acx_model_t *m = acc->model;
+    const char *old = st->has_param_groups ? ""
+                                           : " (the checkpoint predates parameter groups: "
+                                             "every parameter is in its default group)";
+    int ng = acx_optimizer_num_groups(opt);
+    for (int k = 0; k < st->num_param_groups; k++) {
+        const acx_ckpt_param_group_t *fg = &st->param_groups[k];
+        int found = 0;
+        for (int j = 0; j < ng && !found; j++) {
+            const char *name;
+            const char *const *pn;
+            double wd, ls;
+            int np;
+            acx_optimizer_group(opt, j, &name, &wd, &ls, &np, &pn);
+            if (strcmp(name, fg->name) != 0) continue;
+            found = 1;
+            if (wd != fg->weight_decay)
+                mismatch(&r->mm,
+                         "parameter group '%s': the checkpoint's weight_decay is %.17g, the "
+                         "program's %.17g",
+                         fg->name, fg->weight_decay, wd);
+            if (ls != fg->lr_scale)
+                mismatch(&r->mm,
+                         "parameter group '%s': the checkpoint's lr_scale is %.17g, the "
+                         "program's %.17g",
+                         fg->name, fg->lr_scale, ls);
+        }
+        if (!found)
+            mismatch(&r->mm,
+                     "the checkpoint's parameter group '%s' (weight_decay %g, lr_scale %g, %d "
+                     "parameter(s)) is not in the program (no group of that name)",
+                     fg->name, fg->weight_decay, fg->lr_scale, fg->num_params);
+    }
+    for (int j = 0; j < ng; j++) {
+        const char *name;
+        const char *const *pn;
+        double wd, ls;
+        int np, found = 0;
+        acx_optimizer_group(opt, j, &name, &wd, &ls, &np, &pn);
+        for (int k = 0; k < st->num_param_groups && !found; k++)
+            found = strcmp(st->param_groups[k].name, name) == 0;
+        if (!found)
+            mismatch(&r->mm,
+                     "the program's parameter group '%s' (weight_decay %g, lr_scale %g) is not "
+                     "in the checkpoint%s",
+                     name, wd, ls, old);
+    }
+    /* membership: the file's group of each program parameter */
+    const char **file_group = acx_calloc(m->num_params > 0 ? (size_t)m->num_params : 1,
+                                         sizeof *file_group, "checkpoint group check");
+    if (file_group == NULL) {
+        mismatch(&r->mm, "out of memory comparing the parameter groups");
+        return;
+    }
+    for (int k = 0; k < st->num_param_groups; k++) {
+        const acx_ckpt_param_group_t *fg = &st->param_groups[k];
+        for (int j = 0; j < fg->num_params; j++) {
+            int i = 0;
+            while (i < m->num_params && strcmp(m->params[i]->name, fg->params[j]) != 0)
+                i++;
+            if (i == m->num_params)
+                mismatch(&r->mm,
+                         "the checkpoint's parameter group '%s' lists parameter '%s', which the "
+                         "program does not have",
+                         fg->name, fg->params[j]);
+            else if (file_group[i] != NULL)
+                mismatch(&r->mm,
+                         "parameter '%s' is in two of the checkpoint's groups, '%s' and '%s' "
+                         "(damaged or edited?)",
+                         fg->params[j], file_group[i], fg->name);
+            else
+                file_group[i] = fg->name;
+        }
+    }
+    for (int i = 0; i < m->num_params; i++) {
+        int k = acx_optimizer_param_group(opt, i);
+        const char *prog = NULL;
+        if (k >= 0) {
+            const char *const *pn;
+            double wd, ls;
+            int np;
+            acx_optimizer_group(opt, k, &prog, &wd, &ls, &np, &pn);
+        }
+        if ((prog == NULL) != (file_group[i] == NULL) ||
+            (prog != NULL && strcmp(prog, file_group[i]) != 0))
+            mismatch(&r->mm,
+                     "parameter '%s' is in group '%s' in the checkpoint, in group '%s' in the "
+                     "program",
+                     m->params[i]->name, group_label(file_group[i]), group_label(prog));
+    }
+    free(file_group);
+}
+
 /* Optimizer state, step and lr; the schedule's position. */
 static acx_status_t plan_optimizer(acx_accelerator_t *acc, acx_ckpt_file_t *f, restore_t *r,
                                    const int *param_ok) {
@@ -858,6 +978,7 @@ static acx_status_t plan_optimizer(acx_accelerator_t *acc, acx_ckpt_file_t *f, r
     r->opt_lr = r->st.lr;
     r->have_opt = 1;
     compare_hparams(acc, f, opt);
+    compare_groups(acc, r, opt);
     for (int s = 0; s < acx_optimizer_num_state(opt); s++) {
         const char *sname = acx_optimizer_state_name(opt, s);
         for (int i = 0; i < m->num_params; i++) {
@@ -1174,6 +1295,7 @@ out:
         host_view_close(&r->view);
         plan_free(&r->plan);
     }
+    if (r != NULL) acx_ckpt_state_free(&r->st);
     free(r);
     return status;
 }

@@ -40,6 +40,16 @@ int acx_optimizer_hparams(const acx_optimizer_t *opt, const char **names, double
  * step 1 initializes its momentum buffer). Also the model's step count. */
 void acx_optimizer_set_num_steps(acx_optimizer_t *opt, int64_t n);
 
+/* Parameter groups (acx_optimizer_add_param_group), in the order added:
+ * group k's name, weight_decay, lr_scale and member parameter names
+ * (pointers into the optimizer and the model, valid while they live).
+ * acx_optimizer_param_group: the group of the model's parameter with
+ * registration index i, -1 for the default group. */
+int acx_optimizer_num_groups(const acx_optimizer_t *opt);
+void acx_optimizer_group(const acx_optimizer_t *opt, int k, const char **name, double *weight_decay,
+                         double *lr_scale, int *num_params, const char *const **param_names);
+int acx_optimizer_param_group(const acx_optimizer_t *opt, int i);
+
 /* The attached schedule, or NULL. */
 acx_scheduler_t *acx_optimizer_scheduler(const acx_optimizer_t *opt);
 

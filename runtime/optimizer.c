@@ -22,6 +22,18 @@
  * (model->ctx.offload: shard_dev is NULL, the local shard is host memory)
  * the state arrays are host memory from the device table's host_alloc
  * (pinned with CUDA) and the update is the host kernel, as with host state.
+ *
+ * Parameter groups (acx_optimizer_add_param_group, torch's param_groups):
+ * a group overrides weight_decay and scales the lr of its parameters. At
+ * bind the groups become a sorted list of ranges of the local shard, each
+ * a run of parameters of one group (neighbours of the same group merged),
+ * and the step runs the same kernel once per range with that range's
+ * hyperparameters. Without groups the list is one range over the whole
+ * shard, so the step is the single fused call it always was. A range never
+ * starts inside a parameter: between two ranges there is only the padding
+ * of the sharded strategies (zero weights, gradients and state), which is
+ * either inside a merged range — as in the single call, where 0 stays 0 —
+ * or not updated at all.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -45,6 +57,22 @@ typedef enum acx_optimizer_kind {
 
 static const char *const kind_names[] = {"SGD", "Adam", "AdamW"};
 
+/* A parameter group as the program gave it. */
+typedef struct param_group {
+    char name[ACX_MAX_NAME];
+    double weight_decay, lr_scale;
+    int num_params;
+    acx_param_t **params;
+    const char **names; /* params[i]->name, for the checkpoint (optim_state.h) */
+} param_group_t;
+
+/* A run of the local shard updated with one group's hyperparameters
+ * (group -1: the default group, the create-time ones). */
+typedef struct shard_range {
+    size_t offset, len;
+    int group;
+} shard_range_t;
+
 struct acx_optimizer {
     acx_optimizer_kind_t kind;
     acx_sgd_hparams_t sgd;   /* kind == ACX_OPTIM_SGD */
@@ -61,6 +89,16 @@ struct acx_optimizer {
     float *state[ACX_OPTIM_MAX_STATE];
     size_t state_bytes; /* of each state array */
     int step_skipped;   /* the last acx_optimizer_step skipped the update (fp16 overflow) */
+
+    /* parameter groups, in the order added */
+    int num_groups;
+    param_group_t *groups;
+    /* valid after bind: group_of[param index] (-1: default), and the ranges
+     * of the local shard the step updates, by offset (one range over the
+     * whole shard without groups) */
+    int *group_of;
+    int num_ranges;
+    shard_range_t *ranges;
 };
 
 /* ---- creation ---- */
@@ -180,6 +218,151 @@ ACX_API acx_status_t acx_adamw_create(acx_model_t *model, const acx_adam_hparams
     return adam_create("acx_adamw_create", ACX_OPTIM_ADAMW, model, hp, opt_p);
 }
 
+/* ---- parameter groups ---- */
+
+static void group_free(param_group_t *g) {
+    free(g->params);
+    free(g->names);
+}
+
+/* The group (index) that already holds p, or -1. */
+static int group_holding(const acx_optimizer_t *opt, const acx_param_t *p) {
+    for (int k = 0; k < opt->num_groups; k++)
+        for (int i = 0; i < opt->groups[k].num_params; i++)
+            if (opt->groups[k].params[i] == p) return k;
+    return -1;
+}
+
+ACX_API acx_status_t acx_optimizer_add_param_group(acx_optimizer_t *opt, const char *name,
+                                                   double weight_decay, double lr_scale,
+                                                   int num_params, acx_param_t *const *params) {
+    const char *fn = "acx_optimizer_add_param_group";
+    if (opt == NULL || name == NULL || (num_params > 0 && params == NULL))
+        return ACX_ERROR(ACX_ERR_INVALID_ARG, "%s: opt, name and params must not be NULL", fn);
+    if (name[0] == '\0' || strlen(name) >= ACX_MAX_NAME)
+        return ACX_ERROR(ACX_ERR_INVALID_ARG,
+                         "%s: group name '%.40s' is empty or %zu bytes: expected 1..%d bytes", fn,
+                         name, strlen(name), ACX_MAX_NAME - 1);
+    acx_model_t *m = opt->model;
+    if (m->prepared || opt->bound)
+        return ACX_ERROR(ACX_ERR_STATE,
+                         "%s: parameter group '%s': the model is already prepared (add groups "
+                         "before acx_prepare)",
+                         fn, name);
+    for (int k = 0; k < opt->num_groups; k++)
+        if (strcmp(opt->groups[k].name, name) == 0)
+            return ACX_ERROR(ACX_ERR_INVALID_ARG,
+                             "%s: parameter group '%s' already exists (group names are unique)", fn,
+                             name);
+    if (!(weight_decay >= 0.0) || isinf(weight_decay))
+        return ACX_ERROR(ACX_ERR_INVALID_ARG,
+                         "%s: parameter group '%s': invalid weight_decay %g: expected a finite "
+                         "value >= 0",
+                         fn, name, weight_decay);
+    if (!(lr_scale > 0.0 && lr_scale <= ACX_OPTIM_LR_SCALE_MAX))
+        return ACX_ERROR(ACX_ERR_INVALID_ARG,
+                         "%s: parameter group '%s': invalid lr_scale %g: expected a finite value "
+                         "in (0, %g]",
+                         fn, name, lr_scale, ACX_OPTIM_LR_SCALE_MAX);
+    if (num_params < 1)
+        return ACX_ERROR(ACX_ERR_INVALID_ARG,
+                         "%s: parameter group '%s': num_params %d: expected at least one "
+                         "parameter",
+                         fn, name, num_params);
+    for (int i = 0; i < num_params; i++) {
+        const acx_param_t *p = params[i];
+        if (p == NULL)
+            return ACX_ERROR(ACX_ERR_INVALID_ARG, "%s: parameter group '%s': params[%d] is NULL",
+                             fn, name, i);
+        /* a parameter of another model (or not a parameter at all): its
+         * registration index does not lead back to it in this model */
+        if (p->index < 0 || p->index >= m->num_params || m->params[p->index] != p)
+            return ACX_ERROR(ACX_ERR_INVALID_ARG,
+                             "%s: parameter group '%s': params[%d] ('%.*s') is not a parameter "
+                             "of the optimizer's model",
+                             fn, name, i, ACX_MAX_NAME - 1, p->name);
+        int k = group_holding(opt, p);
+        if (k >= 0)
+            return ACX_ERROR(ACX_ERR_INVALID_ARG,
+                             "%s: parameter group '%s': parameter '%s' is already in group '%s' "
+                             "(a parameter belongs to at most one group)",
+                             fn, name, p->name, opt->groups[k].name);
+        for (int j = 0; j < i; j++)
+            if (params[j] == p)
+                return ACX_ERROR(ACX_ERR_INVALID_ARG,
+                                 "%s: parameter group '%s': parameter '%s' is listed twice "
+                                 "(params[%d] and params[%d])",
+                                 fn, name, p->name, j, i);
+    }
+    param_group_t g = {
+        .weight_decay = weight_decay, .lr_scale = lr_scale, .num_params = num_params};
+    snprintf(g.name, sizeof g.name, "%s", name);
+    g.params = acx_calloc((size_t)num_params, sizeof *g.params, "parameter group");
+    g.names = acx_calloc((size_t)num_params, sizeof *g.names, "parameter group");
+    param_group_t *grown =
+        realloc(opt->groups, (size_t)(opt->num_groups + 1) * sizeof *opt->groups);
+    if (g.params == NULL || g.names == NULL || grown == NULL) {
+        group_free(&g);
+        if (grown != NULL) opt->groups = grown;
+        return ACX_ERROR(ACX_ERR_NO_MEMORY, "%s: out of memory adding parameter group '%s'", fn,
+                         name);
+    }
+    for (int i = 0; i < num_params; i++) {
+        g.params[i] = params[i];
+        g.names[i] = params[i]->name;
+    }
+    opt->groups = grown;
+    opt->groups[opt->num_groups++] = g;
+    return ACX_OK;
+}
+
+static int range_cmp(const void *a, const void *b) {
+    const shard_range_t *x = a, *y = b;
+    return x->offset < y->offset ? -1 : x->offset > y->offset;
+}
+
+/* group_of and the ranges of the local shard (file comment). Without
+ * groups: one range [0, shard_numel). With them: each parameter's owned
+ * elements, by offset, neighbours of one group merged (also across the
+ * padding between them: the single call updates that padding as well). */
+static acx_status_t build_ranges(acx_optimizer_t *opt) {
+    const acx_model_t *m = opt->model;
+    int np = m->num_params;
+    opt->group_of = acx_calloc(np > 0 ? (size_t)np : 1, sizeof *opt->group_of, "parameter groups");
+    opt->ranges =
+        acx_calloc(np > 0 ? (size_t)np : 1, sizeof *opt->ranges, "optimizer shard ranges");
+    if (opt->group_of == NULL || opt->ranges == NULL) return ACX_ERR_NO_MEMORY;
+    for (int i = 0; i < np; i++)
+        opt->group_of[i] = -1;
+    for (int k = 0; k < opt->num_groups; k++)
+        for (int i = 0; i < opt->groups[k].num_params; i++)
+            opt->group_of[opt->groups[k].params[i]->index] = k;
+    if (opt->num_groups == 0) {
+        opt->ranges[0] = (shard_range_t){.offset = 0, .len = m->shard_numel, .group = -1};
+        opt->num_ranges = 1;
+        return ACX_OK;
+    }
+    int n = 0;
+    for (int i = 0; i < np; i++) {
+        const acx_param_t *p = m->params[i];
+        size_t len = (size_t)(p->row_end - p->row_begin) * (size_t)p->row_numel;
+        if (len == 0) continue; /* no rows of it on this rank */
+        opt->ranges[n++] =
+            (shard_range_t){.offset = p->shard_offset, .len = len, .group = opt->group_of[i]};
+    }
+    qsort(opt->ranges, (size_t)n, sizeof *opt->ranges, range_cmp);
+    int merged = 0;
+    for (int r = 0; r < n; r++) {
+        shard_range_t *last = merged > 0 ? &opt->ranges[merged - 1] : NULL;
+        if (last != NULL && last->group == opt->ranges[r].group)
+            last->len = opt->ranges[r].offset + opt->ranges[r].len - last->offset;
+        else
+            opt->ranges[merged++] = opt->ranges[r];
+    }
+    opt->num_ranges = merged;
+    return ACX_OK;
+}
+
 /* ---- accelerator hooks (runtime/accelerator.h) ---- */
 
 /* Free state array i (bytes each), in host or device memory. */
@@ -225,9 +408,21 @@ acx_status_t acx_optimizer_bind(acx_optimizer_t *opt) {
     }
     opt->num_state = num_state;
     opt->state_bytes = bytes;
+    acx_status_t status = build_ranges(opt);
+    if (status != ACX_OK) {
+        for (int i = 0; i < num_state; i++) {
+            state_free(opt, i, bytes);
+            opt->state[i] = NULL;
+        }
+        opt->num_state = 0;
+        return status;
+    }
     opt->bound = 1;
-    ACX_DEBUG(ACX_SUBSYS_OPTIM, "%s bound: %zu shard elements, %d state arrays (%zu bytes)",
-              kind_names[opt->kind], m->shard_numel, num_state, (size_t)num_state * bytes);
+    ACX_DEBUG(ACX_SUBSYS_OPTIM,
+              "%s bound: %zu shard elements, %d state arrays (%zu bytes), %d parameter "
+              "group(s) in %d range(s)",
+              kind_names[opt->kind], m->shard_numel, num_state, (size_t)num_state * bytes,
+              opt->num_groups, opt->num_ranges);
     return ACX_OK;
 }
 
@@ -238,6 +433,11 @@ void acx_optimizer_free(acx_optimizer_t *opt) {
     acx_scheduler_free(opt->sched);
     for (int i = 0; i < opt->num_state; i++)
         state_free(opt, i, opt->state_bytes);
+    for (int k = 0; k < opt->num_groups; k++)
+        group_free(&opt->groups[k]);
+    free(opt->groups);
+    free(opt->group_of);
+    free(opt->ranges);
     free(opt);
 }
 
@@ -253,6 +453,41 @@ acx_status_t acx_optimizer_attach_scheduler(acx_optimizer_t *opt, acx_scheduler_
 }
 
 /* ---- training ---- */
+
+/* a + o, keeping NULL (an empty shard's arrays may be NULL; NULL + 0 is
+ * undefined in C). */
+static float *at(float *a, size_t o) { return a != NULL ? a + o : NULL; }
+
+/* The update of one range with its group's hyperparameters: the device
+ * table's kernel (enqueued on the compute stream) with device state, the
+ * host kernel otherwise. */
+
+static acx_status_t update_range(acx_optimizer_t *opt, const shard_range_t *rg) {
+    acx_model_t *m = opt->model;
+    const param_group_t *g = rg->group >= 0 ? &opt->groups[rg->group] : NULL;
+    double lr = g != NULL ? opt->lr * g->lr_scale : opt->lr;
+    size_t o = rg->offset, n = rg->len;
+    float *p = at(m->master, o), *s0 = at(opt->state[0], o);
+    const float *grad = at(m->shard_grad, o);
+    if (opt->kind == ACX_OPTIM_SGD) {
+        acx_sgd_hparams_t hp = opt->sgd;
+        if (g != NULL) hp.weight_decay = g->weight_decay;
+        int first = opt->num_steps == 1;
+        if (m->shard_dev != NULL)
+            return m->shard_dev->sgd(p, grad, s0, n, &hp, lr, first, m->ctx.stream);
+        acx_kernel_sgd(p, grad, s0, n, &hp, lr, first);
+        return ACX_OK;
+    }
+    acx_adam_hparams_t hp = opt->adam;
+    if (g != NULL) hp.weight_decay = g->weight_decay;
+    int decoupled = opt->kind == ACX_OPTIM_ADAMW;
+    float *s1 = at(opt->state[1], o);
+    if (m->shard_dev != NULL)
+        return m->shard_dev->adam(p, grad, s0, s1, n, &hp, lr, opt->num_steps, decoupled,
+                                  m->ctx.stream);
+    acx_kernel_adam(p, grad, s0, s1, n, &hp, lr, opt->num_steps, decoupled);
+    return ACX_OK;
+}
 
 ACX_API acx_status_t acx_optimizer_step(acx_optimizer_t *opt) {
     if (opt == NULL) return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_optimizer_step: opt is NULL");
@@ -292,34 +527,15 @@ ACX_API acx_status_t acx_optimizer_step(acx_optimizer_t *opt) {
     /* host code reads shard_grad: with CPU offload, wait for its copies */
     if (m->shard_dev == NULL) ACX_CHECK(acx_model_grads_to_host(m));
     opt->num_steps++;
-    /* One fused pass over the local shard: master[n], shard_grad[n], state[k][n]. */
-    size_t n = m->shard_numel;
-    if (m->shard_dev != NULL) {
-        const acx_devops_t *d = m->shard_dev;
-        acx_status_t st;
-        if (opt->kind == ACX_OPTIM_SGD)
-            st = d->sgd(m->master, m->shard_grad, opt->state[0], n, &opt->sgd, opt->lr,
-                        opt->num_steps == 1, m->ctx.stream);
-        else
-            st = d->adam(m->master, m->shard_grad, opt->state[0], opt->state[1], n, &opt->adam,
-                         opt->lr, opt->num_steps, opt->kind == ACX_OPTIM_ADAMW, m->ctx.stream);
+    /* One fused pass per range of the local shard (one range over all of
+     * it without groups): master[o..o+n), shard_grad and state alike. */
+    for (int r = 0; r < opt->num_ranges; r++) {
+        const shard_range_t *rg = &opt->ranges[r];
+        acx_status_t st = update_range(opt, rg);
         if (st != ACX_OK) {
             opt->num_steps--;
             return st;
         }
-        m->step = opt->num_steps;
-        return acx_model_after_step(m);
-    }
-    switch (opt->kind) {
-    case ACX_OPTIM_SGD:
-        acx_kernel_sgd(m->master, m->shard_grad, opt->state[0], n, &opt->sgd, opt->lr,
-                       opt->num_steps == 1);
-        break;
-    case ACX_OPTIM_ADAM:
-    case ACX_OPTIM_ADAMW:
-        acx_kernel_adam(m->master, m->shard_grad, opt->state[0], opt->state[1], n, &opt->adam,
-                        opt->lr, opt->num_steps, opt->kind == ACX_OPTIM_ADAMW);
-        break;
     }
     m->step = opt->num_steps;
     /* Make the parameters the program sees consistent with the new master
@@ -388,3 +604,23 @@ void acx_optimizer_set_num_steps(acx_optimizer_t *opt, int64_t n) {
 }
 
 acx_scheduler_t *acx_optimizer_scheduler(const acx_optimizer_t *opt) { return opt->sched; }
+
+int acx_optimizer_num_groups(const acx_optimizer_t *opt) { return opt->num_groups; }
+
+void acx_optimizer_group(const acx_optimizer_t *opt, int k, const char **name, double *weight_decay,
+                         double *lr_scale, int *num_params, const char *const **param_names) {
+    const param_group_t *g = &opt->groups[k];
+    *name = g->name;
+    *weight_decay = g->weight_decay;
+    *lr_scale = g->lr_scale;
+    *num_params = g->num_params;
+    *param_names = g->names;
+}
+
+int acx_optimizer_param_group(const acx_optimizer_t *opt, int i) {
+    if (opt->group_of != NULL) return opt->group_of[i]; /* bound: the table */
+    for (int k = 0; k < opt->num_groups; k++)
+        for (int j = 0; j < opt->groups[k].num_params; j++)
+            if (opt->groups[k].params[j]->index == i) return k;
+    return -1;
+}

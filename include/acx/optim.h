@@ -4,8 +4,10 @@
  * Semantics are exactly torch.optim's (SGD, Adam, AdamW) and the
  * transformers get_*_schedule_with_warmup functions; the formulas are in
  * each doc comment. An optimizer updates the fp32 master weights of the
- * rank's local shard (the whole model under NO_SHARD) in one fused pass,
- * after acx_backward_end on a synchronization boundary.
+ * rank's local shard (the whole model under NO_SHARD) in one fused pass
+ * (one per contiguous run of a parameter group's parameters, when the
+ * program adds groups: acx_optimizer_add_param_group), after
+ * acx_backward_end on a synchronization boundary.
  */
 #ifndef ACX_OPTIM_H
 #define ACX_OPTIM_H
@@ -58,6 +60,35 @@ ACX_API acx_status_t acx_adam_create(acx_model_t *model, const acx_adam_hparams_
 ACX_API acx_status_t acx_adamw_create(acx_model_t *model, const acx_adam_hparams_t *hp,
                                       acx_optimizer_t **opt_p);
 
+/* Add a parameter group to opt, as torch.optim's param_groups: the
+ * `num_params` parameters in params[] (of opt's model) are updated with
+ * this group's weight_decay instead of the create-time one, and with
+ * learning rate lr x lr_scale, where lr is the optimizer's (the schedule's
+ * once one is attached, or acx_optimizer_set_lr's; acx_optimizer_lr keeps
+ * returning that base lr). Every other hyperparameter (momentum, betas,
+ * eps, ...) is the create-time one. Parameters in no group form the default
+ * group: the create-time hyperparameters, lr_scale 1. Typical use (GPT):
+ * one group "no_decay" with weight_decay 0 holding every parameter with
+ * acx_param_ndim(p) < 2 (biases, LayerNorm gains), decay on the 2-D
+ * weights from the create-time weight_decay (docs/user-guide.md).
+ *
+ * Before acx_prepare (the groups become contiguous ranges of the rank's
+ * shard there; the step runs its fused update once per range, once over
+ * the whole shard without groups). Not collective, but every rank must add
+ * the same groups (checkpoints record them). The group's name (1..127
+ * bytes, unique in opt) names it in errors and in checkpoints, which save
+ * the groups and refuse, under a strict load, a file whose groups differ
+ * (docs/checkpoint-format.md). params is copied; the caller keeps it.
+ * Errors (nothing added): ACX_ERR_INVALID_ARG (NULL opt/name/params, a
+ * name already used, weight_decay negative or not finite, lr_scale outside
+ * (0, 1e3] or not finite, num_params < 1, a NULL parameter or one of
+ * another model, a parameter already in this or another group — the
+ * message names the group and the parameter), ACX_ERR_STATE (the model is
+ * prepared), ACX_ERR_NO_MEMORY. */
+ACX_API acx_status_t acx_optimizer_add_param_group(acx_optimizer_t *opt, const char *name,
+                                                   double weight_decay, double lr_scale,
+                                                   int num_params, acx_param_t *const *params);
+
 /* Apply one update to the local shard with the current learning rate and
  * refresh the parameters the program sees. Call after acx_backward_end on a
  * boundary. Collective (sharded strategies all-gather inside; under fp16 the
@@ -86,7 +117,9 @@ ACX_API int acx_optimizer_step_was_skipped(const acx_optimizer_t *opt);
 /* Zero every gradient the program adds into. Not collective. */
 ACX_API acx_status_t acx_optimizer_zero_grad(acx_optimizer_t *opt);
 
-/* Current learning rate (the schedule's, once one is attached), and set it. */
+/* Current learning rate (the schedule's, once one is attached), and set it.
+ * This is the base lr: a parameter group updates with it times its
+ * lr_scale (acx_optimizer_add_param_group). */
 ACX_API double acx_optimizer_lr(const acx_optimizer_t *opt);
 ACX_API acx_status_t acx_optimizer_set_lr(acx_optimizer_t *opt, double lr);
 /* Optimizer steps taken so far. */

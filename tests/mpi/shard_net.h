@@ -100,6 +100,9 @@ typedef struct sn_run_cfg {
     int sgd;            /* 1: SGD with momentum, 0: AdamW */
     int accum;          /* gradient_accumulation_steps */
     int fwd_prefetch, bwd_prefetch, limit_all_gathers; /* -1 = leave unset */
+    /* NULL, or called between creating the optimizer and acx_prepare with
+     * the parameters in sn_par's order (parameter groups) */
+    acx_status_t (*groups)(acx_optimizer_t *opt, acx_param_t *const *p);
 } sn_run_cfg_t;
 
 typedef struct sn_net {
@@ -166,6 +169,7 @@ static inline acx_status_t sn_open(sn_net_t *net, const sn_run_cfg_t *rc) {
         hp.lr = SN_ADAM_LR;
         SN_TRY(acx_adamw_create(net->m, &hp, &net->opt));
     }
+    if (rc->groups != NULL) SN_TRY(rc->groups(net->opt, net->p));
     SN_TRY(acx_prepare(net->acc, net->m, net->opt, NULL));
 #undef SN_TRY
     return ACX_OK;

@@ -13,7 +13,9 @@
  * - literals printed by torch 1.13 (python3-torch, torch.optim.SGD/Adam/AdamW,
  *   3 steps, script in the comment above them).
  * Plus the floating-point environment: subnormal moments are flushed inside
- * the kernel, and the caller's MXCSR control bits are restored after it.
+ * the kernel, and the caller's MXCSR control bits are restored after it,
+ * and the argument checks of acx_optimizer_add_param_group (its arithmetic
+ * is tests/mpi/test_param_groups.c's: a step needs a prepared model).
  */
 #include <float.h>
 #include <math.h>
@@ -603,6 +605,88 @@ error:
     return 1;
 }
 
+/* ---- parameter groups: the argument checks ---- */
+
+static int test_group_checks(void) {
+    TESTING("parameter groups: invalid groups are refused, naming group and parameter");
+    acx_model_t *model = NULL, *other = NULL;
+    acx_optimizer_t *opt = NULL;
+    acx_shard_context_t ctx = {0}; /* no accelerator: this test frees what it makes */
+    acx_unit_t *u = NULL, *ou = NULL;
+    acx_param_t *w = NULL, *b = NULL, *g = NULL, *foreign = NULL;
+    int64_t shape[2] = {4, 3}, bshape[1] = {4};
+    CHECK_OK(acx_model_new(&ctx, &model));
+    CHECK_OK(acx_model_new(&ctx, &other));
+    CHECK_OK(acx_model_add_unit(model, "layer", &u));
+    CHECK_OK(acx_unit_add_param(u, "layer.weight", 2, shape, ACX_INIT_SPEC_ZEROS, &w));
+    CHECK_OK(acx_unit_add_param(u, "layer.bias", 1, bshape, ACX_INIT_SPEC_ZEROS, &b));
+    CHECK_OK(acx_unit_add_param(u, "layer.gain", 1, bshape, ACX_INIT_SPEC_ZEROS, &g));
+    CHECK_OK(acx_model_add_unit(other, "layer", &ou));
+    CHECK_OK(acx_unit_add_param(ou, "layer.weight", 2, shape, ACX_INIT_SPEC_ZEROS, &foreign));
+    acx_adam_hparams_t a = ACX_ADAMW_DEFAULT;
+    CHECK_OK(acx_adamw_create(model, &a, &opt));
+
+    acx_param_t *nd[2] = {b, g};
+    CHECK_OK(acx_optimizer_add_param_group(opt, "no_decay", 0.0, 1.0, 2, nd));
+    /* a parameter in two groups: the message names both groups and it */
+    CHECK_STATUS(acx_optimizer_add_param_group(opt, "again", 0.1, 1.0, 1, &b), ACX_ERR_INVALID_ARG,
+                 "group 'again': parameter 'layer.bias' is already in group "
+                 "'no_decay'");
+    acx_param_t *twice[2] = {w, w};
+    CHECK_STATUS(acx_optimizer_add_param_group(opt, "twice", 0.1, 1.0, 2, twice),
+                 ACX_ERR_INVALID_ARG, "parameter 'layer.weight' is listed twice");
+    CHECK_STATUS(acx_optimizer_add_param_group(opt, "no_decay", 0.1, 1.0, 1, &w),
+                 ACX_ERR_INVALID_ARG, "parameter group 'no_decay' already exists");
+    CHECK_STATUS(acx_optimizer_add_param_group(opt, "other", 0.1, 1.0, 1, &foreign),
+                 ACX_ERR_INVALID_ARG,
+                 "group 'other': params[0] ('layer.weight') is not a parameter of the "
+                 "optimizer's model");
+    acx_param_t *withnull[2] = {w, NULL};
+    CHECK_STATUS(acx_optimizer_add_param_group(opt, "nul", 0.1, 1.0, 2, withnull),
+                 ACX_ERR_INVALID_ARG, "group 'nul': params[1] is NULL");
+    CHECK_STATUS(acx_optimizer_add_param_group(opt, "neg", -0.1, 1.0, 1, &w), ACX_ERR_INVALID_ARG,
+                 "group 'neg': invalid weight_decay -0.1");
+    CHECK_STATUS(acx_optimizer_add_param_group(opt, "nan", NAN, 1.0, 1, &w), ACX_ERR_INVALID_ARG,
+                 "group 'nan': invalid weight_decay nan");
+    CHECK_STATUS(acx_optimizer_add_param_group(opt, "inf", INFINITY, 1.0, 1, &w),
+                 ACX_ERR_INVALID_ARG, "group 'inf': invalid weight_decay inf");
+    CHECK_STATUS(acx_optimizer_add_param_group(opt, "zero", 0.1, 0.0, 1, &w), ACX_ERR_INVALID_ARG,
+                 "group 'zero': invalid lr_scale 0: expected a finite value in (0, 1000]");
+    CHECK_STATUS(acx_optimizer_add_param_group(opt, "big", 0.1, 1000.5, 1, &w), ACX_ERR_INVALID_ARG,
+                 "group 'big': invalid lr_scale 1000.5");
+    CHECK_STATUS(acx_optimizer_add_param_group(opt, "nan", 0.1, NAN, 1, &w), ACX_ERR_INVALID_ARG,
+                 "invalid lr_scale nan");
+    CHECK_STATUS(acx_optimizer_add_param_group(opt, "empty", 0.1, 1.0, 0, &w), ACX_ERR_INVALID_ARG,
+                 "group 'empty': num_params 0");
+    CHECK_STATUS(acx_optimizer_add_param_group(opt, "", 0.1, 1.0, 1, &w), ACX_ERR_INVALID_ARG,
+                 "is empty");
+    CHECK_STATUS(acx_optimizer_add_param_group(opt, NULL, 0.1, 1.0, 1, &w), ACX_ERR_INVALID_ARG,
+                 "must not be NULL");
+    CHECK_STATUS(acx_optimizer_add_param_group(NULL, "x", 0.1, 1.0, 1, &w), ACX_ERR_INVALID_ARG,
+                 "must not be NULL");
+    /* the refused calls added nothing: w is still free for a group, and
+     * the bounds themselves are accepted */
+    CHECK_OK(acx_optimizer_add_param_group(opt, "decay", 0.0, 1e3, 1, &w));
+    CHECK(acx_optimizer_lr(opt) == a.lr); /* the base lr, not scaled */
+
+    model->prepared = 1;
+    CHECK_STATUS(acx_optimizer_add_param_group(opt, "late", 0.1, 1.0, 1, &g), ACX_ERR_STATE,
+                 "group 'late': the model is already prepared");
+    model->prepared = 0;
+    acx_optimizer_free(opt);
+    acx_model_free(model);
+    acx_model_free(other);
+    PASSED();
+    return 0;
+error:
+    acx_optimizer_free(opt);
+    if (model != NULL) model->prepared = 0;
+    acx_model_free(model);
+    acx_model_free(other);
+    FAILED();
+    return 1;
+}
+
 int main(void) {
     acx_test_watchdog(60);
     make_fixture();
@@ -616,5 +700,6 @@ int main(void) {
     failed += test_any_nonfinite();
     failed += test_mxcsr();
     failed += test_create_checks();
+    failed += test_group_checks();
     return failed ? 1 : 0;
 }
