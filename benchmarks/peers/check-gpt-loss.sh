@@ -51,7 +51,10 @@ if [ -z "$text" ]; then
         # every verse, without its reference ("Ge1:1 ")
         bible -f Gen1:1-Rev22:21 2>/dev/null | sed 's/^[^ ]* //' >"$text"
     else
-        f=$(ls /usr/share/games/fortunes/* 2>/dev/null | grep -v '\.' | head -1)
+        f=
+        for c in /usr/share/games/fortunes/*; do # a fortune file, not its .dat/.u8 index
+            case $c in *.*) ;; *) [ -f "$c" ] && f=$c && break ;; esac
+        done
         [ -n "$f" ] || { echo "check-gpt-loss: no text: install bible-kjv or fortunes, or --text" >&2; exit 2; }
         cp "$f" "$text"
     fi
