@@ -1,0 +1,956 @@
+/*
+ * examples/gpt/gpt.c — acx-gpt, the main job of issue 20: a small GPT
+ * (GPT-2's architecture: token and position embeddings, pre-LayerNorm
+ * blocks of causal multi-head attention and a GELU MLP, a final LayerNorm,
+ * the output layer tied to the token embedding) trained on a token file
+ * with AdamW, a cosine schedule with warmup and gradient clipping, written
+ * the way a user writes a C trainer on acx. The model's arithmetic is in
+ * gpt_model.c (no acx there); this file strings it through acx's units:
+ *
+ *   unit "embed" (wte, wpe), units "h.0".."h.L-1" (one per block),
+ *   unit "final" (ln_f); the head reads the tied wte.
+ *
+ *   acx-gpt --make-tokens kjv.txt -o kjv.h5          bytes -> /train, /val tokens
+ *   mpirun -np 2 acx-gpt --data kjv.h5 --steps 2000
+ *
+ * Every step: acquire -> forward -> release per unit in order, the loss,
+ * then backward in reverse with acx_unit_grads_ready per unit, so each
+ * unit's all-reduce overlaps the backward of the units below.
+ *
+ * Batches: window w of a token array is tokens[w*T .. w*T+T] (T+1 tokens:
+ * inputs and the targets shifted by one). The windows are visited in a
+ * permutation of (seed, epoch); micro-batch m of the run takes positions
+ * m*G + r*B .. m*G + r*B + B-1 of that order (G = B x world size, r the
+ * rank), so a batch depends on the micro-step count only and a resumed run
+ * continues with exactly the batches it would have seen.
+ *
+ * Phase 1 (today's API): parameters are always valid under NO_SHARD, so the
+ * head reads wte from the embedding unit without acquiring it, the token
+ * file is read here (read_tokens), and weight decay applies to every
+ * parameter's group alike. The places that change with issue 20's API are
+ * marked API20.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include <hdf5.h>
+
+#include <acx/acx.h>
+
+#include "gpt_model.h"
+
+typedef struct options {
+    const char *data, *save, *save_init, *dump_batches, *make_tokens, *out, *prompt;
+    int64_t layers, d_model, heads, seq_len, batch_size, steps, warmup, log_every, eval_every,
+        eval_batches, sample_len;
+    double lr, weight_decay, max_grad_norm, temperature, val_fraction;
+    int64_t seed;
+    int quiet;
+} options_t;
+
+static void usage(FILE *f) {
+    fprintf(
+        f,
+        "usage: acx-gpt --data FILE.h5 [options]\n"
+        "       acx-gpt --make-tokens TEXT -o FILE.h5 [--val-fraction X]\n"
+        "Train a GPT on the byte tokens of FILE.h5 (/train/tokens, /val/tokens) on every rank.\n\n"
+        "model:\n"
+        "  --layers N            transformer blocks (default 4)\n"
+        "  --d-model N           embedding width (default 128)\n"
+        "  --heads N             attention heads, divide --d-model (default 4)\n"
+        "  --seq-len N           context length T (default 64)\n"
+        "training:\n"
+        "  --steps N             optimizer steps (default 1000)\n"
+        "  --batch-size N        sequences per rank per micro-step (default 16)\n"
+        "  --lr X                peak learning rate (default 1e-3)\n"
+        "  --warmup N            linear warmup steps, then cosine decay to 0 (default 100)\n"
+        "  --weight-decay X      AdamW decoupled weight decay (default 0.1)\n"
+        "  --max-grad-norm X     clip the global gradient norm (default 1; 0 = no clipping)\n"
+        "  --seed N              initialization, batch order and sampling (default: config, 42)\n"
+        "  --gradient-accumulation-steps K, --mixed-precision no|bf16, --sharding-strategy S\n"
+        "                        acx configuration keys (docs/config.md)\n"
+        "evaluation and output:\n"
+        "  --eval-every N        validation loss every N steps and at the end (default 100)\n"
+        "  --eval-batches N      batches per rank of the validation split (default 8)\n"
+        "  --log-every N         print the training loss every N steps (default 50)\n"
+        "  --sample-len N        bytes to sample at the end (default 400; 0 = none)\n"
+        "  --temperature X       sampling temperature (default 0.8)\n"
+        "  --prompt TEXT         the sample's beginning (default \"And \")\n"
+        "  --save FILE.h5        final weights (acx_model_save_weights)\n"
+        "  --save-init FILE.h5   the initial weights (step 0), for the PyTorch reference\n"
+        "  --dump-batches FILE   each rank writes FILE.rR: one line per micro-step, the window\n"
+        "                        index of each of its sequences\n"
+        "  --project-dir DIR, --save-every N, --resume latest|PATH   checkpoints (as acx-fmnist)\n"
+        "  --quiet               only the final lines\n"
+        "  --config FILE, --acx-KEY=VALUE   acx configuration (see docs/config.md)\n");
+}
+
+static int parse_i64(const char *flag, const char *s, int64_t lo, int64_t hi, int64_t *v_p) {
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (*s == '\0' || *end != '\0' || errno == ERANGE || v < lo || v > hi) {
+        fprintf(stderr, "acx-gpt: invalid value '%s' for --%s: expected an integer in %lld..%lld\n",
+                s, flag, (long long)lo, (long long)hi);
+        return -1;
+    }
+    *v_p = v;
+    return 0;
+}
+
+static int parse_f64(const char *flag, const char *s, double lo, double hi, double *v_p) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (*s == '\0' || *end != '\0' || errno == ERANGE || !isfinite(v) || !(v >= lo) || !(v <= hi)) {
+        fprintf(stderr, "acx-gpt: invalid value '%s' for --%s: expected a number in [%g, %g]\n", s,
+                flag, lo, hi);
+        return -1;
+    }
+    *v_p = v;
+    return 0;
+}
+
+#define GPT_STEPS_MAX ((int64_t)1 << 40)
+
+static int parse_options(int argc, char **argv, options_t *o) {
+    *o = (options_t){.layers = 4,
+                     .d_model = 128,
+                     .heads = 4,
+                     .seq_len = 64,
+                     .batch_size = 16,
+                     .steps = 1000,
+                     .warmup = 100,
+                     .log_every = 50,
+                     .eval_every = 100,
+                     .eval_batches = 8,
+                     .sample_len = 400,
+                     .lr = 1e-3,
+                     .weight_decay = 0.1,
+                     .max_grad_norm = 1.0,
+                     .temperature = 0.8,
+                     .val_fraction = 0.1,
+                     .prompt = "And ",
+                     .seed = 42};
+    enum {
+        O_DATA = 256,
+        O_LAYERS,
+        O_DMODEL,
+        O_HEADS,
+        O_SEQ,
+        O_BATCH,
+        O_STEPS,
+        O_LR,
+        O_WARMUP,
+        O_WD,
+        O_CLIP,
+        O_SEED,
+        O_EVAL_EVERY,
+        O_EVAL_BATCHES,
+        O_LOG_EVERY,
+        O_SAMPLE_LEN,
+        O_TEMP,
+        O_PROMPT,
+        O_SAVE,
+        O_SAVE_INIT,
+        O_DUMP,
+        O_PROJECT,
+        O_SAVE_EVERY,
+        O_RESUME,
+        O_MAKE,
+        O_VALFRAC,
+        O_QUIET
+    };
+    static const struct option longopts[] = {{"data", required_argument, 0, O_DATA},
+                                             {"layers", required_argument, 0, O_LAYERS},
+                                             {"d-model", required_argument, 0, O_DMODEL},
+                                             {"heads", required_argument, 0, O_HEADS},
+                                             {"seq-len", required_argument, 0, O_SEQ},
+                                             {"batch-size", required_argument, 0, O_BATCH},
+                                             {"steps", required_argument, 0, O_STEPS},
+                                             {"lr", required_argument, 0, O_LR},
+                                             {"warmup", required_argument, 0, O_WARMUP},
+                                             {"weight-decay", required_argument, 0, O_WD},
+                                             {"max-grad-norm", required_argument, 0, O_CLIP},
+                                             {"seed", required_argument, 0, O_SEED},
+                                             {"eval-every", required_argument, 0, O_EVAL_EVERY},
+                                             {"eval-batches", required_argument, 0, O_EVAL_BATCHES},
+                                             {"log-every", required_argument, 0, O_LOG_EVERY},
+                                             {"sample-len", required_argument, 0, O_SAMPLE_LEN},
+                                             {"temperature", required_argument, 0, O_TEMP},
+                                             {"prompt", required_argument, 0, O_PROMPT},
+                                             {"save", required_argument, 0, O_SAVE},
+                                             {"save-init", required_argument, 0, O_SAVE_INIT},
+                                             {"dump-batches", required_argument, 0, O_DUMP},
+                                             {"project-dir", required_argument, 0, O_PROJECT},
+                                             {"save-every", required_argument, 0, O_SAVE_EVERY},
+                                             {"resume", required_argument, 0, O_RESUME},
+                                             {"make-tokens", required_argument, 0, O_MAKE},
+                                             {"val-fraction", required_argument, 0, O_VALFRAC},
+                                             {"quiet", no_argument, 0, O_QUIET},
+                                             {"help", no_argument, 0, 'h'},
+                                             {0, 0, 0, 0}};
+    int c, idx = 0;
+    int64_t v;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "ho:", longopts, &idx)) != -1) {
+        switch (c) {
+        case O_DATA: o->data = optarg; break;
+        case O_LAYERS:
+            if (parse_i64("layers", optarg, 1, 1024, &o->layers)) return -1;
+            break;
+        case O_DMODEL:
+            if (parse_i64("d-model", optarg, 1, 65536, &o->d_model)) return -1;
+            break;
+        case O_HEADS:
+            if (parse_i64("heads", optarg, 1, 1024, &o->heads)) return -1;
+            break;
+        case O_SEQ:
+            if (parse_i64("seq-len", optarg, 1, 65536, &o->seq_len)) return -1;
+            break;
+        case O_BATCH:
+            if (parse_i64("batch-size", optarg, 1, 1 << 20, &o->batch_size)) return -1;
+            break;
+        case O_STEPS:
+            if (parse_i64("steps", optarg, 0, GPT_STEPS_MAX, &o->steps)) return -1;
+            break;
+        case O_LR:
+            if (parse_f64("lr", optarg, 0.0, 1e3, &o->lr)) return -1;
+            break;
+        case O_WARMUP:
+            if (parse_i64("warmup", optarg, 0, GPT_STEPS_MAX, &o->warmup)) return -1;
+            break;
+        case O_WD:
+            if (parse_f64("weight-decay", optarg, 0.0, 1.0, &o->weight_decay)) return -1;
+            break;
+        case O_CLIP:
+            if (parse_f64("max-grad-norm", optarg, 0.0, 1e30, &o->max_grad_norm)) return -1;
+            break;
+        case O_SEED:
+            if (parse_i64("seed", optarg, INT64_MIN, INT64_MAX, &o->seed)) return -1;
+            break;
+        case O_EVAL_EVERY:
+            if (parse_i64("eval-every", optarg, 0, GPT_STEPS_MAX, &o->eval_every)) return -1;
+            break;
+        case O_EVAL_BATCHES:
+            if (parse_i64("eval-batches", optarg, 0, 1 << 20, &o->eval_batches)) return -1;
+            break;
+        case O_LOG_EVERY:
+            if (parse_i64("log-every", optarg, 1, GPT_STEPS_MAX, &o->log_every)) return -1;
+            break;
+        case O_SAMPLE_LEN:
+            if (parse_i64("sample-len", optarg, 0, 1 << 20, &o->sample_len)) return -1;
+            break;
+        case O_TEMP:
+            if (parse_f64("temperature", optarg, 1e-3, 100.0, &o->temperature)) return -1;
+            break;
+        case O_VALFRAC:
+            if (parse_f64("val-fraction", optarg, 0.0, 0.9, &o->val_fraction)) return -1;
+            break;
+        case O_PROMPT: o->prompt = optarg; break;
+        case O_SAVE: o->save = optarg; break;
+        case O_SAVE_INIT: o->save_init = optarg; break;
+        case O_DUMP: o->dump_batches = optarg; break;
+        case O_MAKE: o->make_tokens = optarg; break;
+        case 'o': o->out = optarg; break;
+        case O_QUIET: o->quiet = 1; break;
+        case O_PROJECT: /* taken before acx_init (see run) */
+        case O_RESUME:
+            if (optarg[0] == '\0') {
+                fprintf(stderr, "acx-gpt: invalid value '' for --%s\n",
+                        c == O_PROJECT ? "project-dir" : "resume");
+                return -1;
+            }
+            break;
+        case O_SAVE_EVERY:
+            if (parse_i64("save-every", optarg, 0, GPT_STEPS_MAX, &v)) return -1;
+            break;
+        case 'h': usage(stdout); return 1;
+        default: usage(stderr); return -1;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "acx-gpt: unexpected argument '%s'\n", argv[optind]);
+        return -1;
+    }
+    if (o->make_tokens != NULL) {
+        if (o->out == NULL) {
+            fprintf(stderr, "acx-gpt: --make-tokens needs -o FILE.h5\n");
+            return -1;
+        }
+        return 0;
+    }
+    if (o->data == NULL) {
+        fprintf(stderr, "acx-gpt: --data FILE.h5 is required (make one with --make-tokens)\n");
+        return -1;
+    }
+    if (o->d_model % o->heads != 0) {
+        fprintf(stderr, "acx-gpt: --heads %lld does not divide --d-model %lld\n",
+                (long long)o->heads, (long long)o->d_model);
+        return -1;
+    }
+    if (o->warmup > o->steps) {
+        fprintf(stderr, "acx-gpt: --warmup %lld is more than --steps %lld\n", (long long)o->warmup,
+                (long long)o->steps);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- token files ---- */
+
+/* API20: replaced by acx_token_loader_open (the "tokens" helper) once it
+ * exists; the HDF5 layout is the agreed one (docs: api20). */
+
+/* Write /train/tokens and /val/tokens (1-D uint16, one byte per token,
+ * attributes vocab_size = 256 and tokenizer = "bytes") from the bytes of a
+ * text file: the last val_fraction of it is the validation split. */
+static int write_attrs(hid_t ds) {
+    int64_t vocab = 256;
+    hid_t sp = H5Screate(H5S_SCALAR), str = H5Tcopy(H5T_C_S1);
+    H5Tset_size(str, 5);
+    hid_t a1 = H5Acreate2(ds, "vocab_size", H5T_STD_I64LE, sp, H5P_DEFAULT, H5P_DEFAULT);
+    hid_t a2 = H5Acreate2(ds, "tokenizer", str, sp, H5P_DEFAULT, H5P_DEFAULT);
+    int bad = a1 < 0 || a2 < 0 || H5Awrite(a1, H5T_NATIVE_INT64, &vocab) < 0 ||
+              H5Awrite(a2, str, "bytes") < 0;
+    H5Aclose(a1), H5Aclose(a2), H5Tclose(str), H5Sclose(sp);
+    return bad ? -1 : 0;
+}
+
+static int write_tokens(hid_t file, const char *group, const unsigned char *bytes, size_t n) {
+    uint16_t *tok = malloc((n > 0 ? n : 1) * sizeof *tok);
+    if (tok == NULL) return -1;
+    for (size_t i = 0; i < n; i++)
+        tok[i] = bytes[i];
+    hsize_t dim = n;
+    char name[64];
+    snprintf(name, sizeof name, "%s/tokens", group);
+    hid_t g = H5Gcreate2(file, group, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    hid_t sp = H5Screate_simple(1, &dim, NULL);
+    hid_t ds = H5Dcreate2(file, name, H5T_STD_U16LE, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    int bad = g < 0 || ds < 0 ||
+              H5Dwrite(ds, H5T_NATIVE_UINT16, H5S_ALL, H5S_ALL, H5P_DEFAULT, tok) < 0 ||
+              write_attrs(ds) != 0;
+    H5Dclose(ds), H5Sclose(sp), H5Gclose(g);
+    free(tok);
+    return bad ? -1 : 0;
+}
+
+static int make_tokens(const char *text, const char *out, double val_fraction) {
+    FILE *f = fopen(text, "rb");
+    if (f == NULL) {
+        fprintf(stderr, "acx-gpt: cannot open '%s': %s\n", text, strerror(errno));
+        return 1;
+    }
+    size_t cap = 1 << 20, n = 0, got;
+    unsigned char *buf = malloc(cap);
+    while (buf != NULL && (got = fread(buf + n, 1, cap - n, f)) > 0) {
+        n += got;
+        if (n == cap) {
+            unsigned char *nb = realloc(buf, cap *= 2);
+            if (nb == NULL) free(buf);
+            buf = nb;
+        }
+    }
+    fclose(f);
+    if (buf == NULL) {
+        fprintf(stderr, "acx-gpt: out of memory reading '%s'\n", text);
+        return 1;
+    }
+    size_t n_val = (size_t)((double)n * val_fraction);
+    if (n - n_val < 2 || (val_fraction > 0 && n_val < 2)) {
+        fprintf(stderr, "acx-gpt: '%s' has %zu bytes: too few for train and validation splits\n",
+                text, n);
+        free(buf);
+        return 1;
+    }
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.tmp", out);
+    hid_t file = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    int bad = file < 0 || write_tokens(file, "/train", buf, n - n_val) != 0 ||
+              write_tokens(file, "/val", buf + (n - n_val), n_val) != 0;
+    if (file >= 0) H5Fclose(file);
+    free(buf);
+    if (bad || rename(tmp, out) != 0) {
+        fprintf(stderr, "acx-gpt: cannot write '%s'\n", out);
+        remove(tmp);
+        return 1;
+    }
+    printf("acx-gpt: %s: %zu train and %zu validation byte tokens from %s\n", out, n - n_val, n_val,
+           text);
+    return 0;
+}
+
+/* Read the 1-D integer dataset `name` of `path` as int32 tokens, each
+ * checked against vocab. *tok_p malloc'd. 0, or -1 with the reason printed. */
+static int read_tokens(const char *path, const char *name, int vocab, int32_t **tok_p,
+                       int64_t *n_p) {
+    /* the messages below say what failed: no HDF5 error stack (restored at out) */
+    H5E_auto2_t efunc;
+    void *edata;
+    H5Eget_auto2(H5E_DEFAULT, &efunc, &edata);
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+    hid_t file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT), ds = -1, sp = -1, ty = -1;
+    int rc = -1;
+    int32_t *tok = NULL;
+    if (file < 0) {
+        fprintf(stderr, "acx-gpt: cannot open token file '%s'\n", path);
+        H5Eset_auto2(H5E_DEFAULT, efunc, edata);
+        return -1;
+    }
+    if (H5Lexists(file, name, H5P_DEFAULT) <= 0 || (ds = H5Dopen2(file, name, H5P_DEFAULT)) < 0) {
+        fprintf(stderr, "acx-gpt: '%s' has no dataset %s (expected 1-D uint16 or int32 tokens)\n",
+                path, name);
+        goto out;
+    }
+    sp = H5Dget_space(ds);
+    ty = H5Dget_type(ds);
+    hsize_t dim = 0;
+    if (H5Sget_simple_extent_ndims(sp) != 1 || H5Tget_class(ty) != H5T_INTEGER ||
+        H5Tget_size(ty) > 4) {
+        fprintf(stderr, "acx-gpt: %s:%s must be a 1-D integer array of at most 32 bits\n", path,
+                name);
+        goto out;
+    }
+    H5Sget_simple_extent_dims(sp, &dim, NULL);
+    tok = malloc((dim > 0 ? dim : 1) * sizeof *tok);
+    if (tok == NULL) {
+        fprintf(stderr, "acx-gpt: out of memory for %llu tokens\n", (unsigned long long)dim);
+        goto out;
+    }
+    if (H5Dread(ds, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, tok) < 0) {
+        fprintf(stderr, "acx-gpt: cannot read %s:%s\n", path, name);
+        goto out;
+    }
+    for (hsize_t i = 0; i < dim; i++)
+        if (tok[i] < 0 || tok[i] >= vocab) {
+            fprintf(stderr, "acx-gpt: %s:%s[%llu] = %d is outside the vocabulary 0..%d\n", path,
+                    name, (unsigned long long)i, tok[i], vocab - 1);
+            goto out;
+        }
+    *tok_p = tok;
+    *n_p = (int64_t)dim;
+    tok = NULL;
+    rc = 0;
+out:
+    free(tok);
+    if (ty >= 0) H5Tclose(ty);
+    if (sp >= 0) H5Sclose(sp);
+    if (ds >= 0) H5Dclose(ds);
+    H5Fclose(file);
+    H5Eset_auto2(H5E_DEFAULT, efunc, edata);
+    return rc;
+}
+
+/* ---- batches ---- */
+
+static uint64_t splitmix64(uint64_t *s) {
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* The windows of the training split, visited in a permutation per epoch. */
+typedef struct windows {
+    const int32_t *tok;
+    int64_t n_windows, T, seed, epoch; /* epoch: whose permutation perm holds (-1: none) */
+    int64_t *perm;
+} windows_t;
+
+/* Fisher-Yates shuffle of 0..n-1 from splitmix64(seed, epoch): the same on every rank. */
+static void windows_epoch(windows_t *w, int64_t epoch) {
+    if (w->epoch == epoch) return;
+    uint64_t s = (uint64_t)w->seed * 0x2545f4914f6cdd1dull ^ (uint64_t)epoch;
+    for (int64_t i = 0; i < w->n_windows; i++)
+        w->perm[i] = i;
+    for (int64_t i = w->n_windows - 1; i > 0; i--) {
+        int64_t j = (int64_t)(splitmix64(&s) % (uint64_t)(i + 1)), t = w->perm[i];
+        w->perm[i] = w->perm[j];
+        w->perm[j] = t;
+    }
+    w->epoch = epoch;
+}
+
+/* Micro-batch `micro` of this rank: B windows into inputs/targets [B x T];
+ * their window indices into idx[B]. */
+static void windows_batch(windows_t *w, int64_t micro, int rank, int world, int64_t B,
+                          int32_t *inputs, int32_t *targets, int64_t *idx) {
+    for (int64_t i = 0; i < B; i++) {
+        int64_t g = micro * B * world + rank * B + i;
+        windows_epoch(w, g / w->n_windows);
+        int64_t win = w->perm[g % w->n_windows];
+        const int32_t *src = w->tok + win * w->T;
+        memcpy(inputs + i * w->T, src, (size_t)w->T * sizeof *src);
+        memcpy(targets + i * w->T, src + 1, (size_t)w->T * sizeof *src);
+        idx[i] = win;
+    }
+}
+
+/* ---- the model as acx sees it ---- */
+
+typedef struct model {
+    gpt_config_t cfg;
+    acx_model_t *m;
+    acx_unit_t *embed, *final, **block;
+    acx_param_t *wte, *wpe, *lnf_w, *lnf_b;
+    acx_param_t *(*bp)[GPT_BLOCK_TENSORS]; /* [L][tensor] */
+} model_t;
+
+/* GPT-2's initialization: weights N(0, 0.02), the projections into the
+ * residual stream (attn.c_proj, mlp.c_proj) N(0, 0.02/sqrt(2L)), biases 0,
+ * LayerNorm weight 1 and bias 0. */
+static acx_status_t model_register(acx_accelerator_t *acc, model_t *md) {
+    const gpt_config_t *c = &md->cfg;
+    md->block = calloc((size_t)c->layers, sizeof *md->block);
+    md->bp = calloc((size_t)c->layers, sizeof *md->bp);
+    if (md->block == NULL || md->bp == NULL) return ACX_ERR_NO_MEMORY;
+    ACX_TRY(acx_model_create(acc, &md->m));
+    ACX_TRY(acx_model_add_unit(md->m, "embed", &md->embed));
+    ACX_TRY(acx_unit_add_param(md->embed, "wte.weight", 2, (int64_t[]){c->vocab, c->d_model},
+                               ACX_INIT_SPEC_NORMAL(0.0, 0.02), &md->wte));
+    ACX_TRY(acx_unit_add_param(md->embed, "wpe.weight", 2, (int64_t[]){c->seq_len, c->d_model},
+                               ACX_INIT_SPEC_NORMAL(0.0, 0.02), &md->wpe));
+    double proj_std = 0.02 / sqrt(2.0 * c->layers);
+    for (int l = 0; l < c->layers; l++) {
+        char name[ACX_MAX_NAME];
+        snprintf(name, sizeof name, "h.%d", l);
+        ACX_TRY(acx_model_add_unit(md->m, name, &md->block[l]));
+        for (int i = 0; i < GPT_BLOCK_TENSORS; i++) {
+            int64_t shape[2];
+            int nd = gpt_block_tensor_shape(c, i, shape);
+            acx_init_spec_t init = ACX_INIT_SPEC_ZEROS;
+            if (i == GPT_LN1_W || i == GPT_LN2_W)
+                init = ((acx_init_spec_t){.kind = ACX_INIT_ONES});
+            else if (i == GPT_ATTPROJ_W || i == GPT_FCPROJ_W)
+                init = ACX_INIT_SPEC_NORMAL(0.0, proj_std);
+            else if (nd == 2)
+                init = ACX_INIT_SPEC_NORMAL(0.0, 0.02);
+            snprintf(name, sizeof name, "h.%d.%s", l, gpt_block_tensor_name(i));
+            ACX_TRY(acx_unit_add_param(md->block[l], name, nd, shape, init, &md->bp[l][i]));
+        }
+    }
+    /* API20: acx_model_add_shared_unit(md->m, "head", md->embed, &md->head) here, for the
+     * tied output layer's use of wte. */
+    ACX_TRY(acx_model_add_unit(md->m, "final", &md->final));
+    ACX_TRY(acx_unit_add_param(md->final, "ln_f.weight", 1, (int64_t[]){c->d_model},
+                               ((acx_init_spec_t){.kind = ACX_INIT_ONES}), &md->lnf_w));
+    ACX_TRY(acx_unit_add_param(md->final, "ln_f.bias", 1, (int64_t[]){c->d_model},
+                               ACX_INIT_SPEC_ZEROS, &md->lnf_b));
+    return ACX_OK;
+}
+
+static void block_tensors(model_t *md, int l, gpt_block_tensors_t *p, gpt_block_tensors_t *g) {
+    for (int i = 0; i < GPT_BLOCK_TENSORS; i++) {
+        p->t[i] = acx_param_data(md->bp[l][i]);
+        if (g != NULL) g->t[i] = acx_param_grad(md->bp[l][i]);
+    }
+}
+
+/* Forward through every unit: acquire, compute, release. Returns the mean loss. */
+static acx_status_t forward(model_t *md, gpt_workspace_t *ws, const int32_t *in, const int32_t *tg,
+                            int B, int T, double *loss_p) {
+    gpt_block_tensors_t p;
+    ACX_TRY(acx_unit_acquire(md->embed));
+    gpt_forward_embed(ws, acx_param_data(md->wte), acx_param_data(md->wpe), in, B, T);
+    ACX_TRY(acx_unit_release(md->embed));
+    for (int l = 0; l < md->cfg.layers; l++) {
+        ACX_TRY(acx_unit_acquire(md->block[l]));
+        block_tensors(md, l, &p, NULL);
+        gpt_forward_block(ws, l, &p, B, T);
+        ACX_TRY(acx_unit_release(md->block[l]));
+    }
+    /* API20: acquire the shared head unit instead: wte is valid here only
+     * because NO_SHARD never frees it. */
+    ACX_TRY(acx_unit_acquire(md->final));
+    *loss_p = gpt_forward_final(ws, acx_param_data(md->lnf_w), acx_param_data(md->lnf_b),
+                                acx_param_data(md->wte), tg, B, T);
+    ACX_TRY(acx_unit_release(md->final));
+    return ACX_OK;
+}
+
+/* One micro-step: forward, loss, backward unit by unit in reverse. */
+static acx_status_t train_step(acx_accelerator_t *acc, model_t *md, gpt_workspace_t *ws,
+                               const int32_t *in, const int32_t *tg, int B, int T, double *loss_p) {
+    ACX_TRY(forward(md, ws, in, tg, B, T, loss_p));
+    acx_record_loss(acc, *loss_p);
+    /* the seed of backward, dL/dlogits (fp16: acx multiplies by the loss scale) */
+    ACX_TRY(acx_backward_begin(acc, ws->dlogits, (size_t)B * T * md->cfg.vocab));
+    /* API20: the head's backward runs under the shared unit; its
+     * grads_ready then comes before the final unit's. Here the tied wte's
+     * head gradient is added while only "final" is acquired: NO_SHARD keeps
+     * acx_param_grad(wte) valid, and "embed" reports last, so the reduction
+     * of wte sees both uses. */
+    ACX_TRY(acx_unit_acquire(md->final));
+    gpt_backward_final(ws, acx_param_data(md->lnf_w), acx_param_data(md->wte),
+                       acx_param_grad(md->lnf_w), acx_param_grad(md->lnf_b),
+                       acx_param_grad(md->wte), B, T);
+    ACX_TRY(acx_unit_grads_ready(md->final));
+    ACX_TRY(acx_unit_release(md->final));
+    for (int l = md->cfg.layers - 1; l >= 0; l--) {
+        gpt_block_tensors_t p, g;
+        ACX_TRY(acx_unit_acquire(md->block[l]));
+        block_tensors(md, l, &p, &g);
+        gpt_backward_block(ws, l, &p, &g, B, T);
+        ACX_TRY(acx_unit_grads_ready(md->block[l]));
+        ACX_TRY(acx_unit_release(md->block[l]));
+    }
+    ACX_TRY(acx_unit_acquire(md->embed));
+    gpt_backward_embed(ws, acx_param_grad(md->wte), acx_param_grad(md->wpe), in, B, T);
+    ACX_TRY(acx_unit_grads_ready(md->embed));
+    ACX_TRY(acx_unit_release(md->embed));
+    return acx_backward_end(acc);
+}
+
+/* Mean loss over the first eval_batches x B x world windows of the
+ * validation split (rank r takes every world-th), averaged over ranks. */
+static acx_status_t evaluate(acx_accelerator_t *acc, model_t *md, gpt_workspace_t *ws,
+                             const int32_t *val, int64_t n_val_windows, int64_t batches, int B,
+                             int T, int32_t *in, int32_t *tg, double *loss_p) {
+    int rank = acx_rank(acc), world = acx_world_size(acc);
+    double sum = 0.0;
+    int64_t nb = 0;
+    for (int64_t b = 0; b < batches; b++) {
+        if ((b + 1) * B * world > n_val_windows) break; /* the same on every rank */
+        for (int i = 0; i < B; i++) {
+            int64_t win = (b * B + i) * world + rank;
+            memcpy(in + (size_t)i * T, val + win * T, (size_t)T * sizeof *in);
+            memcpy(tg + (size_t)i * T, val + win * T + 1, (size_t)T * sizeof *tg);
+        }
+        double loss;
+        ACX_TRY(forward(md, ws, in, tg, B, T, &loss));
+        sum += loss;
+        nb++;
+    }
+    ACX_TRY(acx_reduce_scalar(acc, nb > 0 ? sum / (double)nb : 0.0, ACX_OP_AVG, loss_p));
+    if (nb == 0) *loss_p = NAN;
+    return ACX_OK;
+}
+
+/* Sample n tokens after the prompt on every rank alike (the same seed: the
+ * units' collectives stay matched), print on rank 0. Temperature t:
+ * p_j^(1/t) renormalized, i.e. softmax(logits / t). */
+static acx_status_t sample(acx_accelerator_t *acc, model_t *md, gpt_workspace_t *ws,
+                           const options_t *o, int T) {
+    size_t plen = strlen(o->prompt), total = plen + (size_t)o->sample_len;
+    int32_t *seq = malloc((total > 0 ? total : 1) * sizeof *seq), *tg = calloc((size_t)T, 4);
+    double *w = malloc((size_t)md->cfg.vocab * sizeof *w);
+    if (seq == NULL || tg == NULL || w == NULL) {
+        free(seq), free(tg), free(w);
+        return ACX_ERR_NO_MEMORY;
+    }
+    for (size_t i = 0; i < plen; i++)
+        seq[i] = (unsigned char)o->prompt[i] % md->cfg.vocab;
+    size_t len = plen;
+    if (len == 0) seq[len++] = '\n' % md->cfg.vocab;
+    uint64_t s = (uint64_t)o->seed ^ 0x5deece66dull;
+    acx_status_t st = ACX_OK;
+    while (len < total) {
+        int t = len < (size_t)T ? (int)len : T;
+        double loss;
+        if ((st = forward(md, ws, seq + len - t, tg, 1, t, &loss)) != ACX_OK) break;
+        const float *p = ws->probs + (size_t)(t - 1) * md->cfg.vocab;
+        double sum = 0.0;
+        for (int j = 0; j < md->cfg.vocab; j++)
+            sum += (w[j] = p[j] > 0 ? exp(log((double)p[j]) / o->temperature) : 0.0);
+        double u = (double)(splitmix64(&s) >> 11) / 9007199254740992.0 * sum, acc_w = 0.0;
+        int next = md->cfg.vocab - 1;
+        for (int j = 0; j < md->cfg.vocab; j++)
+            if ((acc_w += w[j]) > u) {
+                next = j;
+                break;
+            }
+        seq[len++] = next;
+    }
+    if (st == ACX_OK && acx_is_main_process(acc)) {
+        printf("---- sample (temperature %g, seed %lld) ----\n", o->temperature,
+               (long long)o->seed);
+        for (size_t i = 0; i < len; i++)
+            putchar(seq[i] >= 32 || seq[i] == '\n' || seq[i] == '\t' ? seq[i] : '?');
+        printf("\n---- end of sample ----\n");
+        fflush(stdout);
+    }
+    free(seq), free(tg), free(w);
+    return st;
+}
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* Config keys the program takes as its own options: rewritten as
+ * --acx-KEY=V so acx_init validates them. */
+static void alias_acx_options(int *argc, char **argv) {
+    static const char *const alias[][2] = {
+        {"--sharding-strategy", "sharding_strategy"},
+        {"--mixed-precision", "mixed_precision"},
+        {"--gradient-accumulation-steps", "gradient_accumulation_steps"},
+        {"--reduce-dtype", "reduce_dtype"}};
+    static char storage[16][160];
+    int used = 0;
+    for (int i = 1; i < *argc && used < 16; i++) {
+        int a = 0, na = (int)(sizeof alias / sizeof alias[0]);
+        size_t len = 0;
+        for (; a < na; a++) {
+            len = strlen(alias[a][0]);
+            if (strncmp(argv[i], alias[a][0], len) == 0 &&
+                (argv[i][len] == '=' || argv[i][len] == '\0'))
+                break;
+        }
+        if (a == na) continue;
+        const char *v = argv[i][len] == '=' ? argv[i] + len + 1 : NULL;
+        if (argv[i][len] == '\0' && i + 1 < *argc) {
+            v = argv[i + 1];
+            memmove(&argv[i + 1], &argv[i + 2], (size_t)(*argc - i - 1) * sizeof *argv);
+            (*argc)--;
+        }
+        if (v == NULL) continue;
+        snprintf(storage[used], sizeof storage[used], "--acx-%s=%s", alias[a][1], v);
+        argv[i] = storage[used++];
+    }
+}
+
+static int run(int argc, char **argv) {
+    acx_config_t cfg = ACX_CONFIG_DEFAULT;
+    acx_accelerator_t *acc = NULL;
+    options_t o;
+    /* --make-tokens runs alone, without MPI */
+    for (int i = 1; i < argc; i++)
+        if (strncmp(argv[i], "--make-tokens", 13) == 0) {
+            int parsed = parse_options(argc, argv, &o);
+            if (parsed != 0) return parsed < 0 ? 2 : 0;
+            return make_tokens(o.make_tokens, o.out, o.val_fraction);
+        }
+    /* --seed, --project-dir, --save-every, --resume go into the config
+     * before acx_init (the program's choices; as acx-fmnist) */
+    for (int i = 1; i < argc; i++) {
+        static const char *const keys[] = {"--seed", "--project-dir", "--save-every", "--resume"};
+        for (int k = 0; k < 4; k++) {
+            size_t len = strlen(keys[k]);
+            const char *v = strncmp(argv[i], keys[k], len) != 0    ? NULL
+                            : argv[i][len] == '='                  ? argv[i] + len + 1
+                            : argv[i][len] == '\0' && i + 1 < argc ? argv[i + 1]
+                                                                   : NULL;
+            char *end;
+            if (v == NULL || *v == '\0') continue;
+            if (k == 1) cfg.project_dir = v;
+            if (k == 3) cfg.resume_from = v;
+            if (k == 1 || k == 3) continue;
+            errno = 0;
+            long long x = strtoll(v, &end, 10);
+            if (*end != '\0' || errno == ERANGE) continue; /* parse_options reports it */
+            if (k == 0)
+                cfg.seed = x;
+            else if (x >= 0 && x <= GPT_STEPS_MAX)
+                cfg.checkpoint.save_every_steps = x;
+        }
+    }
+    alias_acx_options(&argc, argv);
+    acx_status_t st = acx_init(&argc, &argv, &cfg, &acc);
+    if (st != ACX_OK) {
+        fprintf(stderr, "acx-gpt: %s\n", acx_last_error());
+        return 1;
+    }
+    int parsed = parse_options(argc, argv, &o);
+    if (parsed == 0 && o.make_tokens != NULL) parsed = -1; /* never reached: handled above */
+    if (parsed != 0) {
+        acx_finalize(acc);
+        return parsed < 0 ? 2 : 0;
+    }
+    const acx_config_t *c = acx_get_config(acc);
+    o.seed = c->seed;
+    if (acx_device_state(acc) != ACX_DEVICE_STATE_HOST || c->sharding_strategy != 0) {
+        /* API20: sharded strategies need the shared head unit (wte is read
+         * outside its unit) and the CPU kernels need host pointers */
+        if (acx_is_main_process(acc))
+            fprintf(stderr, "acx-gpt: this version runs sharding_strategy no_shard with the "
+                            "model state in host memory only\n");
+        acx_finalize(acc);
+        return 2;
+    }
+    int rc = 1, training = 0, agreed = 0;
+    int rank = acx_rank(acc), world = acx_world_size(acc);
+    int B = (int)o.batch_size, T = (int)o.seq_len;
+    int64_t accum = c->gradient_accumulation_steps;
+    model_t md = {.cfg = {.vocab = 256,
+                          .seq_len = T,
+                          .d_model = (int)o.d_model,
+                          .heads = (int)o.heads,
+                          .layers = (int)o.layers}};
+    gpt_workspace_t ws = {0};
+    acx_optimizer_t *opt = NULL;
+    acx_scheduler_t *sched = NULL;
+    int32_t *train_tok = NULL, *val_tok = NULL, *in = NULL, *tg = NULL;
+    int64_t *idx = NULL, n_train = 0, n_val = 0;
+    windows_t win = {0};
+    FILE *dump = NULL;
+    double bad = 0.0;
+
+#define CHECK(call)                                                                                \
+    do {                                                                                           \
+        if ((st = (call)) != ACX_OK) goto fail;                                                    \
+    } while (0)
+
+    /* every rank reads the same file and reaches the same verdict */
+    if (read_tokens(o.data, "/train/tokens", md.cfg.vocab, &train_tok, &n_train) != 0 ||
+        read_tokens(o.data, "/val/tokens", md.cfg.vocab, &val_tok, &n_val) != 0)
+        bad = 1.0;
+    else if ((n_train - 1) / T < (int64_t)B * world) {
+        if (acx_is_main_process(acc))
+            fprintf(stderr,
+                    "acx-gpt: %s: /train/tokens holds %lld windows of %d+1 tokens, fewer than "
+                    "one global batch (%lld)\n",
+                    o.data, (long long)((n_train - 1) / T), T, (long long)B * world);
+        bad = 1.0;
+    }
+    CHECK(acx_reduce_scalar(acc, bad, ACX_OP_MAX, &bad));
+    if (bad != 0.0) goto fail_quiet;
+
+    CHECK(model_register(acc, &md));
+    acx_adam_hparams_t hp = ACX_ADAMW_DEFAULT;
+    hp.lr = o.lr;
+    hp.beta2 = 0.95;
+    hp.weight_decay = o.weight_decay;
+    CHECK(acx_adamw_create(md.m, &hp, &opt));
+    /* API20: weight decay on 2-D weights only —
+     * acx_optimizer_add_param_group(opt, "no_decay", 0.0, 1.0, n, params) with the
+     * biases and LayerNorm weights (every parameter of ndim 1); the matrices
+     * (wte, wpe, the block weights) stay in the default group. Until then
+     * every parameter decays. */
+    CHECK(acx_scheduler_create(opt, ACX_SCHED_COSINE, o.warmup, o.steps, 0.5, &sched));
+    CHECK(acx_prepare(acc, md.m, opt, NULL)); /* API20: the token loader */
+    if (acx_step(acc) > 0)
+        acx_print(acc, "acx-gpt: resumed at step %lld\n", (long long)acx_step(acc));
+    else if (o.save_init != NULL)
+        CHECK(acx_model_save_weights(md.m, o.save_init));
+
+    win = (windows_t){
+        .tok = train_tok, .n_windows = (n_train - 1) / T, .T = T, .seed = o.seed, .epoch = -1};
+    win.perm = malloc((size_t)win.n_windows * sizeof *win.perm);
+    in = malloc((size_t)B * T * sizeof *in);
+    tg = malloc((size_t)B * T * sizeof *tg);
+    idx = malloc((size_t)B * sizeof *idx);
+    bad = win.perm == NULL || in == NULL || tg == NULL || idx == NULL ||
+          gpt_workspace_init(&ws, &md.cfg, B) != 0;
+    if (bad != 0.0) fprintf(stderr, "acx-gpt (rank %d): out of memory\n", rank);
+    if (o.dump_batches != NULL && bad == 0.0) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s.r%d", o.dump_batches, rank);
+        if ((dump = fopen(path, acx_step(acc) > 0 ? "a" : "w")) == NULL) {
+            fprintf(stderr, "acx-gpt: cannot write '%s': %s\n", path, strerror(errno));
+            bad = 1.0;
+        }
+    }
+    CHECK(acx_reduce_scalar(acc, bad, ACX_OP_MAX, &bad));
+    if (bad != 0.0) goto fail_quiet;
+
+    static const char *const mp_names[] = {"fp32", "bf16", "fp16"};
+    acx_print(acc,
+              "acx-gpt: %d rank(s), %lld params (L %d, d_model %d, heads %d, T %d, vocab %d), "
+              "%lld train / %lld val tokens, batch %d x %d per rank x %lld micro-steps "
+              "(%lld tokens per step), %lld steps, lr %g warmup %lld cosine, seed %lld, %s\n",
+              world, (long long)acx_model_numel(md.m), md.cfg.layers, md.cfg.d_model, md.cfg.heads,
+              T, md.cfg.vocab, (long long)n_train, (long long)n_val, B, T, (long long)accum,
+              (long long)B * T * world * accum, (long long)o.steps, o.lr, (long long)o.warmup,
+              (long long)o.seed, mp_names[c->mixed_precision % 3]);
+
+    training = 1;
+    double t0 = now_s(), tw = t0, window_loss = 0.0, step_loss = 0.0, val_loss = NAN;
+    int64_t window = 0, tokens = 0, window_tokens = 0, k = 0, first_step = acx_step(acc);
+    while (acx_step(acc) < o.steps) {
+        double loss;
+        int64_t micro = acx_step(acc) * accum + k;
+        windows_batch(&win, micro, rank, world, B, in, tg, idx);
+        if (dump != NULL) {
+            fprintf(dump, "%lld %lld", (long long)acx_step(acc), (long long)micro);
+            for (int i = 0; i < B; i++)
+                fprintf(dump, " %lld", (long long)idx[i]);
+            fputc('\n', dump);
+        }
+        CHECK(acx_accumulate_begin(acc));
+        CHECK(train_step(acc, &md, &ws, in, tg, B, T, &loss));
+        step_loss += loss;
+        k++;
+        int boundary = acx_sync_gradients(acc);
+        if (boundary) {
+            if (o.max_grad_norm > 0) CHECK(acx_clip_grad_norm(acc, o.max_grad_norm, 2.0, NULL));
+            if ((st = acx_optimizer_step(opt)) != ACX_OK) {
+                agreed = st == ACX_ERR_STATE;
+                goto fail;
+            }
+            CHECK(acx_scheduler_step(sched));
+            CHECK(acx_optimizer_zero_grad(opt));
+        }
+        if ((st = acx_accumulate_end(acc)) != ACX_OK) goto fail;
+        if (acx_preempted(acc)) goto preempted;
+        if (!boundary) continue;
+        /* the mean over the step's micro-batches and the ranks (equal token counts) */
+        double mean;
+        CHECK(acx_reduce_scalar(acc, step_loss / (double)k, ACX_OP_AVG, &mean));
+        step_loss = 0.0;
+        k = 0;
+        window_loss += mean;
+        window++;
+        tokens += (int64_t)B * T * world * accum;
+        window_tokens += (int64_t)B * T * world * accum;
+        int64_t s = acx_step(acc);
+        if (s % o.log_every == 0 || s == o.steps) {
+            double t = now_s();
+            if (!o.quiet)
+                acx_print(acc, "step %lld loss %.9g lr %.6g tokens/s %.0f\n", (long long)s,
+                          o.log_every == 1 ? mean : window_loss / (double)window,
+                          acx_optimizer_lr(opt), (double)window_tokens / (t - tw));
+            window_loss = 0.0;
+            window = 0;
+            window_tokens = 0;
+            tw = t;
+        }
+        if ((o.eval_every > 0 && s % o.eval_every == 0) || s == o.steps) {
+            double te = now_s();
+            CHECK(evaluate(acc, &md, &ws, val_tok, (n_val - 1) / T, o.eval_batches, B, T, in, tg,
+                           &val_loss));
+            if (!o.quiet) acx_print(acc, "step %lld val_loss %.6f\n", (long long)s, val_loss);
+            t0 += now_s() - te; /* tokens/s counts training only */
+            tw += now_s() - te;
+        }
+    }
+    double train_time = now_s() - t0;
+    if (o.save != NULL) CHECK(acx_model_save_weights(md.m, o.save));
+    if (o.sample_len > 0) CHECK(sample(acc, &md, &ws, &o, T));
+    acx_print(acc, "acx-gpt: %lld steps in %.1f s, %.0f tokens/s; final val_loss %.6f\n",
+              (long long)(acx_step(acc) - first_step), train_time,
+              train_time > 0 ? (double)tokens / train_time : 0.0, val_loss);
+    rc = 0;
+    goto done;
+
+preempted:
+    acx_print(acc, "acx-gpt: preempted at step %lld: checkpoint saved; exit %d and resume\n",
+              (long long)acx_step(acc), ACX_EXIT_PREEMPTED);
+    rc = ACX_EXIT_PREEMPTED;
+    goto done;
+
+fail:
+    fprintf(stderr, "acx-gpt (rank %d): %s\n", rank, acx_last_error());
+fail_quiet:
+    rc = 1;
+done:
+    if (dump != NULL) fclose(dump);
+    gpt_workspace_free(&ws);
+    free(train_tok), free(val_tok), free(in), free(tg), free(idx), free(win.perm);
+    free(md.block), free(md.bp);
+    if (rc != 0 && rc != ACX_EXIT_PREEMPTED && training && !agreed)
+        acx_abort(acc, rc, "acx-gpt failed");
+    st = acx_finalize(acc);
+    return st == ACX_OK ? rc : 1;
+#undef CHECK
+}
+
+int main(int argc, char **argv) { return run(argc, argv); }
