@@ -112,6 +112,15 @@ void acx_sampler_set_epoch(acx_sampler_t *s, int64_t epoch) {
 
 int64_t acx_sampler_num_batches(const acx_sampler_t *s) { return s->num_batches; }
 
+/* ---- token streams ---- */
+
+int64_t acx_token_num_windows(int64_t num_tokens, int64_t seq_len) {
+    if (seq_len < 1 || num_tokens < seq_len + 1) return 0;
+    return (num_tokens - 1) / seq_len;
+}
+
+int64_t acx_token_window_start(int64_t window, int64_t seq_len) { return window * seq_len; }
+
 void acx_sampler_batch(const acx_sampler_t *s, int64_t b, int64_t *idx, int64_t *size_p,
                        int64_t *num_padding_p) {
     int64_t n = s->num_samples;

@@ -47,4 +47,16 @@ int64_t acx_sampler_num_batches(const acx_sampler_t *s);
 void acx_sampler_batch(const acx_sampler_t *s, int64_t b, int64_t *idx, int64_t *size_p,
                        int64_t *num_padding_p);
 
+/* ---- token streams ---- */
+
+/* A token stream of num_tokens tokens read as windows of seq_len + 1:
+ * window w is tokens [w*T, w*T + T] (its first T tokens are the inputs, its
+ * last T the targets), so consecutive windows share one token and every
+ * token but the first is a target exactly once. The number of windows is
+ * (N - 1) / T; 0 when N < T + 1 or T < 1. */
+int64_t acx_token_num_windows(int64_t num_tokens, int64_t seq_len);
+
+/* The first token of window w: w * T. */
+int64_t acx_token_window_start(int64_t window, int64_t seq_len);
+
 #endif /* ACX_SAMPLER_H */

@@ -40,6 +40,12 @@ typedef struct acx_dataloader_options {
     int shuffle;        /* 0/1 (default 1) */
     /* ACX_UNSET: take the accelerator's resolved dataloader.* config. */
     int drop_last, even_batches, split_batches, prefetch;
+    /* 1: cycle epochs — at the end of an epoch acx_dataloader_next goes on
+     * with the next epoch's first batch instead of a NULL batch (step-based
+     * loops). 0: stop at each epoch's end. -1 (the default): the loader given
+     * to acx_prepare cycles exactly when the config's max_steps > 0, any
+     * other loader does not. */
+    int cycle;
 } acx_dataloader_options_t;
 
 #define ACX_DATALOADER_OPTIONS_DEFAULT                                                             \
@@ -48,7 +54,8 @@ typedef struct acx_dataloader_options {
                                 .drop_last = -1,                                                   \
                                 .even_batches = -1,                                                \
                                 .split_batches = -1,                                               \
-                                .prefetch = -1})
+                                .prefetch = -1,                                                    \
+                                .cycle = -1})
 
 /* One rank's batch. Owned by the loader; valid until the next
  * acx_dataloader_next or acx_dataloader_close. */
@@ -80,6 +87,37 @@ ACX_API acx_status_t acx_dataloader_open(acx_accelerator_t *acc, const char *pat
                                          const acx_dataloader_options_t *opts,
                                          acx_dataloader_t **loader_p);
 
+/* A token-stream loader (language-model pre-training). `dataset` is a 1-D
+ * uint16 or int32 array of N token ids (as `acx data import-text` writes:
+ * /train/tokens, /val/tokens). With T = seq_len, window w is the T + 1
+ * tokens tokens[w*T .. w*T+T]; there are (N - 1) / T windows (a trailing
+ * remainder shorter than a window is not used), and they are the loader's
+ * samples: shuffled per epoch from (seed, epoch) or in order (shuffle 0),
+ * sharded over ranks, batched, padded or dropped exactly like the rows of
+ * acx_dataloader_open. A batch of `size` windows holds
+ *
+ *     tensors[0] inputs  [size x T] int32 = tokens[w*T   .. w*T+T-1]
+ *     tensors[1] targets [size x T] int32 = tokens[w*T+1 .. w*T+T]
+ *
+ * (targets are the inputs shifted by one inside the same window, so every
+ * position's label is the token that follows it in the stream), and
+ * indices[i] = window i's index w. Each window is one hyperslab read of its
+ * T + 1 tokens. Token ids are checked as they are read: a negative id, or
+ * one >= the dataset's vocab_size attribute when it has one, is
+ * ACX_ERR_FORMAT naming the file, dataset, token position and value.
+ * acx_dataloader_next/set_epoch/position/epoch/num_batches/close work as for
+ * any loader, and checkpoints save and restore its position the same way
+ * (also under another world size when the consumed windows are a whole
+ * number of the new global batches). Collective, like acx_dataloader_open.
+ * Errors: ACX_ERR_IO (missing file/dataset), ACX_ERR_FORMAT (not 1-D
+ * uint16/int32, fewer than T + 1 tokens, a bad vocab_size attribute, batch
+ * larger than the windows), ACX_ERR_INVALID_ARG (seq_len < 1, options),
+ * ACX_ERR_HDF5, ACX_ERR_REMOTE. */
+ACX_API acx_status_t acx_token_loader_open(acx_accelerator_t *acc, const char *path,
+                                           const char *dataset, int64_t seq_len,
+                                           const acx_dataloader_options_t *opts,
+                                           acx_dataloader_t **loader_p);
+
 /* Next batch of the current epoch into *batch_p (valid until the next call
  * on this loader). Once the epoch is exhausted, *batch_p = NULL with ACX_OK
  * — the end of an epoch is not an error, so ACX_TRY may wrap the call:
@@ -92,7 +130,16 @@ ACX_API acx_status_t acx_dataloader_open(acx_accelerator_t *acc, const char *pat
  *     }
  *
  * The following call starts the next epoch (or set it with
- * acx_dataloader_set_epoch). Not collective.
+ * acx_dataloader_set_epoch). A cycling loader (option cycle, or the training
+ * loader with max_steps > 0) never gives NULL: after an epoch's last batch
+ * (is_last) comes the next epoch's first, so a step-based loop is
+ *
+ *     while (acx_step(acc) < max_steps) {
+ *         ACX_TRY(acx_dataloader_next(loader, &b));    never NULL here
+ *         ACX_TRY(acx_accumulate_begin(acc)); ... ACX_TRY(acx_accumulate_end(acc));
+ *     }
+ *
+ * Not collective.
  * Errors: ACX_ERR_HDF5/ACX_ERR_IO from the read; ACX_ERR_FORMAT "... is damaged: ..."
  * when HDF5 finds the file damaged (a Fletcher-32 or metadata checksum). */
 ACX_API acx_status_t acx_dataloader_next(acx_dataloader_t *loader, const acx_batch_t **batch_p);

@@ -102,8 +102,9 @@ static acx_status_t resolve(const acx_config_t *program, const char *file, int n
 
 static int test_table(void) {
     TESTING("key table, names, formatting");
-    CHECK(acx_config_num_keys() == 34); /* 30 + checkpoint.timeout, resume_from,
-                                           checkpoint.existing, checkpoint.allow_unverified */
+    CHECK(acx_config_num_keys() == 35); /* 30 + checkpoint.timeout, resume_from,
+                                           checkpoint.existing, checkpoint.allow_unverified,
+                                           max_steps */
     CHECK(strcmp(acx_config_key_name(0), "mixed_precision") == 0);
     CHECK(acx_config_key_name(-1) == NULL);
     CHECK(acx_config_key_name(acx_config_num_keys()) == NULL);
