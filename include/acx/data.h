@@ -181,6 +181,47 @@ ACX_API acx_status_t acx_import_idx(const char *train_images, const char *train_
                                     const char *test_images, const char *test_labels,
                                     const char *out_path);
 
+/* What acx_import_text reads and how it splits the stream. */
+typedef struct acx_import_text_options {
+    /* 0: the input is text, one token per byte (byte-level: vocab 256,
+     * stored uint16), "-" = standard input. 1: the input is a token file
+     * another tokenizer wrote: a raw little-endian array of `dtype`, or
+     * llm.c's .bin format (a 256 x int32 header: magic 20240520, version 1 =
+     * uint16 tokens, header[2] = token count), recognized by its magic. */
+    int tokens;
+    acx_dtype_t dtype;  /* tokens 1: ACX_DTYPE_UINT16 or ACX_DTYPE_INT32 (default uint16) */
+    int64_t vocab_size; /* tokens 1: the tokenizer's vocabulary (0: the largest id + 1) */
+    /* tokens 1: the file's layout: 0 auto (llm.c when the file starts with
+     * its magic, else raw), 1 raw (never a header: a raw uint16 file may
+     * start with the ids 54472, 308 = the magic's bytes), 2 llm.c (the
+     * header must be there: a wrong magic is an error) */
+    int format;
+    double val_fraction; /* share of the stream held out, from its END (default 0.1) */
+    int64_t val_tokens;  /* >= 0: hold out exactly this many tokens instead (default -1) */
+} acx_import_text_options_t;
+
+#define ACX_IMPORT_TEXT_OPTIONS_DEFAULT                                                            \
+    ((acx_import_text_options_t){.tokens = 0,                                                      \
+                                 .dtype = ACX_DTYPE_UINT16,                                        \
+                                 .vocab_size = 0,                                                  \
+                                 .format = 0,                                                      \
+                                 .val_fraction = 0.1,                                              \
+                                 .val_tokens = -1})
+
+/* Write the token streams acx_token_loader_open reads: /train/tokens and,
+ * unless the held-out share is 0, /val/tokens = the last V tokens of the
+ * stream (V = round(N x val_fraction), or val_tokens), 1-D uint16 (bytes,
+ * llm.c, raw uint16) or int32, each with attributes vocab_size (int64) and
+ * tokenizer ("bytes" | "file"). Every id is checked against
+ * [0, vocab_size). Written to out_path + ".tmp" and renamed. Not
+ * collective. Errors: ACX_ERR_IO (missing or unreadable input),
+ * ACX_ERR_FORMAT (a size that is not whole tokens, a bad llm.c header: magic
+ * present but short, version not 1, a count past the end of the file or
+ * short of it; an id out of range; fewer than 2 tokens in a set),
+ * ACX_ERR_INVALID_ARG (options), ACX_ERR_HDF5; messages name the file. */
+ACX_API acx_status_t acx_import_text(const char *in_path, const acx_import_text_options_t *opts,
+                                     const char *out_path);
+
 #ifdef __cplusplus
 }
 #endif
