@@ -363,6 +363,8 @@ static void *prefetch_main(void *arg) {
 static void restart_locked(acx_dataloader_t *l, int64_t epoch, int64_t start) {
     l->gen++;
     acx_sampler_set_epoch(&l->sampler, epoch);
+    acx_sampler_set_start(&l->sampler, 0); /* a whole epoch (set_position_samples) */
+    l->num_batches = acx_sampler_num_batches(&l->sampler);
     l->epoch = epoch;
     l->pos = start;
     l->next_k = start;
@@ -965,6 +967,29 @@ acx_status_t acx_loader_set_position(acx_dataloader_t *l, int64_t epoch, int64_t
 int64_t acx_loader_global_batch(const acx_dataloader_t *l) { return l->sampler.global_batch; }
 
 uint64_t acx_loader_seed(const acx_dataloader_t *l) { return l->sampler.seed; }
+
+acx_status_t acx_loader_set_position_samples(acx_dataloader_t *l, int64_t epoch, int64_t samples) {
+    ACX_CHECK(check_open(l, "acx_loader_set_position_samples"));
+    if (epoch < 0 || samples < 0 || samples > l->num_samples)
+        return ACX_ERROR(ACX_ERR_INVALID_ARG,
+                         "acx_loader_set_position_samples: epoch %lld, %lld samples consumed of "
+                         "'%s': expected epoch >= 0 and 0 <= samples <= %lld",
+                         (long long)epoch, (long long)samples, l->path, (long long)l->num_samples);
+    pthread_mutex_lock(&l->mu);
+    restart_locked(l, epoch, 0);
+    acx_sampler_set_start(&l->sampler, samples);
+    l->num_batches = acx_sampler_num_batches(&l->sampler);
+    pthread_mutex_unlock(&l->mu);
+    return ACX_OK;
+}
+
+int64_t acx_loader_samples_consumed(const acx_dataloader_t *l) {
+    return l->sampler.start + l->pos * l->sampler.global_batch;
+}
+
+int64_t acx_loader_start(const acx_dataloader_t *l) { return l->sampler.start; }
+
+int acx_loader_is_tokens(const acx_dataloader_t *l) { return l != NULL && l->tokens; }
 
 void acx_loader_set_training(acx_dataloader_t *l, int step_mode) {
     if (l == NULL) return;

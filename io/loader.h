@@ -44,6 +44,25 @@ void acx_loader_free(acx_dataloader_t *loader);
  * [0, num_batches]), ACX_ERR_STATE (closed). */
 acx_status_t acx_loader_set_position(acx_dataloader_t *loader, int64_t epoch, int64_t batch_index);
 
+/* Stand in `epoch` after `samples` stream positions of it were consumed
+ * (by any global batch): the epoch's remaining batches serve exactly the
+ * positions [samples, N), so a token loader resumes under a global batch
+ * that does not divide the samples consumed without repeating or skipping
+ * a window. num_batches counts the remaining batches until the epoch ends;
+ * the next epoch is whole again. Not collective. Errors: ACX_ERR_INVALID_ARG,
+ * ACX_ERR_STATE (closed). */
+acx_status_t acx_loader_set_position_samples(acx_dataloader_t *loader, int64_t epoch,
+                                             int64_t samples);
+
+/* Stream positions of the current epoch consumed: start + position x global
+ * batch; and start alone (0 unless set_position_samples made the epoch
+ * begin inside a global batch). */
+int64_t acx_loader_samples_consumed(const acx_dataloader_t *loader);
+int64_t acx_loader_start(const acx_dataloader_t *loader);
+
+/* Is it a token-stream loader (acx_loader_open_tokens)? NULL: 0. */
+int acx_loader_is_tokens(const acx_dataloader_t *loader);
+
 /* Samples per global batch (per-rank batch x world size) and the seed of
  * the shuffle: with the epoch and position, what fixes the data order. */
 int64_t acx_loader_global_batch(const acx_dataloader_t *loader);

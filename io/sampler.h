@@ -19,7 +19,8 @@ typedef struct acx_sampler {
     uint64_t seed;
     /* derived */
     int64_t global_batch; /* batch_size * world_size */
-    int64_t num_batches;  /* batches per epoch on this rank */
+    int64_t num_batches;  /* batches per epoch (from start) on this rank */
+    int64_t start;        /* stream positions of this epoch consumed before batch 0 (0) */
     /* current epoch's permutation */
     int64_t epoch;
     int64_t *perm; /* [num_samples] */
@@ -36,6 +37,10 @@ void acx_sampler_fini(acx_sampler_t *s);
 
 /* Compute epoch e's permutation (identity without shuffle). */
 void acx_sampler_set_epoch(acx_sampler_t *s, int64_t epoch);
+
+/* Begin the current epoch's batches at stream position start (clamped to
+ * [0, N]) and recount num_batches; 0 restores the whole epoch. */
+void acx_sampler_set_start(acx_sampler_t *s, int64_t start);
 
 /* Batches this rank runs per epoch (the same on every rank with
  * even_batches or drop_last). */

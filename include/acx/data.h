@@ -106,9 +106,12 @@ ACX_API acx_status_t acx_dataloader_open(acx_accelerator_t *acc, const char *pat
  * one >= the dataset's vocab_size attribute when it has one, is
  * ACX_ERR_FORMAT naming the file, dataset, token position and value.
  * acx_dataloader_next/set_epoch/position/epoch/num_batches/close work as for
- * any loader, and checkpoints save and restore its position the same way
- * (also under another world size when the consumed windows are a whole
- * number of the new global batches). Collective, like acx_dataloader_open.
+ * any loader, and checkpoints save and restore its position the same way;
+ * resumed under another world size or batch size, the rest of the epoch is
+ * exactly the windows not yet consumed, also when their count is not a
+ * whole number of the new global batches (the epoch's remaining batches
+ * then start inside a global batch, and num_batches counts them; the next
+ * epoch is whole). Collective, like acx_dataloader_open.
  * Errors: ACX_ERR_IO (missing file/dataset), ACX_ERR_FORMAT (not 1-D
  * uint16/int32, fewer than T + 1 tokens, a bad vocab_size attribute, batch
  * larger than the windows), ACX_ERR_INVALID_ARG (seq_len < 1, options),

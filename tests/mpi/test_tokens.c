@@ -12,7 +12,10 @@
  *   - hostile ids: ACX_ERR_FORMAT naming file, dataset, position and value;
  *   - mode "save" (2 ranks): 3 batches of 2 per rank (12 windows), the seen
  *     windows to DIR/seen.txt, then a checkpoint; mode "resume" (3 ranks):
- *     the rest of the epoch is exactly the 88 windows not seen;
+ *     the rest of the epoch is exactly the 88 windows not seen, under a
+ *     global batch of 6 (divides 12) and of 15 (does not: the rest starts
+ *     inside a global batch), which saves again at 42 windows; mode
+ *     "resume2" (2 ranks, global batch 4): exactly the other 58;
  *   - step mode: 5 batches per epoch, accumulation 2, max_steps 6: 12
  *     micro-steps make exactly 6 optimizer steps and the loader stands in
  *     epoch 2 (epoch mode: 7 steps, as before); a save at step 3 resumed
@@ -393,21 +396,50 @@ error:
     return 1;
 }
 
-/* Resume it at this world size: the rest of epoch 0 is the unseen windows. */
+/* Read the window indices saved in `file` into out; returns the count. */
+static int64_t read_seen(const char *file, int64_t *out) {
+    int64_t got = 0;
+    long long v;
+    FILE *f = fopen(file, "r");
+    if (f == NULL) return -1;
+    while (fscanf(f, "%lld", &v) == 1)
+        out[got++] = v;
+    fclose(f);
+    return got;
+}
+
+/* Gather `count` batches (non-padding windows) of every rank into out. */
+static int gather_batches(acx_dataloader_t *dl, int64_t B, int count, int64_t *out, int64_t *n_p) {
+    int64_t mine[16], all[16 * 3];
+    int64_t n = 0;
+    for (int bi = 0; bi < count; bi++) {
+        const acx_batch_t *b;
+        if (acx_dataloader_next(dl, &b) != ACX_OK || b == NULL || !batch_values_ok(b, tok_u16))
+            return 1;
+        for (int64_t j = 0; j < B; j++)
+            mine[j] = j < b->size - b->num_padding ? b->indices[j] : -1;
+        MPI_Allgather(mine, (int)B, MPI_INT64_T, all, (int)B, MPI_INT64_T, MPI_COMM_WORLD);
+        for (int64_t q = 0; q < B * world; q++)
+            if (all[q] >= 0) out[n++] = all[q];
+    }
+    *n_p = n;
+    return 0;
+}
+
+/* Resume it at this world size (3): the rest of epoch 0 is the unseen
+ * windows, under a global batch that divides the 12 consumed (2 x 3) and
+ * one that does not (5 x 3: the epoch's rest starts inside a global batch).
+ * The latter saves again after 2 more batches (42 windows) for resume2. */
 static int mode_resume(void) {
     run_t r = {0};
-    char path[400], seen[400];
+    char path[400], seen[400], path2[400], seen2[400];
     static int64_t rest[4 * NWIN + 64];
     snprintf(path, sizeof path, "%s/mid.h5", dir);
     snprintf(seen, sizeof seen, "%s/seen.txt", dir);
+    snprintf(path2, sizeof path2, "%s/mid2.h5", dir);
+    snprintf(seen2, sizeof seen2, "%s/seen2.txt", dir);
     TESTING("token loader: resume on another world size");
-    int64_t got = 0;
-    FILE *f = fopen(seen, "r");
-    CHECK(f != NULL);
-    long long v;
-    while (fscanf(f, "%lld", &v) == 1)
-        rest[got++] = v;
-    fclose(f);
+    int64_t got = read_seen(seen, rest);
     CHECK(got == 12);
     CHECK_OK(setup(&r, 0, 1, "/u16", 2, 1));
     CHECK_OK(acx_load_state(r.acc, path, 1));
@@ -416,6 +448,58 @@ static int mode_resume(void) {
     CHECK(gather_epoch(r.dl, 2, tok_u16, rest + got, &tail) == 0 && tail == nb);
     /* gather_epoch walked only the remaining batches: the union is once each */
     CHECK(once_each(rest, got + nb * world * 2));
+    CHECK_OK(acx_finalize(r.acc));
+    r.acc = NULL;
+
+    /* 12 is not a whole number of global batches of 15 */
+    CHECK_OK(setup(&r, 0, 1, "/u16", 5, 1));
+    CHECK_OK(acx_load_state(r.acc, path, 1));
+    CHECK(acx_dataloader_epoch(r.dl) == 0 && acx_dataloader_position(r.dl) == 0);
+    CHECK(acx_dataloader_num_batches(r.dl) == (NWIN - 12 + 14) / 15); /* ceil(88 / 15) = 6 */
+    int64_t n;
+    CHECK(gather_batches(r.dl, 5, 2, rest + got, &n) == 0 && n == 30);
+    got += n;
+    CHECK_OK(acx_save_state(r.acc, path2));
+    if (rank == 0) {
+        FILE *f = fopen(seen2, "w");
+        CHECK(f != NULL);
+        for (int64_t i = 0; i < got; i++)
+            fprintf(f, "%lld\n", (long long)rest[i]);
+        fclose(f);
+    }
+    CHECK(gather_batches(r.dl, 5, 4, rest + got, &n) == 0 && n == NWIN - 42);
+    CHECK(once_each(rest, got + n));
+    const acx_batch_t *b;
+    CHECK_OK(acx_dataloader_next(r.dl, &b));
+    CHECK(b == NULL && acx_dataloader_epoch(r.dl) == 1);
+    CHECK(acx_dataloader_num_batches(r.dl) == (NWIN + 14) / 15); /* the next epoch is whole */
+    CHECK_OK(acx_finalize(r.acc));
+    PASSED();
+    return 0;
+error:
+    FAILED();
+    if (r.acc) acx_finalize(r.acc);
+    return 1;
+}
+
+/* On 2 ranks again: 42 windows consumed, global batch 4 -> the epoch's
+ * rest starts inside a global batch once more, and is exactly the unseen. */
+static int mode_resume2(void) {
+    run_t r = {0};
+    char path2[400], seen2[400];
+    static int64_t rest[4 * NWIN + 64];
+    snprintf(path2, sizeof path2, "%s/mid2.h5", dir);
+    snprintf(seen2, sizeof seen2, "%s/seen2.txt", dir);
+    TESTING("token loader: resume inside a global batch, again");
+    int64_t got = read_seen(seen2, rest), n;
+    CHECK(got == 42);
+    CHECK_OK(setup(&r, 0, 1, "/u16", 2, 1));
+    CHECK_OK(acx_load_state(r.acc, path2, 1));
+    CHECK(acx_dataloader_epoch(r.dl) == 0 && acx_dataloader_position(r.dl) == 0);
+    int64_t nb = acx_dataloader_num_batches(r.dl);
+    CHECK(nb == (NWIN - 42 + 3) / 4);
+    CHECK(gather_batches(r.dl, 2, (int)nb, rest + got, &n) == 0 && n == NWIN - 42);
+    CHECK(once_each(rest, got + n));
     CHECK_OK(acx_finalize(r.acc));
     PASSED();
     return 0;
@@ -432,7 +516,7 @@ int main(int argc, char **argv) {
     MPI_Comm_size(MPI_COMM_WORLD, &world);
     acx_test_rank_ = rank;
     if (argc < 3 || world > 3) {
-        fprintf(stderr, "usage: test_tokens units|save|resume DIR (1..3 ranks)\n");
+        fprintf(stderr, "usage: test_tokens units|save|resume|resume2 DIR (1..3 ranks)\n");
         MPI_Finalize();
         return 99;
     }
@@ -460,6 +544,8 @@ int main(int argc, char **argv) {
         cases[nc++] = mode_save;
     } else if (strcmp(mode, "resume") == 0) {
         cases[nc++] = mode_resume;
+    } else if (strcmp(mode, "resume2") == 0) {
+        cases[nc++] = mode_resume2;
     }
     if (strcmp(mode, "units") == 0) {
         int f = case_epochs("/u16", tok_u16);

@@ -354,6 +354,37 @@ error:
     return 1;
 }
 
+/* An epoch resumed inside a global batch: N = 10, b = 2, W = 3 (G = 6). */
+static int test_start(void) {
+    TESTING("sampler: epoch starting at a stream position (resume)");
+    acx_sampler_t s[3];
+    int64_t idx[2], size, pad;
+    for (int r = 0; r < 3; r++)
+        CHECK_OK(acx_sampler_init(&s[r], 10, 2, 3, r, 0, 0, 1, 1));
+    for (int r = 0; r < 3; r++) {
+        /* start 4: positions 4..9, one full global batch, no padding */
+        acx_sampler_set_start(&s[r], 4);
+        CHECK(acx_sampler_num_batches(&s[r]) == 1);
+        acx_sampler_batch(&s[r], 0, idx, &size, &pad);
+        CHECK(size == 2 && pad == 0 && idx[0] == 4 + 2 * r && idx[1] == 5 + 2 * r);
+        /* start 5: positions 5..9 then padding wraps to the epoch's start */
+        acx_sampler_set_start(&s[r], 5);
+        CHECK(acx_sampler_num_batches(&s[r]) == 1);
+        acx_sampler_batch(&s[r], 0, idx, &size, &pad);
+        CHECK(size == 2 && idx[0] == 5 + 2 * r && idx[1] == (6 + 2 * r) % 10);
+        CHECK(pad == (r == 2 ? 1 : 0));
+        /* start 0 again: the whole epoch, 2 batches */
+        acx_sampler_set_start(&s[r], 0);
+        CHECK(acx_sampler_num_batches(&s[r]) == 2);
+        acx_sampler_fini(&s[r]);
+    }
+    PASSED();
+    return 0;
+error:
+    FAILED();
+    return 1;
+}
+
 int main(void) {
     acx_test_watchdog(120);
     int failed = 0;
@@ -362,5 +393,6 @@ int main(void) {
     failed |= test_sweep();
     failed |= test_epochs();
     failed |= test_token_windows();
+    failed |= test_start();
     return failed ? 1 : 0;
 }
