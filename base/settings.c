@@ -105,6 +105,13 @@ static const acx_setting_t key_table[] = {
             "rounded once, see [mixed-precision.md](mixed-precision.md))"},
     {KEY("gradient_accumulation_steps", "ACX_GRADIENT_ACCUMULATION_STEPS", INT), RANGE(1, INFINITY),
      FIELD(gradient_accumulation_steps), .def = "1", .doc = "≥ 1 micro-batches per optimizer step"},
+    {KEY("max_steps", "ACX_MAX_STEPS", INT64), RANGE(0, INFINITY), FIELD(max_steps), .def = "0",
+     .note = "0 = epoch mode; > 0 = step mode (the training loader cycles epochs)",
+     .doc = "≥ 0 optimizer steps of a step-based run; `0` = epoch mode. With N > 0 the loader "
+            "given to `acx_prepare` cycles (the end of an epoch is no NULL batch and no "
+            "synchronization boundary: optimizer steps = micro-steps / "
+            "`gradient_accumulation_steps` exactly); the program loops `while (acx_step(acc) < "
+            "N)` ([user-guide.md](user-guide.md#step-based-training))"},
     {KEY("seed", "ACX_SEED", INT64), UNBOUNDED, FIELD(seed), .def = "42",
      .doc = "any; keys initialization and data order"},
     {KEY("project_dir", "ACX_PROJECT_DIR", STRING), FIELD(project_dir), STRBUF(project_dir),

@@ -11,6 +11,7 @@ static const struct {
     [ACX_DTYPE_FLOAT16] = {"float16", 2}, [ACX_DTYPE_BFLOAT16] = {"bfloat16", 2},
     [ACX_DTYPE_INT8] = {"int8", 1},       [ACX_DTYPE_UINT8] = {"uint8", 1},
     [ACX_DTYPE_INT32] = {"int32", 4},     [ACX_DTYPE_INT64] = {"int64", 8},
+    [ACX_DTYPE_UINT16] = {"uint16", 2},
 };
 
 ACX_API size_t acx_dtype_size(acx_dtype_t dtype) {

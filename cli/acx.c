@@ -3,7 +3,7 @@
  *
  * Owns: the command table, usage texts and exit codes of the command line
  * tool (walking argv: cli/args.c). Here: `acx version`, `acx config
- * show|doc`, `acx data import-idx`, `acx ckpt info|verify|export` and
+ * show|doc`, `acx data import-idx|import-text`, `acx ckpt info|verify|export` and
  * `acx estimate-memory`; `acx launch` is in cli/launch.c, `acx env` and
  * `acx config default` (and the questions of a bare `acx config`) in
  * cli/env.c, `acx slurm` in cli/slurm.c. The top-level help lists exactly
@@ -258,6 +258,116 @@ static int cmd_data_import_idx(int argc, char **argv) {
     return EXIT_OK;
 }
 
+/* ---- acx data import-text ---- */
+
+static const char import_text_usage[] =
+    "usage: acx data import-text TEXT -o OUT.h5 [--val-fraction F | --val-tokens N]\n"
+    "       acx data import-text --tokens FILE [--dtype uint16|int32] [--vocab-size V]\n"
+    "                            [--format auto|raw|llmc] -o OUT.h5\n"
+    "                            [--val-fraction F | --val-tokens N]\n"
+    "\n"
+    "Write the token streams acx_token_loader_open reads: /train/tokens and the\n"
+    "held-out /val/tokens (the END of the stream), 1-D, with attributes\n"
+    "vocab_size and tokenizer.\n"
+    "\n"
+    "  TEXT               a UTF-8 text file, '-' = standard input: byte-level,\n"
+    "                     every byte one token (vocab 256, stored uint16)\n"
+    "  --tokens FILE      token ids another tokenizer wrote: a raw little-endian\n"
+    "                     array of --dtype, or llm.c's .bin (256 x int32 header,\n"
+    "                     magic 20240520, version 1 = uint16; recognized by it)\n"
+    "  --dtype T          uint16 (default) or int32: the raw file's element type\n"
+    "  --format L         auto (default: llm.c when the file starts with its\n"
+    "                     magic), raw (no header ever), llmc (header required)\n"
+    "  --vocab-size V     the tokenizer's vocabulary (default: largest id + 1);\n"
+    "                     every id must be below it\n"
+    "  --val-fraction F   share held out, 0 <= F < 1 (default 0.1; 0: no /val)\n"
+    "  --val-tokens N     hold out exactly N tokens instead\n"
+    "  -o, --output FILE  the HDF5 file (written to FILE.tmp, then renamed)\n"
+    "\n"
+    "Exit status: 0 imported, 1 the import failed, 2 usage error.\n";
+
+static int cmd_data_import_text(int argc, char **argv) {
+    static const char where[] = "data import-text";
+    acx_import_text_options_t o = ACX_IMPORT_TEXT_OPTIONS_DEFAULT;
+    const char *out = NULL, *text = NULL, *tokens = NULL, *dtype = NULL, *format = NULL;
+    int have_fraction = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i], *value = NULL;
+        int r;
+        if (is_help(arg)) {
+            fputs(import_text_usage, stdout);
+            return EXIT_OK;
+        }
+        if (arg[0] != '-' || arg[1] == '\0') { /* "-" is standard input */
+            if (text != NULL) return usage_error(where, "unexpected argument '%s'", arg);
+            text = arg;
+            continue;
+        }
+        const char *names[] = {"--output",       "--tokens",     "--dtype", "--vocab-size",
+                               "--val-fraction", "--val-tokens", "--format"};
+        int k;
+        for (k = 0; k < 7; k++)
+            if ((r = take_option(argc, argv, &i, names[k], k == 0 ? "-o" : NULL, &value)) != 0)
+                break;
+        if (k == 7) return usage_error(where, "unknown option '%s'", arg);
+        if (r < 0) return usage_error(where, "option '%s' needs a value", arg);
+        char *end = NULL;
+        errno = 0;
+        switch (k) {
+        case 0: out = value; break;
+        case 1: tokens = value; break;
+        case 2: dtype = value; break;
+        case 3:
+            o.vocab_size = strtoll(value, &end, 10);
+            if (errno || *end || end == value || o.vocab_size < 1)
+                return usage_error(where, "--vocab-size '%s': expected an integer >= 1", value);
+            break;
+        case 4:
+            o.val_fraction = strtod(value, &end);
+            if (errno || *end || end == value || !(o.val_fraction >= 0 && o.val_fraction < 1))
+                return usage_error(where, "--val-fraction '%s': expected 0 <= F < 1", value);
+            have_fraction = 1;
+            break;
+        case 6: format = value; break;
+        default:
+            o.val_tokens = strtoll(value, &end, 10);
+            if (errno || *end || end == value || o.val_tokens < 0)
+                return usage_error(where, "--val-tokens '%s': expected an integer >= 0", value);
+            break;
+        }
+    }
+    if ((text == NULL) == (tokens == NULL))
+        return usage_error(where, "%s", "give either a TEXT file or --tokens FILE (one of them)");
+    if (out == NULL) return usage_error(where, "%s", "missing -o OUT.h5");
+    if (have_fraction && o.val_tokens >= 0)
+        return usage_error(where, "%s", "--val-fraction and --val-tokens exclude each other");
+    if (text != NULL && (dtype != NULL || o.vocab_size > 0 || format != NULL))
+        return usage_error(where, "%s",
+                           "--dtype, --vocab-size and --format go with --tokens (text is "
+                           "byte-level)");
+    if (format != NULL) {
+        static const char *const formats[] = {"auto", "raw", "llmc"};
+        o.format = -1;
+        for (int f = 0; f < 3; f++)
+            if (strcmp(format, formats[f]) == 0) o.format = f;
+        if (o.format < 0)
+            return usage_error(where, "--format '%s': expected auto, raw or llmc", format);
+    }
+    if (dtype != NULL) {
+        if (strcmp(dtype, "uint16") == 0)
+            o.dtype = ACX_DTYPE_UINT16;
+        else if (strcmp(dtype, "int32") == 0)
+            o.dtype = ACX_DTYPE_INT32;
+        else
+            return usage_error(where, "--dtype '%s': expected uint16 or int32", dtype);
+    }
+    o.tokens = tokens != NULL;
+    acx_status_t status = acx_import_text(tokens != NULL ? tokens : text, &o, out);
+    if (status != ACX_OK) return acx_failure(status);
+    printf("%s: ok\n", out);
+    return EXIT_OK;
+}
+
 /* ---- acx data ---- */
 
 static const char data_usage[] =
@@ -267,6 +377,7 @@ static const char data_usage[] =
     "\n"
     "subcommands:\n"
     "  import-idx   convert IDX files (MNIST, Fashion-MNIST) into an HDF5 file\n"
+    "  import-text  text (byte-level) or a tokenizer's token file into token streams\n"
     "\n"
     "Run 'acx data <subcommand> --help' for its options.\n";
 
@@ -280,6 +391,7 @@ static int cmd_data(int argc, char **argv) {
         return EXIT_OK;
     }
     if (strcmp(argv[1], "import-idx") == 0) return cmd_data_import_idx(argc - 1, argv + 1);
+    if (strcmp(argv[1], "import-text") == 0) return cmd_data_import_text(argc - 1, argv + 1);
     return usage_error(
         "data", argv[1][0] == '-' ? "unknown option '%s'" : "unknown subcommand '%s'", argv[1]);
 }
@@ -1248,7 +1360,7 @@ static const tool_command_t commands[] = {
     {"launch", cmd_launch, "run a program on N ranks (srun in Slurm, else mpirun)"},
     {"config", cmd_config, "write or show the configuration (default, show; questions)"},
     {"env", cmd_env, "versions, resolved configuration and launcher: for bug reports"},
-    {"data", cmd_data, "prepare datasets (data import-idx: IDX files to HDF5)"},
+    {"data", cmd_data, "prepare datasets (import-idx: IDX to HDF5; import-text: token streams)"},
     {"ckpt", cmd_ckpt, "inspect, verify and export checkpoints (info, verify, export)"},
     {"estimate-memory", cmd_estimate_memory,
      "bytes of model state per rank under each sharding strategy"},

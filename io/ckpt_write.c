@@ -146,6 +146,7 @@ static hid_t file_type(acx_dtype_t dtype) {
     case ACX_DTYPE_FLOAT64: return H5T_IEEE_F64LE;
     case ACX_DTYPE_INT8: return H5T_STD_I8LE;
     case ACX_DTYPE_UINT8: return H5T_STD_U8LE;
+    case ACX_DTYPE_UINT16: return H5T_STD_U16LE;
     case ACX_DTYPE_INT32: return H5T_STD_I32LE;
     case ACX_DTYPE_INT64: return H5T_STD_I64LE;
     default: return acx_h5_native((int)dtype); /* float16, bfloat16 (x86: LE) */

@@ -109,6 +109,18 @@ typedef struct {
 
 struct acx_dataloader {
     acx_comm_t *world; /* not owned */
+    /* Token streams (acx_loader_open_tokens): ds[0] is the 1-D token array,
+     * a "sample" is window w = tokens[w*T .. w*T+T], and the batch holds
+     * two int32 tensors [size x T] (inputs, targets) cut from it. */
+    int tokens;          /* 1: a token-stream loader */
+    int64_t seq_len;     /* T */
+    int64_t num_tokens;  /* N, the length of the token array */
+    int64_t vocab_size;  /* the dataset's vocab_size attribute; 0 = none */
+    int32_t *window_buf; /* reader scratch: [T + 1] */
+    /* cycle: the end of an epoch goes on with the next epoch's first batch
+     * instead of a NULL batch. cycle_opt is the option as given (-1: the
+     * training loader follows max_steps, acx_loader_set_training). */
+    int cycle_opt, cycle;
     char *path;
     hid_t file;
     int open; /* 0 after acx_loader_close */
@@ -162,10 +174,13 @@ static int cmp_row_ref(const void *a, const void *b) {
 
 /* Read slot->indices[0..size) of every dataset into slot->tensors. Called
  * without mu; takes the HDF5 lock. */
+static acx_status_t read_windows(acx_dataloader_t *l, slot_t *slot);
+
 static acx_status_t read_batch(acx_dataloader_t *l, slot_t *slot) {
     acx_status_t status = ACX_OK;
     int64_t n = slot->size;
     if (n == 0) return ACX_OK;
+    if (l->tokens) return read_windows(l, slot);
 
     /* sort by row, keep batch positions; find unique rows and their runs */
     int direct = 1;
@@ -237,6 +252,62 @@ static acx_status_t read_batch(acx_dataloader_t *l, slot_t *slot) {
     return status;
 }
 
+/* Token windows: one hyperslab read of the T + 1 contiguous tokens of each
+ * window (windows of a shuffled batch are not contiguous to each other, and
+ * neighbours share a token, so a union selection would not fit), read as
+ * int32 (HDF5 converts uint16), checked against [0, vocab_size), then cut
+ * into the input row (tokens 0..T-1) and the target row (tokens 1..T).
+ * Called without mu; takes the HDF5 lock. */
+static acx_status_t read_windows(acx_dataloader_t *l, slot_t *slot) {
+    acx_status_t status = ACX_OK;
+    dataset_t *d = &l->ds[0];
+    int64_t T = l->seq_len;
+    hsize_t wlen = (hsize_t)T + 1;
+    hid_t fspace = -1, mspace = -1;
+    char what[512];
+    snprintf(what, sizeof what, "token dataset '%s' of '%s' (batch %lld of epoch %lld)", d->name,
+             l->path, (long long)slot->index, (long long)slot->epoch);
+    acx_h5_lock();
+    ACX_H5_CHECK_GOTO(fspace = H5Scopy(d->space), what, status, out);
+    ACX_H5_CHECK_GOTO(mspace = H5Screate_simple(1, &wlen, NULL), what, status, out);
+    for (int64_t j = 0; j < slot->size; j++) {
+        int64_t w = slot->indices[j];
+        int64_t first = acx_token_window_start(w, T);
+        hsize_t start = (hsize_t)first;
+        ACX_H5_CHECK_GOTO(H5Sselect_hyperslab(fspace, H5S_SELECT_SET, &start, NULL, &wlen, NULL),
+                          what, status, out);
+        ACX_H5_CHECK_GOTO(
+            H5Dread(d->dset, H5T_NATIVE_INT32, mspace, fspace, H5P_DEFAULT, l->window_buf), what,
+            status, out);
+        /* values from the file: checked before anyone indexes with them */
+        for (int64_t k = 0; k <= T; k++) {
+            int32_t v = l->window_buf[k];
+            if (v < 0 || (l->vocab_size > 0 && v >= l->vocab_size)) {
+                char range[64] = "";
+                if (l->vocab_size > 0)
+                    snprintf(range, sizeof range, " [0, %lld) (its vocab_size attribute)",
+                             (long long)l->vocab_size);
+                else
+                    snprintf(range, sizeof range, " >= 0");
+                status = ACX_ERROR(ACX_ERR_FORMAT,
+                                   "token file '%s', dataset '%s': token %lld has value %ld; "
+                                   "expected a token id in%s",
+                                   l->path, d->name, (long long)(first + k), (long)v, range);
+                goto out;
+            }
+        }
+        int32_t *in = (int32_t *)slot->tensors[0] + j * T;
+        int32_t *tg = (int32_t *)slot->tensors[1] + j * T;
+        memcpy(in, l->window_buf, (size_t)T * sizeof *in);
+        memcpy(tg, l->window_buf + 1, (size_t)T * sizeof *tg);
+    }
+out:
+    if (mspace >= 0) H5Sclose(mspace);
+    if (fspace >= 0) H5Sclose(fspace);
+    acx_h5_unlock();
+    return status;
+}
+
 /* ---- the prefetch thread ---- */
 
 static slot_t *find_slot(acx_dataloader_t *l, slot_state_t state) {
@@ -294,6 +365,8 @@ static void *prefetch_main(void *arg) {
 static void restart_locked(acx_dataloader_t *l, int64_t epoch, int64_t start) {
     l->gen++;
     acx_sampler_set_epoch(&l->sampler, epoch);
+    acx_sampler_set_start(&l->sampler, 0); /* a whole epoch (set_position_samples) */
+    l->num_batches = acx_sampler_num_batches(&l->sampler);
     l->epoch = epoch;
     l->pos = start;
     l->next_k = start;
@@ -367,6 +440,10 @@ static acx_status_t check_options(const acx_dataloader_options_t *o, int world_s
     if (o->prefetch < 0)
         return ACX_ERROR(ACX_ERR_INVALID_ARG, "dataloader prefetch = %d: expected >= 0",
                          o->prefetch);
+    if (o->cycle < -1 || o->cycle > 1)
+        return ACX_ERROR(ACX_ERR_INVALID_ARG,
+                         "dataloader option cycle = %d: expected -1 (follow max_steps), 0 or 1",
+                         o->cycle);
     if (o->split_batches && o->batch_size % world_size != 0)
         return ACX_ERROR(ACX_ERR_INVALID_ARG,
                          "split_batches: batch_size %lld is not divisible by the world size %d",
@@ -432,8 +509,8 @@ static acx_status_t open_dataset(acx_dataloader_t *l, const char *name, dataset_
     if (dtype < 0) {
         status = ACX_ERROR(ACX_ERR_FORMAT,
                            "dataset '%s' in '%s' has HDF5 type class %s, size %zu "
-                           "bytes; supported: int8, uint8, int32, int64, float16, bfloat16, "
-                           "float32, float64",
+                           "bytes; supported: int8, uint8, uint16, int32, int64, float16, "
+                           "bfloat16, float32, float64",
                            name, l->path, h5_class_name(H5Tget_class(type)), H5Tget_size(type));
         goto err;
     }
@@ -449,6 +526,52 @@ static acx_status_t open_dataset(acx_dataloader_t *l, const char *name, dataset_
     return ACX_OK;
 err:
     if (type >= 0) H5Tclose(type);
+    return status;
+}
+
+/* A token loader's dataset: 1-D uint16 or int32, at least one window of
+ * T + 1 tokens, and the vocab_size attribute (when present) a positive
+ * integer. HDF5 lock held. */
+static acx_status_t check_tokens(acx_dataloader_t *l) {
+    dataset_t *d = &l->ds[0];
+    if (d->ndim != 1 || (d->dtype != ACX_DTYPE_UINT16 && d->dtype != ACX_DTYPE_INT32))
+        return ACX_ERROR(ACX_ERR_FORMAT,
+                         "token dataset '%s' in '%s' is %d-D %s; expected a 1-D uint16 or int32 "
+                         "array of token ids",
+                         d->name, l->path, d->ndim, acx_dtype_name(d->dtype));
+    l->num_tokens = (int64_t)d->dims[0];
+    if (l->num_tokens < l->seq_len + 1)
+        return ACX_ERROR(ACX_ERR_FORMAT,
+                         "token dataset '%s' in '%s' has %lld tokens, fewer than one window of "
+                         "seq_len + 1 = %lld",
+                         d->name, l->path, (long long)l->num_tokens, (long long)(l->seq_len + 1));
+    char what[512];
+    snprintf(what, sizeof what, "attribute vocab_size of token dataset '%s' in '%s'", d->name,
+             l->path);
+    htri_t e = H5Aexists(d->dset, "vocab_size");
+    if (e < 0) return acx_error_h5("H5Aexists", what, __FILE__, __LINE__);
+    if (e == 0) return ACX_OK;
+    acx_status_t status = ACX_OK;
+    hid_t a = -1, sp = -1, t = -1;
+    int64_t v = 0;
+    ACX_H5_CHECK_GOTO(a = H5Aopen(d->dset, "vocab_size", H5P_DEFAULT), what, status, out);
+    ACX_H5_CHECK_GOTO(sp = H5Aget_space(a), what, status, out);
+    ACX_H5_CHECK_GOTO(t = H5Aget_type(a), what, status, out);
+    if (H5Tget_class(t) != H5T_INTEGER || H5Sget_simple_extent_npoints(sp) != 1) {
+        status = ACX_ERROR(ACX_ERR_FORMAT, "%s: expected one integer", what);
+        goto out;
+    }
+    ACX_H5_CHECK_GOTO(H5Aread(a, H5T_NATIVE_INT64, &v), what, status, out);
+    if (v < 1 || v > INT32_MAX) {
+        status = ACX_ERROR(ACX_ERR_FORMAT, "%s is %lld; expected 1 to %d", what, (long long)v,
+                           INT32_MAX);
+        goto out;
+    }
+    l->vocab_size = v;
+out:
+    if (t >= 0) H5Tclose(t);
+    if (sp >= 0) H5Sclose(sp);
+    if (a >= 0) H5Aclose(a);
     return status;
 }
 
@@ -482,6 +605,8 @@ static acx_status_t loader_release(acx_dataloader_t *l) {
     free(l->refs);
     free(l->runs);
     free(l->staging);
+    free(l->window_buf);
+    l->window_buf = NULL;
     l->refs = NULL;
     l->runs = NULL;
     l->staging = NULL;
@@ -506,7 +631,7 @@ static void loader_destroy(acx_dataloader_t *l) {
 /* Everything but the agreement: open, validate, allocate, start the thread.
  * On failure *l_p is still set (for loader_destroy) when allocated. */
 static acx_status_t loader_build(acx_comm_t *world, uint64_t seed, const char *path,
-                                 int num_datasets, const char *const *names,
+                                 int num_datasets, const char *const *names, int64_t seq_len,
                                  const acx_dataloader_options_t *opts, acx_dataloader_t **l_p) {
     acx_status_t status;
     int world_size = world->size;
@@ -532,6 +657,10 @@ static acx_status_t loader_build(acx_comm_t *world, uint64_t seed, const char *p
         l->ds[i].dset = l->ds[i].space = -1;
     l->num_datasets = num_datasets;
     l->prefetch = opts->prefetch;
+    l->tokens = seq_len > 0;
+    l->seq_len = seq_len;
+    l->cycle_opt = opts->cycle;
+    l->cycle = opts->cycle == 1;
     l->path = strdup(path);
     if (l->path == NULL) return ACX_ERROR(ACX_ERR_NO_MEMORY, "strdup of the data path failed");
     ACX_SYS_ERRNUM_CHECK(pthread_mutex_init(&l->mu, NULL));
@@ -574,10 +703,13 @@ static acx_status_t loader_build(acx_comm_t *world, uint64_t seed, const char *p
             goto err_unlock;
         }
     }
+    if (l->tokens) ACX_CHECK_GOTO(check_tokens(l), status, err_unlock);
     acx_h5_unlock();
 
-    /* sizes (the policy in the file comment) */
-    int64_t n = (int64_t)l->ds[0].dims[0];
+    /* sizes (the policy in the file comment); a token loader's samples are
+     * its windows */
+    int64_t n =
+        l->tokens ? acx_token_num_windows(l->num_tokens, seq_len) : (int64_t)l->ds[0].dims[0];
     int64_t b = opts->split_batches ? opts->batch_size / world_size : opts->batch_size;
     l->num_samples = n;
     l->batch_size = b;
@@ -609,6 +741,15 @@ static acx_status_t loader_build(acx_comm_t *world, uint64_t seed, const char *p
     size_t max_row = 1;
     for (int i = 0; i < num_datasets; i++)
         if (l->ds[i].row_bytes > max_row) max_row = l->ds[i].row_bytes;
+    /* a token loader hands out two tensors of T int32 per window */
+    int num_tensors = l->tokens ? 2 : num_datasets;
+    size_t tensor_row[ACX_MAX_TENSORS];
+    for (int i = 0; i < num_tensors; i++)
+        tensor_row[i] = l->tokens ? (size_t)seq_len * sizeof(int32_t) : l->ds[i].row_bytes;
+    if (l->tokens) {
+        l->window_buf = acx_malloc(((size_t)seq_len + 1) * sizeof(int32_t), "token window");
+        if (l->window_buf == NULL) return ACX_ERR_NO_MEMORY;
+    }
     l->num_slots = l->prefetch > 0 ? l->prefetch + 1 : 1;
     l->slots = acx_calloc((size_t)l->num_slots, sizeof *l->slots, "loader slots");
     l->refs = acx_malloc((size_t)b * sizeof *l->refs, "loader row refs");
@@ -620,18 +761,18 @@ static acx_status_t loader_build(acx_comm_t *world, uint64_t seed, const char *p
         slot_t *slot = &l->slots[s];
         slot->indices = acx_malloc((size_t)b * sizeof *slot->indices, "batch indices");
         if (slot->indices == NULL) return ACX_ERR_NO_MEMORY;
-        for (int i = 0; i < num_datasets; i++) {
-            size_t bytes = (size_t)b * l->ds[i].row_bytes;
+        for (int i = 0; i < num_tensors; i++) {
+            size_t bytes = (size_t)b * tensor_row[i];
             slot->tensors[i] = acx_aligned_alloc(bytes > 0 ? bytes : 1, "batch tensor");
             if (slot->tensors[i] == NULL) return ACX_ERR_NO_MEMORY;
         }
     }
 
     /* the batch fields that never change */
-    l->batch.num_tensors = num_datasets;
-    for (int i = 0; i < num_datasets; i++) {
-        l->batch.dtypes[i] = l->ds[i].dtype;
-        l->batch.sample_numel[i] = l->ds[i].sample_numel;
+    l->batch.num_tensors = num_tensors;
+    for (int i = 0; i < num_tensors; i++) {
+        l->batch.dtypes[i] = l->tokens ? ACX_DTYPE_INT32 : l->ds[i].dtype;
+        l->batch.sample_numel[i] = l->tokens ? seq_len : l->ds[i].sample_numel;
     }
 
     l->epoch = 0;
@@ -639,10 +780,11 @@ static acx_status_t loader_build(acx_comm_t *world, uint64_t seed, const char *p
     if (l->prefetch > 0) ACX_CHECK(start_thread(l));
     ACX_DEBUG(ACX_SUBSYS_DATA,
               "loader '%s': %d dataset(s), %lld samples, batch %lld per rank, %lld batches per "
-              "epoch, shuffle %d drop_last %d even_batches %d split_batches %d prefetch %d",
+              "epoch, shuffle %d drop_last %d even_batches %d split_batches %d prefetch %d, "
+              "seq_len %lld (0: not a token stream)",
               path, num_datasets, (long long)n, (long long)b, (long long)l->num_batches,
               opts->shuffle, opts->drop_last, opts->even_batches, opts->split_batches,
-              opts->prefetch);
+              opts->prefetch, (long long)seq_len);
     return ACX_OK;
 
 err_unlock:
@@ -658,8 +800,35 @@ acx_status_t acx_loader_open(acx_comm_t *world, uint64_t seed, const char *path,
         return ACX_ERROR(ACX_ERR_INVALID_ARG,
                          "acx_loader_open: world and loader_p must not be NULL");
     acx_dataloader_t *l = NULL;
-    acx_status_t status = loader_build(world, seed, path, num_datasets, dataset_names, opts, &l);
+    acx_status_t status = loader_build(world, seed, path, num_datasets, dataset_names, 0, opts, &l);
     /* every rank learns the lowest failing rank's status and message */
+    status = acx_coll_agree(world, status);
+    if (status != ACX_OK) {
+        if (l != NULL) loader_destroy(l);
+        return status;
+    }
+    *loader_p = l;
+    return ACX_OK;
+}
+
+acx_status_t acx_loader_open_tokens(acx_comm_t *world, uint64_t seed, const char *path,
+                                    const char *dataset, int64_t seq_len,
+                                    const acx_dataloader_options_t *opts,
+                                    acx_dataloader_t **loader_p) {
+    if (world == NULL || loader_p == NULL)
+        return ACX_ERROR(ACX_ERR_INVALID_ARG,
+                         "acx_loader_open_tokens: world and loader_p must not be NULL");
+    acx_dataloader_t *l = NULL;
+    acx_status_t status;
+    if (seq_len < 1)
+        status = ACX_ERROR(ACX_ERR_INVALID_ARG,
+                           "acx_token_loader_open: seq_len %lld for '%s': expected >= 1",
+                           (long long)seq_len, path != NULL ? path : "(null)");
+    else if (dataset == NULL)
+        status = ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_token_loader_open: dataset name is NULL");
+    else
+        status =
+            loader_build(world, seed, path, 1, (const char *const[]){dataset}, seq_len, opts, &l);
     status = acx_coll_agree(world, status);
     if (status != ACX_OK) {
         if (l != NULL) loader_destroy(l);
@@ -693,9 +862,12 @@ ACX_API acx_status_t acx_dataloader_next(acx_dataloader_t *l, const acx_batch_t 
     }
     if (l->pos >= l->num_batches) {
         restart_locked(l, l->epoch + 1, 0);
-        pthread_mutex_unlock(&l->mu);
-        *batch_p = NULL; /* the end of the epoch: not an error (acx/status.h) */
-        return ACX_OK;
+        /* cycling (step mode): go on with the next epoch's first batch */
+        if (!l->cycle || l->num_batches == 0) {
+            pthread_mutex_unlock(&l->mu);
+            *batch_p = NULL; /* the end of the epoch: not an error (acx/status.h) */
+            return ACX_OK;
+        }
     }
     if (l->thread_started) {
         while ((slot = find_ready(l, l->gen, l->pos)) == NULL)
@@ -726,7 +898,7 @@ ACX_API acx_status_t acx_dataloader_next(acx_dataloader_t *l, const acx_batch_t 
     b->size = slot->size;
     b->num_padding = slot->num_padding;
     b->indices = slot->indices;
-    for (int i = 0; i < l->num_datasets; i++)
+    for (int i = 0; i < b->num_tensors; i++)
         b->tensors[i] = slot->tensors[i];
     b->epoch = slot->epoch;
     b->index = slot->index;
@@ -763,6 +935,14 @@ ACX_API int64_t acx_dataloader_position(const acx_dataloader_t *l) { return l ? 
 
 ACX_API int acx_dataloader_dataset_shape(const acx_dataloader_t *l, int i, int max_dims,
                                          int64_t *dims) {
+    if (l != NULL && l->tokens) {
+        /* inputs and targets: [windows x T] each */
+        if (i < 0 || i > 1) return -1;
+        int64_t shape[2] = {l->num_samples, l->seq_len};
+        for (int k = 0; k < 2 && k < max_dims && dims != NULL; k++)
+            dims[k] = shape[k];
+        return 2;
+    }
     if (l == NULL || i < 0 || i >= l->num_datasets) return -1;
     const dataset_t *d = &l->ds[i];
     for (int k = 0; k < d->ndim && k < max_dims && dims != NULL; k++)
@@ -771,6 +951,7 @@ ACX_API int acx_dataloader_dataset_shape(const acx_dataloader_t *l, int i, int m
 }
 
 ACX_API int acx_dataloader_dataset_dtype(const acx_dataloader_t *l, int i) {
+    if (l != NULL && l->tokens) return i == 0 || i == 1 ? (int)ACX_DTYPE_INT32 : -1;
     if (l == NULL || i < 0 || i >= l->num_datasets) return -1;
     return (int)l->ds[i].dtype;
 }
@@ -794,6 +975,38 @@ acx_status_t acx_loader_set_position(acx_dataloader_t *l, int64_t epoch, int64_t
 int64_t acx_loader_global_batch(const acx_dataloader_t *l) { return l->sampler.global_batch; }
 
 uint64_t acx_loader_seed(const acx_dataloader_t *l) { return l->sampler.seed; }
+
+acx_status_t acx_loader_set_position_samples(acx_dataloader_t *l, int64_t epoch, int64_t samples) {
+    ACX_CHECK(check_open(l, "acx_loader_set_position_samples"));
+    if (epoch < 0 || samples < 0 || samples > l->num_samples)
+        return ACX_ERROR(ACX_ERR_INVALID_ARG,
+                         "acx_loader_set_position_samples: epoch %lld, %lld samples consumed of "
+                         "'%s': expected epoch >= 0 and 0 <= samples <= %lld",
+                         (long long)epoch, (long long)samples, l->path, (long long)l->num_samples);
+    pthread_mutex_lock(&l->mu);
+    restart_locked(l, epoch, 0);
+    acx_sampler_set_start(&l->sampler, samples);
+    l->num_batches = acx_sampler_num_batches(&l->sampler);
+    pthread_mutex_unlock(&l->mu);
+    return ACX_OK;
+}
+
+int64_t acx_loader_samples_consumed(const acx_dataloader_t *l) {
+    return l->sampler.start + l->pos * l->sampler.global_batch;
+}
+
+int64_t acx_loader_start(const acx_dataloader_t *l) { return l->sampler.start; }
+
+int acx_loader_is_tokens(const acx_dataloader_t *l) { return l != NULL && l->tokens; }
+
+void acx_loader_set_training(acx_dataloader_t *l, int step_mode) {
+    if (l == NULL) return;
+    pthread_mutex_lock(&l->mu);
+    if (l->cycle_opt == -1) l->cycle = !!step_mode;
+    pthread_mutex_unlock(&l->mu);
+}
+
+int acx_loader_cycles(const acx_dataloader_t *l) { return l != NULL && l->cycle; }
 
 /* ---- close ---- */
 

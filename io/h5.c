@@ -184,6 +184,8 @@ int acx_h5_to_dtype(hid_t type) {
         H5T_sign_t sign = H5Tget_sign(type);
         if (size == 1)
             dtype = sign == H5T_SGN_NONE ? ACX_DTYPE_UINT8 : ACX_DTYPE_INT8;
+        else if (size == 2 && sign == H5T_SGN_NONE)
+            dtype = ACX_DTYPE_UINT16;
         else if (size == 4 && sign == H5T_SGN_2)
             dtype = ACX_DTYPE_INT32;
         else if (size == 8 && sign == H5T_SGN_2)
@@ -215,6 +217,7 @@ hid_t acx_h5_native(int dtype) {
     case ACX_DTYPE_FLOAT64: return H5T_NATIVE_DOUBLE;
     case ACX_DTYPE_INT8: return H5T_NATIVE_SCHAR;
     case ACX_DTYPE_UINT8: return H5T_NATIVE_UCHAR;
+    case ACX_DTYPE_UINT16: return H5T_NATIVE_UINT16;
     case ACX_DTYPE_INT32: return H5T_NATIVE_INT32;
     case ACX_DTYPE_INT64: return H5T_NATIVE_INT64;
     case ACX_DTYPE_FLOAT16:

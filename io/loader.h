@@ -16,6 +16,15 @@ acx_status_t acx_loader_open(acx_comm_t *world, uint64_t seed, const char *path,
                              const char *const *dataset_names, const acx_dataloader_options_t *opts,
                              acx_dataloader_t **loader_p);
 
+/* A token-stream loader over the 1-D uint16/int32 dataset `dataset`
+ * (acx_token_loader_open in acx/data.h): windows of seq_len + 1 tokens are
+ * its samples, sharded by the same sampler. opts resolved as above.
+ * Collective over world. */
+acx_status_t acx_loader_open_tokens(acx_comm_t *world, uint64_t seed, const char *path,
+                                    const char *dataset, int64_t seq_len,
+                                    const acx_dataloader_options_t *opts,
+                                    acx_dataloader_t **loader_p);
+
 /* Stop the prefetch thread and release the file and buffers; the object
  * itself stays valid (every call but free then fails with ACX_ERR_STATE).
  * Idempotent. The public acx_dataloader_close (runtime/) calls this. */
@@ -35,9 +44,36 @@ void acx_loader_free(acx_dataloader_t *loader);
  * [0, num_batches]), ACX_ERR_STATE (closed). */
 acx_status_t acx_loader_set_position(acx_dataloader_t *loader, int64_t epoch, int64_t batch_index);
 
+/* Stand in `epoch` after `samples` stream positions of it were consumed
+ * (by any global batch): the epoch's remaining batches serve exactly the
+ * positions [samples, N), so a token loader resumes under a global batch
+ * that does not divide the samples consumed without repeating or skipping
+ * a window. num_batches counts the remaining batches until the epoch ends;
+ * the next epoch is whole again. Not collective. Errors: ACX_ERR_INVALID_ARG,
+ * ACX_ERR_STATE (closed). */
+acx_status_t acx_loader_set_position_samples(acx_dataloader_t *loader, int64_t epoch,
+                                             int64_t samples);
+
+/* Stream positions of the current epoch consumed: start + position x global
+ * batch; and start alone (0 unless set_position_samples made the epoch
+ * begin inside a global batch). */
+int64_t acx_loader_samples_consumed(const acx_dataloader_t *loader);
+int64_t acx_loader_start(const acx_dataloader_t *loader);
+
+/* Is it a token-stream loader (acx_loader_open_tokens)? NULL: 0. */
+int acx_loader_is_tokens(const acx_dataloader_t *loader);
+
 /* Samples per global batch (per-rank batch x world size) and the seed of
  * the shuffle: with the epoch and position, what fixes the data order. */
 int64_t acx_loader_global_batch(const acx_dataloader_t *loader);
 uint64_t acx_loader_seed(const acx_dataloader_t *loader);
+
+/* The loader became the training loader (acx_prepare): with its cycle
+ * option -1 it cycles epochs exactly when step_mode (max_steps > 0). */
+void acx_loader_set_training(acx_dataloader_t *loader, int step_mode);
+
+/* Does the loader cycle (the end of an epoch is no NULL batch and, for the
+ * training loader, no synchronization boundary)? NULL: 0. */
+int acx_loader_cycles(const acx_dataloader_t *loader);
 
 #endif /* ACX_IO_LOADER_H */

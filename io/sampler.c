@@ -29,6 +29,11 @@
  * positions >= m. Without either flag a rank gets its real positions < m and
  * nothing else; if that is none, the batch does not exist for that rank
  * (num_batches counts only non-empty batches).
+ *
+ * start (0 unless a checkpoint resumes in mid-epoch under a global batch
+ * that does not divide the samples consumed): the epoch's stream begins at
+ * position start instead of 0 — batch g covers [start + g*G, start +
+ * (g+1)*G) — so exactly the positions not yet consumed are served.
  */
 #include <stdlib.h>
 
@@ -40,10 +45,18 @@
 
 static int64_t clamp64(int64_t v, int64_t lo, int64_t hi) { return v < lo ? lo : v > hi ? hi : v; }
 
-/* Real (non-padding) samples rank r has in the last, incomplete global batch. */
+/* Real (non-padding) samples rank r has in the last, incomplete global
+ * batch of what remains of the epoch after s->start. */
 static int64_t last_real(const acx_sampler_t *s) {
-    int64_t m = s->num_samples % s->global_batch;
+    int64_t m = (s->num_samples - s->start) % s->global_batch;
     return clamp64(m - (int64_t)s->rank * s->batch_size, 0, s->batch_size);
+}
+
+/* Batches of the epoch's stream positions [start, N) on this rank. */
+static int64_t count_batches(const acx_sampler_t *s) {
+    int64_t rest = s->num_samples - s->start, n = rest / s->global_batch;
+    if (!s->drop_last && rest % s->global_batch != 0 && (s->even_batches || last_real(s) > 0)) n++;
+    return n;
 }
 
 acx_status_t acx_sampler_init(acx_sampler_t *s, int64_t num_samples, int64_t batch_size,
@@ -89,9 +102,7 @@ acx_status_t acx_sampler_init(acx_sampler_t *s, int64_t num_samples, int64_t bat
         .epoch = -1,
         .perm = perm,
     };
-    int64_t n = full;
-    if (!s->drop_last && num_samples % global != 0 && (s->even_batches || last_real(s) > 0)) n++;
-    s->num_batches = n;
+    s->num_batches = count_batches(s);
     acx_sampler_set_epoch(s, 0);
     return ACX_OK;
 }
@@ -112,10 +123,24 @@ void acx_sampler_set_epoch(acx_sampler_t *s, int64_t epoch) {
 
 int64_t acx_sampler_num_batches(const acx_sampler_t *s) { return s->num_batches; }
 
+void acx_sampler_set_start(acx_sampler_t *s, int64_t start) {
+    s->start = clamp64(start, 0, s->num_samples);
+    s->num_batches = count_batches(s);
+}
+
+/* ---- token streams ---- */
+
+int64_t acx_token_num_windows(int64_t num_tokens, int64_t seq_len) {
+    if (seq_len < 1 || num_tokens < seq_len + 1) return 0;
+    return (num_tokens - 1) / seq_len;
+}
+
+int64_t acx_token_window_start(int64_t window, int64_t seq_len) { return window * seq_len; }
+
 void acx_sampler_batch(const acx_sampler_t *s, int64_t b, int64_t *idx, int64_t *size_p,
                        int64_t *num_padding_p) {
     int64_t n = s->num_samples;
-    int64_t full = n / s->global_batch;
+    int64_t full = (n - s->start) / s->global_batch;
     int64_t size = s->batch_size, padding = 0;
     if (b >= full) {
         /* the last, incomplete global batch */
@@ -126,7 +151,7 @@ void acx_sampler_batch(const acx_sampler_t *s, int64_t b, int64_t *idx, int64_t 
             size = real;
     }
     /* q: this rank's first stream position in global batch b */
-    int64_t q = b * s->global_batch + (int64_t)s->rank * s->batch_size;
+    int64_t q = s->start + b * s->global_batch + (int64_t)s->rank * s->batch_size;
     for (int64_t j = 0; j < size; j++) {
         int64_t pos = (q + j) % n;
         idx[j] = s->perm ? s->perm[pos] : pos;

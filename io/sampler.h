@@ -19,7 +19,8 @@ typedef struct acx_sampler {
     uint64_t seed;
     /* derived */
     int64_t global_batch; /* batch_size * world_size */
-    int64_t num_batches;  /* batches per epoch on this rank */
+    int64_t num_batches;  /* batches per epoch (from start) on this rank */
+    int64_t start;        /* stream positions of this epoch consumed before batch 0 (0) */
     /* current epoch's permutation */
     int64_t epoch;
     int64_t *perm; /* [num_samples] */
@@ -37,6 +38,10 @@ void acx_sampler_fini(acx_sampler_t *s);
 /* Compute epoch e's permutation (identity without shuffle). */
 void acx_sampler_set_epoch(acx_sampler_t *s, int64_t epoch);
 
+/* Begin the current epoch's batches at stream position start (clamped to
+ * [0, N]) and recount num_batches; 0 restores the whole epoch. */
+void acx_sampler_set_start(acx_sampler_t *s, int64_t start);
+
 /* Batches this rank runs per epoch (the same on every rank with
  * even_batches or drop_last). */
 int64_t acx_sampler_num_batches(const acx_sampler_t *s);
@@ -46,5 +51,17 @@ int64_t acx_sampler_num_batches(const acx_sampler_t *s);
  * samples into *num_padding_p. */
 void acx_sampler_batch(const acx_sampler_t *s, int64_t b, int64_t *idx, int64_t *size_p,
                        int64_t *num_padding_p);
+
+/* ---- token streams ---- */
+
+/* A token stream of num_tokens tokens read as windows of seq_len + 1:
+ * window w is tokens [w*T, w*T + T] (its first T tokens are the inputs, its
+ * last T the targets), so consecutive windows share one token and every
+ * token but the first is a target exactly once. The number of windows is
+ * (N - 1) / T; 0 when N < T + 1 or T < 1. */
+int64_t acx_token_num_windows(int64_t num_tokens, int64_t seq_len);
+
+/* The first token of window w: w * T. */
+int64_t acx_token_window_start(int64_t window, int64_t seq_len);
 
 #endif /* ACX_SAMPLER_H */

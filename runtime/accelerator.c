@@ -693,6 +693,10 @@ static acx_status_t dataloader_open(acx_accelerator_t *acc, const char *path, in
                                     const char *const *dataset_names,
                                     const acx_dataloader_options_t *opts,
                                     acx_dataloader_t **loader_p);
+static acx_status_t open_resolved(acx_accelerator_t *acc, const char *path, int num_datasets,
+                                  const char *const *dataset_names, int64_t seq_len,
+                                  const acx_dataloader_options_t *opts,
+                                  acx_dataloader_t **loader_p);
 
 /* One watch with checkpoint.timeout over the open: its agreements follow
  * file I/O (collectives/watchdog.h). */
@@ -719,6 +723,16 @@ static acx_status_t dataloader_open(acx_accelerator_t *acc, const char *path, in
     o.even_batches = resolve_flag(o.even_batches, dc->even_batches);
     o.split_batches = resolve_flag(o.split_batches, dc->split_batches);
     o.prefetch = resolve_flag(o.prefetch, dc->prefetch);
+    return open_resolved(acc, path, num_datasets, dataset_names, 0, &o, loader_p);
+}
+
+/* Agree on the arguments, open (a token loader when seq_len > 0), and
+ * register the loader with acc. o: resolved. */
+static acx_status_t open_resolved(acx_accelerator_t *acc, const char *path, int num_datasets,
+                                  const char *const *dataset_names, int64_t seq_len,
+                                  const acx_dataloader_options_t *opts,
+                                  acx_dataloader_t **loader_p) {
+    acx_dataloader_options_t o = *opts;
     /* A rank with another batch size or other datasets would silently
      * desynchronize every later collective: compare the arguments first.
      * The path may differ (node-local copies of the data are common); a
@@ -726,19 +740,26 @@ static acx_status_t dataloader_open(acx_accelerator_t *acc, const char *path, in
     uint64_t h = 1469598103934665603ull;
     for (int i = 0; i < num_datasets && dataset_names != NULL; i++)
         h = fnv_str(h, dataset_names[i]);
-    int64_t args[7] = {num_datasets,   o.batch_size,    o.shuffle, o.drop_last,
-                       o.even_batches, o.split_batches, o.prefetch};
+    int64_t args[9] = {num_datasets,    o.batch_size, o.shuffle, o.drop_last, o.even_batches,
+                       o.split_batches, o.prefetch,   o.cycle,   seq_len};
     h = fnv_bytes(h, args, sizeof args);
     char detail[512];
     snprintf(detail, sizeof detail,
              "%d dataset(s), batch_size %lld, shuffle %d, drop_last %d, "
-             "even_batches %d, split_batches %d, prefetch %d",
+             "even_batches %d, split_batches %d, prefetch %d, cycle %d, seq_len %lld",
              num_datasets, (long long)o.batch_size, o.shuffle, o.drop_last, o.even_batches,
-             o.split_batches, o.prefetch);
-    ACX_CHECK(agree_on(acc, h, "arguments to acx_dataloader_open", detail));
+             o.split_batches, o.prefetch, o.cycle, (long long)seq_len);
+    ACX_CHECK(agree_on(acc, h,
+                       seq_len > 0 ? "arguments to acx_token_loader_open"
+                                   : "arguments to acx_dataloader_open",
+                       detail));
     acx_dataloader_t *l = NULL;
-    ACX_CHECK(acx_loader_open(acc->world, (uint64_t)acc->config.values.seed, path, num_datasets,
-                              dataset_names, &o, &l));
+    uint64_t seed = (uint64_t)acc->config.values.seed;
+    if (seq_len > 0)
+        ACX_CHECK(
+            acx_loader_open_tokens(acc->world, seed, path, dataset_names[0], seq_len, &o, &l));
+    else
+        ACX_CHECK(acx_loader_open(acc->world, seed, path, num_datasets, dataset_names, &o, &l));
     acx_status_t status = push((void ***)&acc->loaders, &acc->num_loaders, &acc->cap_loaders, l);
     if (status != ACX_OK) {
         acx_loader_free(l);
@@ -746,6 +767,32 @@ static acx_status_t dataloader_open(acx_accelerator_t *acc, const char *path, in
     }
     *loader_p = l;
     return ACX_OK;
+}
+
+ACX_API acx_status_t acx_token_loader_open(acx_accelerator_t *acc, const char *path,
+                                           const char *dataset, int64_t seq_len,
+                                           const acx_dataloader_options_t *opts,
+                                           acx_dataloader_t **loader_p) {
+    if (acc == NULL || loader_p == NULL || opts == NULL || dataset == NULL)
+        return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_token_loader_open: acc, dataset, opts and "
+                                              "loader_p must not be NULL");
+    /* seq_len 0 would open a sample loader: refuse it here (the same on
+     * every rank, so no agreement is needed) */
+    if (seq_len < 1)
+        return ACX_ERROR(ACX_ERR_INVALID_ARG,
+                         "acx_token_loader_open: seq_len %lld for '%s': expected >= 1",
+                         (long long)seq_len, path != NULL ? path : "(null)");
+    const acx_dataloader_config_t *dc = &acc->config.values.dataloader;
+    acx_dataloader_options_t o = *opts;
+    o.drop_last = resolve_flag(o.drop_last, dc->drop_last);
+    o.even_batches = resolve_flag(o.even_batches, dc->even_batches);
+    o.split_batches = resolve_flag(o.split_batches, dc->split_batches);
+    o.prefetch = resolve_flag(o.prefetch, dc->prefetch);
+    acx_watch_enter_io("dataset open");
+    acx_status_t status =
+        open_resolved(acc, path, 1, (const char *const[]){dataset}, seq_len, &o, loader_p);
+    acx_watch_exit();
+    return status;
 }
 
 ACX_API acx_status_t acx_dataloader_close(acx_dataloader_t *loader) {
@@ -810,6 +857,8 @@ ACX_API acx_status_t acx_prepare(acx_accelerator_t *acc, acx_model_t *model,
     acc->model = model;
     acc->optimizer = optimizer;
     acc->loader = loader;
+    /* step mode (max_steps > 0): the training loader cycles epochs */
+    acx_loader_set_training(loader, acc->config.values.max_steps > 0);
     acc->sync = 1;
     model->sync = 1;
     model->grad_prescale = 1.0f / (float)acc->world_size;
@@ -832,9 +881,14 @@ ACX_API acx_status_t acx_accumulate_begin(acx_accelerator_t *acc) {
     acc->micro_step++;
     acc->micro_since_sync++;
     /* The end of the loader's epoch is a boundary too (Accelerate's
-     * end_of_dataloader), so no gradients leak into the next epoch. */
+     * end_of_dataloader), so no gradients leak into the next epoch — except
+     * for a cycling loader (step mode): its stream has no end, and a forced
+     * boundary there would make optimizer steps drift from micro-steps / k
+     * (5 batches per epoch, k = 2: 6 program steps became 7 optimizer
+     * steps). */
     int end_of_data =
-        acc->loader != NULL && acx_dataloader_position(acc->loader) > 0 &&
+        acc->loader != NULL && !acx_loader_cycles(acc->loader) &&
+        acx_dataloader_position(acc->loader) > 0 &&
         acx_dataloader_position(acc->loader) == acx_dataloader_num_batches(acc->loader);
     acc->sync = acc->micro_since_sync >= k || end_of_data;
     acc->model->sync = acc->sync;

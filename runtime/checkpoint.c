@@ -516,6 +516,18 @@ static acx_status_t build_plan(acx_accelerator_t *acc, plan_t *p, acx_ckpt_state
         st->samples_consumed = pos * g;
         st->num_batches = acx_dataloader_num_batches(l);
         st->num_samples = acx_dataloader_num_samples(l);
+        if (acx_loader_start(l) != 0) {
+            /* an epoch resumed inside a global batch (a token loader under
+             * another world size): its position is a count of samples,
+             * which the format holds exactly as batches of one sample */
+            int64_t consumed = acx_loader_samples_consumed(l);
+            if (pos >= acx_dataloader_num_batches(l) || consumed > st->num_samples)
+                consumed = st->num_samples; /* the end of the epoch (padding past N) */
+            st->global_batch = 1;
+            st->position = consumed;
+            st->samples_consumed = consumed;
+            st->num_batches = st->num_samples;
+        }
     }
 
     /* random streams: row r is rank r's (seed, rank, counter, reserved) */
@@ -797,6 +809,7 @@ typedef struct restore {
     int64_t sched_step;
     /* loader */
     int have_loader;
+    int64_t samples; /* >= 0: resume a token loader at this many samples of the epoch */
     int64_t epoch, position;
     /* rng: this rank's row, if the saving run had this rank */
     int have_rng;
@@ -1038,7 +1051,10 @@ static acx_status_t plan_optimizer(acx_accelerator_t *acc, acx_ckpt_file_t *f, r
  * an epoch depends on (seed, epoch) only, and global batch g covers
  * permutation entries [g*G, (g+1)*G), so position p of a run with global
  * batch G_old is exactly position p*G_old/G_new here when that divides; the
- * end of an epoch maps to the end of the epoch. */
+ * end of an epoch maps to the end of the epoch. When it does not divide, a
+ * token loader resumes at the sample count itself (its epoch's remaining
+ * batches start inside the stream: io/sampler.c's start); a sample loader
+ * refuses (strict) or rounds down, repeating samples. */
 static acx_status_t plan_loader(acx_accelerator_t *acc, restore_t *r, const char *file,
                                 int strict) {
     acx_dataloader_t *l = acc->loader;
@@ -1083,7 +1099,11 @@ static acx_status_t plan_loader(acx_accelerator_t *acc, restore_t *r, const char
     } else {
         int64_t samples = pos_old * gb_old;
         r->position = samples / gb;
-        if (samples % gb != 0) {
+        if (samples % gb != 0 && acx_loader_is_tokens(l)) {
+            /* a token loader starts the epoch's rest exactly at the next
+             * unconsumed window (acx_loader_set_position_samples) */
+            r->samples = samples;
+        } else if (samples % gb != 0) {
             if (strict)
                 return ACX_ERROR(
                     ACX_ERR_FORMAT,
@@ -1225,7 +1245,10 @@ static acx_status_t apply_restore(acx_accelerator_t *acc, const restore_t *r) {
     acc->micro_since_sync = 0;
     acc->sync = 1;
     acc->model->sync = 1;
-    if (r->have_loader) ACX_CHECK(acx_loader_set_position(acc->loader, r->epoch, r->position));
+    if (r->have_loader && r->samples >= 0)
+        ACX_CHECK(acx_loader_set_position_samples(acc->loader, r->epoch, r->samples));
+    else if (r->have_loader)
+        ACX_CHECK(acx_loader_set_position(acc->loader, r->epoch, r->position));
 
     /* random streams: ranks the saving run had continue their stream; the
      * others start their own from (seed, rank) */
@@ -1258,6 +1281,7 @@ static acx_status_t load_state(acx_accelerator_t *acc, const char *path, int str
     acx_ckpt_file_t *f = NULL;
     restore_t *r = acx_calloc(1, sizeof *r, "checkpoint load state");
     ACX_CHECK(acx_coll_agree(acc->world, r != NULL ? ACX_OK : ACX_ERR_NO_MEMORY));
+    r->samples = -1; /* a position in batches (plan_loader) */
 
     ACX_CHECK_GOTO(resolve_load_path(acc, path, file), status, out);
     ACX_CHECK_GOTO(acx_ckpt_open(acc->world, file, &f), status, out);

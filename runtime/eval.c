@@ -215,6 +215,7 @@ static acx_status_t pad_element(double v, acx_dtype_t dtype, unsigned char *elem
     }
     case ACX_DTYPE_INT8: lo = -128, hi = 127; break;
     case ACX_DTYPE_UINT8: lo = 0, hi = 255; break;
+    case ACX_DTYPE_UINT16: lo = 0, hi = 65535; break;
     case ACX_DTYPE_INT32: lo = -2147483648.0, hi = 2147483647.0; break;
     case ACX_DTYPE_INT64: lo = -9223372036854775808.0, hi = 9223372036854775807.0; break;
     default: return ACX_ERROR(ACX_ERR_INVALID_ARG, "%s: invalid dtype %d", fn, (int)dtype);
@@ -227,6 +228,11 @@ static acx_status_t pad_element(double v, acx_dtype_t dtype, unsigned char *elem
     switch (dtype) {
     case ACX_DTYPE_INT8: *(int8_t *)elem = (int8_t)v; break;
     case ACX_DTYPE_UINT8: *elem = (uint8_t)v; break;
+    case ACX_DTYPE_UINT16: {
+        uint16_t u = (uint16_t)v;
+        memcpy(elem, &u, sizeof u);
+        break;
+    }
     case ACX_DTYPE_INT32: {
         int32_t i = (int32_t)v;
         memcpy(elem, &i, sizeof i);

@@ -113,6 +113,7 @@ MPI_Datatype acx_mpi_datatype(acx_dtype_t dtype) {
     case ACX_DTYPE_FLOAT64: return MPI_DOUBLE;
     case ACX_DTYPE_INT8: return MPI_INT8_T;
     case ACX_DTYPE_UINT8: return MPI_UINT8_T;
+    case ACX_DTYPE_UINT16: return MPI_UINT16_T;
     case ACX_DTYPE_INT32: return MPI_INT32_T;
     case ACX_DTYPE_INT64: return MPI_INT64_T;
     default: return MPI_DATATYPE_NULL; /* float16/bfloat16: no predefined MPI type */

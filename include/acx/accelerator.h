@@ -121,7 +121,19 @@ ACX_API acx_status_t acx_prepare(acx_accelerator_t *acc, acx_model_t *model,
 /* Start / end one micro-step (Accelerate's `with accelerator.accumulate()`).
  * accumulate_begin decides whether this micro-step is a synchronization
  * boundary: every gradient_accumulation_steps-th micro-step, or the last
- * batch of the prepared loader's epoch. Not collective. */
+ * batch of the prepared loader's epoch — unless that loader cycles (step
+ * mode: config max_steps > 0, or its option cycle = 1), whose stream has no
+ * end: then optimizer steps = micro-steps / gradient_accumulation_steps
+ * exactly, and a step-based program loops
+ *
+ *     while (acx_step(acc) < max_steps) {
+ *         acx_dataloader_next(loader, &b);        never NULL: epochs roll over
+ *         acx_accumulate_begin(acc); ... acx_backward_end(acc);
+ *         if (acx_sync_gradients(acc)) optimizer step;
+ *         acx_accumulate_end(acc);
+ *     }
+ *
+ * Not collective. */
 ACX_API acx_status_t acx_accumulate_begin(acx_accelerator_t *acc);
 /* acx_accumulate_end on a boundary counts the optimizer step, saves when
  * checkpoint.save_every_steps divides it, and handles a pending preemption

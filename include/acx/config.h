@@ -197,6 +197,9 @@ typedef struct acx_config {
     int checkpoint_existing;   /* checkpoint.existing: acx_checkpoint_existing_t (default REFUSE) */
     int checkpoint_allow_unverified; /* checkpoint.allow_unverified: load data without checksums,
                                         with a warning (default 0) */
+    int64_t max_steps; /* >= 0 optimizer steps of a step-based run; 0 = epoch mode (default 0).
+                          > 0: the training loader cycles epochs and an epoch's end is no
+                          synchronization boundary (acx/accelerator.h) */
 } acx_config_t;
 
 #define ACX_CONFIG_DEFAULT                                                                         \
@@ -222,7 +225,7 @@ typedef struct acx_config {
         .resume = ACX_UNSET, .preemption = {.signals = NULL, .requeue = ACX_UNSET},                \
         .device_state = ACX_UNSET, .offload_optimizer = ACX_UNSET,                                 \
         .checkpoint_timeout = ACX_UNSET_F, .resume_from = NULL, .checkpoint_existing = ACX_UNSET,  \
-        .checkpoint_allow_unverified = ACX_UNSET                                                   \
+        .checkpoint_allow_unverified = ACX_UNSET, .max_steps = ACX_UNSET_I64                       \
     }
 
 /* Resolve the configuration the way acx_init would, without starting MPI,

@@ -33,7 +33,8 @@ typedef enum acx_dtype {
     ACX_DTYPE_UINT8 = 5,
     ACX_DTYPE_INT32 = 6,
     ACX_DTYPE_INT64 = 7,
-    ACX_DTYPE_COUNT_ /* not a type */
+    ACX_DTYPE_UINT16 = 8, /* token ids (GPT-2's 50257 fit) */
+    ACX_DTYPE_COUNT_      /* not a type */
 } acx_dtype_t;
 
 /* Reduction operations for collectives. ACX_OP_AVG is a sum divided by the

@@ -102,8 +102,9 @@ static acx_status_t resolve(const acx_config_t *program, const char *file, int n
 
 static int test_table(void) {
     TESTING("key table, names, formatting");
-    CHECK(acx_config_num_keys() == 34); /* 30 + checkpoint.timeout, resume_from,
-                                           checkpoint.existing, checkpoint.allow_unverified */
+    CHECK(acx_config_num_keys() == 35); /* 30 + checkpoint.timeout, resume_from,
+                                           checkpoint.existing, checkpoint.allow_unverified,
+                                           max_steps */
     CHECK(strcmp(acx_config_key_name(0), "mixed_precision") == 0);
     CHECK(acx_config_key_name(-1) == NULL);
     CHECK(acx_config_key_name(acx_config_num_keys()) == NULL);
@@ -162,6 +163,7 @@ static int test_defaults(void) {
     CHECK(cfg.values.log_with == ACX_LOG_WITH_NONE);
     CHECK(cfg.values.checkpoint.total_limit == 0);
     CHECK(cfg.values.checkpoint.save_every_steps == 0);
+    CHECK(cfg.values.max_steps == 0); /* epoch mode */
     /* The sharding layer reads these as they are: concrete, never ACX_UNSET. */
     CHECK(cfg.values.fsdp.forward_prefetch == 0);
     CHECK(cfg.values.fsdp.backward_prefetch == ACX_BACKWARD_PRE);
@@ -1020,6 +1022,10 @@ static int test_other_errors(void) {
     CHECK_STATUS(resolve(NULL, NULL, 0, NULL), ACX_ERR_INVALID_CONFIG,
                  "environment variable ACX_CHECKPOINT_SAVE_EVERY_STEPS='-3': expected an integer "
                  ">= 0");
+    env_clear();
+    env_set("ACX_MAX_STEPS", "-1");
+    CHECK_STATUS(resolve(NULL, NULL, 0, NULL), ACX_ERR_INVALID_CONFIG,
+                 "environment variable ACX_MAX_STEPS='-1': expected an integer >= 0");
     env_clear();
     env_set("ACX_LOG_WITH", "tensorboard");
     CHECK_STATUS(resolve(NULL, NULL, 0, NULL), ACX_ERR_INVALID_CONFIG,

@@ -317,6 +317,74 @@ error:
     return 1;
 }
 
+/* Token windows, by hand: N = 11, T = 5 -> windows [0..5], [5..10]; every
+ * token but the first is a target exactly once; a remainder shorter than a
+ * window is not used. */
+static int test_token_windows(void) {
+    TESTING("token windows: count, starts, targets cover the stream");
+    CHECK(acx_token_num_windows(11, 5) == 2);
+    CHECK(acx_token_num_windows(10, 5) == 1); /* tokens 5..9 lack their last target */
+    CHECK(acx_token_num_windows(6, 5) == 1);
+    CHECK(acx_token_num_windows(5, 5) == 0); /* fewer than T + 1 */
+    CHECK(acx_token_num_windows(1001, 10) == 100);
+    CHECK(acx_token_num_windows(100, 1) == 99);
+    CHECK(acx_token_num_windows(100, 0) == 0 && acx_token_num_windows(0, 4) == 0);
+    CHECK(acx_token_window_start(0, 5) == 0 && acx_token_window_start(1, 5) == 5);
+    CHECK(acx_token_window_start(99, 10) == 990);
+    for (int64_t n = 2; n < 60; n++)
+        for (int64_t t = 1; t < 9; t++) {
+            int64_t nw = acx_token_num_windows(n, t);
+            int target[64] = {0};
+            for (int64_t w = 0; w < nw; w++) {
+                int64_t s = acx_token_window_start(w, t);
+                CHECK(s >= 0 && s + t <= n - 1); /* the window's T + 1 tokens exist */
+                for (int64_t k = 1; k <= t; k++)
+                    target[s + k]++;
+            }
+            /* targets: tokens 1 .. nw*T once each, nothing else */
+            for (int64_t i = 0; i < n; i++)
+                CHECK(target[i] == (i >= 1 && i <= nw * t));
+            /* maximal: one more window would not fit */
+            CHECK(acx_token_window_start(nw, t) + t > n - 1);
+        }
+    PASSED();
+    return 0;
+error:
+    FAILED();
+    return 1;
+}
+
+/* An epoch resumed inside a global batch: N = 10, b = 2, W = 3 (G = 6). */
+static int test_start(void) {
+    TESTING("sampler: epoch starting at a stream position (resume)");
+    acx_sampler_t s[3];
+    int64_t idx[2], size, pad;
+    for (int r = 0; r < 3; r++)
+        CHECK_OK(acx_sampler_init(&s[r], 10, 2, 3, r, 0, 0, 1, 1));
+    for (int r = 0; r < 3; r++) {
+        /* start 4: positions 4..9, one full global batch, no padding */
+        acx_sampler_set_start(&s[r], 4);
+        CHECK(acx_sampler_num_batches(&s[r]) == 1);
+        acx_sampler_batch(&s[r], 0, idx, &size, &pad);
+        CHECK(size == 2 && pad == 0 && idx[0] == 4 + 2 * r && idx[1] == 5 + 2 * r);
+        /* start 5: positions 5..9 then padding wraps to the epoch's start */
+        acx_sampler_set_start(&s[r], 5);
+        CHECK(acx_sampler_num_batches(&s[r]) == 1);
+        acx_sampler_batch(&s[r], 0, idx, &size, &pad);
+        CHECK(size == 2 && idx[0] == 5 + 2 * r && idx[1] == (6 + 2 * r) % 10);
+        CHECK(pad == (r == 2 ? 1 : 0));
+        /* start 0 again: the whole epoch, 2 batches */
+        acx_sampler_set_start(&s[r], 0);
+        CHECK(acx_sampler_num_batches(&s[r]) == 2);
+        acx_sampler_fini(&s[r]);
+    }
+    PASSED();
+    return 0;
+error:
+    FAILED();
+    return 1;
+}
+
 int main(void) {
     acx_test_watchdog(120);
     int failed = 0;
@@ -324,5 +392,7 @@ int main(void) {
     failed |= test_errors();
     failed |= test_sweep();
     failed |= test_epochs();
+    failed |= test_token_windows();
+    failed |= test_start();
     return failed ? 1 : 0;
 }
