@@ -442,3 +442,21 @@ acx_status_t acx_io_check_target(const char *path) {
                      "into place (give a regular file path)",
                      path, kind);
 }
+
+acx_status_t acx_h5_create_import(const char *path, const char *source, hid_t *file_p) {
+    acx_status_t status = ACX_OK;
+    char what[512];
+    hid_t fapl = -1, file = -1;
+    snprintf(what, sizeof what, "'%s'", path);
+    ACX_H5_CHECK_GOTO(fapl = H5Pcreate(H5P_FILE_ACCESS), what, status, done);
+    ACX_H5_CHECK_GOTO(H5Pset_fapl_sec2(fapl), what, status, done);
+    ACX_H5_CHECK_GOTO(file = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, fapl), what, status, done);
+    ACX_H5_CHECK_GOTO(acx_h5_write_attr_str(file, "source", source), "attribute /source", status,
+                      done);
+    *file_p = file;
+    file = -1;
+done:
+    if (file >= 0) H5Fclose(file);
+    if (fapl >= 0) H5Pclose(fapl);
+    return status;
+}

@@ -97,4 +97,11 @@ acx_status_t acx_h5_check_attr(hid_t attr, const char *what);
  * ACX_ERR_IO naming the path and what it is; ACX_OK if absent or regular. */
 acx_status_t acx_io_check_target(const char *path);
 
+/* The importers' output (acx data import-idx, import-text): create or
+ * truncate the HDF5 file `path` (sec2 driver) with the root attribute
+ * "source" = source and return it open in *file_p (the caller closes it;
+ * H5Fclose's failure means the file is incomplete). The caller holds the
+ * HDF5 lock. ACX_ERR_HDF5 naming the path. */
+acx_status_t acx_h5_create_import(const char *path, const char *source, hid_t *file_p);
+
 #endif /* ACX_IO_H5_H */

@@ -276,16 +276,12 @@ typedef struct {
 static acx_status_t write_h5(const char *tmp, split_t *splits, int nsplits) {
     acx_status_t status = ACX_OK;
     char what[512];
-    hid_t fapl = -1, file = -1;
+    hid_t file = -1;
     snprintf(what, sizeof what, "'%s'", tmp);
 
     acx_h5_lock();
     acx_h5_quiet();
-    ACX_H5_CHECK_GOTO(fapl = H5Pcreate(H5P_FILE_ACCESS), what, status, done);
-    ACX_H5_CHECK_GOTO(H5Pset_fapl_sec2(fapl), what, status, done);
-    ACX_H5_CHECK_GOTO(file = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl), what, status, done);
-    ACX_H5_CHECK_GOTO(acx_h5_write_attr_str(file, "source", "idx"), "attribute /source", status,
-                      done);
+    ACX_CHECK_GOTO(acx_h5_create_import(tmp, "idx", &file), status, done);
     for (int s = 0; s < nsplits; s++) {
         split_t *sp = &splits[s];
         if (sp->images.data == NULL && sp->labels.data == NULL) continue;
@@ -308,7 +304,6 @@ static acx_status_t write_h5(const char *tmp, split_t *splits, int nsplits) {
     file = -1;
 done:
     if (file >= 0) H5Fclose(file);
-    if (fapl >= 0) H5Pclose(fapl);
     acx_h5_unlock();
     return status;
 }

@@ -206,15 +206,11 @@ static acx_status_t write_h5(const char *tmp, const int64_t *tok, int64_t n_trai
                              acx_dtype_t dtype, int64_t vocab, const char *tokenizer) {
     acx_status_t status = ACX_OK;
     char what[512];
-    hid_t fapl = -1, file = -1;
+    hid_t file = -1;
     snprintf(what, sizeof what, "'%s'", tmp);
     acx_h5_lock();
     acx_h5_quiet();
-    ACX_H5_CHECK_GOTO(fapl = H5Pcreate(H5P_FILE_ACCESS), what, status, done);
-    ACX_H5_CHECK_GOTO(H5Pset_fapl_sec2(fapl), what, status, done);
-    ACX_H5_CHECK_GOTO(file = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl), what, status, done);
-    ACX_H5_CHECK_GOTO(acx_h5_write_attr_str(file, "source", "text"), "attribute /source", status,
-                      done);
+    ACX_CHECK_GOTO(acx_h5_create_import(tmp, "text", &file), status, done);
     ACX_CHECK_GOTO(write_split(file, "train", tok, n_train, dtype, vocab, tokenizer, tmp), status,
                    done);
     if (n_val > 0)
@@ -225,7 +221,6 @@ static acx_status_t write_h5(const char *tmp, const int64_t *tok, int64_t n_trai
     file = -1;
 done:
     if (file >= 0) H5Fclose(file);
-    if (fapl >= 0) H5Pclose(fapl);
     acx_h5_unlock();
     return status;
 }

@@ -689,6 +689,19 @@ static int resolve_flag(int requested, int configured) {
     return requested == ACX_UNSET ? configured : requested;
 }
 
+/* The program's loader options with every ACX_UNSET flag replaced by the
+ * accelerator's resolved dataloader.* config (sample and token loaders). */
+static acx_dataloader_options_t resolve_options(const acx_accelerator_t *acc,
+                                                const acx_dataloader_options_t *opts) {
+    const acx_dataloader_config_t *dc = &acc->config.values.dataloader;
+    acx_dataloader_options_t o = *opts;
+    o.drop_last = resolve_flag(o.drop_last, dc->drop_last);
+    o.even_batches = resolve_flag(o.even_batches, dc->even_batches);
+    o.split_batches = resolve_flag(o.split_batches, dc->split_batches);
+    o.prefetch = resolve_flag(o.prefetch, dc->prefetch);
+    return o;
+}
+
 static acx_status_t dataloader_open(acx_accelerator_t *acc, const char *path, int num_datasets,
                                     const char *const *dataset_names,
                                     const acx_dataloader_options_t *opts,
@@ -717,12 +730,7 @@ static acx_status_t dataloader_open(acx_accelerator_t *acc, const char *path, in
     if (acc == NULL || loader_p == NULL || opts == NULL)
         return ACX_ERROR(ACX_ERR_INVALID_ARG,
                          "acx_dataloader_open: acc, opts and loader_p must not be NULL");
-    const acx_dataloader_config_t *dc = &acc->config.values.dataloader;
-    acx_dataloader_options_t o = *opts;
-    o.drop_last = resolve_flag(o.drop_last, dc->drop_last);
-    o.even_batches = resolve_flag(o.even_batches, dc->even_batches);
-    o.split_batches = resolve_flag(o.split_batches, dc->split_batches);
-    o.prefetch = resolve_flag(o.prefetch, dc->prefetch);
+    acx_dataloader_options_t o = resolve_options(acc, opts);
     return open_resolved(acc, path, num_datasets, dataset_names, 0, &o, loader_p);
 }
 
@@ -782,12 +790,7 @@ ACX_API acx_status_t acx_token_loader_open(acx_accelerator_t *acc, const char *p
         return ACX_ERROR(ACX_ERR_INVALID_ARG,
                          "acx_token_loader_open: seq_len %lld for '%s': expected >= 1",
                          (long long)seq_len, path != NULL ? path : "(null)");
-    const acx_dataloader_config_t *dc = &acc->config.values.dataloader;
-    acx_dataloader_options_t o = *opts;
-    o.drop_last = resolve_flag(o.drop_last, dc->drop_last);
-    o.even_batches = resolve_flag(o.even_batches, dc->even_batches);
-    o.split_batches = resolve_flag(o.split_batches, dc->split_batches);
-    o.prefetch = resolve_flag(o.prefetch, dc->prefetch);
+    acx_dataloader_options_t o = resolve_options(acc, opts);
     acx_watch_enter_io("dataset open");
     acx_status_t status =
         open_resolved(acc, path, 1, (const char *const[]){dataset}, seq_len, &o, loader_p);
