@@ -8,14 +8,18 @@
  * gpt_model.c (no acx there); this file strings it through acx's units:
  *
  *   unit "embed" (wte, wpe), units "h.0".."h.L-1" (one per block),
- *   unit "final" (ln_f); the head reads the tied wte.
+ *   unit "final" (ln_f), shared unit "head" (the output layer's use of the
+ *   tied wte, acx_model_add_shared_unit).
  *
  *   acx-gpt --make-tokens kjv.txt -o kjv.h5          bytes -> /train, /val tokens
  *   mpirun -np 2 acx-gpt --data kjv.h5 --steps 2000
  *
  * Every step: acquire -> forward -> release per unit in order, the loss,
  * then backward in reverse with acx_unit_grads_ready per unit, so each
- * unit's all-reduce overlaps the backward of the units below.
+ * unit's reduction overlaps the backward of the units below. Parameter and
+ * gradient pointers are fetched between acquire and release only, so every
+ * strategy (no_shard, shard_grad_op, full_shard, hybrid_shard) works; the
+ * model state must be in host memory (the kernels are CPU code).
  *
  * Batches: window w of a token array is tokens[w*T .. w*T+T] (T+1 tokens:
  * inputs and the targets shifted by one). The windows are visited in a
@@ -24,11 +28,9 @@
  * rank), so a batch depends on the micro-step count only and a resumed run
  * continues with exactly the batches it would have seen.
  *
- * Phase 1 (today's API): parameters are always valid under NO_SHARD, so the
- * head reads wte from the embedding unit without acquiring it, the token
- * file is read here (read_tokens), and weight decay applies to every
- * parameter's group alike. The places that change with issue 20's API are
- * marked API20.
+ * Weight decay applies to every parameter alike (API20: a group without
+ * decay for the 1-D parameters). Still to change (marked API20): the token file is
+ * read here (read_tokens) until acx_token_loader_open exists.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -82,8 +84,9 @@ static void usage(FILE *f) {
         "  --sample-len N        bytes to sample at the end (default 400; 0 = none)\n"
         "  --temperature X       sampling temperature (default 0.8)\n"
         "  --prompt TEXT         the sample's beginning (default \"And \")\n"
-        "  --save FILE.h5        final weights (acx_model_save_weights)\n"
-        "  --save-init FILE.h5   the initial weights (step 0), for the PyTorch reference\n"
+        "  --save FILE           final weights (acx_model_save_weights; FILE.safetensors:\n"
+        "                        safetensors, else an acx weights file, HDF5)\n"
+        "  --save-init FILE      the initial weights (step 0), for the PyTorch reference\n"
         "  --dump-batches FILE   each rank writes FILE.rR: one line per micro-step, the window\n"
         "                        index of each of its sequences\n"
         "  --project-dir DIR, --save-every N, --resume latest|PATH   checkpoints (as acx-fmnist)\n"
@@ -498,7 +501,7 @@ static void windows_batch(windows_t *w, int64_t micro, int rank, int world, int6
 typedef struct model {
     gpt_config_t cfg;
     acx_model_t *m;
-    acx_unit_t *embed, *final, **block;
+    acx_unit_t *embed, *final, *head, **block; /* head: the shared unit of embed (tied wte) */
     acx_param_t *wte, *wpe, *lnf_w, *lnf_b;
     acx_param_t *(*bp)[GPT_BLOCK_TENSORS]; /* [L][tensor] */
 } model_t;
@@ -536,67 +539,78 @@ static acx_status_t model_register(acx_accelerator_t *acc, model_t *md) {
             ACX_TRY(acx_unit_add_param(md->block[l], name, nd, shape, init, &md->bp[l][i]));
         }
     }
-    /* API20: acx_model_add_shared_unit(md->m, "head", md->embed, &md->head) here, for the
-     * tied output layer's use of wte. */
     ACX_TRY(acx_model_add_unit(md->m, "final", &md->final));
     ACX_TRY(acx_unit_add_param(md->final, "ln_f.weight", 1, (int64_t[]){c->d_model},
                                ((acx_init_spec_t){.kind = ACX_INIT_ONES}), &md->lnf_w));
     ACX_TRY(acx_unit_add_param(md->final, "ln_f.bias", 1, (int64_t[]){c->d_model},
                                ACX_INIT_SPEC_ZEROS, &md->lnf_b));
+    /* the output layer: a second use of embed's wte, at its place in the
+     * forward order (after ln_f), so sharded strategies gather wte for it
+     * (and prefetch it after "final") and reduce wte's gradient once, after
+     * both uses reported */
+    ACX_TRY(acx_model_add_shared_unit(md->m, "head", md->embed, &md->head));
     return ACX_OK;
 }
 
-static void block_tensors(model_t *md, int l, gpt_block_tensors_t *p, gpt_block_tensors_t *g) {
-    for (int i = 0; i < GPT_BLOCK_TENSORS; i++) {
+/* Pointers of block l's parameters (and gradients): inside acquire..release only. */
+static void block_params(model_t *md, int l, gpt_block_params_t *p) {
+    for (int i = 0; i < GPT_BLOCK_TENSORS; i++)
         p->t[i] = acx_param_data(md->bp[l][i]);
-        if (g != NULL) g->t[i] = acx_param_grad(md->bp[l][i]);
-    }
 }
 
-/* Forward through every unit: acquire, compute, release. Returns the mean loss. */
+static void block_grads(model_t *md, int l, gpt_block_tensors_t *g) {
+    for (int i = 0; i < GPT_BLOCK_TENSORS; i++)
+        g->t[i] = acx_param_grad(md->bp[l][i]);
+}
+
+/* Forward through every unit: acquire, compute, release. Returns the mean
+ * loss. keep_head: leave the head acquired for backward (train_step), which
+ * saves gathering wte again under the sharded strategies. */
 static acx_status_t forward(model_t *md, gpt_workspace_t *ws, const int32_t *in, const int32_t *tg,
-                            int B, int T, double *loss_p) {
-    gpt_block_tensors_t p;
+                            int B, int T, int keep_head, double *loss_p) {
+    gpt_block_params_t p;
     ACX_TRY(acx_unit_acquire(md->embed));
     gpt_forward_embed(ws, acx_param_data(md->wte), acx_param_data(md->wpe), in, B, T);
     ACX_TRY(acx_unit_release(md->embed));
     for (int l = 0; l < md->cfg.layers; l++) {
         ACX_TRY(acx_unit_acquire(md->block[l]));
-        block_tensors(md, l, &p, NULL);
+        block_params(md, l, &p);
         gpt_forward_block(ws, l, &p, B, T);
         ACX_TRY(acx_unit_release(md->block[l]));
     }
-    /* API20: acquire the shared head unit instead: wte is valid here only
-     * because NO_SHARD never frees it. */
     ACX_TRY(acx_unit_acquire(md->final));
-    *loss_p = gpt_forward_final(ws, acx_param_data(md->lnf_w), acx_param_data(md->lnf_b),
-                                acx_param_data(md->wte), tg, B, T);
+    gpt_forward_lnf(ws, acx_param_data(md->lnf_w), acx_param_data(md->lnf_b), B, T);
     ACX_TRY(acx_unit_release(md->final));
+    ACX_TRY(acx_unit_acquire(md->head));
+    *loss_p = gpt_forward_head(ws, acx_param_data(md->wte), tg, B, T);
+    if (!keep_head) ACX_TRY(acx_unit_release(md->head));
     return ACX_OK;
 }
 
-/* One micro-step: forward, loss, backward unit by unit in reverse. */
+/* One micro-step: forward, loss, backward unit by unit in reverse: the
+ * head (wte's first gradient), final, the blocks, embed (wte's second). */
 static acx_status_t train_step(acx_accelerator_t *acc, model_t *md, gpt_workspace_t *ws,
                                const int32_t *in, const int32_t *tg, int B, int T, double *loss_p) {
-    ACX_TRY(forward(md, ws, in, tg, B, T, loss_p));
+    ACX_TRY(forward(md, ws, in, tg, B, T, 1, loss_p));
     acx_record_loss(acc, *loss_p);
     /* the seed of backward, dL/dlogits (fp16: acx multiplies by the loss scale) */
     ACX_TRY(acx_backward_begin(acc, ws->dlogits, (size_t)B * T * md->cfg.vocab));
-    /* API20: the head's backward runs under the shared unit; its
-     * grads_ready then comes before the final unit's. Here the tied wte's
-     * head gradient is added while only "final" is acquired: NO_SHARD keeps
-     * acx_param_grad(wte) valid, and "embed" reports last, so the reduction
-     * of wte sees both uses. */
+    /* the head, still acquired from forward: wte's gradient buffer stays
+     * until embed reports too, so both uses add into the same buffer */
+    gpt_backward_head(ws, acx_param_data(md->wte), acx_param_grad(md->wte), B, T);
+    ACX_TRY(acx_unit_grads_ready(md->head));
+    ACX_TRY(acx_unit_release(md->head));
     ACX_TRY(acx_unit_acquire(md->final));
-    gpt_backward_final(ws, acx_param_data(md->lnf_w), acx_param_data(md->wte),
-                       acx_param_grad(md->lnf_w), acx_param_grad(md->lnf_b),
-                       acx_param_grad(md->wte), B, T);
+    gpt_backward_lnf(ws, acx_param_data(md->lnf_w), acx_param_grad(md->lnf_w),
+                     acx_param_grad(md->lnf_b), B, T);
     ACX_TRY(acx_unit_grads_ready(md->final));
     ACX_TRY(acx_unit_release(md->final));
     for (int l = md->cfg.layers - 1; l >= 0; l--) {
-        gpt_block_tensors_t p, g;
+        gpt_block_params_t p;
+        gpt_block_tensors_t g;
         ACX_TRY(acx_unit_acquire(md->block[l]));
-        block_tensors(md, l, &p, &g);
+        block_params(md, l, &p);
+        block_grads(md, l, &g);
         gpt_backward_block(ws, l, &p, &g, B, T);
         ACX_TRY(acx_unit_grads_ready(md->block[l]));
         ACX_TRY(acx_unit_release(md->block[l]));
@@ -624,7 +638,7 @@ static acx_status_t evaluate(acx_accelerator_t *acc, model_t *md, gpt_workspace_
             memcpy(tg + (size_t)i * T, val + win * T + 1, (size_t)T * sizeof *tg);
         }
         double loss;
-        ACX_TRY(forward(md, ws, in, tg, B, T, &loss));
+        ACX_TRY(forward(md, ws, in, tg, B, T, 0, &loss));
         sum += loss;
         nb++;
     }
@@ -633,50 +647,142 @@ static acx_status_t evaluate(acx_accelerator_t *acc, model_t *md, gpt_workspace_
     return ACX_OK;
 }
 
-/* Sample n tokens after the prompt on every rank alike (the same seed: the
- * units' collectives stay matched), print on rank 0. Temperature t:
- * p_j^(1/t) renormalized, i.e. softmax(logits / t). */
-static acx_status_t sample(acx_accelerator_t *acc, model_t *md, gpt_workspace_t *ws,
-                           const options_t *o, int T) {
+/* The weights sampling reads, as plain pointers: acx's own copies
+ * (NO_SHARD) or a private gathered copy (sharded strategies). */
+typedef struct weights {
+    const float *wte, *wpe, *lnf_w, *lnf_b;
+    gpt_block_params_t *blk; /* [L] */
+} weights_t;
+
+/* Sample o->sample_len tokens after the prompt on rank 0 alone, from w,
+ * and print them. Temperature t: p_j^(1/t) renormalized, i.e.
+ * softmax(logits / t). No acx call: the other ranks are already waiting at
+ * the next collective. */
+static int sample_tokens(const gpt_config_t *cfg, gpt_workspace_t *ws, const weights_t *w,
+                         const options_t *o) {
+    int T = cfg->seq_len, V = cfg->vocab;
     size_t plen = strlen(o->prompt), total = plen + (size_t)o->sample_len;
     int32_t *seq = malloc((total > 0 ? total : 1) * sizeof *seq), *tg = calloc((size_t)T, 4);
-    double *w = malloc((size_t)md->cfg.vocab * sizeof *w);
-    if (seq == NULL || tg == NULL || w == NULL) {
-        free(seq), free(tg), free(w);
-        return ACX_ERR_NO_MEMORY;
+    double *pw = malloc((size_t)V * sizeof *pw);
+    if (seq == NULL || tg == NULL || pw == NULL) {
+        free(seq), free(tg), free(pw);
+        fprintf(stderr, "acx-gpt: out of memory for sampling\n");
+        return -1;
     }
     for (size_t i = 0; i < plen; i++)
-        seq[i] = (unsigned char)o->prompt[i] % md->cfg.vocab;
+        seq[i] = (unsigned char)o->prompt[i] % V;
     size_t len = plen;
-    if (len == 0) seq[len++] = '\n' % md->cfg.vocab;
+    if (len == 0) seq[len++] = '\n' % V;
     uint64_t s = (uint64_t)o->seed ^ 0x5deece66dull;
-    acx_status_t st = ACX_OK;
     while (len < total) {
         int t = len < (size_t)T ? (int)len : T;
-        double loss;
-        if ((st = forward(md, ws, seq + len - t, tg, 1, t, &loss)) != ACX_OK) break;
-        const float *p = ws->probs + (size_t)(t - 1) * md->cfg.vocab;
+        const int32_t *in = seq + len - t;
+        gpt_forward_embed(ws, w->wte, w->wpe, in, 1, t);
+        for (int l = 0; l < cfg->layers; l++)
+            gpt_forward_block(ws, l, &w->blk[l], 1, t);
+        gpt_forward_final(ws, w->lnf_w, w->lnf_b, w->wte, tg, 1, t);
+        const float *p = ws->probs + (size_t)(t - 1) * V;
         double sum = 0.0;
-        for (int j = 0; j < md->cfg.vocab; j++)
-            sum += (w[j] = p[j] > 0 ? exp(log((double)p[j]) / o->temperature) : 0.0);
+        for (int j = 0; j < V; j++)
+            sum += (pw[j] = p[j] > 0 ? exp(log((double)p[j]) / o->temperature) : 0.0);
         double u = (double)(splitmix64(&s) >> 11) / 9007199254740992.0 * sum, acc_w = 0.0;
-        int next = md->cfg.vocab - 1;
-        for (int j = 0; j < md->cfg.vocab; j++)
-            if ((acc_w += w[j]) > u) {
+        int next = V - 1;
+        for (int j = 0; j < V; j++)
+            if ((acc_w += pw[j]) > u) {
                 next = j;
                 break;
             }
         seq[len++] = next;
     }
-    if (st == ACX_OK && acx_is_main_process(acc)) {
-        printf("---- sample (temperature %g, seed %lld) ----\n", o->temperature,
-               (long long)o->seed);
-        for (size_t i = 0; i < len; i++)
-            putchar(seq[i] >= 32 || seq[i] == '\n' || seq[i] == '\t' ? seq[i] : '?');
-        printf("\n---- end of sample ----\n");
-        fflush(stdout);
+    printf("---- sample (temperature %g, seed %lld) ----\n", o->temperature, (long long)o->seed);
+    for (size_t i = 0; i < len; i++)
+        putchar(seq[i] >= 32 || seq[i] == '\n' || seq[i] == '\t' ? seq[i] : '?');
+    printf("\n---- end of sample ----\n");
+    fflush(stdout);
+    free(seq), free(tg), free(pw);
+    return 0;
+}
+
+/* Sample at the end of training, once, on rank 0. NO_SHARD: rank 0 holds
+ * every value already; it acquires every unit (no communication under
+ * NO_SHARD: acquire only marks the values in use) and reads acx's copies
+ * (under bf16 the rounded compute copy, what training computed with).
+ * Sharded strategies: each parameter is gathered to rank 0 alone
+ * (acx_param_gather_to, the fp32 master weights) into a private copy of
+ * P floats; rank 0 samples from it while the others go on to the next
+ * collective. Either way no rank repeats the sampling. */
+static acx_status_t sample(acx_accelerator_t *acc, model_t *md, gpt_workspace_t *ws,
+                           const options_t *o) {
+    const gpt_config_t *c = &md->cfg;
+    int root = acx_rank(acc) == 0, sharded = acx_get_config(acc)->sharding_strategy != ACX_NO_SHARD;
+    int np = acx_model_num_params(md->m);
+    float *copy = NULL;
+    weights_t w = {0};
+    acx_status_t st = ACX_OK;
+    if (sharded) {
+        /* every rank takes part in every gather; out only on rank 0 (a
+         * failed allocation there fails the gather on every rank alike) */
+        if (root) copy = malloc((size_t)acx_model_numel(md->m) * sizeof *copy);
+        int64_t off = 0;
+        for (int i = 0; i < np && st == ACX_OK; i++) {
+            acx_param_t *p = acx_model_param(md->m, i);
+            st = acx_param_gather_to(p, 0, copy != NULL ? copy + off : NULL);
+            off += acx_param_numel(p);
+        }
+        if (st != ACX_OK || !root) {
+            free(copy);
+            return st;
+        }
+    } else if (!root) {
+        return ACX_OK;
     }
-    free(seq), free(tg), free(w);
+    /* rank 0 from here on */
+    w.blk = calloc((size_t)c->layers, sizeof *w.blk);
+    if (w.blk == NULL) {
+        free(copy);
+        return ACX_ERR_NO_MEMORY;
+    }
+    if (sharded) {
+        /* the private copy in registration order: each parameter at its offset */
+        int64_t off = 0;
+        for (int i = 0; i < np; i++) {
+            acx_param_t *p = acx_model_param(md->m, i);
+            const float *v = copy + off;
+            off += acx_param_numel(p);
+            if (p == md->wte) w.wte = v;
+            if (p == md->wpe) w.wpe = v;
+            if (p == md->lnf_w) w.lnf_w = v;
+            if (p == md->lnf_b) w.lnf_b = v;
+            for (int l = 0; l < c->layers; l++)
+                for (int k = 0; k < GPT_BLOCK_TENSORS; k++)
+                    if (p == md->bp[l][k]) w.blk[l].t[k] = v;
+        }
+    } else {
+        st = acx_unit_acquire(md->embed);
+        for (int l = 0; l < c->layers && st == ACX_OK; l++)
+            st = acx_unit_acquire(md->block[l]);
+        if (st == ACX_OK) st = acx_unit_acquire(md->final);
+        if (st != ACX_OK) {
+            free(w.blk);
+            return st;
+        }
+        w = (weights_t){.wte = acx_param_data(md->wte),
+                        .wpe = acx_param_data(md->wpe),
+                        .lnf_w = acx_param_data(md->lnf_w),
+                        .lnf_b = acx_param_data(md->lnf_b),
+                        .blk = w.blk};
+        for (int l = 0; l < c->layers; l++)
+            block_params(md, l, &w.blk[l]);
+    }
+    if (sample_tokens(c, ws, &w, o) != 0) st = ACX_ERR_NO_MEMORY;
+    if (!sharded) {
+        acx_status_t r = acx_unit_release(md->final);
+        for (int l = c->layers - 1; l >= 0; l--)
+            if (acx_unit_release(md->block[l]) != ACX_OK) r = ACX_ERR_STATE;
+        if (acx_unit_release(md->embed) != ACX_OK) r = ACX_ERR_STATE;
+        if (st == ACX_OK) st = r;
+    }
+    free(w.blk), free(copy);
     return st;
 }
 
@@ -767,12 +873,13 @@ static int run(int argc, char **argv) {
     }
     const acx_config_t *c = acx_get_config(acc);
     o.seed = c->seed;
-    if (acx_device_state(acc) != ACX_DEVICE_STATE_HOST || c->sharding_strategy != 0) {
-        /* API20: sharded strategies need the shared head unit (wte is read
-         * outside its unit) and the CPU kernels need host pointers */
+    if (acx_device_state(acc) != ACX_DEVICE_STATE_HOST) {
+        /* the kernels (gpt_model.c) are CPU code: they read acx_param_data
+         * and add into acx_param_grad with the CPU, which device-resident
+         * state (device pointers) does not allow */
         if (acx_is_main_process(acc))
-            fprintf(stderr, "acx-gpt: this version runs sharding_strategy no_shard with the "
-                            "model state in host memory only\n");
+            fprintf(stderr, "acx-gpt: the model's kernels run on the CPU: they need the model "
+                            "state in host memory (device_state host), not on a device\n");
         acx_finalize(acc);
         return 2;
     }
@@ -822,8 +929,7 @@ static int run(int argc, char **argv) {
     CHECK(acx_adamw_create(md.m, &hp, &opt));
     /* API20: weight decay on 2-D weights only —
      * acx_optimizer_add_param_group(opt, "no_decay", 0.0, 1.0, n, params) with the
-     * biases and LayerNorm weights (every parameter of ndim 1); the matrices
-     * (wte, wpe, the block weights) stay in the default group. Until then
+     * biases and LayerNorm weights (every parameter of ndim 1). Until then
      * every parameter decays. */
     CHECK(acx_scheduler_create(opt, ACX_SCHED_COSINE, o.warmup, o.steps, 0.5, &sched));
     CHECK(acx_prepare(acc, md.m, opt, NULL)); /* API20: the token loader */
@@ -924,7 +1030,7 @@ static int run(int argc, char **argv) {
     }
     double train_time = now_s() - t0;
     if (o.save != NULL) CHECK(acx_model_save_weights(md.m, o.save));
-    if (o.sample_len > 0) CHECK(sample(acc, &md, &ws, &o, T));
+    if (o.sample_len > 0) CHECK(sample(acc, &md, &ws, &o));
     acx_print(acc, "acx-gpt: %lld steps in %.1f s, %.0f tokens/s; final val_loss %.6f\n",
               (long long)(acx_step(acc) - first_step), train_time,
               train_time > 0 ? (double)tokens / train_time : 0.0, val_loss);

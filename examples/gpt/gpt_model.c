@@ -381,11 +381,11 @@ void gpt_forward_embed(gpt_workspace_t *ws, const float *wte, const float *wpe, 
     gpt_embed_fwd(ws->encoded, tok, wte, wpe, B, T, ws->cfg.d_model);
 }
 
-void gpt_forward_block(gpt_workspace_t *ws, int l, const gpt_block_tensors_t *p, int B, int T) {
+void gpt_forward_block(gpt_workspace_t *ws, int l, const gpt_block_params_t *p, int B, int T) {
     int C = ws->cfg.d_model, N = B * T;
     gpt_block_acts_t *a = &ws->blocks[l];
     const float *x = l == 0 ? ws->encoded : ws->blocks[l - 1].res3;
-    float *const *w = p->t;
+    const float *const *w = p->t;
     gpt_layernorm_fwd(a->ln1, a->ln1_mean, a->ln1_rstd, x, w[GPT_LN1_W], w[GPT_LN1_B], N, C);
     gpt_matmul_fwd(a->qkv, a->ln1, w[GPT_QKV_W], w[GPT_QKV_B], N, C, 3 * C);
     gpt_attention_fwd(a->atty, a->att, a->qkv, B, T, C, ws->cfg.heads);
@@ -398,11 +398,15 @@ void gpt_forward_block(gpt_workspace_t *ws, int l, const gpt_block_tensors_t *p,
     gpt_residual_fwd(a->res3, a->res2, a->fcproj, (size_t)N * C);
 }
 
-double gpt_forward_final(gpt_workspace_t *ws, const float *lnf_w, const float *lnf_b,
-                         const float *wte, const int32_t *targets, int B, int T) {
-    int C = ws->cfg.d_model, V = ws->cfg.vocab, N = B * T;
+void gpt_forward_lnf(gpt_workspace_t *ws, const float *lnf_w, const float *lnf_b, int B, int T) {
+    int C = ws->cfg.d_model, N = B * T;
     const float *x = ws->cfg.layers > 0 ? ws->blocks[ws->cfg.layers - 1].res3 : ws->encoded;
     gpt_layernorm_fwd(ws->lnf, ws->lnf_mean, ws->lnf_rstd, x, lnf_w, lnf_b, N, C);
+}
+
+double gpt_forward_head(gpt_workspace_t *ws, const float *wte, const int32_t *targets, int B,
+                        int T) {
+    int C = ws->cfg.d_model, V = ws->cfg.vocab, N = B * T;
     gpt_matmul_fwd(ws->probs, ws->lnf, wte, NULL, N, C, V); /* the head: wte tied */
     double loss = gpt_crossentropy_fwd(ws->probs, ws->probs, targets, N, V);
     memset(ws->dlogits, 0, (size_t)N * V * sizeof(float));
@@ -410,24 +414,35 @@ double gpt_forward_final(gpt_workspace_t *ws, const float *lnf_w, const float *l
     return loss;
 }
 
-void gpt_backward_final(gpt_workspace_t *ws, const float *lnf_w, const float *wte, float *dlnf_w,
-                        float *dlnf_b, float *dwte, int B, int T) {
+double gpt_forward_final(gpt_workspace_t *ws, const float *lnf_w, const float *lnf_b,
+                         const float *wte, const int32_t *targets, int B, int T) {
+    gpt_forward_lnf(ws, lnf_w, lnf_b, B, T);
+    return gpt_forward_head(ws, wte, targets, B, T);
+}
+
+void gpt_backward_head(gpt_workspace_t *ws, const float *wte, float *dwte, int B, int T) {
     int C = ws->cfg.d_model, V = ws->cfg.vocab, N = B * T;
-    const float *x = ws->cfg.layers > 0 ? ws->blocks[ws->cfg.layers - 1].res3 : ws->encoded;
     memset(ws->dln, 0, (size_t)N * C * sizeof(float));
     gpt_matmul_bwd(ws->dln, dwte, NULL, ws->dlogits, ws->lnf, wte, N, C, V);
+}
+
+void gpt_backward_lnf(gpt_workspace_t *ws, const float *lnf_w, float *dlnf_w, float *dlnf_b, int B,
+                      int T) {
+    int C = ws->cfg.d_model, N = B * T;
+    const float *x = ws->cfg.layers > 0 ? ws->blocks[ws->cfg.layers - 1].res3 : ws->encoded;
     memset(ws->dres, 0, (size_t)N * C * sizeof(float));
     gpt_layernorm_bwd(ws->dres, dlnf_w, dlnf_b, ws->dln, x, lnf_w, ws->lnf_mean, ws->lnf_rstd, N,
                       C);
 }
 
-void gpt_backward_block(gpt_workspace_t *ws, int l, const gpt_block_tensors_t *p,
+void gpt_backward_block(gpt_workspace_t *ws, int l, const gpt_block_params_t *p,
                         gpt_block_tensors_t *g, int B, int T) {
     int C = ws->cfg.d_model, N = B * T;
     size_t nc = (size_t)N * C, bytes = nc * sizeof(float);
     gpt_block_acts_t *a = &ws->blocks[l];
     const float *x = l == 0 ? ws->encoded : ws->blocks[l - 1].res3;
-    float *const *w = p->t, *const *dw = g->t;
+    const float *const *w = p->t;
+    float *const *dw = g->t;
     /* res3 = res2 + fcproj */
     memset(ws->dres_mid, 0, bytes);
     memset(ws->dfcproj, 0, bytes);
