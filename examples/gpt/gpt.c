@@ -28,8 +28,8 @@
  * rank), so a batch depends on the micro-step count only and a resumed run
  * continues with exactly the batches it would have seen.
  *
- * Weight decay applies to every parameter alike (API20: a group without
- * decay for the 1-D parameters). Still to change (marked API20): the token file is
+ * Weight decay: the 2-D weights only (a "no_decay" parameter group holds
+ * every 1-D parameter). Still to change (marked API20): the token file is
  * read here (read_tokens) until acx_token_loader_open exists.
  */
 #include <errno.h>
@@ -72,7 +72,8 @@ static void usage(FILE *f) {
         "  --batch-size N        sequences per rank per micro-step (default 16)\n"
         "  --lr X                peak learning rate (default 1e-3)\n"
         "  --warmup N            linear warmup steps, then cosine decay to 0 (default 100)\n"
-        "  --weight-decay X      AdamW decoupled weight decay (default 0.1)\n"
+        "  --weight-decay X      AdamW decoupled weight decay of the 2-D weights (default 0.1;\n"
+        "                        biases and LayerNorm weights: none)\n"
         "  --max-grad-norm X     clip the global gradient norm (default 1; 0 = no clipping)\n"
         "  --seed N              initialization, batch order and sampling (default: config, 42)\n"
         "  --gradient-accumulation-steps K, --mixed-precision no|bf16, --sharding-strategy S\n"
@@ -786,6 +787,20 @@ static acx_status_t sample(acx_accelerator_t *acc, model_t *md, gpt_workspace_t 
     return st;
 }
 
+/* GPT's weight decay: none on the 1-D parameters (biases, LayerNorm
+ * weights), a group of their own; the 2-D weights keep the default group. */
+static acx_status_t add_no_decay_group(acx_model_t *m, acx_optimizer_t *opt) {
+    int np = acx_model_num_params(m), n = 0;
+    acx_param_t **list = malloc((size_t)np * sizeof *list);
+    if (list == NULL) return ACX_ERR_NO_MEMORY;
+    for (int i = 0; i < np; i++)
+        if (acx_param_ndim(acx_model_param(m, i)) == 1) list[n++] = acx_model_param(m, i);
+    acx_status_t st =
+        n > 0 ? acx_optimizer_add_param_group(opt, "no_decay", 0.0, 1.0, n, list) : ACX_OK;
+    free(list);
+    return st;
+}
+
 static double now_s(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
@@ -927,10 +942,11 @@ static int run(int argc, char **argv) {
     hp.beta2 = 0.95;
     hp.weight_decay = o.weight_decay;
     CHECK(acx_adamw_create(md.m, &hp, &opt));
-    /* API20: weight decay on 2-D weights only —
-     * acx_optimizer_add_param_group(opt, "no_decay", 0.0, 1.0, n, params) with the
-     * biases and LayerNorm weights (every parameter of ndim 1). Until then
-     * every parameter decays. */
+    /* GPT's recipe: weight decay on the 2-D weights only. The biases and
+     * LayerNorm weights (every parameter of ndim 1) go into a group without
+     * decay; the matrices (wte, wpe, the block weights) stay in the default
+     * group with --weight-decay. */
+    CHECK(add_no_decay_group(md.m, opt));
     CHECK(acx_scheduler_create(opt, ACX_SCHED_COSINE, o.warmup, o.steps, 0.5, &sched));
     CHECK(acx_prepare(acc, md.m, opt, NULL)); /* API20: the token loader */
     if (acx_step(acc) > 0)
