@@ -48,12 +48,12 @@
 #include "gpt_model.h"
 
 typedef struct options {
-    const char *data, *save, *save_init, *dump_batches, *make_tokens, *out, *prompt;
+    const char *data, *save, *save_init, *init_from, *dump_batches, *make_tokens, *out, *prompt;
     int64_t layers, d_model, heads, seq_len, batch_size, steps, warmup, log_every, eval_every,
         eval_batches, sample_len;
     double lr, weight_decay, max_grad_norm, temperature, val_fraction;
-    int64_t seed;
-    int quiet;
+    int64_t seed, data_seed; /* data_seed: the batch order's (default: seed) */
+    int data_seed_set, quiet;
 } options_t;
 
 static void usage(FILE *f) {
@@ -76,6 +76,9 @@ static void usage(FILE *f) {
         "                        biases and LayerNorm weights: none)\n"
         "  --max-grad-norm X     clip the global gradient norm (default 1; 0 = no clipping)\n"
         "  --seed N              initialization, batch order and sampling (default: config, 42)\n"
+        "  --data-seed N         the batch order alone (default: --seed)\n"
+        "  --init-from FILE      start from these weights (.safetensors, acx weights or a\n"
+        "                        checkpoint; every parameter, by name: fine-tuning)\n"
         "  --gradient-accumulation-steps K, --mixed-precision no|bf16, --sharding-strategy S\n"
         "                        acx configuration keys (docs/config.md)\n"
         "evaluation and output:\n"
@@ -169,7 +172,9 @@ static int parse_options(int argc, char **argv, options_t *o) {
         O_RESUME,
         O_MAKE,
         O_VALFRAC,
-        O_QUIET
+        O_QUIET,
+        O_INIT_FROM,
+        O_DATA_SEED
     };
     static const struct option longopts[] = {{"data", required_argument, 0, O_DATA},
                                              {"layers", required_argument, 0, O_LAYERS},
@@ -198,6 +203,8 @@ static int parse_options(int argc, char **argv, options_t *o) {
                                              {"make-tokens", required_argument, 0, O_MAKE},
                                              {"val-fraction", required_argument, 0, O_VALFRAC},
                                              {"quiet", no_argument, 0, O_QUIET},
+                                             {"init-from", required_argument, 0, O_INIT_FROM},
+                                             {"data-seed", required_argument, 0, O_DATA_SEED},
                                              {"help", no_argument, 0, 'h'},
                                              {0, 0, 0, 0}};
     int c, idx = 0;
@@ -264,6 +271,11 @@ static int parse_options(int argc, char **argv, options_t *o) {
         case O_MAKE: o->make_tokens = optarg; break;
         case 'o': o->out = optarg; break;
         case O_QUIET: o->quiet = 1; break;
+        case O_INIT_FROM: o->init_from = optarg; break;
+        case O_DATA_SEED:
+            if (parse_i64("data-seed", optarg, INT64_MIN, INT64_MAX, &o->data_seed)) return -1;
+            o->data_seed_set = 1;
+            break;
         case O_PROJECT: /* taken before acx_init (see run) */
         case O_RESUME:
             if (optarg[0] == '\0') {
@@ -888,6 +900,7 @@ static int run(int argc, char **argv) {
     }
     const acx_config_t *c = acx_get_config(acc);
     o.seed = c->seed;
+    if (!o.data_seed_set) o.data_seed = o.seed;
     if (acx_device_state(acc) != ACX_DEVICE_STATE_HOST) {
         /* the kernels (gpt_model.c) are CPU code: they read acx_param_data
          * and add into acx_param_grad with the CPU, which device-resident
@@ -949,13 +962,23 @@ static int run(int argc, char **argv) {
     CHECK(add_no_decay_group(md.m, opt));
     CHECK(acx_scheduler_create(opt, ACX_SCHED_COSINE, o.warmup, o.steps, 0.5, &sched));
     CHECK(acx_prepare(acc, md.m, opt, NULL)); /* API20: the token loader */
-    if (acx_step(acc) > 0)
+    if (acx_step(acc) > 0) {
         acx_print(acc, "acx-gpt: resumed at step %lld\n", (long long)acx_step(acc));
-    else if (o.save_init != NULL)
-        CHECK(acx_model_save_weights(md.m, o.save_init));
+        if (o.init_from != NULL)
+            acx_print(acc, "acx-gpt: --init-from %s not used: the checkpoint's weights win\n",
+                      o.init_from);
+    } else {
+        if (o.init_from != NULL) {
+            /* strict: every parameter from the file, every tensor of it used */
+            acx_load_options_t lo = {.strict = 1};
+            CHECK(acx_model_load_weights(md.m, o.init_from, &lo));
+            acx_print(acc, "acx-gpt: initial weights from %s\n", o.init_from);
+        }
+        if (o.save_init != NULL) CHECK(acx_model_save_weights(md.m, o.save_init));
+    }
 
     win = (windows_t){
-        .tok = train_tok, .n_windows = (n_train - 1) / T, .T = T, .seed = o.seed, .epoch = -1};
+        .tok = train_tok, .n_windows = (n_train - 1) / T, .T = T, .seed = o.data_seed, .epoch = -1};
     win.perm = malloc((size_t)win.n_windows * sizeof *win.perm);
     in = malloc((size_t)B * T * sizeof *in);
     tg = malloc((size_t)B * T * sizeof *tg);
