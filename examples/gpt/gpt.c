@@ -53,7 +53,7 @@ typedef struct options {
         eval_batches, sample_len;
     double lr, weight_decay, max_grad_norm, temperature, val_fraction;
     int64_t seed, data_seed; /* data_seed: the batch order's (default: seed) */
-    int data_seed_set, quiet;
+    int data_seed_set, quiet, memory_report;
 } options_t;
 
 static void usage(FILE *f) {
@@ -94,6 +94,8 @@ static void usage(FILE *f) {
         "  --dump-batches FILE   each rank writes FILE.rR: one line per micro-step, the window\n"
         "                        index of each of its sequences\n"
         "  --project-dir DIR, --save-every N, --resume latest|PATH   checkpoints (as acx-fmnist)\n"
+        "  --memory-report       model-state bytes per rank (measured peaks, the ZeRO\n"
+        "                        formula) and activation bytes, at the end\n"
         "  --quiet               only the final lines\n"
         "  --config FILE, --acx-KEY=VALUE   acx configuration (see docs/config.md)\n");
 }
@@ -174,7 +176,8 @@ static int parse_options(int argc, char **argv, options_t *o) {
         O_VALFRAC,
         O_QUIET,
         O_INIT_FROM,
-        O_DATA_SEED
+        O_DATA_SEED,
+        O_MEMREPORT
     };
     static const struct option longopts[] = {{"data", required_argument, 0, O_DATA},
                                              {"layers", required_argument, 0, O_LAYERS},
@@ -205,6 +208,7 @@ static int parse_options(int argc, char **argv, options_t *o) {
                                              {"quiet", no_argument, 0, O_QUIET},
                                              {"init-from", required_argument, 0, O_INIT_FROM},
                                              {"data-seed", required_argument, 0, O_DATA_SEED},
+                                             {"memory-report", no_argument, 0, O_MEMREPORT},
                                              {"help", no_argument, 0, 'h'},
                                              {0, 0, 0, 0}};
     int c, idx = 0;
@@ -271,6 +275,7 @@ static int parse_options(int argc, char **argv, options_t *o) {
         case O_MAKE: o->make_tokens = optarg; break;
         case 'o': o->out = optarg; break;
         case O_QUIET: o->quiet = 1; break;
+        case O_MEMREPORT: o->memory_report = 1; break;
         case O_INIT_FROM: o->init_from = optarg; break;
         case O_DATA_SEED:
             if (parse_i64("data-seed", optarg, INT64_MIN, INT64_MAX, &o->data_seed)) return -1;
@@ -813,6 +818,86 @@ static acx_status_t add_no_decay_group(acx_model_t *m, acx_optimizer_t *opt) {
     return st;
 }
 
+/* --memory-report: the model state acx held per rank during training (the
+ * largest rank's peaks, host memory, acx_memory_stats) against the ZeRO-3
+ * figure, and the program's own activation buffers apart. Collective (the
+ * peaks are maxima over the ranks). */
+static acx_status_t memory_report(acx_accelerator_t *acc, model_t *md, const gpt_workspace_t *ws) {
+    static const char *const cat[] = {"params", "grads", "master", "optimizer", "transient"};
+    static const char *const strat[] = {"no_shard", "shard_grad_op", "full_shard", "hybrid_shard"};
+    const acx_config_t *c = acx_get_config(acc);
+    int world = acx_world_size(acc), s = c->sharding_strategy;
+    /* the ranks sharing the shards: the world, a node under hybrid_shard */
+    int64_t N = s == ACX_NO_SHARD                                ? 1
+                : s == ACX_HYBRID_SHARD && c->ranks_per_node > 0 ? c->ranks_per_node
+                                                                 : world;
+    int64_t P = acx_model_numel(md->m), u1 = 0, u2 = 0;
+    const char *n1 = "-", *n2 = "-"; /* "h.N": a block (all the same size) */
+    int64_t final = acx_param_numel(md->lnf_w) + acx_param_numel(md->lnf_b);
+    int64_t embed = acx_param_numel(md->wte) + acx_param_numel(md->wpe);
+    /* the units with parameters and their elements; the two largest */
+    for (int u = -1; u <= md->cfg.layers; u++) {
+        int64_t e = 0;
+        const char *name = u < 0 ? "embed" : u == md->cfg.layers ? "final" : "h.N";
+        if (u < 0)
+            e = embed;
+        else if (u == md->cfg.layers)
+            e = final;
+        else
+            for (int i = 0; i < GPT_BLOCK_TENSORS; i++)
+                e += acx_param_numel(md->bp[u][i]);
+        if (e > u1) {
+            u2 = u1, n2 = n1;
+            u1 = e, n1 = name;
+        } else if (e > u2) {
+            u2 = e, n2 = name;
+        }
+    }
+    acx_memory_stats_t ms;
+    ACX_TRY(acx_memory_stats(&ms));
+    double peak[ACX_MEM_NUM_CATEGORIES], total;
+    for (int i = 0; i < ACX_MEM_NUM_CATEGORIES; i++)
+        ACX_TRY(acx_reduce_scalar(acc, (double)ms.peak[i], ACX_OP_MAX, &peak[i]));
+    ACX_TRY(acx_reduce_scalar(acc, (double)ms.peak_total, ACX_OP_MAX, &total));
+    /* ZeRO-3 with fp32 AdamW: 4 (fp32 master) + 4 (gradient shard) + 8 (m, v)
+     * bytes per element, sharded over N; plus what FULL_SHARD holds in full
+     * at its peak, in backward: the unit in use and the one prefetched
+     * (their float32 parameters) and their float32 full gradient buffers
+     * (the unit computing its gradient, the one whose reduce-scatter is in
+     * flight) */
+    double zero3 = 16.0 * (double)P / (double)N, units = 4.0 * (double)(u1 + u2);
+    double formula = zero3 + units + units;
+    acx_print(acc,
+              "memory: %s, %d rank(s), shard group %lld; P = %lld parameters (%.3f MB fp32); "
+              "largest units %s %lld and %s %lld elements; embed (tied wte, wpe) %lld\n",
+              strat[s % 4], world, (long long)N, (long long)P, 4e-6 * (double)P, n1, (long long)u1,
+              n2, (long long)u2, (long long)embed);
+    for (int i = 0; i < ACX_MEM_NUM_CATEGORIES; i++)
+        acx_print(acc, "memory: peak %-9s %12.0f bytes\n", cat[i], peak[i]);
+    acx_print(acc, "memory: peak total     %12.0f bytes (the most held at one time)\n", total);
+    acx_print(acc,
+              "memory: formula 16*P/N + 4*(U1+U2) params + 4*(U1+U2) grads = %.0f + %.0f + %.0f = "
+              "%.0f bytes; measured / formula = %.3f%s\n",
+              zero3, units, units, formula, total / formula,
+              s == ACX_FULL_SHARD || s == ACX_HYBRID_SHARD
+                  ? ""
+                  : " (the ZeRO-3 figure: full_shard and hybrid_shard only)");
+    /* where the bytes above the sharded 16P/N go, in largest units' float32 bytes */
+    double shard4 = 4.0 * (double)P / (double)N;
+    acx_print(acc,
+              "memory: above the shards: grads %.0f bytes (%.2f x 4*U1: full gradient buffers, "
+              "with the tied embed's %lld bytes), transient %.0f bytes (%.2f x 4*U1: gathered "
+              "units with their all-gather staging and send buffers)\n",
+              peak[ACX_MEM_GRADS] - shard4, (peak[ACX_MEM_GRADS] - shard4) / (4.0 * (double)u1),
+              (long long)(4 * embed), peak[ACX_MEM_TRANSIENT],
+              peak[ACX_MEM_TRANSIENT] / (4.0 * (double)u1));
+    acx_print(acc,
+              "memory: activations (the program's buffers, not acx's): %zu bytes for batch %d x "
+              "%d\n",
+              ws->bytes, ws->max_B, md->cfg.seq_len);
+    return ACX_OK;
+}
+
 static double now_s(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
@@ -1008,6 +1093,7 @@ static int run(int argc, char **argv) {
               (long long)o.seed, mp_names[c->mixed_precision % 3]);
 
     training = 1;
+    acx_memory_reset_peak(); /* --memory-report: the peaks of training, not of set-up */
     double t0 = now_s(), tw = t0, window_loss = 0.0, step_loss = 0.0, val_loss = NAN;
     int64_t window = 0, tokens = 0, window_tokens = 0, k = 0, first_step = acx_step(acc);
     while (acx_step(acc) < o.steps) {
@@ -1068,6 +1154,7 @@ static int run(int argc, char **argv) {
         }
     }
     double train_time = now_s() - t0;
+    if (o.memory_report) CHECK(memory_report(acc, &md, &ws));
     if (o.save != NULL) CHECK(acx_model_save_weights(md.m, o.save));
     if (o.sample_len > 0) CHECK(sample(acc, &md, &ws, &o));
     acx_print(acc, "acx-gpt: %lld steps in %.1f s, %.0f tokens/s; final val_loss %.6f\n",

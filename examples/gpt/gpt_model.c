@@ -301,9 +301,12 @@ int64_t gpt_num_params(const gpt_config_t *cfg) {
     return n + 2 * (int64_t)cfg->d_model;
 }
 
-static float *alloc_f(size_t n, int *bad) {
+/* n zeroed floats; counted into ws->bytes (the program's activation memory,
+ * which acx-gpt --memory-report prints beside acx's model state) */
+static float *alloc_f(gpt_workspace_t *ws, size_t n, int *bad) {
     float *p = calloc(n > 0 ? n : 1, sizeof(float));
     if (p == NULL) *bad = 1;
+    ws->bytes += (n > 0 ? n : 1) * sizeof(float);
     return p;
 }
 
@@ -316,40 +319,40 @@ int gpt_workspace_init(gpt_workspace_t *ws, const gpt_config_t *cfg, int max_B) 
     int bad = 0;
     ws->blocks = calloc((size_t)cfg->layers, sizeof *ws->blocks);
     if (ws->blocks == NULL) return -1;
-    ws->encoded = alloc_f(N * C, &bad);
+    ws->encoded = alloc_f(ws, N * C, &bad);
     for (int l = 0; l < cfg->layers; l++) {
         gpt_block_acts_t *a = &ws->blocks[l];
-        a->ln1 = alloc_f(N * C, &bad);
-        a->ln1_mean = alloc_f(N, &bad);
-        a->ln1_rstd = alloc_f(N, &bad);
-        a->qkv = alloc_f(N * 3 * C, &bad);
-        a->att = alloc_f((size_t)max_B * NH * T * T, &bad);
-        a->atty = alloc_f(N * C, &bad);
-        a->attproj = alloc_f(N * C, &bad);
-        a->res2 = alloc_f(N * C, &bad);
-        a->ln2 = alloc_f(N * C, &bad);
-        a->ln2_mean = alloc_f(N, &bad);
-        a->ln2_rstd = alloc_f(N, &bad);
-        a->fch = alloc_f(N * 4 * C, &bad);
-        a->fch_gelu = alloc_f(N * 4 * C, &bad);
-        a->fcproj = alloc_f(N * C, &bad);
-        a->res3 = alloc_f(N * C, &bad);
+        a->ln1 = alloc_f(ws, N * C, &bad);
+        a->ln1_mean = alloc_f(ws, N, &bad);
+        a->ln1_rstd = alloc_f(ws, N, &bad);
+        a->qkv = alloc_f(ws, N * 3 * C, &bad);
+        a->att = alloc_f(ws, (size_t)max_B * NH * T * T, &bad);
+        a->atty = alloc_f(ws, N * C, &bad);
+        a->attproj = alloc_f(ws, N * C, &bad);
+        a->res2 = alloc_f(ws, N * C, &bad);
+        a->ln2 = alloc_f(ws, N * C, &bad);
+        a->ln2_mean = alloc_f(ws, N, &bad);
+        a->ln2_rstd = alloc_f(ws, N, &bad);
+        a->fch = alloc_f(ws, N * 4 * C, &bad);
+        a->fch_gelu = alloc_f(ws, N * 4 * C, &bad);
+        a->fcproj = alloc_f(ws, N * C, &bad);
+        a->res3 = alloc_f(ws, N * C, &bad);
     }
-    ws->lnf = alloc_f(N * C, &bad);
-    ws->lnf_mean = alloc_f(N, &bad);
-    ws->lnf_rstd = alloc_f(N, &bad);
-    ws->probs = alloc_f(N * V, &bad);
-    ws->dlogits = alloc_f(N * V, &bad);
-    ws->dres = alloc_f(N * C, &bad);
-    ws->dres_in = alloc_f(N * C, &bad);
-    ws->dres_mid = alloc_f(N * C, &bad);
-    ws->dln = alloc_f(N * C, &bad);
-    ws->datty = alloc_f(N * C, &bad);
-    ws->dfcproj = alloc_f(N * C, &bad);
-    ws->dqkv = alloc_f(N * 3 * C, &bad);
-    ws->dfch = alloc_f(N * 4 * C, &bad);
-    ws->dfch_gelu = alloc_f(N * 4 * C, &bad);
-    ws->scratch = alloc_f(T, &bad);
+    ws->lnf = alloc_f(ws, N * C, &bad);
+    ws->lnf_mean = alloc_f(ws, N, &bad);
+    ws->lnf_rstd = alloc_f(ws, N, &bad);
+    ws->probs = alloc_f(ws, N * V, &bad);
+    ws->dlogits = alloc_f(ws, N * V, &bad);
+    ws->dres = alloc_f(ws, N * C, &bad);
+    ws->dres_in = alloc_f(ws, N * C, &bad);
+    ws->dres_mid = alloc_f(ws, N * C, &bad);
+    ws->dln = alloc_f(ws, N * C, &bad);
+    ws->datty = alloc_f(ws, N * C, &bad);
+    ws->dfcproj = alloc_f(ws, N * C, &bad);
+    ws->dqkv = alloc_f(ws, N * 3 * C, &bad);
+    ws->dfch = alloc_f(ws, N * 4 * C, &bad);
+    ws->dfch_gelu = alloc_f(ws, N * 4 * C, &bad);
+    ws->scratch = alloc_f(ws, T, &bad);
     if (bad) {
         gpt_workspace_free(ws);
         return -1;

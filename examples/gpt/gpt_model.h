@@ -134,6 +134,7 @@ typedef struct gpt_workspace {
     float *dqkv;                  /* [N x 3C] */
     float *dfch, *dfch_gelu;      /* [N x 4C] */
     float *scratch;               /* [T] */
+    size_t bytes;                 /* of all the buffers above (activation memory) */
 } gpt_workspace_t;
 
 /* Allocate for batches of up to max_B sequences (of cfg->seq_len); 0 or -1 (out of memory). */
