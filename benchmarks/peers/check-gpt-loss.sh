@@ -2,8 +2,9 @@
 # benchmarks/peers/check-gpt-loss.sh — acx-gpt against its PyTorch reference
 # (gpt_reference.py), loss by loss.
 #
-# Runs acx-gpt for STEPS steps at 1 and 2 ranks (mpirun) in fp32 and with
-# mixed_precision bf16, each time writing its initial weights (--save-init)
+# Runs acx-gpt for STEPS steps in fp32 at 1 and 2 ranks (mpirun) under no_shard
+# and full_shard, and with mixed_precision bf16 (no_shard at 1 rank, full_shard
+# at 2), each time writing its initial weights (--save-init, safetensors)
 # and its batches (--dump-batches); gpt_reference.py then trains the same
 # model from the same weights on the same batches, and the maximum relative
 # difference |acx - torch| / torch over the per-step losses is reported:
@@ -78,28 +79,33 @@ EOF
 }
 
 worst_fp32=0
-for mp in fp32 bf16; do
-    for np in 1 2; do
-        tag=$mp-np$np
-        rm -rf "$out/proj-$tag" "$out/batches-$tag".r*
-        mpirun -np "$np" "$gpt" --data "$out/tokens.h5" "${model[@]}" "${train[@]}" \
-            --batch-size 8 --log-every 1 --eval-every 0 --sample-len 0 --mixed-precision "${mp/fp32/no}" \
-            --save-init "$out/init-$tag.h5" --dump-batches "$out/batches-$tag" \
-            --project-dir "$out/proj-$tag" >"$out/acx-$tag.txt"
-        refargs=(--data "$out/tokens.h5" --weights "$out/init-$tag.h5" --batches "$out/batches-$tag"
-            --world "$np" "${model[@]}" "${train[@]}")
-        "$py" "$here/gpt_reference.py" "${refargs[@]}" >"$out/torch-fp32-$tag.txt"
-        d=$(compare "$out/acx-$tag.txt" "$out/torch-fp32-$tag.txt")
-        if [ "$mp" = fp32 ]; then
-            echo "fp32, $np rank(s), $steps steps: max relative loss difference $d (target <= 1e-4)"
-            worst_fp32=$("$py" -c "print(max($worst_fp32, $d))")
-        else
-            "$py" "$here/gpt_reference.py" "${refargs[@]}" --bf16 >"$out/torch-bf16-$tag.txt"
-            b=$(compare "$out/acx-$tag.txt" "$out/torch-bf16-$tag.txt")
-            echo "bf16, $np rank(s), $steps steps: max relative loss difference $b against the" \
-                "bf16-copy reference, $d against the fp32 reference"
-        fi
-    done
-done
+# precision strategy ranks
+runs="fp32 no_shard 1
+fp32 no_shard 2
+fp32 full_shard 1
+fp32 full_shard 2
+bf16 no_shard 1
+bf16 full_shard 2"
+while read -r mp strategy np; do
+    tag=$mp-$strategy-np$np
+    rm -rf "$out/proj-$tag" "$out/batches-$tag".r*
+    mpirun -np "$np" "$gpt" --data "$out/tokens.h5" "${model[@]}" "${train[@]}" \
+        --batch-size 8 --log-every 1 --eval-every 0 --sample-len 0 --mixed-precision "${mp/fp32/no}" \
+        --sharding-strategy "$strategy" --save-init "$out/init-$tag.safetensors" \
+        --dump-batches "$out/batches-$tag" --project-dir "$out/proj-$tag" </dev/null >"$out/acx-$tag.txt"
+    refargs=(--data "$out/tokens.h5" --weights "$out/init-$tag.safetensors" --batches "$out/batches-$tag"
+        --world "$np" "${model[@]}" "${train[@]}")
+    "$py" "$here/gpt_reference.py" "${refargs[@]}" </dev/null >"$out/torch-fp32-$tag.txt"
+    d=$(compare "$out/acx-$tag.txt" "$out/torch-fp32-$tag.txt")
+    if [ "$mp" = fp32 ]; then
+        echo "fp32, $strategy, $np rank(s), $steps steps: max relative loss difference $d (target <= 1e-4)"
+        worst_fp32=$("$py" -c "print(max($worst_fp32, $d))")
+    else
+        "$py" "$here/gpt_reference.py" "${refargs[@]}" --bf16 </dev/null >"$out/torch-bf16-$tag.txt"
+        b=$(compare "$out/acx-$tag.txt" "$out/torch-bf16-$tag.txt")
+        echo "bf16, $strategy, $np rank(s), $steps steps: max relative loss difference $b against" \
+            "the bf16-copy reference, $d against the fp32 reference"
+    fi
+done <<<"$runs"
 echo "outputs in $out"
 "$py" -c "import sys; sys.exit(0 if $worst_fp32 <= 1e-4 else 1)"

@@ -7,7 +7,9 @@ embeddings, pre-LayerNorm blocks of causal multi-head attention and a
 tanh-GELU MLP, final LayerNorm, output layer tied to the token embedding),
 float32, with:
   - the initial values acx-gpt wrote with --save-init (acx_model_save_weights:
-    one dataset per parameter, named like the parameters here);
+    one tensor per parameter, named like the parameters here), a safetensors
+    file (read here with numpy and json: torch 1.13 has no safetensors
+    module) or an acx weights file (HDF5, h5py);
   - the same batches: acx-gpt --dump-batches PREFIX writes PREFIX.rR per rank,
     one line "step micro window..." per micro-step; window w of the token
     array is tokens[w*T : w*T+T+1]. One process here computes what the
@@ -15,7 +17,9 @@ float32, with:
     micro-step in rank order form one batch whose mean token loss is the
     mean of the ranks' means (equal sizes), and the gradient of the step is
     the mean over its micro-steps, as acx averages;
-  - torch.optim.AdamW (betas 0.9/0.95, eps 1e-8), the cosine schedule with
+  - torch.optim.AdamW (betas 0.9/0.95, eps 1e-8) with weight decay on the
+    2-D weights only (GPT's recipe, acx-gpt's no_decay group; --decay-1d 1
+    decays every parameter), the cosine schedule with
     linear warmup of transformers' get_cosine_schedule_with_warmup (LambdaLR),
     torch.nn.utils.clip_grad_norm_.
   - --bf16: acx's mixed_precision bf16 on the CPU: the forward and backward
@@ -28,6 +32,7 @@ Prints "step N loss X" per optimizer step (X: the step's mean training loss).
 """
 import argparse
 import glob
+import json
 import math
 import sys
 
@@ -84,6 +89,57 @@ class GPT(nn.Module):
         return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.reshape(-1))
 
 
+SAFETENSORS_DTYPES = {"F32": "<f4", "F64": "<f8", "F16": "<f2"}
+
+
+def read_safetensors(path):
+    """{name: float32 numpy array} of a safetensors file: an 8-byte
+    little-endian header length, the JSON header {name: {dtype, shape,
+    data_offsets [begin, end)} relative to the end of the header}, then
+    the data. Checked before use: offsets inside the file, sizes matching
+    the shapes."""
+    with open(path, "rb") as f:
+        blob = f.read()
+    if len(blob) < 8:
+        sys.exit(f"gpt_reference: {path}: {len(blob)} bytes, too short for safetensors")
+    n = int.from_bytes(blob[:8], "little")
+    if n > len(blob) - 8:
+        sys.exit(f"gpt_reference: {path}: header length {n} beyond the file ({len(blob)} bytes)")
+    header = json.loads(blob[8:8 + n].decode("utf-8"))
+    data = memoryview(blob)[8 + n:]
+    out = {}
+    for name, t in header.items():
+        if name == "__metadata__":
+            continue
+        dt = t.get("dtype")
+        if dt not in SAFETENSORS_DTYPES and dt != "BF16":
+            sys.exit(f"gpt_reference: {path}: {name}: dtype {dt} (expected F32, F16, F64, BF16)")
+        begin, end = t["data_offsets"]
+        shape = tuple(t["shape"])
+        count = int(np.prod(shape, dtype=np.int64))
+        size = 2 if dt in ("F16", "BF16") else 8 if dt == "F64" else 4
+        if not 0 <= begin <= end <= len(data) or end - begin != count * size:
+            sys.exit(f"gpt_reference: {path}: {name}: data_offsets [{begin}, {end}) do not hold "
+                     f"{dt} {list(shape)} within {len(data)} data bytes")
+        raw = data[begin:end]
+        if dt == "BF16":  # the high half of a float32
+            a = (np.frombuffer(raw, "<u2").astype(np.uint32) << 16).view(np.float32)
+        else:
+            a = np.frombuffer(raw, SAFETENSORS_DTYPES[dt]).astype(np.float32)
+        out[name] = a.reshape(shape)
+    return out
+
+
+def read_weights(path):
+    """{name: float32 array}: safetensors or an acx weights file (HDF5), by content."""
+    with open(path, "rb") as f:
+        magic = f.read(8)
+    if magic == b"\x89HDF\r\n\x1a\n":
+        with h5py.File(path, "r") as f:
+            return {k: f[k][...] for k in f.keys() if isinstance(f[k], h5py.Dataset)}
+    return read_safetensors(path)
+
+
 def cosine_factor(s, warmup, total):
     if s < warmup:
         return s / max(1, warmup)
@@ -121,9 +177,9 @@ def main():
     ap.add_argument("--warmup", type=int, default=100)
     ap.add_argument("--weight-decay", type=float, default=0.1)
     ap.add_argument("--max-grad-norm", type=float, default=1.0)
-    ap.add_argument("--decay-1d", type=int, default=1,
-                    help="1: weight decay on every parameter (acx-gpt phase 1); "
-                    "0: on 2-D weights only (two param groups)")
+    ap.add_argument("--decay-1d", type=int, default=0,
+                    help="0: weight decay on 2-D weights only (two param groups, as "
+                    "acx-gpt); 1: on every parameter")
     ap.add_argument("--seed", type=int, default=None,
                     help="ignored (acx-gpt's flag): the weights and batches come from acx-gpt")
     ap.add_argument("--bf16", action="store_true")
@@ -135,12 +191,12 @@ def main():
         tokens = torch.from_numpy(f["/train/tokens"][...].astype(np.int64))
     master = GPT(256, T, a.d_model, a.heads, a.layers)
     compute = GPT(256, T, a.d_model, a.heads, a.layers)
-    with h5py.File(a.weights, "r") as f, torch.no_grad():
-        names = set(f.keys())
+    weights = read_weights(a.weights)
+    with torch.no_grad():
         for name, p in master.named_parameters():
-            if name not in names:
-                sys.exit(f"gpt_reference: {a.weights} has no dataset {name}")
-            w = torch.from_numpy(f[name][...])
+            if name not in weights:
+                sys.exit(f"gpt_reference: {a.weights} has no tensor {name}")
+            w = torch.from_numpy(np.array(weights[name], dtype=np.float32))
             if w.shape != p.shape:
                 sys.exit(f"gpt_reference: {name}: shape {tuple(w.shape)}, expected {tuple(p.shape)}")
             p.copy_(w)

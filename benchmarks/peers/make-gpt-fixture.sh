@@ -36,7 +36,10 @@ train="--steps 20 --lr 3e-3 --warmup 4 --weight-decay 0.1 --max-grad-norm 1 --se
 cases="fp32-np1 1 --mixed-precision no
 fp32-np2 2 --mixed-precision no
 accum2-np1 1 --gradient-accumulation-steps 2
-bf16-np2 2 --mixed-precision bf16"
+bf16-np2 2 --mixed-precision bf16
+fullshard-np2 2 --sharding-strategy full_shard --mixed-precision no
+gradop-np2 2 --sharding-strategy shard_grad_op --mixed-precision no
+fullshard-bf16-np2 2 --sharding-strategy full_shard --mixed-precision bf16"
 
 "$gpt" --make-tokens "$root/tests/data/gpt_tiny.txt" -o "$tmp/tokens.h5" --val-fraction 0.1 >/dev/null
 {
@@ -52,11 +55,11 @@ echo "$cases" | while read -r name np flags; do
     # shellcheck disable=SC2086 # the flags are words
     mpirun -np "$np" "$gpt" --data "$tmp/tokens.h5" $model $train --batch-size 4 $flags \
         --log-every 1 --eval-every 0 --sample-len 0 --quiet --project-dir "$tmp/p-$name" \
-        --save-init "$tmp/init-$name.h5" --dump-batches "$tmp/b-$name" </dev/null >/dev/null
+        --save-init "$tmp/init-$name.safetensors" --dump-batches "$tmp/b-$name" </dev/null >/dev/null
     extra=
     case $flags in *bf16*) extra=--bf16 ;; esac
     # shellcheck disable=SC2086
-    "$py" "$here/gpt_reference.py" --data "$tmp/tokens.h5" --weights "$tmp/init-$name.h5" \
+    "$py" "$here/gpt_reference.py" --data "$tmp/tokens.h5" --weights "$tmp/init-$name.safetensors" \
         --batches "$tmp/b-$name" --world "$np" $model $train $extra </dev/null |
         awk -v n="$name" '$1 == "step" && $3 == "loss" { print "loss", n, $2, $4 }' >>"$tmp/fixture"
 done

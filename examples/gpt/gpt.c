@@ -8,14 +8,18 @@
  * gpt_model.c (no acx there); this file strings it through acx's units:
  *
  *   unit "embed" (wte, wpe), units "h.0".."h.L-1" (one per block),
- *   unit "final" (ln_f); the head reads the tied wte.
+ *   unit "final" (ln_f), shared unit "head" (the output layer's use of the
+ *   tied wte, acx_model_add_shared_unit).
  *
  *   acx-gpt --make-tokens kjv.txt -o kjv.h5          bytes -> /train, /val tokens
  *   mpirun -np 2 acx-gpt --data kjv.h5 --steps 2000
  *
  * Every step: acquire -> forward -> release per unit in order, the loss,
  * then backward in reverse with acx_unit_grads_ready per unit, so each
- * unit's all-reduce overlaps the backward of the units below.
+ * unit's reduction overlaps the backward of the units below. Parameter and
+ * gradient pointers are fetched between acquire and release only, so every
+ * strategy (no_shard, shard_grad_op, full_shard, hybrid_shard) works; the
+ * model state must be in host memory (the kernels are CPU code).
  *
  * Batches: window w of a token array is tokens[w*T .. w*T+T] (T+1 tokens:
  * inputs and the targets shifted by one). The windows are visited in a
@@ -24,11 +28,9 @@
  * rank), so a batch depends on the micro-step count only and a resumed run
  * continues with exactly the batches it would have seen.
  *
- * Phase 1 (today's API): parameters are always valid under NO_SHARD, so the
- * head reads wte from the embedding unit without acquiring it, the token
- * file is read here (read_tokens), and weight decay applies to every
- * parameter's group alike. The places that change with issue 20's API are
- * marked API20.
+ * Weight decay: the 2-D weights only (a "no_decay" parameter group holds
+ * every 1-D parameter). Still to change (marked API20): the token file is
+ * read here (read_tokens) until acx_token_loader_open exists.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -46,12 +48,12 @@
 #include "gpt_model.h"
 
 typedef struct options {
-    const char *data, *save, *save_init, *dump_batches, *make_tokens, *out, *prompt;
+    const char *data, *save, *save_init, *init_from, *dump_batches, *make_tokens, *out, *prompt;
     int64_t layers, d_model, heads, seq_len, batch_size, steps, warmup, log_every, eval_every,
         eval_batches, sample_len;
     double lr, weight_decay, max_grad_norm, temperature, val_fraction;
-    int64_t seed;
-    int quiet;
+    int64_t seed, data_seed; /* data_seed: the batch order's (default: seed) */
+    int data_seed_set, quiet, memory_report;
 } options_t;
 
 static void usage(FILE *f) {
@@ -70,9 +72,13 @@ static void usage(FILE *f) {
         "  --batch-size N        sequences per rank per micro-step (default 16)\n"
         "  --lr X                peak learning rate (default 1e-3)\n"
         "  --warmup N            linear warmup steps, then cosine decay to 0 (default 100)\n"
-        "  --weight-decay X      AdamW decoupled weight decay (default 0.1)\n"
+        "  --weight-decay X      AdamW decoupled weight decay of the 2-D weights (default 0.1;\n"
+        "                        biases and LayerNorm weights: none)\n"
         "  --max-grad-norm X     clip the global gradient norm (default 1; 0 = no clipping)\n"
         "  --seed N              initialization, batch order and sampling (default: config, 42)\n"
+        "  --data-seed N         the batch order alone (default: --seed)\n"
+        "  --init-from FILE      start from these weights (.safetensors, acx weights or a\n"
+        "                        checkpoint; every parameter, by name: fine-tuning)\n"
         "  --gradient-accumulation-steps K, --mixed-precision no|bf16, --sharding-strategy S\n"
         "                        acx configuration keys (docs/config.md)\n"
         "evaluation and output:\n"
@@ -82,11 +88,14 @@ static void usage(FILE *f) {
         "  --sample-len N        bytes to sample at the end (default 400; 0 = none)\n"
         "  --temperature X       sampling temperature (default 0.8)\n"
         "  --prompt TEXT         the sample's beginning (default \"And \")\n"
-        "  --save FILE.h5        final weights (acx_model_save_weights)\n"
-        "  --save-init FILE.h5   the initial weights (step 0), for the PyTorch reference\n"
+        "  --save FILE           final weights (acx_model_save_weights; FILE.safetensors:\n"
+        "                        safetensors, else an acx weights file, HDF5)\n"
+        "  --save-init FILE      the initial weights (step 0), for the PyTorch reference\n"
         "  --dump-batches FILE   each rank writes FILE.rR: one line per micro-step, the window\n"
         "                        index of each of its sequences\n"
         "  --project-dir DIR, --save-every N, --resume latest|PATH   checkpoints (as acx-fmnist)\n"
+        "  --memory-report       model-state bytes per rank (measured peaks, the ZeRO\n"
+        "                        formula) and activation bytes, at the end\n"
         "  --quiet               only the final lines\n"
         "  --config FILE, --acx-KEY=VALUE   acx configuration (see docs/config.md)\n");
 }
@@ -165,7 +174,10 @@ static int parse_options(int argc, char **argv, options_t *o) {
         O_RESUME,
         O_MAKE,
         O_VALFRAC,
-        O_QUIET
+        O_QUIET,
+        O_INIT_FROM,
+        O_DATA_SEED,
+        O_MEMREPORT
     };
     static const struct option longopts[] = {{"data", required_argument, 0, O_DATA},
                                              {"layers", required_argument, 0, O_LAYERS},
@@ -194,6 +206,9 @@ static int parse_options(int argc, char **argv, options_t *o) {
                                              {"make-tokens", required_argument, 0, O_MAKE},
                                              {"val-fraction", required_argument, 0, O_VALFRAC},
                                              {"quiet", no_argument, 0, O_QUIET},
+                                             {"init-from", required_argument, 0, O_INIT_FROM},
+                                             {"data-seed", required_argument, 0, O_DATA_SEED},
+                                             {"memory-report", no_argument, 0, O_MEMREPORT},
                                              {"help", no_argument, 0, 'h'},
                                              {0, 0, 0, 0}};
     int c, idx = 0;
@@ -260,6 +275,12 @@ static int parse_options(int argc, char **argv, options_t *o) {
         case O_MAKE: o->make_tokens = optarg; break;
         case 'o': o->out = optarg; break;
         case O_QUIET: o->quiet = 1; break;
+        case O_MEMREPORT: o->memory_report = 1; break;
+        case O_INIT_FROM: o->init_from = optarg; break;
+        case O_DATA_SEED:
+            if (parse_i64("data-seed", optarg, INT64_MIN, INT64_MAX, &o->data_seed)) return -1;
+            o->data_seed_set = 1;
+            break;
         case O_PROJECT: /* taken before acx_init (see run) */
         case O_RESUME:
             if (optarg[0] == '\0') {
@@ -498,7 +519,7 @@ static void windows_batch(windows_t *w, int64_t micro, int rank, int world, int6
 typedef struct model {
     gpt_config_t cfg;
     acx_model_t *m;
-    acx_unit_t *embed, *final, **block;
+    acx_unit_t *embed, *final, *head, **block; /* head: the shared unit of embed (tied wte) */
     acx_param_t *wte, *wpe, *lnf_w, *lnf_b;
     acx_param_t *(*bp)[GPT_BLOCK_TENSORS]; /* [L][tensor] */
 } model_t;
@@ -536,67 +557,78 @@ static acx_status_t model_register(acx_accelerator_t *acc, model_t *md) {
             ACX_TRY(acx_unit_add_param(md->block[l], name, nd, shape, init, &md->bp[l][i]));
         }
     }
-    /* API20: acx_model_add_shared_unit(md->m, "head", md->embed, &md->head) here, for the
-     * tied output layer's use of wte. */
     ACX_TRY(acx_model_add_unit(md->m, "final", &md->final));
     ACX_TRY(acx_unit_add_param(md->final, "ln_f.weight", 1, (int64_t[]){c->d_model},
                                ((acx_init_spec_t){.kind = ACX_INIT_ONES}), &md->lnf_w));
     ACX_TRY(acx_unit_add_param(md->final, "ln_f.bias", 1, (int64_t[]){c->d_model},
                                ACX_INIT_SPEC_ZEROS, &md->lnf_b));
+    /* the output layer: a second use of embed's wte, at its place in the
+     * forward order (after ln_f), so sharded strategies gather wte for it
+     * (and prefetch it after "final") and reduce wte's gradient once, after
+     * both uses reported */
+    ACX_TRY(acx_model_add_shared_unit(md->m, "head", md->embed, &md->head));
     return ACX_OK;
 }
 
-static void block_tensors(model_t *md, int l, gpt_block_tensors_t *p, gpt_block_tensors_t *g) {
-    for (int i = 0; i < GPT_BLOCK_TENSORS; i++) {
+/* Pointers of block l's parameters (and gradients): inside acquire..release only. */
+static void block_params(model_t *md, int l, gpt_block_params_t *p) {
+    for (int i = 0; i < GPT_BLOCK_TENSORS; i++)
         p->t[i] = acx_param_data(md->bp[l][i]);
-        if (g != NULL) g->t[i] = acx_param_grad(md->bp[l][i]);
-    }
 }
 
-/* Forward through every unit: acquire, compute, release. Returns the mean loss. */
+static void block_grads(model_t *md, int l, gpt_block_tensors_t *g) {
+    for (int i = 0; i < GPT_BLOCK_TENSORS; i++)
+        g->t[i] = acx_param_grad(md->bp[l][i]);
+}
+
+/* Forward through every unit: acquire, compute, release. Returns the mean
+ * loss. keep_head: leave the head acquired for backward (train_step), which
+ * saves gathering wte again under the sharded strategies. */
 static acx_status_t forward(model_t *md, gpt_workspace_t *ws, const int32_t *in, const int32_t *tg,
-                            int B, int T, double *loss_p) {
-    gpt_block_tensors_t p;
+                            int B, int T, int keep_head, double *loss_p) {
+    gpt_block_params_t p;
     ACX_TRY(acx_unit_acquire(md->embed));
     gpt_forward_embed(ws, acx_param_data(md->wte), acx_param_data(md->wpe), in, B, T);
     ACX_TRY(acx_unit_release(md->embed));
     for (int l = 0; l < md->cfg.layers; l++) {
         ACX_TRY(acx_unit_acquire(md->block[l]));
-        block_tensors(md, l, &p, NULL);
+        block_params(md, l, &p);
         gpt_forward_block(ws, l, &p, B, T);
         ACX_TRY(acx_unit_release(md->block[l]));
     }
-    /* API20: acquire the shared head unit instead: wte is valid here only
-     * because NO_SHARD never frees it. */
     ACX_TRY(acx_unit_acquire(md->final));
-    *loss_p = gpt_forward_final(ws, acx_param_data(md->lnf_w), acx_param_data(md->lnf_b),
-                                acx_param_data(md->wte), tg, B, T);
+    gpt_forward_lnf(ws, acx_param_data(md->lnf_w), acx_param_data(md->lnf_b), B, T);
     ACX_TRY(acx_unit_release(md->final));
+    ACX_TRY(acx_unit_acquire(md->head));
+    *loss_p = gpt_forward_head(ws, acx_param_data(md->wte), tg, B, T);
+    if (!keep_head) ACX_TRY(acx_unit_release(md->head));
     return ACX_OK;
 }
 
-/* One micro-step: forward, loss, backward unit by unit in reverse. */
+/* One micro-step: forward, loss, backward unit by unit in reverse: the
+ * head (wte's first gradient), final, the blocks, embed (wte's second). */
 static acx_status_t train_step(acx_accelerator_t *acc, model_t *md, gpt_workspace_t *ws,
                                const int32_t *in, const int32_t *tg, int B, int T, double *loss_p) {
-    ACX_TRY(forward(md, ws, in, tg, B, T, loss_p));
+    ACX_TRY(forward(md, ws, in, tg, B, T, 1, loss_p));
     acx_record_loss(acc, *loss_p);
     /* the seed of backward, dL/dlogits (fp16: acx multiplies by the loss scale) */
     ACX_TRY(acx_backward_begin(acc, ws->dlogits, (size_t)B * T * md->cfg.vocab));
-    /* API20: the head's backward runs under the shared unit; its
-     * grads_ready then comes before the final unit's. Here the tied wte's
-     * head gradient is added while only "final" is acquired: NO_SHARD keeps
-     * acx_param_grad(wte) valid, and "embed" reports last, so the reduction
-     * of wte sees both uses. */
+    /* the head, still acquired from forward: wte's gradient buffer stays
+     * until embed reports too, so both uses add into the same buffer */
+    gpt_backward_head(ws, acx_param_data(md->wte), acx_param_grad(md->wte), B, T);
+    ACX_TRY(acx_unit_grads_ready(md->head));
+    ACX_TRY(acx_unit_release(md->head));
     ACX_TRY(acx_unit_acquire(md->final));
-    gpt_backward_final(ws, acx_param_data(md->lnf_w), acx_param_data(md->wte),
-                       acx_param_grad(md->lnf_w), acx_param_grad(md->lnf_b),
-                       acx_param_grad(md->wte), B, T);
+    gpt_backward_lnf(ws, acx_param_data(md->lnf_w), acx_param_grad(md->lnf_w),
+                     acx_param_grad(md->lnf_b), B, T);
     ACX_TRY(acx_unit_grads_ready(md->final));
     ACX_TRY(acx_unit_release(md->final));
     for (int l = md->cfg.layers - 1; l >= 0; l--) {
-        gpt_block_tensors_t p, g;
+        gpt_block_params_t p;
+        gpt_block_tensors_t g;
         ACX_TRY(acx_unit_acquire(md->block[l]));
-        block_tensors(md, l, &p, &g);
+        block_params(md, l, &p);
+        block_grads(md, l, &g);
         gpt_backward_block(ws, l, &p, &g, B, T);
         ACX_TRY(acx_unit_grads_ready(md->block[l]));
         ACX_TRY(acx_unit_release(md->block[l]));
@@ -624,7 +656,7 @@ static acx_status_t evaluate(acx_accelerator_t *acc, model_t *md, gpt_workspace_
             memcpy(tg + (size_t)i * T, val + win * T + 1, (size_t)T * sizeof *tg);
         }
         double loss;
-        ACX_TRY(forward(md, ws, in, tg, B, T, &loss));
+        ACX_TRY(forward(md, ws, in, tg, B, T, 0, &loss));
         sum += loss;
         nb++;
     }
@@ -633,51 +665,237 @@ static acx_status_t evaluate(acx_accelerator_t *acc, model_t *md, gpt_workspace_
     return ACX_OK;
 }
 
-/* Sample n tokens after the prompt on every rank alike (the same seed: the
- * units' collectives stay matched), print on rank 0. Temperature t:
- * p_j^(1/t) renormalized, i.e. softmax(logits / t). */
-static acx_status_t sample(acx_accelerator_t *acc, model_t *md, gpt_workspace_t *ws,
-                           const options_t *o, int T) {
+/* The weights sampling reads, as plain pointers: acx's own copies
+ * (NO_SHARD) or a private gathered copy (sharded strategies). */
+typedef struct weights {
+    const float *wte, *wpe, *lnf_w, *lnf_b;
+    gpt_block_params_t *blk; /* [L] */
+} weights_t;
+
+/* Sample o->sample_len tokens after the prompt on rank 0 alone, from w,
+ * and print them. Temperature t: p_j^(1/t) renormalized, i.e.
+ * softmax(logits / t). No acx call: the other ranks are already waiting at
+ * the next collective. */
+static int sample_tokens(const gpt_config_t *cfg, gpt_workspace_t *ws, const weights_t *w,
+                         const options_t *o) {
+    int T = cfg->seq_len, V = cfg->vocab;
     size_t plen = strlen(o->prompt), total = plen + (size_t)o->sample_len;
     int32_t *seq = malloc((total > 0 ? total : 1) * sizeof *seq), *tg = calloc((size_t)T, 4);
-    double *w = malloc((size_t)md->cfg.vocab * sizeof *w);
-    if (seq == NULL || tg == NULL || w == NULL) {
-        free(seq), free(tg), free(w);
-        return ACX_ERR_NO_MEMORY;
+    double *pw = malloc((size_t)V * sizeof *pw);
+    if (seq == NULL || tg == NULL || pw == NULL) {
+        free(seq), free(tg), free(pw);
+        fprintf(stderr, "acx-gpt: out of memory for sampling\n");
+        return -1;
     }
     for (size_t i = 0; i < plen; i++)
-        seq[i] = (unsigned char)o->prompt[i] % md->cfg.vocab;
+        seq[i] = (unsigned char)o->prompt[i] % V;
     size_t len = plen;
-    if (len == 0) seq[len++] = '\n' % md->cfg.vocab;
+    if (len == 0) seq[len++] = '\n' % V;
     uint64_t s = (uint64_t)o->seed ^ 0x5deece66dull;
-    acx_status_t st = ACX_OK;
     while (len < total) {
         int t = len < (size_t)T ? (int)len : T;
-        double loss;
-        if ((st = forward(md, ws, seq + len - t, tg, 1, t, &loss)) != ACX_OK) break;
-        const float *p = ws->probs + (size_t)(t - 1) * md->cfg.vocab;
+        const int32_t *in = seq + len - t;
+        gpt_forward_embed(ws, w->wte, w->wpe, in, 1, t);
+        for (int l = 0; l < cfg->layers; l++)
+            gpt_forward_block(ws, l, &w->blk[l], 1, t);
+        gpt_forward_final(ws, w->lnf_w, w->lnf_b, w->wte, tg, 1, t);
+        const float *p = ws->probs + (size_t)(t - 1) * V;
         double sum = 0.0;
-        for (int j = 0; j < md->cfg.vocab; j++)
-            sum += (w[j] = p[j] > 0 ? exp(log((double)p[j]) / o->temperature) : 0.0);
+        for (int j = 0; j < V; j++)
+            sum += (pw[j] = p[j] > 0 ? exp(log((double)p[j]) / o->temperature) : 0.0);
         double u = (double)(splitmix64(&s) >> 11) / 9007199254740992.0 * sum, acc_w = 0.0;
-        int next = md->cfg.vocab - 1;
-        for (int j = 0; j < md->cfg.vocab; j++)
-            if ((acc_w += w[j]) > u) {
+        int next = V - 1;
+        for (int j = 0; j < V; j++)
+            if ((acc_w += pw[j]) > u) {
                 next = j;
                 break;
             }
         seq[len++] = next;
     }
-    if (st == ACX_OK && acx_is_main_process(acc)) {
-        printf("---- sample (temperature %g, seed %lld) ----\n", o->temperature,
-               (long long)o->seed);
-        for (size_t i = 0; i < len; i++)
-            putchar(seq[i] >= 32 || seq[i] == '\n' || seq[i] == '\t' ? seq[i] : '?');
-        printf("\n---- end of sample ----\n");
-        fflush(stdout);
+    printf("---- sample (temperature %g, seed %lld) ----\n", o->temperature, (long long)o->seed);
+    for (size_t i = 0; i < len; i++)
+        putchar(seq[i] >= 32 || seq[i] == '\n' || seq[i] == '\t' ? seq[i] : '?');
+    printf("\n---- end of sample ----\n");
+    fflush(stdout);
+    free(seq), free(tg), free(pw);
+    return 0;
+}
+
+/* Sample at the end of training, once, on rank 0. NO_SHARD: rank 0 holds
+ * every value already; it acquires every unit (no communication under
+ * NO_SHARD: acquire only marks the values in use) and reads acx's copies
+ * (under bf16 the rounded compute copy, what training computed with).
+ * Sharded strategies: each parameter is gathered to rank 0 alone
+ * (acx_param_gather_to, the fp32 master weights) into a private copy of
+ * P floats; rank 0 samples from it while the others go on to the next
+ * collective. Either way no rank repeats the sampling. */
+static acx_status_t sample(acx_accelerator_t *acc, model_t *md, gpt_workspace_t *ws,
+                           const options_t *o) {
+    const gpt_config_t *c = &md->cfg;
+    int root = acx_rank(acc) == 0, sharded = acx_get_config(acc)->sharding_strategy != ACX_NO_SHARD;
+    int np = acx_model_num_params(md->m);
+    float *copy = NULL;
+    weights_t w = {0};
+    acx_status_t st = ACX_OK;
+    if (sharded) {
+        /* every rank takes part in every gather; out only on rank 0 (a
+         * failed allocation there fails the gather on every rank alike) */
+        if (root) copy = malloc((size_t)acx_model_numel(md->m) * sizeof *copy);
+        int64_t off = 0;
+        for (int i = 0; i < np && st == ACX_OK; i++) {
+            acx_param_t *p = acx_model_param(md->m, i);
+            st = acx_param_gather_to(p, 0, copy != NULL ? copy + off : NULL);
+            off += acx_param_numel(p);
+        }
+        if (st != ACX_OK || !root) {
+            free(copy);
+            return st;
+        }
+    } else if (!root) {
+        return ACX_OK;
     }
-    free(seq), free(tg), free(w);
+    /* rank 0 from here on */
+    w.blk = calloc((size_t)c->layers, sizeof *w.blk);
+    if (w.blk == NULL) {
+        free(copy);
+        return ACX_ERR_NO_MEMORY;
+    }
+    if (sharded) {
+        /* the private copy in registration order: each parameter at its offset */
+        int64_t off = 0;
+        for (int i = 0; i < np; i++) {
+            acx_param_t *p = acx_model_param(md->m, i);
+            const float *v = copy + off;
+            off += acx_param_numel(p);
+            if (p == md->wte) w.wte = v;
+            if (p == md->wpe) w.wpe = v;
+            if (p == md->lnf_w) w.lnf_w = v;
+            if (p == md->lnf_b) w.lnf_b = v;
+            for (int l = 0; l < c->layers; l++)
+                for (int k = 0; k < GPT_BLOCK_TENSORS; k++)
+                    if (p == md->bp[l][k]) w.blk[l].t[k] = v;
+        }
+    } else {
+        st = acx_unit_acquire(md->embed);
+        for (int l = 0; l < c->layers && st == ACX_OK; l++)
+            st = acx_unit_acquire(md->block[l]);
+        if (st == ACX_OK) st = acx_unit_acquire(md->final);
+        if (st != ACX_OK) {
+            free(w.blk);
+            return st;
+        }
+        w = (weights_t){.wte = acx_param_data(md->wte),
+                        .wpe = acx_param_data(md->wpe),
+                        .lnf_w = acx_param_data(md->lnf_w),
+                        .lnf_b = acx_param_data(md->lnf_b),
+                        .blk = w.blk};
+        for (int l = 0; l < c->layers; l++)
+            block_params(md, l, &w.blk[l]);
+    }
+    if (sample_tokens(c, ws, &w, o) != 0) st = ACX_ERR_NO_MEMORY;
+    if (!sharded) {
+        acx_status_t r = acx_unit_release(md->final);
+        for (int l = c->layers - 1; l >= 0; l--)
+            if (acx_unit_release(md->block[l]) != ACX_OK) r = ACX_ERR_STATE;
+        if (acx_unit_release(md->embed) != ACX_OK) r = ACX_ERR_STATE;
+        if (st == ACX_OK) st = r;
+    }
+    free(w.blk), free(copy);
     return st;
+}
+
+/* GPT's weight decay: none on the 1-D parameters (biases, LayerNorm
+ * weights), a group of their own; the 2-D weights keep the default group. */
+static acx_status_t add_no_decay_group(acx_model_t *m, acx_optimizer_t *opt) {
+    int np = acx_model_num_params(m), n = 0;
+    acx_param_t **list = malloc((size_t)np * sizeof *list);
+    if (list == NULL) return ACX_ERR_NO_MEMORY;
+    for (int i = 0; i < np; i++)
+        if (acx_param_ndim(acx_model_param(m, i)) == 1) list[n++] = acx_model_param(m, i);
+    acx_status_t st =
+        n > 0 ? acx_optimizer_add_param_group(opt, "no_decay", 0.0, 1.0, n, list) : ACX_OK;
+    free(list);
+    return st;
+}
+
+/* --memory-report: the model state acx held per rank during training (the
+ * largest rank's peaks, host memory, acx_memory_stats) against the ZeRO-3
+ * figure, and the program's own activation buffers apart. Collective (the
+ * peaks are maxima over the ranks). */
+static acx_status_t memory_report(acx_accelerator_t *acc, model_t *md, const gpt_workspace_t *ws) {
+    static const char *const cat[] = {"params", "grads", "master", "optimizer", "transient"};
+    static const char *const strat[] = {"no_shard", "shard_grad_op", "full_shard", "hybrid_shard"};
+    const acx_config_t *c = acx_get_config(acc);
+    int world = acx_world_size(acc), s = c->sharding_strategy;
+    /* the ranks sharing the shards: the world, a node under hybrid_shard */
+    int64_t N = s == ACX_NO_SHARD                                ? 1
+                : s == ACX_HYBRID_SHARD && c->ranks_per_node > 0 ? c->ranks_per_node
+                                                                 : world;
+    int64_t P = acx_model_numel(md->m), u1 = 0, u2 = 0;
+    const char *n1 = "-", *n2 = "-"; /* "h.N": a block (all the same size) */
+    int64_t final = acx_param_numel(md->lnf_w) + acx_param_numel(md->lnf_b);
+    int64_t embed = acx_param_numel(md->wte) + acx_param_numel(md->wpe);
+    /* the units with parameters and their elements; the two largest */
+    for (int u = -1; u <= md->cfg.layers; u++) {
+        int64_t e = 0;
+        const char *name = u < 0 ? "embed" : u == md->cfg.layers ? "final" : "h.N";
+        if (u < 0)
+            e = embed;
+        else if (u == md->cfg.layers)
+            e = final;
+        else
+            for (int i = 0; i < GPT_BLOCK_TENSORS; i++)
+                e += acx_param_numel(md->bp[u][i]);
+        if (e > u1) {
+            u2 = u1, n2 = n1;
+            u1 = e, n1 = name;
+        } else if (e > u2) {
+            u2 = e, n2 = name;
+        }
+    }
+    acx_memory_stats_t ms;
+    ACX_TRY(acx_memory_stats(&ms));
+    double peak[ACX_MEM_NUM_CATEGORIES], total;
+    for (int i = 0; i < ACX_MEM_NUM_CATEGORIES; i++)
+        ACX_TRY(acx_reduce_scalar(acc, (double)ms.peak[i], ACX_OP_MAX, &peak[i]));
+    ACX_TRY(acx_reduce_scalar(acc, (double)ms.peak_total, ACX_OP_MAX, &total));
+    /* ZeRO-3 with fp32 AdamW: 4 (fp32 master) + 4 (gradient shard) + 8 (m, v)
+     * bytes per element, sharded over N; plus what FULL_SHARD holds in full
+     * at its peak, in backward: the unit in use and the one prefetched
+     * (their float32 parameters) and their float32 full gradient buffers
+     * (the unit computing its gradient, the one whose reduce-scatter is in
+     * flight) */
+    double zero3 = 16.0 * (double)P / (double)N, units = 4.0 * (double)(u1 + u2);
+    double formula = zero3 + units + units;
+    acx_print(acc,
+              "memory: %s, %d rank(s), shard group %lld; P = %lld parameters (%.3f MB fp32); "
+              "largest units %s %lld and %s %lld elements; embed (tied wte, wpe) %lld\n",
+              strat[s % 4], world, (long long)N, (long long)P, 4e-6 * (double)P, n1, (long long)u1,
+              n2, (long long)u2, (long long)embed);
+    for (int i = 0; i < ACX_MEM_NUM_CATEGORIES; i++)
+        acx_print(acc, "memory: peak %-9s %12.0f bytes\n", cat[i], peak[i]);
+    acx_print(acc, "memory: peak total     %12.0f bytes (the most held at one time)\n", total);
+    acx_print(acc,
+              "memory: formula 16*P/N + 4*(U1+U2) params + 4*(U1+U2) grads = %.0f + %.0f + %.0f = "
+              "%.0f bytes; measured / formula = %.3f%s\n",
+              zero3, units, units, formula, total / formula,
+              s == ACX_FULL_SHARD || s == ACX_HYBRID_SHARD
+                  ? ""
+                  : " (the ZeRO-3 figure: full_shard and hybrid_shard only)");
+    /* where the bytes above the sharded 16P/N go, in largest units' float32 bytes */
+    double shard4 = 4.0 * (double)P / (double)N;
+    acx_print(acc,
+              "memory: above the shards: grads %.0f bytes (%.2f x 4*U1: full gradient buffers, "
+              "with the tied embed's %lld bytes), transient %.0f bytes (%.2f x 4*U1: gathered "
+              "units with their all-gather staging and send buffers)\n",
+              peak[ACX_MEM_GRADS] - shard4, (peak[ACX_MEM_GRADS] - shard4) / (4.0 * (double)u1),
+              (long long)(4 * embed), peak[ACX_MEM_TRANSIENT],
+              peak[ACX_MEM_TRANSIENT] / (4.0 * (double)u1));
+    acx_print(acc,
+              "memory: activations (the program's buffers, not acx's): %zu bytes for batch %d x "
+              "%d\n",
+              ws->bytes, ws->max_B, md->cfg.seq_len);
+    return ACX_OK;
 }
 
 static double now_s(void) {
@@ -767,12 +985,14 @@ static int run(int argc, char **argv) {
     }
     const acx_config_t *c = acx_get_config(acc);
     o.seed = c->seed;
-    if (acx_device_state(acc) != ACX_DEVICE_STATE_HOST || c->sharding_strategy != 0) {
-        /* API20: sharded strategies need the shared head unit (wte is read
-         * outside its unit) and the CPU kernels need host pointers */
+    if (!o.data_seed_set) o.data_seed = o.seed;
+    if (acx_device_state(acc) != ACX_DEVICE_STATE_HOST) {
+        /* the kernels (gpt_model.c) are CPU code: they read acx_param_data
+         * and add into acx_param_grad with the CPU, which device-resident
+         * state (device pointers) does not allow */
         if (acx_is_main_process(acc))
-            fprintf(stderr, "acx-gpt: this version runs sharding_strategy no_shard with the "
-                            "model state in host memory only\n");
+            fprintf(stderr, "acx-gpt: the model's kernels run on the CPU: they need the model "
+                            "state in host memory (device_state host), not on a device\n");
         acx_finalize(acc);
         return 2;
     }
@@ -820,20 +1040,30 @@ static int run(int argc, char **argv) {
     hp.beta2 = 0.95;
     hp.weight_decay = o.weight_decay;
     CHECK(acx_adamw_create(md.m, &hp, &opt));
-    /* API20: weight decay on 2-D weights only —
-     * acx_optimizer_add_param_group(opt, "no_decay", 0.0, 1.0, n, params) with the
-     * biases and LayerNorm weights (every parameter of ndim 1); the matrices
-     * (wte, wpe, the block weights) stay in the default group. Until then
-     * every parameter decays. */
+    /* GPT's recipe: weight decay on the 2-D weights only. The biases and
+     * LayerNorm weights (every parameter of ndim 1) go into a group without
+     * decay; the matrices (wte, wpe, the block weights) stay in the default
+     * group with --weight-decay. */
+    CHECK(add_no_decay_group(md.m, opt));
     CHECK(acx_scheduler_create(opt, ACX_SCHED_COSINE, o.warmup, o.steps, 0.5, &sched));
     CHECK(acx_prepare(acc, md.m, opt, NULL)); /* API20: the token loader */
-    if (acx_step(acc) > 0)
+    if (acx_step(acc) > 0) {
         acx_print(acc, "acx-gpt: resumed at step %lld\n", (long long)acx_step(acc));
-    else if (o.save_init != NULL)
-        CHECK(acx_model_save_weights(md.m, o.save_init));
+        if (o.init_from != NULL)
+            acx_print(acc, "acx-gpt: --init-from %s not used: the checkpoint's weights win\n",
+                      o.init_from);
+    } else {
+        if (o.init_from != NULL) {
+            /* strict: every parameter from the file, every tensor of it used */
+            acx_load_options_t lo = {.strict = 1};
+            CHECK(acx_model_load_weights(md.m, o.init_from, &lo));
+            acx_print(acc, "acx-gpt: initial weights from %s\n", o.init_from);
+        }
+        if (o.save_init != NULL) CHECK(acx_model_save_weights(md.m, o.save_init));
+    }
 
     win = (windows_t){
-        .tok = train_tok, .n_windows = (n_train - 1) / T, .T = T, .seed = o.seed, .epoch = -1};
+        .tok = train_tok, .n_windows = (n_train - 1) / T, .T = T, .seed = o.data_seed, .epoch = -1};
     win.perm = malloc((size_t)win.n_windows * sizeof *win.perm);
     in = malloc((size_t)B * T * sizeof *in);
     tg = malloc((size_t)B * T * sizeof *tg);
@@ -863,6 +1093,7 @@ static int run(int argc, char **argv) {
               (long long)o.seed, mp_names[c->mixed_precision % 3]);
 
     training = 1;
+    acx_memory_reset_peak(); /* --memory-report: the peaks of training, not of set-up */
     double t0 = now_s(), tw = t0, window_loss = 0.0, step_loss = 0.0, val_loss = NAN;
     int64_t window = 0, tokens = 0, window_tokens = 0, k = 0, first_step = acx_step(acc);
     while (acx_step(acc) < o.steps) {
@@ -923,8 +1154,9 @@ static int run(int argc, char **argv) {
         }
     }
     double train_time = now_s() - t0;
+    if (o.memory_report) CHECK(memory_report(acc, &md, &ws));
     if (o.save != NULL) CHECK(acx_model_save_weights(md.m, o.save));
-    if (o.sample_len > 0) CHECK(sample(acc, &md, &ws, &o, T));
+    if (o.sample_len > 0) CHECK(sample(acc, &md, &ws, &o));
     acx_print(acc, "acx-gpt: %lld steps in %.1f s, %.0f tokens/s; final val_loss %.6f\n",
               (long long)(acx_step(acc) - first_step), train_time,
               train_time > 0 ? (double)tokens / train_time : 0.0, val_loss);

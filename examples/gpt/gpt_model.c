@@ -301,9 +301,12 @@ int64_t gpt_num_params(const gpt_config_t *cfg) {
     return n + 2 * (int64_t)cfg->d_model;
 }
 
-static float *alloc_f(size_t n, int *bad) {
+/* n zeroed floats; counted into ws->bytes (the program's activation memory,
+ * which acx-gpt --memory-report prints beside acx's model state) */
+static float *alloc_f(gpt_workspace_t *ws, size_t n, int *bad) {
     float *p = calloc(n > 0 ? n : 1, sizeof(float));
     if (p == NULL) *bad = 1;
+    ws->bytes += (n > 0 ? n : 1) * sizeof(float);
     return p;
 }
 
@@ -316,40 +319,40 @@ int gpt_workspace_init(gpt_workspace_t *ws, const gpt_config_t *cfg, int max_B) 
     int bad = 0;
     ws->blocks = calloc((size_t)cfg->layers, sizeof *ws->blocks);
     if (ws->blocks == NULL) return -1;
-    ws->encoded = alloc_f(N * C, &bad);
+    ws->encoded = alloc_f(ws, N * C, &bad);
     for (int l = 0; l < cfg->layers; l++) {
         gpt_block_acts_t *a = &ws->blocks[l];
-        a->ln1 = alloc_f(N * C, &bad);
-        a->ln1_mean = alloc_f(N, &bad);
-        a->ln1_rstd = alloc_f(N, &bad);
-        a->qkv = alloc_f(N * 3 * C, &bad);
-        a->att = alloc_f((size_t)max_B * NH * T * T, &bad);
-        a->atty = alloc_f(N * C, &bad);
-        a->attproj = alloc_f(N * C, &bad);
-        a->res2 = alloc_f(N * C, &bad);
-        a->ln2 = alloc_f(N * C, &bad);
-        a->ln2_mean = alloc_f(N, &bad);
-        a->ln2_rstd = alloc_f(N, &bad);
-        a->fch = alloc_f(N * 4 * C, &bad);
-        a->fch_gelu = alloc_f(N * 4 * C, &bad);
-        a->fcproj = alloc_f(N * C, &bad);
-        a->res3 = alloc_f(N * C, &bad);
+        a->ln1 = alloc_f(ws, N * C, &bad);
+        a->ln1_mean = alloc_f(ws, N, &bad);
+        a->ln1_rstd = alloc_f(ws, N, &bad);
+        a->qkv = alloc_f(ws, N * 3 * C, &bad);
+        a->att = alloc_f(ws, (size_t)max_B * NH * T * T, &bad);
+        a->atty = alloc_f(ws, N * C, &bad);
+        a->attproj = alloc_f(ws, N * C, &bad);
+        a->res2 = alloc_f(ws, N * C, &bad);
+        a->ln2 = alloc_f(ws, N * C, &bad);
+        a->ln2_mean = alloc_f(ws, N, &bad);
+        a->ln2_rstd = alloc_f(ws, N, &bad);
+        a->fch = alloc_f(ws, N * 4 * C, &bad);
+        a->fch_gelu = alloc_f(ws, N * 4 * C, &bad);
+        a->fcproj = alloc_f(ws, N * C, &bad);
+        a->res3 = alloc_f(ws, N * C, &bad);
     }
-    ws->lnf = alloc_f(N * C, &bad);
-    ws->lnf_mean = alloc_f(N, &bad);
-    ws->lnf_rstd = alloc_f(N, &bad);
-    ws->probs = alloc_f(N * V, &bad);
-    ws->dlogits = alloc_f(N * V, &bad);
-    ws->dres = alloc_f(N * C, &bad);
-    ws->dres_in = alloc_f(N * C, &bad);
-    ws->dres_mid = alloc_f(N * C, &bad);
-    ws->dln = alloc_f(N * C, &bad);
-    ws->datty = alloc_f(N * C, &bad);
-    ws->dfcproj = alloc_f(N * C, &bad);
-    ws->dqkv = alloc_f(N * 3 * C, &bad);
-    ws->dfch = alloc_f(N * 4 * C, &bad);
-    ws->dfch_gelu = alloc_f(N * 4 * C, &bad);
-    ws->scratch = alloc_f(T, &bad);
+    ws->lnf = alloc_f(ws, N * C, &bad);
+    ws->lnf_mean = alloc_f(ws, N, &bad);
+    ws->lnf_rstd = alloc_f(ws, N, &bad);
+    ws->probs = alloc_f(ws, N * V, &bad);
+    ws->dlogits = alloc_f(ws, N * V, &bad);
+    ws->dres = alloc_f(ws, N * C, &bad);
+    ws->dres_in = alloc_f(ws, N * C, &bad);
+    ws->dres_mid = alloc_f(ws, N * C, &bad);
+    ws->dln = alloc_f(ws, N * C, &bad);
+    ws->datty = alloc_f(ws, N * C, &bad);
+    ws->dfcproj = alloc_f(ws, N * C, &bad);
+    ws->dqkv = alloc_f(ws, N * 3 * C, &bad);
+    ws->dfch = alloc_f(ws, N * 4 * C, &bad);
+    ws->dfch_gelu = alloc_f(ws, N * 4 * C, &bad);
+    ws->scratch = alloc_f(ws, T, &bad);
     if (bad) {
         gpt_workspace_free(ws);
         return -1;
@@ -381,11 +384,11 @@ void gpt_forward_embed(gpt_workspace_t *ws, const float *wte, const float *wpe, 
     gpt_embed_fwd(ws->encoded, tok, wte, wpe, B, T, ws->cfg.d_model);
 }
 
-void gpt_forward_block(gpt_workspace_t *ws, int l, const gpt_block_tensors_t *p, int B, int T) {
+void gpt_forward_block(gpt_workspace_t *ws, int l, const gpt_block_params_t *p, int B, int T) {
     int C = ws->cfg.d_model, N = B * T;
     gpt_block_acts_t *a = &ws->blocks[l];
     const float *x = l == 0 ? ws->encoded : ws->blocks[l - 1].res3;
-    float *const *w = p->t;
+    const float *const *w = p->t;
     gpt_layernorm_fwd(a->ln1, a->ln1_mean, a->ln1_rstd, x, w[GPT_LN1_W], w[GPT_LN1_B], N, C);
     gpt_matmul_fwd(a->qkv, a->ln1, w[GPT_QKV_W], w[GPT_QKV_B], N, C, 3 * C);
     gpt_attention_fwd(a->atty, a->att, a->qkv, B, T, C, ws->cfg.heads);
@@ -398,11 +401,15 @@ void gpt_forward_block(gpt_workspace_t *ws, int l, const gpt_block_tensors_t *p,
     gpt_residual_fwd(a->res3, a->res2, a->fcproj, (size_t)N * C);
 }
 
-double gpt_forward_final(gpt_workspace_t *ws, const float *lnf_w, const float *lnf_b,
-                         const float *wte, const int32_t *targets, int B, int T) {
-    int C = ws->cfg.d_model, V = ws->cfg.vocab, N = B * T;
+void gpt_forward_lnf(gpt_workspace_t *ws, const float *lnf_w, const float *lnf_b, int B, int T) {
+    int C = ws->cfg.d_model, N = B * T;
     const float *x = ws->cfg.layers > 0 ? ws->blocks[ws->cfg.layers - 1].res3 : ws->encoded;
     gpt_layernorm_fwd(ws->lnf, ws->lnf_mean, ws->lnf_rstd, x, lnf_w, lnf_b, N, C);
+}
+
+double gpt_forward_head(gpt_workspace_t *ws, const float *wte, const int32_t *targets, int B,
+                        int T) {
+    int C = ws->cfg.d_model, V = ws->cfg.vocab, N = B * T;
     gpt_matmul_fwd(ws->probs, ws->lnf, wte, NULL, N, C, V); /* the head: wte tied */
     double loss = gpt_crossentropy_fwd(ws->probs, ws->probs, targets, N, V);
     memset(ws->dlogits, 0, (size_t)N * V * sizeof(float));
@@ -410,24 +417,35 @@ double gpt_forward_final(gpt_workspace_t *ws, const float *lnf_w, const float *l
     return loss;
 }
 
-void gpt_backward_final(gpt_workspace_t *ws, const float *lnf_w, const float *wte, float *dlnf_w,
-                        float *dlnf_b, float *dwte, int B, int T) {
+double gpt_forward_final(gpt_workspace_t *ws, const float *lnf_w, const float *lnf_b,
+                         const float *wte, const int32_t *targets, int B, int T) {
+    gpt_forward_lnf(ws, lnf_w, lnf_b, B, T);
+    return gpt_forward_head(ws, wte, targets, B, T);
+}
+
+void gpt_backward_head(gpt_workspace_t *ws, const float *wte, float *dwte, int B, int T) {
     int C = ws->cfg.d_model, V = ws->cfg.vocab, N = B * T;
-    const float *x = ws->cfg.layers > 0 ? ws->blocks[ws->cfg.layers - 1].res3 : ws->encoded;
     memset(ws->dln, 0, (size_t)N * C * sizeof(float));
     gpt_matmul_bwd(ws->dln, dwte, NULL, ws->dlogits, ws->lnf, wte, N, C, V);
+}
+
+void gpt_backward_lnf(gpt_workspace_t *ws, const float *lnf_w, float *dlnf_w, float *dlnf_b, int B,
+                      int T) {
+    int C = ws->cfg.d_model, N = B * T;
+    const float *x = ws->cfg.layers > 0 ? ws->blocks[ws->cfg.layers - 1].res3 : ws->encoded;
     memset(ws->dres, 0, (size_t)N * C * sizeof(float));
     gpt_layernorm_bwd(ws->dres, dlnf_w, dlnf_b, ws->dln, x, lnf_w, ws->lnf_mean, ws->lnf_rstd, N,
                       C);
 }
 
-void gpt_backward_block(gpt_workspace_t *ws, int l, const gpt_block_tensors_t *p,
+void gpt_backward_block(gpt_workspace_t *ws, int l, const gpt_block_params_t *p,
                         gpt_block_tensors_t *g, int B, int T) {
     int C = ws->cfg.d_model, N = B * T;
     size_t nc = (size_t)N * C, bytes = nc * sizeof(float);
     gpt_block_acts_t *a = &ws->blocks[l];
     const float *x = l == 0 ? ws->encoded : ws->blocks[l - 1].res3;
-    float *const *w = p->t, *const *dw = g->t;
+    const float *const *w = p->t;
+    float *const *dw = g->t;
     /* res3 = res2 + fcproj */
     memset(ws->dres_mid, 0, bytes);
     memset(ws->dfcproj, 0, bytes);

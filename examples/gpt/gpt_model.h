@@ -102,6 +102,10 @@ enum {
 typedef struct gpt_block_tensors {
     float *t[GPT_BLOCK_TENSORS];
 } gpt_block_tensors_t;
+/* The same, read-only: a block's parameters (acx_param_data is const). */
+typedef struct gpt_block_params {
+    const float *t[GPT_BLOCK_TENSORS];
+} gpt_block_params_t;
 
 /* Name suffix ("ln_1.weight"...) and shape of block tensor i (ndim 1 or 2). */
 const char *gpt_block_tensor_name(int i);
@@ -130,6 +134,7 @@ typedef struct gpt_workspace {
     float *dqkv;                  /* [N x 3C] */
     float *dfch, *dfch_gelu;      /* [N x 4C] */
     float *scratch;               /* [T] */
+    size_t bytes;                 /* of all the buffers above (activation memory) */
 } gpt_workspace_t;
 
 /* Allocate for batches of up to max_B sequences (of cfg->seq_len); 0 or -1 (out of memory). */
@@ -141,22 +146,30 @@ void gpt_workspace_free(gpt_workspace_t *ws);
 void gpt_forward_embed(gpt_workspace_t *ws, const float *wte, const float *wpe, const int32_t *tok,
                        int B, int T);
 /* Block l: res3 = x + attn(ln1(x)) + mlp(ln2(...)), x = block l-1's res3 (or encoded). */
-void gpt_forward_block(gpt_workspace_t *ws, int l, const gpt_block_tensors_t *p, int B, int T);
-/* Final: ln_f, logits = lnf wte^T (tied), probabilities and the mean loss
- * over the B*T targets. Also sets dlogits = (probs - onehot)/(B*T), the seed
- * of backward (the program hands it to acx_backward_begin before
- * gpt_backward_final). Returns the mean loss. */
+void gpt_forward_block(gpt_workspace_t *ws, int l, const gpt_block_params_t *p, int B, int T);
+/* The final unit and the tied head, apart (acx-gpt runs them under two
+ * units: "final" holds ln_f, the shared unit "head" reads wte):
+ * lnf: ws->lnf = ln_f(last block's output);
+ * head: logits = ws->lnf wte^T, probabilities, the mean loss over the B*T
+ * targets and dlogits = (probs - onehot)/(B*T). Returns the mean loss. */
+void gpt_forward_lnf(gpt_workspace_t *ws, const float *lnf_w, const float *lnf_b, int B, int T);
+double gpt_forward_head(gpt_workspace_t *ws, const float *wte, const int32_t *targets, int B,
+                        int T);
+/* Both (the program hands dlogits, the seed of backward, to
+ * acx_backward_begin before gpt_backward_head). Returns the mean loss. */
 double gpt_forward_final(gpt_workspace_t *ws, const float *lnf_w, const float *lnf_b,
                          const float *wte, const int32_t *targets, int B, int T);
 
-/* Backward, in reverse order. final: through the head and ln_f, adding into
- * dwte (the tied weight's gradient) and dlnf_w/dlnf_b; leaves the gradient
- * w.r.t. the last block's output in ws->dres. */
-void gpt_backward_final(gpt_workspace_t *ws, const float *lnf_w, const float *wte, float *dlnf_w,
-                        float *dlnf_b, float *dwte, int B, int T);
+/* Backward, in reverse order. head: from ws->dlogits, adds into dwte (the
+ * tied weight's gradient) and sets ws->dln (the gradient w.r.t. ln_f's
+ * output); lnf: from ws->dln, adds into dlnf_w/dlnf_b and leaves the
+ * gradient w.r.t. the last block's output in ws->dres. */
+void gpt_backward_head(gpt_workspace_t *ws, const float *wte, float *dwte, int B, int T);
+void gpt_backward_lnf(gpt_workspace_t *ws, const float *lnf_w, float *dlnf_w, float *dlnf_b, int B,
+                      int T);
 /* Block l: from ws->dres (its output's gradient) to ws->dres (its input's),
  * adding into the block's parameter gradients g. */
-void gpt_backward_block(gpt_workspace_t *ws, int l, const gpt_block_tensors_t *p,
+void gpt_backward_block(gpt_workspace_t *ws, int l, const gpt_block_params_t *p,
                         gpt_block_tensors_t *g, int B, int T);
 /* Embedding: adds ws->dres into dwte and dwpe. */
 void gpt_backward_embed(gpt_workspace_t *ws, float *dwte, float *dwpe, const int32_t *tok, int B,

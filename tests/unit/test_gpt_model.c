@@ -301,11 +301,20 @@ typedef struct mctx {
     int32_t *tok, *tgt;
 } mctx_t;
 
+static gpt_block_params_t m_params(const mctx_t *m, int l) {
+    gpt_block_params_t p;
+    for (int i = 0; i < GPT_BLOCK_TENSORS; i++)
+        p.t[i] = m->blk[l].t[i];
+    return p;
+}
+
 static double m_loss(void *p) {
     mctx_t *m = p;
     gpt_forward_embed(&m->ws, m->wte, m->wpe, m->tok, m->B, m->T);
-    for (int l = 0; l < m->cfg.layers; l++)
-        gpt_forward_block(&m->ws, l, &m->blk[l], m->B, m->T);
+    for (int l = 0; l < m->cfg.layers; l++) {
+        gpt_block_params_t bp = m_params(m, l);
+        gpt_forward_block(&m->ws, l, &bp, m->B, m->T);
+    }
     return gpt_forward_final(&m->ws, m->lnf_w, m->lnf_b, m->wte, m->tgt, m->B, m->T);
 }
 
@@ -333,12 +342,16 @@ static int test_model(void) {
             fill(m.blk[l].t[i], n, is_ln_w ? 0.7 : -0.4, is_ln_w ? 1.3 : 0.4);
             preset(grads[l].t[i], n);
         }
-    /* forward, then backward as acx-gpt runs it: final, blocks in reverse, embedding */
+    /* forward, then backward as acx-gpt runs it: the tied head, ln_f, blocks
+     * in reverse, embedding */
     double loss = m_loss(&m);
     CHECK(loss > 0.5 && loss < 5.0);
-    gpt_backward_final(&m.ws, m.lnf_w, m.wte, g_lw, g_lb, g_wte, m.B, m.T);
-    for (int l = 1; l >= 0; l--)
-        gpt_backward_block(&m.ws, l, &m.blk[l], &grads[l], m.B, m.T);
+    gpt_backward_head(&m.ws, m.wte, g_wte, m.B, m.T);
+    gpt_backward_lnf(&m.ws, m.lnf_w, g_lw, g_lb, m.B, m.T);
+    for (int l = 1; l >= 0; l--) {
+        gpt_block_params_t p = m_params(&m, l);
+        gpt_backward_block(&m.ws, l, &p, &grads[l], m.B, m.T);
+    }
     gpt_backward_embed(&m.ws, g_wte, g_wpe, tok, m.B, m.T);
     CHECK(fd_check("wte (embedding + tied head)", m.wte, V * C, g_wte, m_loss, &m, 1e-2f, 5e-3) ==
           0);
