@@ -317,10 +317,13 @@ static acx_status_t parse_header(acx_st_file_t *f, const char *text, size_t len)
         }
         if (status != ACX_OK) goto out;
     }
-    /* no two tensors share bytes (sorted by begin: each must end before the
-     * next begins) */
-    if (f->n > 1) {
-        acx_st_tensor_t **s = acx_malloc((size_t)f->n * sizeof *s, "safetensors overlap check");
+    /* The tensors tile the data area exactly, as the format's reference
+     * reader requires: sorted by begin, each begins where the one before
+     * ends, and the last ends at the end of the file. This refuses overlaps,
+     * holes and trailing bytes — and the hole a key given twice leaves (the
+     * JSON parser keeps only the last of equal keys). */
+    if (f->n > 0) {
+        acx_st_tensor_t **s = acx_malloc((size_t)f->n * sizeof *s, "safetensors layout check");
         if (s == NULL) {
             status = ACX_ERR_NO_MEMORY;
             goto out;
@@ -328,18 +331,31 @@ static acx_status_t parse_header(acx_st_file_t *f, const char *text, size_t len)
         for (int i = 0; i < f->n; i++)
             s[i] = &f->t[i];
         qsort(s, (size_t)f->n, sizeof *s, by_begin);
-        const acx_st_tensor_t *last = NULL; /* the one reaching furthest so far */
+        uint64_t next = 0; /* where the next tensor must begin */
+        const char *prev = NULL;
         for (int i = 0; i < f->n && status == ACX_OK; i++) {
-            if (s[i]->end == s[i]->begin) continue; /* no bytes, nothing to share */
-            if (last != NULL && s[i]->begin < last->end)
+            if (s[i]->begin < next)
+                status =
+                    ACX_ERROR(ACX_ERR_FORMAT,
+                              "safetensors file '%s': tensors '%s' and '%s' (bytes [%llu, "
+                              "%llu)) overlap: '%s' begins before byte %llu",
+                              f->path, prev, s[i]->name, (unsigned long long)s[i]->begin,
+                              (unsigned long long)s[i]->end, s[i]->name, (unsigned long long)next);
+            else if (s[i]->begin > next)
                 status = ACX_ERROR(ACX_ERR_FORMAT,
-                                   "safetensors file '%s': tensors '%s' (bytes [%llu, %llu)) and "
-                                   "'%s' (bytes [%llu, %llu)) overlap",
-                                   f->path, last->name, (unsigned long long)last->begin,
-                                   (unsigned long long)last->end, s[i]->name,
-                                   (unsigned long long)s[i]->begin, (unsigned long long)s[i]->end);
-            if (last == NULL || s[i]->end > last->end) last = s[i];
+                                   "safetensors file '%s': bytes [%llu, %llu) of the data area "
+                                   "belong to no tensor (before '%s'; a key given twice leaves "
+                                   "such a hole)",
+                                   f->path, (unsigned long long)next,
+                                   (unsigned long long)s[i]->begin, s[i]->name);
+            next = s[i]->end;
+            prev = s[i]->name;
         }
+        if (status == ACX_OK && next != f->data_size)
+            status = ACX_ERROR(ACX_ERR_FORMAT,
+                               "safetensors file '%s': bytes [%llu, %llu) at the end of the data "
+                               "area belong to no tensor",
+                               f->path, (unsigned long long)next, (unsigned long long)f->data_size);
         free(s);
     }
 out:

@@ -27,7 +27,8 @@
  *              loaded), mis-shaped tensor (error even non-strict), and the
  *              parameters unchanged after each failure.
  *   hostile    header length past EOF, overlapping offsets, offsets past
- *              the data, a bad dtype, bad JSON, a size that does not match
+ *              the data, a key given twice, trailing bytes, a bad dtype,
+ *              bad JSON, a size that does not match
  *              the shape, a negative dim: ACX_ERR_FORMAT naming it, on
  *              every rank.
  *   ckpt       2 ranks save a checkpoint (acx_save_state); 2 and 3 ranks
@@ -261,6 +262,17 @@ static int write_inputs(void) {
         path_of(p, sizeof p, "h_neg.safetensors");
         failed |=
             write_raw(p, 0, "{\"a\":{\"dtype\":\"F32\",\"shape\":[-2],\"data_offsets\":[0,8]}}",
+                      eight, 8) != 0;
+        /* a key given twice (JSON parsers keep one of them) and bytes
+         * that belong to no tensor */
+        path_of(p, sizeof p, "h_dup.safetensors");
+        failed |= write_raw(p, 0,
+                            "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+                            "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
+                            eight, 8) != 0;
+        path_of(p, sizeof p, "h_trail.safetensors");
+        failed |=
+            write_raw(p, 0, "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}",
                       eight, 8) != 0;
         if (failed) fprintf(stderr, "\ncannot write the test inputs in %s\n", dir);
     }
@@ -578,6 +590,8 @@ static int hostile_case(void) {
         {"h_json.safetensors", "not valid JSON"},
         {"h_size.safetensors", "need 12"},
         {"h_neg.safetensors", "shape[0]"},
+        {"h_dup.safetensors", "bytes [0, 4) of the data area belong to no tensor"},
+        {"h_trail.safetensors", "bytes [4, 8) at the end of the data area"},
     };
     CHECK_OK(net_open(&n, ACX_SHARD_GRAD_OP, 0));
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
