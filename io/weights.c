@@ -128,11 +128,17 @@ static acx_status_t save_safetensors(acx_model_t *model, const char *path) {
     int *order = NULL;
     if (status == ACX_OK) {
         order = calloc((size_t)n + 1, sizeof *order);
-        if (order != NULL && root)
+        /* agreed before the broadcast, which every rank must then join */
+        status = acx_coll_agree(world, order != NULL ? ACX_OK
+                                                     : ACX_ERROR(ACX_ERR_NO_MEMORY,
+                                                                 "acx_model_save_weights: no "
+                                                                 "memory for the file order"));
+    }
+    if (status == ACX_OK) {
+        if (root)
             for (int k = 0; k < n; k++)
                 order[k] = acx_st_writer_order(w, k);
-        if (order == NULL ||
-            MPI_Bcast(order, n, MPI_INT, 0, world->mpi) != MPI_SUCCESS) /* agreed below */
+        if (MPI_Bcast(order, n, MPI_INT, 0, world->mpi) != MPI_SUCCESS) /* agreed below */
             status = ACX_ERROR(ACX_ERR_MPI, "acx_model_save_weights: cannot share the file order");
     }
     status = acx_coll_agree(world, status);

@@ -125,7 +125,9 @@ static acx_status_t open_hdf5(source_t *s) {
         t->numel = 1;
         for (int d = 0; d < t->ndim; d++)
             t->numel *= t->shape[d];
-        t->is_float = dt == ACX_DTYPE_FLOAT32 || dt == ACX_DTYPE_FLOAT64;
+        /* acx writes float32 only; the reader verifies float32 rows against
+         * the checkpoint's CRC blocks, and nothing else */
+        t->is_float = dt == ACX_DTYPE_FLOAT32;
         t->dtype = acx_dtype_name(dt);
         t->h5path = strdup(names[i]);
         t->name = strlen(names[i]) > skip ? strdup(names[i] + skip) : NULL;
@@ -311,8 +313,10 @@ static acx_status_t plan_feeds(const acx_model_t *m, source_t *s, const acx_load
         if (!t->is_float) {
             status = ACX_ERROR(ACX_ERR_FORMAT,
                                "%s '%s': tensor '%s' (for parameter '%s') is %s; parameters load "
-                               "from float tensors (F32, F16, BF16, F64)",
-                               s->kind, s->path, tname, p->name, t->dtype);
+                               "from %s",
+                               s->kind, s->path, tname, p->name, t->dtype,
+                               s->h5 != NULL ? "float32 datasets (what acx writes)"
+                                             : "float tensors (F32, F16, BF16, F64)");
             break;
         }
         t->used = 1;
@@ -431,6 +435,9 @@ static acx_status_t load_weights(acx_model_t *m, const char *path, const acx_loa
             status = m->shard_dev->to_device(m->master, stage, bytes, m->ctx.stream);
         else
             memcpy(m->master, stage, bytes);
+        /* a device copy that failed on one rank: every rank stops here,
+         * before after_step's collectives, which that rank would skip */
+        status = acx_coll_agree(world, status);
     }
     if (status == ACX_OK) {
         status = acx_model_after_step(m);
