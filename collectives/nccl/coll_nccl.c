@@ -276,6 +276,11 @@ static acx_status_t usable(const acx_comm_t *comm, const char *what, nccl_state_
 }
 
 static acx_status_t check_dtype(acx_dtype_t dtype, const char *what, ncclDataType_t *type_p) {
+    if (dtype == ACX_DTYPE_UINT16) /* token ids: the MPI backend moves them */
+        return ACX_ERROR(ACX_ERR_NOT_SUPPORTED,
+                         "%s: NCCL has no uint16 type; move token ids as int32, or through "
+                         "the MPI backend",
+                         what);
     if (!nccl_datatype(dtype, type_p))
         return ACX_ERROR(ACX_ERR_INVALID_ARG, "%s: dtype %d is not an acx_dtype_t", what,
                          (int)dtype);
