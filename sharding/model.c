@@ -459,8 +459,11 @@ static void sum_take(acx_param_t *p) {
     if (p->data_sum_set) p->data_sum = data_sum(p);
 }
 
-static acx_status_t sum_check(const acx_param_t *p, const char *when) {
-    if (!p->data_sum_set || p->data == NULL || data_sum(p) == p->data_sum) return ACX_OK;
+static int sum_differs(const acx_param_t *p) {
+    return p->data_sum_set && p->data != NULL && data_sum(p) != p->data_sum;
+}
+
+static acx_status_t written_error(const acx_param_t *p, const char *when) {
     return ACX_ERROR(ACX_ERR_STATE,
                      "parameter '%s' (unit '%s'): the program wrote into its values "
                      "(acx_param_data is read-only; found %s by ACX_DEBUG_MODE): the write is "
@@ -471,8 +474,14 @@ static acx_status_t sum_check(const acx_param_t *p, const char *when) {
 acx_status_t acx_model_check_writes(acx_model_t *m) {
     if (!write_check_on(m) || !m->prepared) return ACX_OK;
     acx_status_t status = ACX_OK;
-    for (int i = 0; i < m->num_params && status == ACX_OK; i++)
-        status = sum_check(m->params[i], "before the optimizer step");
+    for (int i = 0; i < m->num_params; i++) {
+        acx_param_t *p = m->params[i];
+        if (status == ACX_OK && p->data_written)
+            status = written_error(p, "at acx_unit_release");
+        else if (status == ACX_OK && sum_differs(p))
+            status = written_error(p, "before the optimizer step");
+        p->data_written = 0;
+    }
     return acx_coll_agree(m->ctx.world, status);
 }
 
@@ -507,14 +516,22 @@ ACX_API acx_status_t acx_unit_release(acx_unit_t *unit) {
     if (--unit->acquired > 0) return ACX_OK;
     acx_unit_t *storage = acx_unit_storage(unit); /* a shared unit's params are its owner's */
     storage->uses_held--;
-    acx_status_t st = ACX_OK;
     if (write_check_on(unit->model))
-        for (int i = 0; i < storage->num_params && st == ACX_OK; i++)
-            st = sum_check(storage->params[i], "at acx_unit_release");
+        for (int i = 0; i < storage->num_params; i++) {
+            acx_param_t *p = storage->params[i];
+            if (!p->data_written && sum_differs(p)) {
+                p->data_written = 1; /* the error comes, agreed, before the next step */
+                ACX_WARN(ACX_SUBSYS_SHARD,
+                         "parameter '%s': the program wrote into its values (found at "
+                         "acx_unit_release by ACX_DEBUG_MODE); every rank stops at the next "
+                         "acx_optimizer_step",
+                         p->name);
+            }
+        }
     acx_status_t rel = unit->model->strategy->release(unit);
     for (int i = 0; i < storage->num_params; i++) /* freed copies have no sum */
         if (storage->params[i]->data == NULL) storage->params[i]->data_sum_set = 0;
-    return st != ACX_OK ? st : rel;
+    return rel;
 }
 
 ACX_API acx_status_t acx_unit_grads_ready(acx_unit_t *unit) {

@@ -102,6 +102,10 @@ struct acx_param {
      * while data_sum_set; compared at release and before the next step */
     uint64_t data_sum;
     int data_sum_set;
+    /* a write found at a release: reported on every rank (agreed) before
+     * the next optimizer step, since a release is not collective and the
+     * write is often on one rank only (rank-0-only code) */
+    int data_written;
 };
 
 /* A unit is either ordinary (owner NULL: it has parameters and storage)

@@ -190,8 +190,10 @@ ACX_API acx_status_t acx_unit_grads_ready(acx_unit_t *unit);
  * leaves this rank training different weights from the others. To set
  * weights (pretrained, converted, edited) use acx_model_load_weights; the
  * optimizer is the only other writer. With ACX_DEBUG_MODE and host state a
- * write is caught: acx_unit_release or the next acx_optimizer_step returns
- * ACX_ERR_STATE naming the parameter. */
+ * write is caught — found at acx_unit_release (a warning on that rank) or
+ * before the step — and the next acx_optimizer_step returns ACX_ERR_STATE
+ * naming the parameter on every rank (agreed: the write is often on one
+ * rank only). */
 ACX_API const float *acx_param_data(acx_param_t *param);
 
 /* The parameter's gradient buffer, same shape; the program ADDS into it

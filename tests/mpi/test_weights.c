@@ -36,9 +36,10 @@
  *   device     device-resident state on the emulated device (no_shard,
  *              shard_grad_op, full_shard; bf16): load, step, gather_to,
  *              the safetensors round trip.
- *   debug      ACX_DEBUG_MODE=1: a write into acx_param_data under
- *              full_shard fails at release naming the parameter; under
- *              no_shard, at the next optimizer step.
+ *   debug      ACX_DEBUG_MODE=1: a write into acx_param_data on rank 0
+ *              under full_shard is found at release and fails the next
+ *              optimizer step on every rank, naming the parameter; under
+ *              no_shard, found by the step itself.
  */
 #include <math.h>
 #include <stdint.h>
@@ -641,11 +642,15 @@ static int debug_case(void) {
     setenv("ACX_DEBUG_MODE", "1", 1);
     CHECK_OK(net_open(&n, ACX_FULL_SHARD, 0));
     CHECK_OK(acx_unit_acquire(n.u[1]));
-    ((float *)acx_param_data(n.p[P_T]))[2] += 1.0f; /* what the API forbids */
-    CHECK_STATUS(acx_unit_release(n.u[1]), ACX_ERR_STATE, "'blk.t'");
-    /* an untouched unit releases fine */
+    /* what the API forbids, on rank 0 only (rank-0-only code): the release
+     * is not collective, so it only records it ... */
+    if (rank == 0) ((float *)acx_param_data(n.p[P_T]))[2] += 1.0f;
+    CHECK_OK(acx_unit_release(n.u[1]));
     CHECK_OK(acx_unit_acquire(n.u[0]));
     CHECK_OK(acx_unit_release(n.u[0]));
+    /* ... and every rank's next step stops, naming it */
+    CHECK_STATUS(zero_step(&n), ACX_ERR_STATE, "'blk.t'");
+    CHECK(strstr(acx_last_error(), "at acx_unit_release") != NULL);
     net_close(&n);
     /* no_shard: the copy stays; the next step finds it */
     CHECK_OK(net_open(&n, ACX_NO_SHARD, 1));
