@@ -39,6 +39,8 @@ while [ $# -gt 0 ]; do
     esac
 done
 [ -x "$gpt" ] || { echo "check-gpt-loss: no acx-gpt at '$gpt' (build first, or --acx-gpt)" >&2; exit 2; }
+[ -x "$(dirname "$gpt")/acx" ] ||
+    { echo "check-gpt-loss: no acx next to '$gpt' (it writes the token file)" >&2; exit 2; }
 "$py" -c 'import torch, h5py, numpy' 2>/dev/null ||
     { echo "check-gpt-loss: $py lacks torch, h5py or numpy" >&2; exit 2; }
 out=${out:-$(mktemp -d /tmp/check-gpt-loss.XXXXXX)}
@@ -60,7 +62,8 @@ if [ -z "$text" ]; then
         cp "$f" "$text"
     fi
 fi
-"$gpt" --make-tokens "$text" -o "$out/tokens.h5" >/dev/null
+# the token file: acx's own importer, the acx next to acx-gpt
+"$(dirname "$gpt")/acx" data import-text "$text" -o "$out/tokens.h5" >/dev/null
 
 model=(--layers 4 --d-model 128 --heads 4 --seq-len 64)
 # the reference takes the batches from --dump-batches, not a batch size

@@ -11,8 +11,9 @@ float32, with:
     file (read here with numpy and json: torch 1.13 has no safetensors
     module) or an acx weights file (HDF5, h5py);
   - the same batches: acx-gpt --dump-batches PREFIX writes PREFIX.rR per rank,
-    one line "step micro window..." per micro-step; window w of the token
-    array is tokens[w*T : w*T+T+1]. One process here computes what the
+    one line "step micro window..." per micro-step (the windows are the
+    batch->indices of acx's token loader, whose window w of the token array
+    is tokens[w*T : w*T+T+1], as here). One process here computes what the
     data-parallel ranks compute together: the ranks' windows of a
     micro-step in rank order form one batch whose mean token loss is the
     mean of the ranks' means (equal sizes), and the gradient of the step is

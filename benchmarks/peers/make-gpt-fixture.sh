@@ -12,6 +12,7 @@
 # too: the test runs exactly what is written there.
 #
 #   benchmarks/peers/make-gpt-fixture.sh [--acx-gpt PATH] [--python PY]
+# (the token file is written by the `acx` next to acx-gpt: acx data import-text)
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -41,7 +42,8 @@ fullshard-np2 2 --sharding-strategy full_shard --mixed-precision no
 gradop-np2 2 --sharding-strategy shard_grad_op --mixed-precision no
 fullshard-bf16-np2 2 --sharding-strategy full_shard --mixed-precision bf16"
 
-"$gpt" --make-tokens "$root/tests/data/gpt_tiny.txt" -o "$tmp/tokens.h5" --val-fraction 0.1 >/dev/null
+"$(dirname "$gpt")/acx" data import-text "$root/tests/data/gpt_tiny.txt" -o "$tmp/tokens.h5" \
+    --val-fraction 0.1 >/dev/null
 {
     echo "# acx-gpt against PyTorch: per-step training losses of benchmarks/peers/gpt_reference.py"
     echo "# ($("$py" -c 'import torch; print("torch", torch.__version__)'), float32) on"

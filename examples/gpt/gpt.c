@@ -11,7 +11,7 @@
  *   unit "final" (ln_f), shared unit "head" (the output layer's use of the
  *   tied wte, acx_model_add_shared_unit).
  *
- *   acx-gpt --make-tokens kjv.txt -o kjv.h5          bytes -> /train, /val tokens
+ *   acx data import-text kjv.txt -o kjv.h5           bytes -> /train, /val tokens
  *   mpirun -np 2 acx-gpt --data kjv.h5 --steps 2000
  *
  * Every step: acquire -> forward -> release per unit in order, the loss,
@@ -21,16 +21,17 @@
  * strategy (no_shard, shard_grad_op, full_shard, hybrid_shard) works; the
  * model state must be in host memory (the kernels are CPU code).
  *
- * Batches: window w of a token array is tokens[w*T .. w*T+T] (T+1 tokens:
- * inputs and the targets shifted by one). The windows are visited in a
- * permutation of (seed, epoch); micro-batch m of the run takes positions
- * m*G + r*B .. m*G + r*B + B-1 of that order (G = B x world size, r the
- * rank), so a batch depends on the micro-step count only and a resumed run
- * continues with exactly the batches it would have seen.
+ * Batches: acx's token loader (acx_token_loader_open) on /train/tokens,
+ * given to acx_prepare: window w is tokens[w*T .. w*T+T] (T+1 tokens:
+ * inputs and the targets shifted by one), shuffled per epoch from the
+ * config's seed and sharded over the ranks. The run is step-based
+ * (max_steps = --steps): the loader cycles through epochs, and checkpoints
+ * keep its position, so a resumed run — at any world size — continues with
+ * the windows an uninterrupted run would have seen. Validation: a second
+ * token loader on /val/tokens, in order, the first --eval-batches batches.
  *
  * Weight decay: the 2-D weights only (a "no_decay" parameter group holds
- * every 1-D parameter). Still to change (marked API20): the token file is
- * read here (read_tokens) until acx_token_loader_open exists.
+ * every 1-D parameter).
  */
 #include <errno.h>
 #include <getopt.h>
@@ -41,34 +42,32 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#include <hdf5.h>
-
 #include <acx/acx.h>
 
 #include "gpt_model.h"
 
 typedef struct options {
-    const char *data, *save, *save_init, *init_from, *dump_batches, *make_tokens, *out, *prompt;
+    const char *data, *save, *save_init, *init_from, *dump_batches, *prompt;
     int64_t layers, d_model, heads, seq_len, batch_size, steps, warmup, log_every, eval_every,
         eval_batches, sample_len;
-    double lr, weight_decay, max_grad_norm, temperature, val_fraction;
-    int64_t seed, data_seed; /* data_seed: the batch order's (default: seed) */
-    int data_seed_set, quiet, memory_report;
+    double lr, weight_decay, max_grad_norm, temperature;
+    int64_t seed;
+    int steps_set, quiet, memory_report;
 } options_t;
 
 static void usage(FILE *f) {
     fprintf(
         f,
         "usage: acx-gpt --data FILE.h5 [options]\n"
-        "       acx-gpt --make-tokens TEXT -o FILE.h5 [--val-fraction X]\n"
-        "Train a GPT on the byte tokens of FILE.h5 (/train/tokens, /val/tokens) on every rank.\n\n"
+        "Train a GPT on the byte tokens of FILE.h5 (/train/tokens, /val/tokens) on every rank;\n"
+        "make FILE.h5 from a text with `acx data import-text TEXT -o FILE.h5`.\n\n"
         "model:\n"
         "  --layers N            transformer blocks (default 4)\n"
         "  --d-model N           embedding width (default 128)\n"
         "  --heads N             attention heads, divide --d-model (default 4)\n"
         "  --seq-len N           context length T (default 64)\n"
         "training:\n"
-        "  --steps N             optimizer steps (default 1000)\n"
+        "  --steps N             optimizer steps: the config's max_steps (default 1000)\n"
         "  --batch-size N        sequences per rank per micro-step (default 16)\n"
         "  --lr X                peak learning rate (default 1e-3)\n"
         "  --warmup N            linear warmup steps, then cosine decay to 0 (default 100)\n"
@@ -76,14 +75,14 @@ static void usage(FILE *f) {
         "                        biases and LayerNorm weights: none)\n"
         "  --max-grad-norm X     clip the global gradient norm (default 1; 0 = no clipping)\n"
         "  --seed N              initialization, batch order and sampling (default: config, 42)\n"
-        "  --data-seed N         the batch order alone (default: --seed)\n"
         "  --init-from FILE      start from these weights (.safetensors, acx weights or a\n"
         "                        checkpoint; every parameter, by name: fine-tuning)\n"
         "  --gradient-accumulation-steps K, --mixed-precision no|bf16, --sharding-strategy S\n"
         "                        acx configuration keys (docs/config.md)\n"
         "evaluation and output:\n"
         "  --eval-every N        validation loss every N steps and at the end (default 100)\n"
-        "  --eval-batches N      batches per rank of the validation split (default 8)\n"
+        "  --eval-batches N      batches per rank of the validation split, from its start\n"
+        "                        (default 8; 0 or more than it holds: all of it)\n"
         "  --log-every N         print the training loss every N steps (default 50)\n"
         "  --sample-len N        bytes to sample at the end (default 400; 0 = none)\n"
         "  --temperature X       sampling temperature (default 0.8)\n"
@@ -91,8 +90,9 @@ static void usage(FILE *f) {
         "  --save FILE           final weights (acx_model_save_weights; FILE.safetensors:\n"
         "                        safetensors, else an acx weights file, HDF5)\n"
         "  --save-init FILE      the initial weights (step 0), for the PyTorch reference\n"
-        "  --dump-batches FILE   each rank writes FILE.rR: one line per micro-step, the window\n"
-        "                        index of each of its sequences\n"
+        "  --dump-batches FILE   each rank writes FILE.rR: one line per micro-step, \"STEP "
+        "MICRO\"\n"
+        "                        and the window index of each of its sequences\n"
         "  --project-dir DIR, --save-every N, --resume latest|PATH   checkpoints (as acx-fmnist)\n"
         "  --memory-report       model-state bytes per rank (measured peaks, the ZeRO\n"
         "                        formula) and activation bytes, at the end\n"
@@ -144,7 +144,6 @@ static int parse_options(int argc, char **argv, options_t *o) {
                      .weight_decay = 0.1,
                      .max_grad_norm = 1.0,
                      .temperature = 0.8,
-                     .val_fraction = 0.1,
                      .prompt = "And ",
                      .seed = 42};
     enum {
@@ -173,10 +172,8 @@ static int parse_options(int argc, char **argv, options_t *o) {
         O_SAVE_EVERY,
         O_RESUME,
         O_MAKE,
-        O_VALFRAC,
         O_QUIET,
         O_INIT_FROM,
-        O_DATA_SEED,
         O_MEMREPORT
     };
     static const struct option longopts[] = {{"data", required_argument, 0, O_DATA},
@@ -204,17 +201,15 @@ static int parse_options(int argc, char **argv, options_t *o) {
                                              {"save-every", required_argument, 0, O_SAVE_EVERY},
                                              {"resume", required_argument, 0, O_RESUME},
                                              {"make-tokens", required_argument, 0, O_MAKE},
-                                             {"val-fraction", required_argument, 0, O_VALFRAC},
                                              {"quiet", no_argument, 0, O_QUIET},
                                              {"init-from", required_argument, 0, O_INIT_FROM},
-                                             {"data-seed", required_argument, 0, O_DATA_SEED},
                                              {"memory-report", no_argument, 0, O_MEMREPORT},
                                              {"help", no_argument, 0, 'h'},
                                              {0, 0, 0, 0}};
     int c, idx = 0;
     int64_t v;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "ho:", longopts, &idx)) != -1) {
+    while ((c = getopt_long(argc, argv, "h", longopts, &idx)) != -1) {
         switch (c) {
         case O_DATA: o->data = optarg; break;
         case O_LAYERS:
@@ -234,6 +229,7 @@ static int parse_options(int argc, char **argv, options_t *o) {
             break;
         case O_STEPS:
             if (parse_i64("steps", optarg, 0, GPT_STEPS_MAX, &o->steps)) return -1;
+            o->steps_set = 1;
             break;
         case O_LR:
             if (parse_f64("lr", optarg, 0.0, 1e3, &o->lr)) return -1;
@@ -265,22 +261,19 @@ static int parse_options(int argc, char **argv, options_t *o) {
         case O_TEMP:
             if (parse_f64("temperature", optarg, 1e-3, 100.0, &o->temperature)) return -1;
             break;
-        case O_VALFRAC:
-            if (parse_f64("val-fraction", optarg, 0.0, 0.9, &o->val_fraction)) return -1;
-            break;
         case O_PROMPT: o->prompt = optarg; break;
         case O_SAVE: o->save = optarg; break;
         case O_SAVE_INIT: o->save_init = optarg; break;
         case O_DUMP: o->dump_batches = optarg; break;
-        case O_MAKE: o->make_tokens = optarg; break;
-        case 'o': o->out = optarg; break;
+        case O_MAKE: /* the earlier flag: say what replaced it */
+            fprintf(stderr,
+                    "acx-gpt: --make-tokens is gone: write the token file with "
+                    "`acx data import-text %s -o FILE.h5`\n",
+                    optarg);
+            return -1;
         case O_QUIET: o->quiet = 1; break;
         case O_MEMREPORT: o->memory_report = 1; break;
         case O_INIT_FROM: o->init_from = optarg; break;
-        case O_DATA_SEED:
-            if (parse_i64("data-seed", optarg, INT64_MIN, INT64_MAX, &o->data_seed)) return -1;
-            o->data_seed_set = 1;
-            break;
         case O_PROJECT: /* taken before acx_init (see run) */
         case O_RESUME:
             if (optarg[0] == '\0') {
@@ -300,15 +293,9 @@ static int parse_options(int argc, char **argv, options_t *o) {
         fprintf(stderr, "acx-gpt: unexpected argument '%s'\n", argv[optind]);
         return -1;
     }
-    if (o->make_tokens != NULL) {
-        if (o->out == NULL) {
-            fprintf(stderr, "acx-gpt: --make-tokens needs -o FILE.h5\n");
-            return -1;
-        }
-        return 0;
-    }
     if (o->data == NULL) {
-        fprintf(stderr, "acx-gpt: --data FILE.h5 is required (make one with --make-tokens)\n");
+        fprintf(stderr, "acx-gpt: --data FILE.h5 is required (make one with `acx data "
+                        "import-text TEXT -o FILE.h5`)\n");
         return -1;
     }
     if (o->d_model % o->heads != 0) {
@@ -324,194 +311,12 @@ static int parse_options(int argc, char **argv, options_t *o) {
     return 0;
 }
 
-/* ---- token files ---- */
-
-/* API20: replaced by acx_token_loader_open (the "tokens" helper) once it
- * exists; the HDF5 layout is the agreed one (docs: api20). */
-
-/* Write /train/tokens and /val/tokens (1-D uint16, one byte per token,
- * attributes vocab_size = 256 and tokenizer = "bytes") from the bytes of a
- * text file: the last val_fraction of it is the validation split. */
-static int write_attrs(hid_t ds) {
-    int64_t vocab = 256;
-    hid_t sp = H5Screate(H5S_SCALAR), str = H5Tcopy(H5T_C_S1);
-    H5Tset_size(str, 5);
-    hid_t a1 = H5Acreate2(ds, "vocab_size", H5T_STD_I64LE, sp, H5P_DEFAULT, H5P_DEFAULT);
-    hid_t a2 = H5Acreate2(ds, "tokenizer", str, sp, H5P_DEFAULT, H5P_DEFAULT);
-    int bad = a1 < 0 || a2 < 0 || H5Awrite(a1, H5T_NATIVE_INT64, &vocab) < 0 ||
-              H5Awrite(a2, str, "bytes") < 0;
-    H5Aclose(a1), H5Aclose(a2), H5Tclose(str), H5Sclose(sp);
-    return bad ? -1 : 0;
-}
-
-static int write_tokens(hid_t file, const char *group, const unsigned char *bytes, size_t n) {
-    uint16_t *tok = malloc((n > 0 ? n : 1) * sizeof *tok);
-    if (tok == NULL) return -1;
-    for (size_t i = 0; i < n; i++)
-        tok[i] = bytes[i];
-    hsize_t dim = n;
-    char name[64];
-    snprintf(name, sizeof name, "%s/tokens", group);
-    hid_t g = H5Gcreate2(file, group, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-    hid_t sp = H5Screate_simple(1, &dim, NULL);
-    hid_t ds = H5Dcreate2(file, name, H5T_STD_U16LE, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-    int bad = g < 0 || ds < 0 ||
-              H5Dwrite(ds, H5T_NATIVE_UINT16, H5S_ALL, H5S_ALL, H5P_DEFAULT, tok) < 0 ||
-              write_attrs(ds) != 0;
-    H5Dclose(ds), H5Sclose(sp), H5Gclose(g);
-    free(tok);
-    return bad ? -1 : 0;
-}
-
-static int make_tokens(const char *text, const char *out, double val_fraction) {
-    FILE *f = fopen(text, "rb");
-    if (f == NULL) {
-        fprintf(stderr, "acx-gpt: cannot open '%s': %s\n", text, strerror(errno));
-        return 1;
-    }
-    size_t cap = 1 << 20, n = 0, got;
-    unsigned char *buf = malloc(cap);
-    while (buf != NULL && (got = fread(buf + n, 1, cap - n, f)) > 0) {
-        n += got;
-        if (n == cap) {
-            unsigned char *nb = realloc(buf, cap *= 2);
-            if (nb == NULL) free(buf);
-            buf = nb;
-        }
-    }
-    fclose(f);
-    if (buf == NULL) {
-        fprintf(stderr, "acx-gpt: out of memory reading '%s'\n", text);
-        return 1;
-    }
-    size_t n_val = (size_t)((double)n * val_fraction);
-    if (n - n_val < 2 || (val_fraction > 0 && n_val < 2)) {
-        fprintf(stderr, "acx-gpt: '%s' has %zu bytes: too few for train and validation splits\n",
-                text, n);
-        free(buf);
-        return 1;
-    }
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp", out);
-    hid_t file = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-    int bad = file < 0 || write_tokens(file, "/train", buf, n - n_val) != 0 ||
-              write_tokens(file, "/val", buf + (n - n_val), n_val) != 0;
-    if (file >= 0) H5Fclose(file);
-    free(buf);
-    if (bad || rename(tmp, out) != 0) {
-        fprintf(stderr, "acx-gpt: cannot write '%s'\n", out);
-        remove(tmp);
-        return 1;
-    }
-    printf("acx-gpt: %s: %zu train and %zu validation byte tokens from %s\n", out, n - n_val, n_val,
-           text);
-    return 0;
-}
-
-/* Read the 1-D integer dataset `name` of `path` as int32 tokens, each
- * checked against vocab. *tok_p malloc'd. 0, or -1 with the reason printed. */
-static int read_tokens(const char *path, const char *name, int vocab, int32_t **tok_p,
-                       int64_t *n_p) {
-    /* the messages below say what failed: no HDF5 error stack (restored at out) */
-    H5E_auto2_t efunc;
-    void *edata;
-    H5Eget_auto2(H5E_DEFAULT, &efunc, &edata);
-    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
-    hid_t file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT), ds = -1, sp = -1, ty = -1;
-    int rc = -1;
-    int32_t *tok = NULL;
-    if (file < 0) {
-        fprintf(stderr, "acx-gpt: cannot open token file '%s'\n", path);
-        H5Eset_auto2(H5E_DEFAULT, efunc, edata);
-        return -1;
-    }
-    if (H5Lexists(file, name, H5P_DEFAULT) <= 0 || (ds = H5Dopen2(file, name, H5P_DEFAULT)) < 0) {
-        fprintf(stderr, "acx-gpt: '%s' has no dataset %s (expected 1-D uint16 or int32 tokens)\n",
-                path, name);
-        goto out;
-    }
-    sp = H5Dget_space(ds);
-    ty = H5Dget_type(ds);
-    hsize_t dim = 0;
-    if (H5Sget_simple_extent_ndims(sp) != 1 || H5Tget_class(ty) != H5T_INTEGER ||
-        H5Tget_size(ty) > 4) {
-        fprintf(stderr, "acx-gpt: %s:%s must be a 1-D integer array of at most 32 bits\n", path,
-                name);
-        goto out;
-    }
-    H5Sget_simple_extent_dims(sp, &dim, NULL);
-    tok = malloc((dim > 0 ? dim : 1) * sizeof *tok);
-    if (tok == NULL) {
-        fprintf(stderr, "acx-gpt: out of memory for %llu tokens\n", (unsigned long long)dim);
-        goto out;
-    }
-    if (H5Dread(ds, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, tok) < 0) {
-        fprintf(stderr, "acx-gpt: cannot read %s:%s\n", path, name);
-        goto out;
-    }
-    for (hsize_t i = 0; i < dim; i++)
-        if (tok[i] < 0 || tok[i] >= vocab) {
-            fprintf(stderr, "acx-gpt: %s:%s[%llu] = %d is outside the vocabulary 0..%d\n", path,
-                    name, (unsigned long long)i, tok[i], vocab - 1);
-            goto out;
-        }
-    *tok_p = tok;
-    *n_p = (int64_t)dim;
-    tok = NULL;
-    rc = 0;
-out:
-    free(tok);
-    if (ty >= 0) H5Tclose(ty);
-    if (sp >= 0) H5Sclose(sp);
-    if (ds >= 0) H5Dclose(ds);
-    H5Fclose(file);
-    H5Eset_auto2(H5E_DEFAULT, efunc, edata);
-    return rc;
-}
-
-/* ---- batches ---- */
-
+/* The sampling's random stream (splitmix64): a draw per sampled token. */
 static uint64_t splitmix64(uint64_t *s) {
     uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
     return z ^ (z >> 31);
-}
-
-/* The windows of the training split, visited in a permutation per epoch. */
-typedef struct windows {
-    const int32_t *tok;
-    int64_t n_windows, T, seed, epoch; /* epoch: whose permutation perm holds (-1: none) */
-    int64_t *perm;
-} windows_t;
-
-/* Fisher-Yates shuffle of 0..n-1 from splitmix64(seed, epoch): the same on every rank. */
-static void windows_epoch(windows_t *w, int64_t epoch) {
-    if (w->epoch == epoch) return;
-    uint64_t s = (uint64_t)w->seed * 0x2545f4914f6cdd1dull ^ (uint64_t)epoch;
-    for (int64_t i = 0; i < w->n_windows; i++)
-        w->perm[i] = i;
-    for (int64_t i = w->n_windows - 1; i > 0; i--) {
-        int64_t j = (int64_t)(splitmix64(&s) % (uint64_t)(i + 1)), t = w->perm[i];
-        w->perm[i] = w->perm[j];
-        w->perm[j] = t;
-    }
-    w->epoch = epoch;
-}
-
-/* Micro-batch `micro` of this rank: B windows into inputs/targets [B x T];
- * their window indices into idx[B]. */
-static void windows_batch(windows_t *w, int64_t micro, int rank, int world, int64_t B,
-                          int32_t *inputs, int32_t *targets, int64_t *idx) {
-    for (int64_t i = 0; i < B; i++) {
-        int64_t g = micro * B * world + rank * B + i;
-        windows_epoch(w, g / w->n_windows);
-        int64_t win = w->perm[g % w->n_windows];
-        const int32_t *src = w->tok + win * w->T;
-        memcpy(inputs + i * w->T, src, (size_t)w->T * sizeof *src);
-        memcpy(targets + i * w->T, src + 1, (size_t)w->T * sizeof *src);
-        idx[i] = win;
-    }
 }
 
 /* ---- the model as acx sees it ---- */
@@ -640,25 +445,58 @@ static acx_status_t train_step(acx_accelerator_t *acc, model_t *md, gpt_workspac
     return acx_backward_end(acc);
 }
 
-/* Mean loss over the first eval_batches x B x world windows of the
- * validation split (rank r takes every world-th), averaged over ranks. */
+/* The loader checks token ids against the file's vocab_size attribute;
+ * the model's vocabulary is bytes (256), which a file of another
+ * tokenizer exceeds: an id >= vocab would index past wte. A batch must
+ * also hold at least one window (an empty one comes only from
+ * dataloader.even_batches false). */
+static int check_batch(const acx_batch_t *b, const char *path, const char *dataset, int vocab,
+                       int T) {
+    if (b->size < 1) {
+        fprintf(stderr,
+                "acx-gpt: %s:%s: an empty batch on this rank: acx-gpt needs "
+                "dataloader.even_batches true (the default) or drop_last true\n",
+                path, dataset);
+        return -1;
+    }
+    const int32_t *tg = b->tensors[1], *in = b->tensors[0];
+    for (int64_t i = 0; i < b->size; i++)
+        for (int t = 0; t < T; t++) {
+            int32_t x = tg[i * T + t] >= vocab ? tg[i * T + t] : in[i * T + t];
+            if (x >= vocab) {
+                fprintf(stderr,
+                        "acx-gpt: %s:%s window %lld holds token id %d: the model's "
+                        "vocabulary is %d byte tokens (acx data import-text)\n",
+                        path, dataset, (long long)b->indices[i], (int)x, vocab);
+                return -1;
+            }
+        }
+    return 0;
+}
+
+/* Mean loss over the first `batches` batches of the validation loader
+ * (0: all of them), averaged over ranks. The loader reads the split in
+ * order and drops an incomplete last global batch, so every rank runs the
+ * same number of full batches (forward acquires units: collective under
+ * the sharded strategies) and each batch weighs the same in the mean. */
 static acx_status_t evaluate(acx_accelerator_t *acc, model_t *md, gpt_workspace_t *ws,
-                             const int32_t *val, int64_t n_val_windows, int64_t batches, int B,
-                             int T, int32_t *in, int32_t *tg, double *loss_p) {
-    int rank = acx_rank(acc), world = acx_world_size(acc);
+                             acx_dataloader_t *val, const char *path, int64_t batches, int T,
+                             double *loss_p, int *bad_p) {
     double sum = 0.0;
-    int64_t nb = 0;
-    for (int64_t b = 0; b < batches; b++) {
-        if ((b + 1) * B * world > n_val_windows) break; /* the same on every rank */
-        for (int i = 0; i < B; i++) {
-            int64_t win = (b * B + i) * world + rank;
-            memcpy(in + (size_t)i * T, val + win * T, (size_t)T * sizeof *in);
-            memcpy(tg + (size_t)i * T, val + win * T + 1, (size_t)T * sizeof *tg);
+    int64_t nb = 0, avail = acx_dataloader_num_batches(val);
+    if (batches <= 0 || batches > avail) batches = avail;
+    ACX_TRY(acx_dataloader_set_epoch(val, 0)); /* every evaluation: the same windows */
+    for (; nb < batches; nb++) {
+        const acx_batch_t *b;
+        ACX_TRY(acx_dataloader_next(val, &b));
+        if (b == NULL) break; /* not reached: batches <= num_batches on every rank */
+        if (check_batch(b, path, "/val/tokens", md->cfg.vocab, T) != 0) {
+            *bad_p = 1;
+            return ACX_ERR_FORMAT;
         }
         double loss;
-        ACX_TRY(forward(md, ws, in, tg, B, T, 0, &loss));
+        ACX_TRY(forward(md, ws, b->tensors[0], b->tensors[1], (int)b->size, T, 0, &loss));
         sum += loss;
-        nb++;
     }
     ACX_TRY(acx_reduce_scalar(acc, nb > 0 ? sum / (double)nb : 0.0, ACX_OP_AVG, loss_p));
     if (nb == 0) *loss_p = NAN;
@@ -940,18 +778,15 @@ static int run(int argc, char **argv) {
     acx_config_t cfg = ACX_CONFIG_DEFAULT;
     acx_accelerator_t *acc = NULL;
     options_t o;
-    /* --make-tokens runs alone, without MPI */
-    for (int i = 1; i < argc; i++)
-        if (strncmp(argv[i], "--make-tokens", 13) == 0) {
-            int parsed = parse_options(argc, argv, &o);
-            if (parsed != 0) return parsed < 0 ? 2 : 0;
-            return make_tokens(o.make_tokens, o.out, o.val_fraction);
-        }
-    /* --seed, --project-dir, --save-every, --resume go into the config
-     * before acx_init (the program's choices; as acx-fmnist) */
+    /* --seed, --project-dir, --save-every, --resume and --steps go into the
+     * config before acx_init (the program's choices; as acx-fmnist). --steps
+     * is the config's max_steps (the program's field wins over every other
+     * source); without it max_steps may come from --acx-max_steps, the
+     * environment or a config file, else --steps' default. */
     for (int i = 1; i < argc; i++) {
-        static const char *const keys[] = {"--seed", "--project-dir", "--save-every", "--resume"};
-        for (int k = 0; k < 4; k++) {
+        static const char *const keys[] = {"--seed", "--project-dir", "--save-every", "--resume",
+                                           "--steps"};
+        for (int k = 0; k < 5; k++) {
             size_t len = strlen(keys[k]);
             const char *v = strncmp(argv[i], keys[k], len) != 0    ? NULL
                             : argv[i][len] == '='                  ? argv[i] + len + 1
@@ -967,8 +802,12 @@ static int run(int argc, char **argv) {
             if (*end != '\0' || errno == ERANGE) continue; /* parse_options reports it */
             if (k == 0)
                 cfg.seed = x;
-            else if (x >= 0 && x <= GPT_STEPS_MAX)
+            else if (x < 0 || x > GPT_STEPS_MAX)
+                continue; /* parse_options reports it */
+            else if (k == 2)
                 cfg.checkpoint.save_every_steps = x;
+            else
+                cfg.max_steps = x;
         }
     }
     alias_acx_options(&argc, argv);
@@ -978,14 +817,21 @@ static int run(int argc, char **argv) {
         return 1;
     }
     int parsed = parse_options(argc, argv, &o);
-    if (parsed == 0 && o.make_tokens != NULL) parsed = -1; /* never reached: handled above */
+    if (parsed == 0 && !o.steps_set && acx_get_config(acc)->max_steps > 0) {
+        /* max_steps from the config: the loop's and the schedule's length */
+        o.steps = acx_get_config(acc)->max_steps;
+        if (o.warmup > o.steps) {
+            fprintf(stderr, "acx-gpt: --warmup %lld is more than max_steps %lld\n",
+                    (long long)o.warmup, (long long)o.steps);
+            parsed = -1;
+        }
+    }
     if (parsed != 0) {
         acx_finalize(acc);
         return parsed < 0 ? 2 : 0;
     }
     const acx_config_t *c = acx_get_config(acc);
     o.seed = c->seed;
-    if (!o.data_seed_set) o.data_seed = o.seed;
     if (acx_device_state(acc) != ACX_DEVICE_STATE_HOST) {
         /* the kernels (gpt_model.c) are CPU code: they read acx_param_data
          * and add into acx_param_grad with the CPU, which device-resident
@@ -1008,9 +854,7 @@ static int run(int argc, char **argv) {
     gpt_workspace_t ws = {0};
     acx_optimizer_t *opt = NULL;
     acx_scheduler_t *sched = NULL;
-    int32_t *train_tok = NULL, *val_tok = NULL, *in = NULL, *tg = NULL;
-    int64_t *idx = NULL, n_train = 0, n_val = 0;
-    windows_t win = {0};
+    acx_dataloader_t *train = NULL, *val = NULL;
     FILE *dump = NULL;
     double bad = 0.0;
 
@@ -1019,20 +863,26 @@ static int run(int argc, char **argv) {
         if ((st = (call)) != ACX_OK) goto fail;                                                    \
     } while (0)
 
-    /* every rank reads the same file and reaches the same verdict */
-    if (read_tokens(o.data, "/train/tokens", md.cfg.vocab, &train_tok, &n_train) != 0 ||
-        read_tokens(o.data, "/val/tokens", md.cfg.vocab, &val_tok, &n_val) != 0)
-        bad = 1.0;
-    else if ((n_train - 1) / T < (int64_t)B * world) {
-        if (acx_is_main_process(acc))
-            fprintf(stderr,
-                    "acx-gpt: %s: /train/tokens holds %lld windows of %d+1 tokens, fewer than "
-                    "one global batch (%lld)\n",
-                    o.data, (long long)((n_train - 1) / T), T, (long long)B * world);
-        bad = 1.0;
-    }
-    CHECK(acx_reduce_scalar(acc, bad, ACX_OP_MAX, &bad));
-    if (bad != 0.0) goto fail_quiet;
+    /* The training windows: acx's token loader, shuffled per epoch from the
+     * config's seed, sharded over the ranks; given to acx_prepare, it cycles
+     * through epochs (step mode) and checkpoints keep its position. cycle 1:
+     * the loop counts steps also when no source set max_steps (then --steps'
+     * default, 1000, is the length; max_steps 0 from --steps 0 runs none).
+     * Validation: the split in order, an incomplete last global batch
+     * dropped (equal batches on every rank), not cycling. Both opens are
+     * collective and fail on every rank alike, naming the file. */
+    acx_dataloader_options_t lo_train = ACX_DATALOADER_OPTIONS_DEFAULT;
+    lo_train.batch_size = B;
+    lo_train.cycle = 1;
+    if ((st = acx_token_loader_open(acc, o.data, "/train/tokens", T, &lo_train, &train)) != ACX_OK)
+        goto fail_data;
+    acx_dataloader_options_t lo_val = ACX_DATALOADER_OPTIONS_DEFAULT;
+    lo_val.batch_size = B;
+    lo_val.shuffle = 0;
+    lo_val.drop_last = 1;
+    lo_val.cycle = 0;
+    if ((st = acx_token_loader_open(acc, o.data, "/val/tokens", T, &lo_val, &val)) != ACX_OK)
+        goto fail_data;
 
     CHECK(model_register(acc, &md));
     acx_adam_hparams_t hp = ACX_ADAMW_DEFAULT;
@@ -1046,7 +896,7 @@ static int run(int argc, char **argv) {
      * group with --weight-decay. */
     CHECK(add_no_decay_group(md.m, opt));
     CHECK(acx_scheduler_create(opt, ACX_SCHED_COSINE, o.warmup, o.steps, 0.5, &sched));
-    CHECK(acx_prepare(acc, md.m, opt, NULL)); /* API20: the token loader */
+    CHECK(acx_prepare(acc, md.m, opt, train));
     if (acx_step(acc) > 0) {
         acx_print(acc, "acx-gpt: resumed at step %lld\n", (long long)acx_step(acc));
         if (o.init_from != NULL)
@@ -1062,14 +912,7 @@ static int run(int argc, char **argv) {
         if (o.save_init != NULL) CHECK(acx_model_save_weights(md.m, o.save_init));
     }
 
-    win = (windows_t){
-        .tok = train_tok, .n_windows = (n_train - 1) / T, .T = T, .seed = o.data_seed, .epoch = -1};
-    win.perm = malloc((size_t)win.n_windows * sizeof *win.perm);
-    in = malloc((size_t)B * T * sizeof *in);
-    tg = malloc((size_t)B * T * sizeof *tg);
-    idx = malloc((size_t)B * sizeof *idx);
-    bad = win.perm == NULL || in == NULL || tg == NULL || idx == NULL ||
-          gpt_workspace_init(&ws, &md.cfg, B) != 0;
+    bad = gpt_workspace_init(&ws, &md.cfg, B) != 0;
     if (bad != 0.0) fprintf(stderr, "acx-gpt (rank %d): out of memory\n", rank);
     if (o.dump_batches != NULL && bad == 0.0) {
         char path[4096];
@@ -1085,10 +928,12 @@ static int run(int argc, char **argv) {
     static const char *const mp_names[] = {"fp32", "bf16", "fp16"};
     acx_print(acc,
               "acx-gpt: %d rank(s), %lld params (L %d, d_model %d, heads %d, T %d, vocab %d), "
-              "%lld train / %lld val tokens, batch %d x %d per rank x %lld micro-steps "
-              "(%lld tokens per step), %lld steps, lr %g warmup %lld cosine, seed %lld, %s\n",
+              "%lld train / %lld val windows of %d+1 tokens, batch %d x %d per rank x %lld "
+              "micro-steps (%lld tokens per step), %lld steps, lr %g warmup %lld cosine, "
+              "seed %lld, %s\n",
               world, (long long)acx_model_numel(md.m), md.cfg.layers, md.cfg.d_model, md.cfg.heads,
-              T, md.cfg.vocab, (long long)n_train, (long long)n_val, B, T, (long long)accum,
+              T, md.cfg.vocab, (long long)acx_dataloader_num_samples(train),
+              (long long)acx_dataloader_num_samples(val), T, B, T, (long long)accum,
               (long long)B * T * world * accum, (long long)o.steps, o.lr, (long long)o.warmup,
               (long long)o.seed, mp_names[c->mixed_precision % 3]);
 
@@ -1098,16 +943,18 @@ static int run(int argc, char **argv) {
     int64_t window = 0, tokens = 0, window_tokens = 0, k = 0, first_step = acx_step(acc);
     while (acx_step(acc) < o.steps) {
         double loss;
+        const acx_batch_t *b;
+        CHECK(acx_dataloader_next(train, &b)); /* never NULL: the loader cycles */
+        if (check_batch(b, o.data, "/train/tokens", md.cfg.vocab, T) != 0) goto fail_quiet;
         int64_t micro = acx_step(acc) * accum + k;
-        windows_batch(&win, micro, rank, world, B, in, tg, idx);
         if (dump != NULL) {
             fprintf(dump, "%lld %lld", (long long)acx_step(acc), (long long)micro);
-            for (int i = 0; i < B; i++)
-                fprintf(dump, " %lld", (long long)idx[i]);
+            for (int64_t i = 0; i < b->size; i++)
+                fprintf(dump, " %lld", (long long)b->indices[i]);
             fputc('\n', dump);
         }
         CHECK(acx_accumulate_begin(acc));
-        CHECK(train_step(acc, &md, &ws, in, tg, B, T, &loss));
+        CHECK(train_step(acc, &md, &ws, b->tensors[0], b->tensors[1], (int)b->size, T, &loss));
         step_loss += loss;
         k++;
         int boundary = acx_sync_gradients(acc);
@@ -1146,8 +993,10 @@ static int run(int argc, char **argv) {
         }
         if ((o.eval_every > 0 && s % o.eval_every == 0) || s == o.steps) {
             double te = now_s();
-            CHECK(evaluate(acc, &md, &ws, val_tok, (n_val - 1) / T, o.eval_batches, B, T, in, tg,
-                           &val_loss));
+            int vbad = 0;
+            st = evaluate(acc, &md, &ws, val, o.data, o.eval_batches, T, &val_loss, &vbad);
+            if (vbad) goto fail_quiet;
+            CHECK(st);
             if (!o.quiet) acx_print(acc, "step %lld val_loss %.6f\n", (long long)s, val_loss);
             t0 += now_s() - te; /* tokens/s counts training only */
             tw += now_s() - te;
@@ -1169,6 +1018,11 @@ preempted:
     rc = ACX_EXIT_PREEMPTED;
     goto done;
 
+fail_data: /* the loader's "samples" are the windows of T+1 tokens */
+    if (acx_is_main_process(acc))
+        fprintf(stderr, "acx-gpt: cannot load %s:%s as windows of %d+1 tokens, %d per rank: %s\n",
+                o.data, train == NULL ? "/train/tokens" : "/val/tokens", T, B, acx_last_error());
+    goto fail_quiet;
 fail:
     fprintf(stderr, "acx-gpt (rank %d): %s\n", rank, acx_last_error());
 fail_quiet:
@@ -1176,7 +1030,8 @@ fail_quiet:
 done:
     if (dump != NULL) fclose(dump);
     gpt_workspace_free(&ws);
-    free(train_tok), free(val_tok), free(in), free(tg), free(idx), free(win.perm);
+    acx_dataloader_close(val);
+    acx_dataloader_close(train);
     free(md.block), free(md.bp);
     if (rc != 0 && rc != ACX_EXIT_PREEMPTED && training && !agreed)
         acx_abort(acc, rc, "acx-gpt failed");
