@@ -176,10 +176,10 @@ ACX_API acx_status_t acx_dataloader_close(acx_dataloader_t *loader);
  * the content) into an HDF5 file with /train/images [N x rows x cols] uint8,
  * /train/labels [N] uint8 and /test/images, /test/labels. Any path may be
  * NULL to skip it. Validates magic, dtype, dims against the file size and
- * that images and labels agree in N. Written to out_path + ".tmp" and
- * renamed. Not collective (single process). Errors: ACX_ERR_IO (missing or
- * truncated file), ACX_ERR_FORMAT (bad magic, dims, N mismatch),
- * ACX_ERR_ZLIB, ACX_ERR_HDF5. */
+ * that images and labels agree in N. Written to out_path + ".tmp",
+ * fsynced, renamed, the directory fsynced. Not collective (single process). Errors: ACX_ERR_IO
+ * (missing or truncated file), ACX_ERR_FORMAT (bad magic, dims, N mismatch), ACX_ERR_ZLIB,
+ * ACX_ERR_HDF5. */
 ACX_API acx_status_t acx_import_idx(const char *train_images, const char *train_labels,
                                     const char *test_images, const char *test_labels,
                                     const char *out_path);
@@ -216,8 +216,8 @@ typedef struct acx_import_text_options {
  * stream (V = round(N x val_fraction), or val_tokens), 1-D uint16 (bytes,
  * llm.c, raw uint16) or int32, each with attributes vocab_size (int64) and
  * tokenizer ("bytes" | "file"). Every id is checked against
- * [0, vocab_size). Written to out_path + ".tmp" and renamed. Not
- * collective. Errors: ACX_ERR_IO (missing or unreadable input),
+ * [0, vocab_size). Written to out_path + ".tmp", fsynced, renamed, the
+ * directory fsynced. Not collective. Errors: ACX_ERR_IO (missing or unreadable input),
  * ACX_ERR_FORMAT (a size that is not whole tokens, a bad llm.c header: magic
  * present but short, version not 1, a count past the end of the file or
  * short of it; an id out of range; fewer than 2 tokens in a set),
