@@ -540,11 +540,14 @@ static acx_status_t check_tokens(acx_dataloader_t *l) {
                          "array of token ids",
                          d->name, l->path, d->ndim, acx_dtype_name(d->dtype));
     l->num_tokens = (int64_t)d->dims[0];
-    if (l->num_tokens < l->seq_len + 1)
+    /* a window is seq_len + 1 tokens; compared without computing seq_len + 1,
+     * which overflows for seq_len = INT64_MAX */
+    if (l->seq_len >= l->num_tokens)
         return ACX_ERROR(ACX_ERR_FORMAT,
-                         "token dataset '%s' in '%s' has %lld tokens, fewer than one window of "
-                         "seq_len + 1 = %lld",
-                         d->name, l->path, (long long)l->num_tokens, (long long)(l->seq_len + 1));
+                         "token dataset '%s' in '%s' has %lld tokens: seq_len %lld leaves no "
+                         "window (a window is seq_len + 1 tokens; expected seq_len <= %lld)",
+                         d->name, l->path, (long long)l->num_tokens, (long long)l->seq_len,
+                         (long long)l->num_tokens - 1);
     char what[512];
     snprintf(what, sizeof what, "attribute vocab_size of token dataset '%s' in '%s'", d->name,
              l->path);

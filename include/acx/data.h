@@ -113,8 +113,8 @@ ACX_API acx_status_t acx_dataloader_open(acx_accelerator_t *acc, const char *pat
  * then start inside a global batch, and num_batches counts them; the next
  * epoch is whole). Collective, like acx_dataloader_open.
  * Errors: ACX_ERR_IO (missing file/dataset), ACX_ERR_FORMAT (not 1-D
- * uint16/int32, fewer than T + 1 tokens, a bad vocab_size attribute, batch
- * larger than the windows), ACX_ERR_INVALID_ARG (seq_len < 1, options),
+ * uint16/int32, seq_len >= the number of tokens (no window of T + 1), a bad
+ * vocab_size attribute, batch larger than the windows), ACX_ERR_INVALID_ARG (seq_len < 1, options),
  * ACX_ERR_HDF5, ACX_ERR_REMOTE. */
 ACX_API acx_status_t acx_token_loader_open(acx_accelerator_t *acc, const char *path,
                                            const char *dataset, int64_t seq_len,

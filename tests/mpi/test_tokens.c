@@ -10,6 +10,7 @@
  *   - inputs[i][k] = tok(w*T + k), targets[i][k] = tok(w*T + k + 1);
  *   - shuffle 0: rank r's batch b holds windows b*G + r*B + j;
  *   - hostile ids: ACX_ERR_FORMAT naming file, dataset, position and value;
+ *   - seq_len >= the token count (10 of 10, INT64_MAX): refused at open;
  *   - mode "save" (2 ranks): 3 batches of 2 per rank (12 windows), the seen
  *     windows to DIR/seen.txt, then a checkpoint; mode "resume" (3 ranks):
  *     the rest of the epoch is exactly the 88 windows not seen, under a
@@ -272,14 +273,17 @@ static int case_hostile(void) {
     CHECK(!bad && failed == 1);
     CHECK_OK(acx_finalize(r.acc));
     r.acc = NULL;
-    /* fewer tokens than one window; not a token type; seq_len 0 */
+    /* seq_len >= the token count (no window); not a token type; seq_len 0 */
     acx_config_t cfg = ACX_CONFIG_DEFAULT;
     cfg.project_dir = dir;
     CHECK_OK(acx_init(NULL, NULL, &cfg, &r.acc));
     acx_dataloader_options_t lo = ACX_DATALOADER_OPTIONS_DEFAULT;
     acx_dataloader_t *dl;
+    /* seq_len + 1 would overflow: refused by the same check, not wrapped */
+    CHECK_STATUS(acx_token_loader_open(r.acc, data_path, "/u16", INT64_MAX, &lo, &dl),
+                 ACX_ERR_FORMAT, "has 1001 tokens: seq_len 9223372036854775807 leaves no window");
     CHECK_STATUS(acx_token_loader_open(r.acc, data_path, "/tiny", T, &lo, &dl), ACX_ERR_FORMAT,
-                 "has 10 tokens, fewer than one window of seq_len + 1 = 11");
+                 "has 10 tokens: seq_len 10 leaves no window");
     CHECK_STATUS(acx_token_loader_open(r.acc, data_path, "/f32", T, &lo, &dl), ACX_ERR_FORMAT,
                  "expected a 1-D uint16 or int32");
     CHECK_STATUS(acx_token_loader_open(r.acc, data_path, "/u16", 0, &lo, &dl), ACX_ERR_INVALID_ARG,
