@@ -102,9 +102,13 @@ ACX_API acx_status_t acx_dataloader_open(acx_accelerator_t *acc, const char *pat
  * (targets are the inputs shifted by one inside the same window, so every
  * position's label is the token that follows it in the stream), and
  * indices[i] = window i's index w. Each window is one hyperslab read of its
- * T + 1 tokens. Token ids are checked as they are read: a negative id, or
- * one >= the dataset's vocab_size attribute when it has one, is
- * ACX_ERR_FORMAT naming the file, dataset, token position and value.
+ * T + 1 tokens. Every token id is checked once, at the open, all ranks
+ * together (each reads its 1/world slice of the dataset, in chunks of
+ * 1 Mi tokens): a negative id, or one >= the dataset's vocab_size
+ * attribute when it has one, makes the open fail on every rank with the
+ * same ACX_ERR_FORMAT naming the file, dataset, token position and value
+ * (the lowest bad position), so no rank fails alone later in
+ * acx_dataloader_next.
  * acx_dataloader_next/set_epoch/position/epoch/num_batches/close work as for
  * any loader, and checkpoints save and restore its position the same way;
  * resumed under another world size or batch size, the rest of the epoch is
@@ -114,8 +118,8 @@ ACX_API acx_status_t acx_dataloader_open(acx_accelerator_t *acc, const char *pat
  * epoch is whole). Collective, like acx_dataloader_open.
  * Errors: ACX_ERR_IO (missing file/dataset), ACX_ERR_FORMAT (not 1-D
  * uint16/int32, seq_len >= the number of tokens (no window of T + 1), a bad
- * vocab_size attribute, batch larger than the windows), ACX_ERR_INVALID_ARG (seq_len < 1, options),
- * ACX_ERR_HDF5, ACX_ERR_REMOTE. */
+ * vocab_size attribute, a bad token id, batch larger than the windows),
+ * ACX_ERR_INVALID_ARG (seq_len < 1, options), ACX_ERR_HDF5, ACX_ERR_REMOTE. */
 ACX_API acx_status_t acx_token_loader_open(acx_accelerator_t *acc, const char *path,
                                            const char *dataset, int64_t seq_len,
                                            const acx_dataloader_options_t *opts,
@@ -157,6 +161,14 @@ ACX_API int64_t acx_dataloader_num_samples(const acx_dataloader_t *loader);
 ACX_API int64_t acx_dataloader_num_batches(const acx_dataloader_t *loader);
 ACX_API int64_t acx_dataloader_epoch(const acx_dataloader_t *loader);
 ACX_API int64_t acx_dataloader_position(const acx_dataloader_t *loader);
+
+/* The vocabulary of a token loader's dataset, to check it against a model's
+ * embedding table: its vocab_size attribute when it has one, else the
+ * largest token id in the whole dataset + 1 (found by the open's id scan,
+ * agreed over ranks with a MAX, so the same on every rank). Every id the
+ * loader hands out is in [0, this). -1 for a sample loader
+ * (acx_dataloader_open) or NULL. Not collective. */
+ACX_API int64_t acx_dataloader_vocab_size(const acx_dataloader_t *loader);
 
 /* Shape of dataset i (dims 1.. are a sample's shape): writes up to max_dims
  * dims into dims and returns the rank of the dataset, or -1 if i is invalid. */
