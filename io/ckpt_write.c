@@ -508,22 +508,6 @@ out:
     return status;
 }
 
-/* fsync a file or directory by name (rank 0 after the close / rename). */
-static acx_status_t fsync_path(const char *path, int directory) {
-    int fd = open(path, O_RDONLY | (directory ? O_DIRECTORY : 0));
-    if (fd < 0)
-        return ACX_ERROR(ACX_ERR_IO, "cannot open '%s' to fsync it: %s", path, strerror(errno));
-    if (fsync(fd) != 0 && !(directory && (errno == EINVAL || errno == EROFS))) {
-        /* some filesystems refuse fsync on directories (EINVAL): the rename
-         * is then as durable as they make it */
-        int e = errno;
-        close(fd);
-        return ACX_ERROR(ACX_ERR_IO, "fsync('%s') failed: %s", path, strerror(e));
-    }
-    close(fd);
-    return ACX_OK;
-}
-
 /* A failed write, close or fsync because the file system is full reaches
  * us as HDF5's "file write failed (Write failed)" (MPI-IO keeps the
  * system's reason to itself) or as a bare errno text. Name it: when the
@@ -733,7 +717,7 @@ agreed_create:
      * pairs: 0.43-0.50 s against 0.48-0.73 s for both steps). */
     status = agree(world, status);
     if (status != ACX_OK) goto out;
-    status = fsync_path(tmp, 0);
+    status = acx_io_fsync_path(tmp, 0);
     status = agree(world, name_no_space(status, errno, tmp, dir));
     if (status != ACX_OK) goto out;
 
@@ -743,7 +727,7 @@ agreed_create:
             status =
                 ACX_ERROR(ACX_ERR_IO, "rename('%s', '%s') failed: %s", tmp, path, strerror(errno));
         else
-            status = fsync_path(dir, 1);
+            status = acx_io_fsync_path(dir, 1);
     }
     /* also the barrier: nobody returns (and reads) before the rename */
     status = agree(world, status);

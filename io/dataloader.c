@@ -13,6 +13,10 @@
  * rows never waits for the others. The whole open is agreed with
  * acx_coll_agree, so a missing file or dataset on any rank becomes the same
  * error on every rank and nobody is left waiting in a later collective.
+ * A token loader's open also reads every token id once (scan_tokens: each
+ * rank its 1/world slice, in chunks of 1 Mi tokens, under the HDF5 lock,
+ * which a running loader's prefetch thread then waits for), so a bad id
+ * fails the open on every rank instead of one rank's next() later.
  *
  * Batch sizes (the policy for "batch larger than the data"): with per-rank
  * batch b, world size W, global batch G = b*W and N samples,
@@ -74,7 +78,8 @@
 #include "base/error.h"
 #include "base/log.h"
 
-#define SIEVE_BYTES 4096 /* HDF5's data sieve window, bytes (see acx_dataloader_open) */
+#define SIEVE_BYTES 4096      /* HDF5's data sieve window, bytes (see acx_dataloader_open) */
+#define SCAN_TOKENS (1 << 20) /* tokens per read of the open-time id scan (4 MiB as int32) */
 
 /* One dataset read in lockstep with the others. */
 typedef struct {
@@ -112,10 +117,13 @@ struct acx_dataloader {
     /* Token streams (acx_loader_open_tokens): ds[0] is the 1-D token array,
      * a "sample" is window w = tokens[w*T .. w*T+T], and the batch holds
      * two int32 tensors [size x T] (inputs, targets) cut from it. */
-    int tokens;          /* 1: a token-stream loader */
-    int64_t seq_len;     /* T */
-    int64_t num_tokens;  /* N, the length of the token array */
-    int64_t vocab_size;  /* the dataset's vocab_size attribute; 0 = none */
+    int tokens;         /* 1: a token-stream loader */
+    int64_t seq_len;    /* T */
+    int64_t num_tokens; /* N, the length of the token array */
+    int64_t vocab_size; /* the dataset's vocab_size attribute; 0 = none */
+    /* the open-time id scan: the largest id in this rank's slice (-1: none),
+     * then, agreed over ranks (MAX), the largest id in the whole dataset */
+    int64_t max_id;
     int32_t *window_buf; /* reader scratch: [T + 1] */
     /* cycle: the end of an epoch goes on with the next epoch's first batch
      * instead of a NULL batch. cycle_opt is the option as given (-1: the
@@ -257,6 +265,13 @@ static acx_status_t read_batch(acx_dataloader_t *l, slot_t *slot) {
  * neighbours share a token, so a union selection would not fit), read as
  * int32 (HDF5 converts uint16), checked against [0, vocab_size), then cut
  * into the input row (tokens 0..T-1) and the target row (tokens 1..T).
+ * The open already checked every id of the dataset on all ranks together
+ * (scan_tokens), so this check cannot fire on one rank alone for the file
+ * the loader opened; it stays as a second line of defence against a file
+ * rewritten under the loader since the open (an id that would index past
+ * an embedding table), which, like a read error, is this rank's alone. It
+ * checks the vocab_size attribute only: the prefetch thread may run before
+ * the open agrees on the largest id (max_id).
  * Called without mu; takes the HDF5 lock. */
 static acx_status_t read_windows(acx_dataloader_t *l, slot_t *slot) {
     acx_status_t status = ACX_OK;
@@ -283,16 +298,10 @@ static acx_status_t read_windows(acx_dataloader_t *l, slot_t *slot) {
         for (int64_t k = 0; k <= T; k++) {
             int32_t v = l->window_buf[k];
             if (v < 0 || (l->vocab_size > 0 && v >= l->vocab_size)) {
-                char range[64] = "";
-                if (l->vocab_size > 0)
-                    snprintf(range, sizeof range, " [0, %lld) (its vocab_size attribute)",
-                             (long long)l->vocab_size);
-                else
-                    snprintf(range, sizeof range, " >= 0");
                 status = ACX_ERROR(ACX_ERR_FORMAT,
-                                   "token file '%s', dataset '%s': token %lld has value %ld; "
-                                   "expected a token id in%s",
-                                   l->path, d->name, (long long)(first + k), (long)v, range);
+                                   "token file '%s', dataset '%s': token %lld has value %ld, "
+                                   "which the open found valid: was the file changed since?",
+                                   l->path, d->name, (long long)(first + k), (long)v);
                 goto out;
             }
         }
@@ -540,11 +549,14 @@ static acx_status_t check_tokens(acx_dataloader_t *l) {
                          "array of token ids",
                          d->name, l->path, d->ndim, acx_dtype_name(d->dtype));
     l->num_tokens = (int64_t)d->dims[0];
-    if (l->num_tokens < l->seq_len + 1)
+    /* a window is seq_len + 1 tokens; compared without computing seq_len + 1,
+     * which overflows for seq_len = INT64_MAX */
+    if (l->seq_len >= l->num_tokens)
         return ACX_ERROR(ACX_ERR_FORMAT,
-                         "token dataset '%s' in '%s' has %lld tokens, fewer than one window of "
-                         "seq_len + 1 = %lld",
-                         d->name, l->path, (long long)l->num_tokens, (long long)(l->seq_len + 1));
+                         "token dataset '%s' in '%s' has %lld tokens: seq_len %lld leaves no "
+                         "window (a window is seq_len + 1 tokens; expected seq_len <= %lld)",
+                         d->name, l->path, (long long)l->num_tokens, (long long)l->seq_len,
+                         (long long)l->num_tokens - 1);
     char what[512];
     snprintf(what, sizeof what, "attribute vocab_size of token dataset '%s' in '%s'", d->name,
              l->path);
@@ -572,6 +584,65 @@ out:
     if (t >= 0) H5Tclose(t);
     if (sp >= 0) H5Sclose(sp);
     if (a >= 0) H5Aclose(a);
+    return status;
+}
+
+/* This rank's share of the open-time id scan: tokens [lo, hi) with
+ * lo = r * (N / W) + min(r, N % W) (contiguous slices, ascending with the
+ * rank), read as int32 in chunks of SCAN_TOKENS, every id checked against
+ * [0, vocab_size) (only >= 0 without the attribute). The first bad id is
+ * ACX_ERR_FORMAT naming file, dataset, position and value; as the slices
+ * ascend with the rank, the lowest failing rank that acx_coll_agree picks
+ * holds the lowest bad position of the whole dataset, and every rank
+ * reports it. Sets l->max_id (this slice's largest id; -1 when empty).
+ * Reading the dataset once at open costs N / W tokens per rank; in return
+ * no bad id can surface later in one rank's acx_dataloader_next while the
+ * others go on into collectives. HDF5 lock held. */
+static acx_status_t scan_tokens(acx_dataloader_t *l) {
+    dataset_t *d = &l->ds[0];
+    int64_t n = l->num_tokens, w = l->world->size, r = l->world->rank;
+    int64_t lo = r * (n / w) + (r < n % w ? r : n % w);
+    int64_t hi = lo + n / w + (r < n % w ? 1 : 0);
+    l->max_id = -1;
+    if (hi <= lo) return ACX_OK;
+    acx_status_t status = ACX_OK;
+    char what[512];
+    snprintf(what, sizeof what, "token dataset '%s' of '%s' (id scan at open)", d->name, l->path);
+    hsize_t cap = (hsize_t)(hi - lo < SCAN_TOKENS ? hi - lo : SCAN_TOKENS);
+    int32_t *buf = acx_malloc((size_t)cap * sizeof *buf, "token id scan buffer");
+    if (buf == NULL) return ACX_ERR_NO_MEMORY;
+    hid_t fspace = -1, mspace = -1;
+    ACX_H5_CHECK_GOTO(fspace = H5Scopy(d->space), what, status, out);
+    for (int64_t at = lo; at < hi; at += (int64_t)cap) {
+        hsize_t start = (hsize_t)at, count = (hsize_t)(hi - at) < cap ? (hsize_t)(hi - at) : cap;
+        ACX_H5_CHECK_GOTO(H5Sselect_hyperslab(fspace, H5S_SELECT_SET, &start, NULL, &count, NULL),
+                          what, status, out);
+        if (mspace >= 0) H5Sclose(mspace);
+        ACX_H5_CHECK_GOTO(mspace = H5Screate_simple(1, &count, NULL), what, status, out);
+        ACX_H5_CHECK_GOTO(H5Dread(d->dset, H5T_NATIVE_INT32, mspace, fspace, H5P_DEFAULT, buf),
+                          what, status, out);
+        for (hsize_t k = 0; k < count; k++) {
+            int32_t v = buf[k];
+            if (v < 0 || (l->vocab_size > 0 && v >= l->vocab_size)) {
+                char range[64];
+                if (l->vocab_size > 0)
+                    snprintf(range, sizeof range, " [0, %lld) (its vocab_size attribute)",
+                             (long long)l->vocab_size);
+                else
+                    snprintf(range, sizeof range, " >= 0");
+                status = ACX_ERROR(ACX_ERR_FORMAT,
+                                   "token file '%s', dataset '%s': token %lld has value %ld; "
+                                   "expected a token id in%s",
+                                   l->path, d->name, (long long)(at + (int64_t)k), (long)v, range);
+                goto out;
+            }
+            if (v > l->max_id) l->max_id = v;
+        }
+    }
+out:
+    if (mspace >= 0) H5Sclose(mspace);
+    if (fspace >= 0) H5Sclose(fspace);
+    free(buf);
     return status;
 }
 
@@ -703,7 +774,10 @@ static acx_status_t loader_build(acx_comm_t *world, uint64_t seed, const char *p
             goto err_unlock;
         }
     }
-    if (l->tokens) ACX_CHECK_GOTO(check_tokens(l), status, err_unlock);
+    if (l->tokens) {
+        ACX_CHECK_GOTO(check_tokens(l), status, err_unlock);
+        ACX_CHECK_GOTO(scan_tokens(l), status, err_unlock);
+    }
     acx_h5_unlock();
 
     /* sizes (the policy in the file comment); a token loader's samples are
@@ -829,7 +903,16 @@ acx_status_t acx_loader_open_tokens(acx_comm_t *world, uint64_t seed, const char
     else
         status =
             loader_build(world, seed, path, 1, (const char *const[]){dataset}, seq_len, opts, &l);
+    /* a bad token id is this agreement's lowest failing rank: the lowest
+     * bad position (scan_tokens), the same error on every rank */
     status = acx_coll_agree(world, status);
+    /* the largest id of the whole dataset (acx_dataloader_vocab_size
+     * without the attribute) */
+    if (status == ACX_OK)
+        ACX_MPI_CHECK_GOTO(
+            MPI_Allreduce(MPI_IN_PLACE, &l->max_id, 1, MPI_INT64_T, MPI_MAX, world->mpi), status,
+            out);
+out:
     if (status != ACX_OK) {
         if (l != NULL) loader_destroy(l);
         return status;
@@ -948,6 +1031,11 @@ ACX_API int acx_dataloader_dataset_shape(const acx_dataloader_t *l, int i, int m
     for (int k = 0; k < d->ndim && k < max_dims && dims != NULL; k++)
         dims[k] = (int64_t)d->dims[k];
     return d->ndim;
+}
+
+ACX_API int64_t acx_dataloader_vocab_size(const acx_dataloader_t *l) {
+    if (l == NULL || !l->tokens) return -1;
+    return l->vocab_size > 0 ? l->vocab_size : l->max_id + 1;
 }
 
 ACX_API int acx_dataloader_dataset_dtype(const acx_dataloader_t *l, int i) {

@@ -16,13 +16,21 @@
  * acx_h5_check_dataset / acx_h5_check_attr bound what a file can make acx
  * load, allocate or iterate before anything is read.
  *
+ * Output paths: refusing a target that is not a regular file, and the
+ * durable replace (fsync the new file, rename, fsync the directory) every
+ * writer of io/ uses.
+ *
  * What is left to others: opening files, drivers and property lists belong
  * to their callers (dataloader.c, idx.c, weights.c, the checkpoint writer).
  */
+#include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "acx/types.h"
 #include "io/h5.h"
@@ -441,6 +449,41 @@ acx_status_t acx_io_check_target(const char *path) {
                      "refusing to write '%s': it is %s, and acx writes a new file and renames it "
                      "into place (give a regular file path)",
                      path, kind);
+}
+
+acx_status_t acx_io_fsync_path(const char *path, int directory) {
+    int fd = open(path, O_RDONLY | (directory ? O_DIRECTORY : 0));
+    if (fd < 0)
+        return ACX_ERROR(ACX_ERR_IO, "cannot open '%s' to fsync it: %s", path, strerror(errno));
+    if (fsync(fd) != 0 && !(directory && (errno == EINVAL || errno == EROFS))) {
+        int e = errno;
+        close(fd);
+        errno = e; /* for callers that name a full disk (ENOSPC, EDQUOT) */
+        return ACX_ERROR(ACX_ERR_IO, "fsync('%s') failed: %s", path, strerror(e));
+    }
+    close(fd);
+    return ACX_OK;
+}
+
+acx_status_t acx_io_fsync_dir_of(const char *path) {
+    const char *slash = strrchr(path, '/');
+    if (slash == NULL) return acx_io_fsync_path(".", 1);
+    size_t n = slash == path ? 1 : (size_t)(slash - path); /* "/name": the root */
+    char *dir = malloc(n + 1);
+    if (dir == NULL)
+        return ACX_ERROR(ACX_ERR_NO_MEMORY, "no memory for the directory of '%s'", path);
+    memcpy(dir, path, n);
+    dir[n] = '\0';
+    acx_status_t status = acx_io_fsync_path(dir, 1);
+    free(dir);
+    return status;
+}
+
+acx_status_t acx_io_commit(const char *tmp, const char *path) {
+    ACX_CHECK(acx_io_fsync_path(tmp, 0));
+    if (rename(tmp, path) != 0)
+        return ACX_ERROR(ACX_ERR_IO, "rename('%s', '%s') failed: %s", tmp, path, strerror(errno));
+    return acx_io_fsync_dir_of(path);
 }
 
 acx_status_t acx_h5_create_import(const char *path, const char *source, hid_t *file_p) {

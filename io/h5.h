@@ -97,6 +97,25 @@ acx_status_t acx_h5_check_attr(hid_t attr, const char *what);
  * ACX_ERR_IO naming the path and what it is; ACX_OK if absent or regular. */
 acx_status_t acx_io_check_target(const char *path);
 
+/* Durable output, the one home of the fsync/rename sequence io's writers
+ * share (the checkpoint writer, safetensors, the importers):
+ *   acx_io_fsync_path: fsync the file (directory 0) or directory
+ *     (directory 1) `path`, opened by name; a directory whose file system
+ *     refuses fsync on it (EINVAL, EROFS) counts as synced (the rename is
+ *     then as durable as that file system makes it). ACX_ERR_IO naming the
+ *     path, errno left as fsync (or open) set it.
+ *   acx_io_fsync_dir_of: acx_io_fsync_path of the directory holding `path`
+ *     ("." for a bare name).
+ *   acx_io_commit: fsync `tmp` (closed, complete), rename it to `path`,
+ *     fsync path's directory: after a crash `path` is either its old self
+ *     or the whole new file, never a name for data still in the page
+ *     cache. ACX_ERR_IO naming the step; the caller removes tmp on failure
+ *     (a failed directory fsync leaves the renamed file in place).
+ * Not collective, no HDF5 calls (no lock needed). */
+acx_status_t acx_io_fsync_path(const char *path, int directory);
+acx_status_t acx_io_fsync_dir_of(const char *path);
+acx_status_t acx_io_commit(const char *tmp, const char *path);
+
 /* The importers' output (acx data import-idx, import-text): create or
  * truncate the HDF5 file `path` (sec2 driver) with the root attribute
  * "source" = source and return it open in *file_p (the caller closes it;

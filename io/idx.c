@@ -12,8 +12,9 @@
  *   /                attrs: source = "idx"
  *   /train/images    [N x rows x cols] uint8     /train/labels  [N] uint8
  *   /test/images     ...                         /test/labels   ...
- * written to out_path + ".tmp" and renamed, so a failed import never leaves a
- * half-written file at out_path nor harms one that is already there.
+ * written to out_path + ".tmp", fsynced and renamed, the directory fsynced
+ * (acx_io_commit), so neither a failed import nor a crash leaves a
+ * half-written file at out_path or harms one that is already there.
  *
  * Left to others: the loader (dataloader.c) that reads the result.
  */
@@ -355,11 +356,10 @@ ACX_API acx_status_t acx_import_idx(const char *train_images, const char *train_
 
     status = write_h5(tmp, splits, 2);
     if (status != ACX_OK) goto err_unlink;
-    if (rename(tmp, out_path) != 0) {
-        status =
-            ACX_ERROR(ACX_ERR_IO, "rename('%s', '%s') failed: %s", tmp, out_path, strerror(errno));
-        goto err_unlink;
-    }
+    /* fsync, rename, fsync the directory: a crash leaves the old file or
+     * the whole new one */
+    status = acx_io_commit(tmp, out_path);
+    if (status != ACX_OK) goto err_unlink;
     goto out;
 
 err_unlink:

@@ -23,7 +23,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <json-c/json.h>
-#include <libgen.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,6 +33,7 @@
 #include "base/error.h"
 #include "base/half.h"
 #include "base/log.h"
+#include "io/h5.h"
 #include "io/safetensors.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -628,22 +628,6 @@ acx_status_t acx_st_writer_put(acx_st_writer_t *w, const float *data, int64_t nu
     return ACX_OK;
 }
 
-static acx_status_t fsync_dir_of(const char *path) {
-    char *copy = strdup(path);
-    if (copy == NULL) return ACX_ERR_NO_MEMORY;
-    int fd = open(dirname(copy), O_RDONLY | O_DIRECTORY);
-    acx_status_t status = ACX_OK;
-    if (fd < 0)
-        status =
-            ACX_ERROR(ACX_ERR_IO, "cannot open the directory of '%s': %s", path, strerror(errno));
-    else if (fsync(fd) != 0 && errno != EINVAL && errno != EROFS)
-        status = ACX_ERROR(ACX_ERR_IO, "fsync of the directory of '%s' failed: %s", path,
-                           strerror(errno));
-    if (fd >= 0) close(fd);
-    free(copy);
-    return status;
-}
-
 acx_status_t acx_st_writer_commit(acx_st_writer_t *w) {
     acx_status_t status = w->bad;
     if (status == ACX_OK && w->next != w->n)
@@ -661,7 +645,7 @@ acx_status_t acx_st_writer_commit(acx_st_writer_t *w) {
         status = ACX_ERROR(ACX_ERR_IO, "cannot rename '%s' to '%s': %s", w->tmp, w->path,
                            strerror(errno));
     if (status == ACX_OK) {
-        status = fsync_dir_of(w->path);
+        status = acx_io_fsync_dir_of(w->path);
         free(w->tmp); /* renamed: nothing to remove */
         w->tmp = NULL;
     }

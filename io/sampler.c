@@ -131,7 +131,9 @@ void acx_sampler_set_start(acx_sampler_t *s, int64_t start) {
 /* ---- token streams ---- */
 
 int64_t acx_token_num_windows(int64_t num_tokens, int64_t seq_len) {
-    if (seq_len < 1 || num_tokens < seq_len + 1) return 0;
+    /* seq_len >= num_tokens: no window of seq_len + 1 tokens (not computed:
+     * it overflows for seq_len = INT64_MAX) */
+    if (seq_len < 1 || seq_len >= num_tokens) return 0;
     return (num_tokens - 1) / seq_len;
 }
 

@@ -21,7 +21,8 @@
  *   /val/tokens       [V]     the END of the stream (held out: no token shared)
  * V = round(N x val_fraction), or val_tokens when >= 0; no /val with V = 0.
  * tokenizer is "bytes" for text, "file" for a token file. Every id is checked
- * against [0, vocab_size). Written to out_path + ".tmp" and renamed.
+ * against [0, vocab_size). Written to out_path + ".tmp", fsynced, renamed,
+ * and the directory fsynced (acx_io_commit).
  *
  * Left to others: reading the result (dataloader.c), the command line
  * (cli/acx.c).
@@ -304,9 +305,9 @@ ACX_API acx_status_t acx_import_text(const char *in_path, const acx_import_text_
     memcpy(tmp, out_path, olen);
     memcpy(tmp + olen, ".tmp", 5);
     status = write_h5(tmp, tok, n_train, n_val, dtype, vocab, o->tokens ? "file" : "bytes");
-    if (status == ACX_OK && rename(tmp, out_path) != 0)
-        status =
-            ACX_ERROR(ACX_ERR_IO, "rename('%s', '%s') failed: %s", tmp, out_path, strerror(errno));
+    /* fsync, rename, fsync the directory: a crash leaves the old file or
+     * the whole new one */
+    if (status == ACX_OK) status = acx_io_commit(tmp, out_path);
     if (status != ACX_OK) unlink(tmp);
 out:
     free(tmp);

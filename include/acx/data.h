@@ -102,9 +102,13 @@ ACX_API acx_status_t acx_dataloader_open(acx_accelerator_t *acc, const char *pat
  * (targets are the inputs shifted by one inside the same window, so every
  * position's label is the token that follows it in the stream), and
  * indices[i] = window i's index w. Each window is one hyperslab read of its
- * T + 1 tokens. Token ids are checked as they are read: a negative id, or
- * one >= the dataset's vocab_size attribute when it has one, is
- * ACX_ERR_FORMAT naming the file, dataset, token position and value.
+ * T + 1 tokens. Every token id is checked once, at the open, all ranks
+ * together (each reads its 1/world slice of the dataset, in chunks of
+ * 1 Mi tokens): a negative id, or one >= the dataset's vocab_size
+ * attribute when it has one, makes the open fail on every rank with the
+ * same ACX_ERR_FORMAT naming the file, dataset, token position and value
+ * (the lowest bad position), so no rank fails alone later in
+ * acx_dataloader_next.
  * acx_dataloader_next/set_epoch/position/epoch/num_batches/close work as for
  * any loader, and checkpoints save and restore its position the same way;
  * resumed under another world size or batch size, the rest of the epoch is
@@ -113,9 +117,9 @@ ACX_API acx_status_t acx_dataloader_open(acx_accelerator_t *acc, const char *pat
  * then start inside a global batch, and num_batches counts them; the next
  * epoch is whole). Collective, like acx_dataloader_open.
  * Errors: ACX_ERR_IO (missing file/dataset), ACX_ERR_FORMAT (not 1-D
- * uint16/int32, fewer than T + 1 tokens, a bad vocab_size attribute, batch
- * larger than the windows), ACX_ERR_INVALID_ARG (seq_len < 1, options),
- * ACX_ERR_HDF5, ACX_ERR_REMOTE. */
+ * uint16/int32, seq_len >= the number of tokens (no window of T + 1), a bad
+ * vocab_size attribute, a bad token id, batch larger than the windows),
+ * ACX_ERR_INVALID_ARG (seq_len < 1, options), ACX_ERR_HDF5, ACX_ERR_REMOTE. */
 ACX_API acx_status_t acx_token_loader_open(acx_accelerator_t *acc, const char *path,
                                            const char *dataset, int64_t seq_len,
                                            const acx_dataloader_options_t *opts,
@@ -158,6 +162,14 @@ ACX_API int64_t acx_dataloader_num_batches(const acx_dataloader_t *loader);
 ACX_API int64_t acx_dataloader_epoch(const acx_dataloader_t *loader);
 ACX_API int64_t acx_dataloader_position(const acx_dataloader_t *loader);
 
+/* The vocabulary of a token loader's dataset, to check it against a model's
+ * embedding table: its vocab_size attribute when it has one, else the
+ * largest token id in the whole dataset + 1 (found by the open's id scan,
+ * agreed over ranks with a MAX, so the same on every rank). Every id the
+ * loader hands out is in [0, this). -1 for a sample loader
+ * (acx_dataloader_open) or NULL. Not collective. */
+ACX_API int64_t acx_dataloader_vocab_size(const acx_dataloader_t *loader);
+
 /* Shape of dataset i (dims 1.. are a sample's shape): writes up to max_dims
  * dims into dims and returns the rank of the dataset, or -1 if i is invalid. */
 ACX_API int acx_dataloader_dataset_shape(const acx_dataloader_t *loader, int i, int max_dims,
@@ -176,10 +188,10 @@ ACX_API acx_status_t acx_dataloader_close(acx_dataloader_t *loader);
  * the content) into an HDF5 file with /train/images [N x rows x cols] uint8,
  * /train/labels [N] uint8 and /test/images, /test/labels. Any path may be
  * NULL to skip it. Validates magic, dtype, dims against the file size and
- * that images and labels agree in N. Written to out_path + ".tmp" and
- * renamed. Not collective (single process). Errors: ACX_ERR_IO (missing or
- * truncated file), ACX_ERR_FORMAT (bad magic, dims, N mismatch),
- * ACX_ERR_ZLIB, ACX_ERR_HDF5. */
+ * that images and labels agree in N. Written to out_path + ".tmp",
+ * fsynced, renamed, the directory fsynced. Not collective (single process). Errors: ACX_ERR_IO
+ * (missing or truncated file), ACX_ERR_FORMAT (bad magic, dims, N mismatch), ACX_ERR_ZLIB,
+ * ACX_ERR_HDF5. */
 ACX_API acx_status_t acx_import_idx(const char *train_images, const char *train_labels,
                                     const char *test_images, const char *test_labels,
                                     const char *out_path);
@@ -216,8 +228,8 @@ typedef struct acx_import_text_options {
  * stream (V = round(N x val_fraction), or val_tokens), 1-D uint16 (bytes,
  * llm.c, raw uint16) or int32, each with attributes vocab_size (int64) and
  * tokenizer ("bytes" | "file"). Every id is checked against
- * [0, vocab_size). Written to out_path + ".tmp" and renamed. Not
- * collective. Errors: ACX_ERR_IO (missing or unreadable input),
+ * [0, vocab_size). Written to out_path + ".tmp", fsynced, renamed, the
+ * directory fsynced. Not collective. Errors: ACX_ERR_IO (missing or unreadable input),
  * ACX_ERR_FORMAT (a size that is not whole tokens, a bad llm.c header: magic
  * present but short, version not 1, a count past the end of the file or
  * short of it; an id out of range; fewer than 2 tokens in a set),

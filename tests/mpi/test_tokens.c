@@ -3,13 +3,19 @@
  * the public API, on 1..3 ranks. Rank 0 writes its own token file with
  * plain HDF5: /u16 (uint16) and /i32 (int32), 1001 tokens each with known
  * values tok(i) (formulas below) and a vocab_size attribute, plus hostile
- * datasets (a negative id, an id >= vocab_size). With T = 10 there are
+ * datasets (negative ids, ids >= vocab_size). With T = 10 there are
  * (1001 - 1) / 10 = 100 windows. Checked against values computed here:
  *   - gathered over ranks (plain MPI), every window appears exactly once per
  *     epoch (padding aside), and epochs 0 and 1 have different orders;
  *   - inputs[i][k] = tok(w*T + k), targets[i][k] = tok(w*T + k + 1);
  *   - shuffle 0: rank r's batch b holds windows b*G + r*B + j;
- *   - hostile ids: ACX_ERR_FORMAT naming file, dataset, position and value;
+ *   - hostile ids: the open fails on EVERY rank with the same ACX_ERR_FORMAT
+ *     naming file, dataset, the lowest bad position and its value, also
+ *     when that position lies in another rank's slice of the open's scan;
+ *   - acx_dataloader_vocab_size: the attribute (50000, 256), else the
+ *     largest id + 1 of the whole dataset (/top: 70001, the id sits in the
+ *     last token, outside rank 0's slice), -1 for a sample loader;
+ *   - seq_len >= the token count (10 of 10, INT64_MAX): refused at open;
  *   - mode "save" (2 ranks): 3 batches of 2 per rank (12 windows), the seen
  *     windows to DIR/seen.txt, then a checkpoint; mode "resume" (3 ranks):
  *     the rest of the epoch is exactly the 88 windows not seen, under a
@@ -31,11 +37,13 @@
 
 #include "tests/acx_test.h"
 
-#define NTOK  1001
-#define T     10
-#define NWIN  100
-#define VOCAB 50000
-#define BADAT 517 /* the hostile token's position: only in window 51 */
+#define NTOK   1001
+#define T      10
+#define NWIN   100
+#define VOCAB  50000
+#define BADAT  517   /* the first hostile token's position: only in window 51 */
+#define BADAT2 950   /* a second one, later (another rank's slice on 3 ranks) */
+#define TOPID  70000 /* /top's last token, its largest id */
 
 static int rank, world;
 static char dir[256], data_path[300];
@@ -64,13 +72,18 @@ static int write_tokens(hid_t f, const char *name, hid_t ftype, hid_t mtype, hsi
 
 static int make_file(void) {
     static uint16_t u[NTOK], bu[NTOK];
-    static int32_t s[NTOK], bs[NTOK], st[5 * 3 * T + 1];
+    static int32_t s[NTOK], bs[NTOK], st[5 * 3 * T + 1], top[NTOK];
     for (int i = 0; i < NTOK; i++) {
         u[i] = bu[i] = (uint16_t)tok_u16(i);
         s[i] = bs[i] = (int32_t)tok_i32(i);
     }
     bs[BADAT] = -5;
+    bs[BADAT2] = -7;
     bu[33] = 60000;
+    bu[800] = 65535;
+    for (int i = 0; i < NTOK; i++)
+        top[i] = i % 256;
+    top[NTOK - 1] = TOPID;
     int nst = 5 * world * T + 1; /* 5 windows per rank: 5 batches of 1 */
     for (int i = 0; i < nst; i++)
         st[i] = i % 256;
@@ -84,6 +97,7 @@ static int make_file(void) {
     rc |= write_tokens(f, "/steps", H5T_STD_I32LE, H5T_NATIVE_INT32, (hsize_t)nst, st, 256);
     rc |= write_tokens(f, "/tiny", H5T_STD_U16LE, H5T_NATIVE_UINT16, T, u, 0);
     rc |= write_tokens(f, "/f32", H5T_IEEE_F32LE, H5T_NATIVE_INT32, NTOK, s, 0);
+    rc |= write_tokens(f, "/top", H5T_STD_I32LE, H5T_NATIVE_INT32, NTOK, top, 0);
     H5Fclose(f);
     return rc;
 }
@@ -233,59 +247,91 @@ error:
     return 1;
 }
 
-/* Read every batch of an epoch; the status of the first failure (or OK). */
-static acx_status_t read_all(acx_dataloader_t *dl) {
-    for (;;) {
-        const acx_batch_t *b;
-        acx_status_t st = acx_dataloader_next(dl, &b);
-        if (st != ACX_OK || b == NULL) return st;
-    }
+/* Did the open fail on every rank with ACX_ERR_FORMAT, one message (the
+ * same text everywhere, compared with rank 0's), holding every needle? */
+static int failed_alike(acx_status_t st, const char *const *needles, int n) {
+    char msg[1024] = "", root[1024];
+    if (st != ACX_OK) snprintf(msg, sizeof msg, "%s", acx_last_error());
+    memcpy(root, msg, sizeof root);
+    MPI_Bcast(root, (int)sizeof root, MPI_CHAR, 0, MPI_COMM_WORLD);
+    int bad = st != ACX_ERR_FORMAT || strcmp(msg, root) != 0;
+    for (int k = 0; k < n; k++)
+        bad |= strstr(msg, needles[k]) == NULL;
+    if (bad) fprintf(stderr, "\n[r%d] status %d, message: %s\n", rank, (int)st, msg);
+    MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_LOR, MPI_COMM_WORLD);
+    return !bad;
 }
 
 static int case_hostile(void) {
     run_t r = {0};
-    char msg[1024] = "";
     TESTING("hostile token ids and datasets");
-    /* a negative id: the rank that reads window 51 fails, naming it */
-    CHECK_OK(setup(&r, 0, 1, "/neg", 2, 0));
-    acx_status_t st = read_all(r.dl);
-    if (st != ACX_OK) snprintf(msg, sizeof msg, "%s", acx_last_error());
-    int bad = st != ACX_OK &&
-              (st != ACX_ERR_FORMAT || strstr(msg, data_path) == NULL ||
-               strstr(msg, "'/neg'") == NULL || strstr(msg, "token 517 has value -5") == NULL);
-    int failed = st != ACX_OK;
-    MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_LOR, MPI_COMM_WORLD);
-    MPI_Allreduce(MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-    if (bad) fprintf(stderr, "\n[r%d] message: %s\n", rank, msg);
-    CHECK(!bad && failed == 1);
+    /* negative ids at 517 (window 51) and 950: the open fails on every rank,
+     * naming the lowest, 517, which on 2 and 3 ranks lies in rank 1's slice
+     * of the scan (rank 0 finds nothing) */
+    acx_status_t st = setup(&r, 0, 1, "/neg", 2, 0);
+    CHECK(failed_alike(
+        st, (const char *const[]){data_path, "'/neg'", "token 517 has value -5", ">= 0"}, 4));
     CHECK_OK(acx_finalize(r.acc));
     r.acc = NULL;
-    /* an id >= vocab_size */
-    CHECK_OK(setup(&r, 0, 1, "/big", 2, 0));
-    st = read_all(r.dl);
-    bad = st != ACX_OK &&
-          (st != ACX_ERR_FORMAT || strstr(acx_last_error(), "token 33 has value 60000") == NULL ||
-           strstr(acx_last_error(), "vocab_size") == NULL);
-    failed = st != ACX_OK;
-    MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_LOR, MPI_COMM_WORLD);
-    MPI_Allreduce(MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-    CHECK(!bad && failed == 1);
+    /* ids >= vocab_size at 33 and 800 */
+    st = setup(&r, 0, 1, "/big", 2, 0);
+    CHECK(failed_alike(st,
+                       (const char *const[]){data_path, "'/big'", "token 33 has value 60000",
+                                             "[0, 50000) (its vocab_size attribute)"},
+                       4));
     CHECK_OK(acx_finalize(r.acc));
     r.acc = NULL;
-    /* fewer tokens than one window; not a token type; seq_len 0 */
+    /* seq_len >= the token count (no window); not a token type; seq_len 0 */
     acx_config_t cfg = ACX_CONFIG_DEFAULT;
     cfg.project_dir = dir;
     CHECK_OK(acx_init(NULL, NULL, &cfg, &r.acc));
     acx_dataloader_options_t lo = ACX_DATALOADER_OPTIONS_DEFAULT;
     acx_dataloader_t *dl;
+    /* seq_len + 1 would overflow: refused by the same check, not wrapped */
+    CHECK_STATUS(acx_token_loader_open(r.acc, data_path, "/u16", INT64_MAX, &lo, &dl),
+                 ACX_ERR_FORMAT, "has 1001 tokens: seq_len 9223372036854775807 leaves no window");
     CHECK_STATUS(acx_token_loader_open(r.acc, data_path, "/tiny", T, &lo, &dl), ACX_ERR_FORMAT,
-                 "has 10 tokens, fewer than one window of seq_len + 1 = 11");
+                 "has 10 tokens: seq_len 10 leaves no window");
     CHECK_STATUS(acx_token_loader_open(r.acc, data_path, "/f32", T, &lo, &dl), ACX_ERR_FORMAT,
                  "expected a 1-D uint16 or int32");
     CHECK_STATUS(acx_token_loader_open(r.acc, data_path, "/u16", 0, &lo, &dl), ACX_ERR_INVALID_ARG,
                  "seq_len 0");
     CHECK_STATUS(acx_token_loader_open(r.acc, data_path, "/nope", T, &lo, &dl), ACX_ERR_IO,
                  "'/nope' not found");
+    CHECK_OK(acx_finalize(r.acc));
+    PASSED();
+    return 0;
+error:
+    FAILED();
+    if (r.acc) acx_finalize(r.acc);
+    return 1;
+}
+
+/* acx_dataloader_vocab_size on every rank: the attribute, else the largest
+ * id + 1 of the whole dataset, -1 for a sample loader. */
+static int case_vocab(void) {
+    run_t r = {0};
+    TESTING("acx_dataloader_vocab_size: attribute, largest id + 1, sample loader");
+    CHECK_OK(setup(&r, 0, 1, "/u16", 2, 0));
+    CHECK(acx_dataloader_vocab_size(r.dl) == VOCAB);
+    acx_dataloader_options_t lo = ACX_DATALOADER_OPTIONS_DEFAULT;
+    acx_dataloader_t *dl;
+    /* no attribute: /top's ids are i % 256 but its last token is TOPID,
+     * which only the last rank's slice of the scan reads */
+    CHECK_OK(acx_token_loader_open(r.acc, data_path, "/top", T, &lo, &dl));
+    CHECK(acx_dataloader_vocab_size(dl) == TOPID + 1);
+    /* no attribute, the ids of tok_i32: the largest + 1, computed here */
+    int64_t max = -1;
+    for (int64_t i = 0; i < NTOK; i++)
+        if (tok_i32(i) > max) max = tok_i32(i);
+    CHECK_OK(acx_token_loader_open(r.acc, data_path, "/i32", T, &lo, &dl));
+    CHECK(acx_dataloader_vocab_size(dl) == max + 1);
+    CHECK_OK(acx_token_loader_open(r.acc, data_path, "/steps", T, &lo, &dl));
+    CHECK(acx_dataloader_vocab_size(dl) == 256);
+    /* a sample loader over the same 1-D dataset: no vocabulary */
+    CHECK_OK(acx_dataloader_open(r.acc, data_path, 1, (const char *const[]){"/u16"}, &lo, &dl));
+    CHECK(acx_dataloader_vocab_size(dl) == -1);
+    CHECK(acx_dataloader_vocab_size(NULL) == -1);
     CHECK_OK(acx_finalize(r.acc));
     PASSED();
     return 0;
@@ -539,6 +585,7 @@ int main(int argc, char **argv) {
     if (strcmp(mode, "units") == 0) {
         cases[nc++] = case_sequential;
         cases[nc++] = case_hostile;
+        cases[nc++] = case_vocab;
         cases[nc++] = case_steps;
     } else if (strcmp(mode, "save") == 0) {
         cases[nc++] = mode_save;

@@ -329,6 +329,9 @@ static int test_token_windows(void) {
     CHECK(acx_token_num_windows(1001, 10) == 100);
     CHECK(acx_token_num_windows(100, 1) == 99);
     CHECK(acx_token_num_windows(100, 0) == 0 && acx_token_num_windows(0, 4) == 0);
+    /* seq_len + 1 would overflow: no window, not a wrapped comparison */
+    CHECK(acx_token_num_windows(1001, INT64_MAX) == 0 &&
+          acx_token_num_windows(INT64_MAX, INT64_MAX) == 0);
     CHECK(acx_token_window_start(0, 5) == 0 && acx_token_window_start(1, 5) == 5);
     CHECK(acx_token_window_start(99, 10) == 990);
     for (int64_t n = 2; n < 60; n++)
