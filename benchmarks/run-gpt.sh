@@ -14,7 +14,8 @@
 #                (`make benchmarks` builds the latter); default build/.
 # --out DIR      write DIR/gpt.md (Markdown) and keep every run's output in
 #                DIR/gpt-runs/; without it the Markdown goes to stdout.
-# --quick        a smoke run (about a minute): 1 and 2 ranks, 1 round,
+# --quick        a smoke run (3 min on the loaded 2-core VM, mostly Python
+#                start-up): 1 and 2 ranks, 1 round,
 #                4 timed steps after 2. Measures nothing.
 # --rounds N     rounds per world size (default 3). The processes alternate
 #                A D A F A D A F ... A (A acx-gpt, D PyTorch DDP, F PyTorch
