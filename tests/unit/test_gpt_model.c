@@ -240,6 +240,39 @@ static int test_gelu_residual(void) {
     CHECK_CLOSE(k.out[0], 0.8411920, 0, 2e-7);
     CHECK_CLOSE(k.out[1], -0.1588080, 0, 2e-7);
     CHECK_CLOSE(k.out[2], 2.9963627, 0, 3e-7);
+    /* over [-12, 12], forward and backward against the formulas in double
+     * with libm's tanh (the kernels use their own, vectorizable tanh) */
+    {
+        enum { NG = 4801 };
+        float *gx = falloc(NG), *gy = falloc(NG), *gd = falloc(NG), *ones = falloc(NG);
+        for (int i = 0; i < NG; i++)
+            gx[i] = -12.0f + 0.005f * (float)i, ones[i] = 1.0f, gd[i] = 0.0f;
+        gpt_gelu_fwd(gy, gx, NG);
+        gpt_gelu_bwd(gd, gx, ones, NG);
+        /* the bound: what the same float formulas give with libm's
+         * tanhf (1 - th^2 cancels near |th| = 1 in any float tanh) */
+        double worst_y = 0, worst_d = 0, libm_y = 0, libm_d = 0;
+        for (int i = 0; i < NG; i++) {
+            double x = gx[i], u = 0.7978845608028654 * (x + 0.044715 * x * x * x), th = tanh(u);
+            double y = 0.5 * x * (1 + th);
+            double d = 0.5 * (1 + th) +
+                       0.5 * x * (1 - th * th) * 0.7978845608028654 * (1 + 3 * 0.044715 * x * x);
+            float xf = gx[i], tf = tanhf(0.7978845608028654f * (xf + 0.044715f * xf * xf * xf));
+            float yf = 0.5f * xf * (1.0f + tf);
+            float df = 0.5f * (1.0f + tf) + 0.5f * xf * (1.0f - tf * tf) * 0.7978845608028654f *
+                                                (1.0f + 3.0f * 0.044715f * xf * xf);
+            worst_y = fmax(worst_y, fabs(gy[i] - y) / fmax(1.0, fabs(y)));
+            worst_d = fmax(worst_d, fabs(gd[i] - d) / fmax(1.0, fabs(d)));
+            libm_y = fmax(libm_y, fabs(yf - y) / fmax(1.0, fabs(y)));
+            libm_d = fmax(libm_d, fabs(df - d) / fmax(1.0, fabs(d)));
+        }
+        free(gx), free(gy), free(gd), free(ones);
+        if (worst_y > 2 * libm_y + 1e-7 || worst_d > 2 * libm_d + 1e-7)
+            fprintf(stderr, "gelu: worst error %.3g / %.3g (libm tanhf: %.3g / %.3g)\n", worst_y,
+                    worst_d, libm_y, libm_d);
+        CHECK(worst_y <= 2 * libm_y + 1e-7);
+        CHECK(worst_d <= 2 * libm_d + 1e-7);
+    }
     preset(dx, n);
     gpt_gelu_bwd(dx, k.x, k.r, n);
     CHECK(fd_check("gelu", k.x, n, dx, k_objective, &k, 1e-2f, 1e-3) == 0);
