@@ -31,7 +31,7 @@
 #                both sides is W + S/10 steps, then cosine to 0 at W + S.
 # --data F       an acx-gpt token file; default: the King James Bible made
 #                into one in the work directory (Debian's bible-kjv:
-#                `bible -f Gen1:1-Rev22:21`, then acx-gpt --make-tokens).
+#                `bible -f Gen1:1-Rev22:21`, then acx data import-text).
 # model          acx-gpt's defaults: B 16 sequences per rank, T 64, C 128,
 #                NH 4, L 4 (vocab 256, bytes).
 # --no-peers     acx-gpt and the sgemm rate only.
@@ -165,7 +165,7 @@ if [ -z "$data" ]; then
         command -v bible >/dev/null 2>&1 ||
             usage_error "no --data and no 'bible' (Debian's bible-kjv) to make the King James Bible's tokens"
         bible -f Gen1:1-Rev22:21 | sed 's/^[^ ]* //' >"$work/kjv.txt"
-        "$gpt" --make-tokens "$work/kjv.txt" -o "$data" >&2
+        "$(dirname "$gpt")/acx" data import-text "$work/kjv.txt" -o "$data" >&2
     fi
 fi
 [ -f "$data" ] || usage_error "--data $data: no such file"

@@ -6,7 +6,7 @@ The model is gpt_reference.py's GPT (imported, not copied: one home for the
 PyTorch model), float32, initialized as acx-gpt initializes (GPT-2: weights
 N(0, 0.02), the two projections into the residual stream N(0, 0.02/sqrt(2L)),
 biases 0, LayerNorm 1/0), trained on /train/tokens of an acx-gpt token file
-(acx-gpt --make-tokens) with acx-gpt's step: B windows of T+1 tokens per
+(acx data import-text) with acx-gpt's step: B windows of T+1 tokens per
 rank, mean cross-entropy, AdamW (betas 0.9/0.95, eps 1e-8, weight decay on
 every parameter as acx-gpt phase 1), linear warm-up then cosine,
 clip_grad_norm_ at --max-grad-norm. The windows are drawn from a seeded
@@ -92,7 +92,7 @@ def main():
     T, B = a.seq_len, a.batch_size
     with h5py.File(a.data, "r") as f:
         if "/train/tokens" not in f:
-            sys.exit(f"gpt_torch_bench: {a.data} has no /train/tokens (acx-gpt --make-tokens writes it)")
+            sys.exit(f"gpt_torch_bench: {a.data} has no /train/tokens (acx data import-text writes it)")
         tokens = torch.from_numpy(f["/train/tokens"][...].astype(np.int64))
     n_win = (tokens.numel() - 1) // T
     if n_win < B:
