@@ -13,6 +13,7 @@
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "collectives/coll.h"
 #include "collectives/watchdog.h"
@@ -257,7 +258,12 @@ acx_status_t acx_coll_agree(acx_comm_t *comm, acx_status_t local) {
         ACX_WATCHED("agreement", MPI_Bcast(&msg, (int)sizeof msg, MPI_BYTE, lowest, comm->mpi)));
     msg.text[sizeof msg.text - 1] = '\0';
 
-    char line[ACX_ERRMSG_MAX];
-    snprintf(line, sizeof line, "rank %d: %.*s", lowest, (int)(sizeof line - 24), msg.text);
+    /* an error agreed before by the same rank (a callee's agreement inside
+     * the caller's) already carries its name */
+    char line[ACX_ERRMSG_MAX], prefix[32];
+    snprintf(prefix, sizeof prefix, "rank %d: ", lowest);
+    if (strncmp(msg.text, prefix, strlen(prefix)) == 0)
+        return acx_error_set_raw((acx_status_t)msg.status, msg.text);
+    snprintf(line, sizeof line, "%s%.*s", prefix, (int)(sizeof line - sizeof prefix), msg.text);
     return acx_error_set_raw((acx_status_t)msg.status, line);
 }

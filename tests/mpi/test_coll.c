@@ -348,6 +348,15 @@ static int test_agree_one(void) {
         fprintf(stderr, "\n[r%d] last error '%s', expected '%s'\n", rank_, acx_last_error(), want);
         TEST_ERROR;
     }
+    /* agreeing on an agreed error again (a caller's agreement around a
+     * callee's) names the rank once, not "rank R: rank R: ..." */
+    local = rank_ == size_ - 1 ? ACX_ERR_IO : ACX_OK;
+    CHECK_STATUS(acx_coll_agree(world, local), ACX_ERR_IO, "rank ");
+    if (strcmp(acx_last_error(), want) != 0) {
+        fprintf(stderr, "\n[r%d] re-agreed error '%s', expected '%s'\n", rank_, acx_last_error(),
+                want);
+        TEST_ERROR;
+    }
     return 0;
 error:
     return 1;
