@@ -55,11 +55,13 @@ static void fill(float *x, size_t n, double lo, double hi) {
 }
 static float *falloc(size_t n) { return calloc(n, sizeof(float)); }
 
-/* max |a - b| / max |b| over n elements (1e-30 floor) */
+/* max |a - b| / max |b| over n elements (1e-30 floor); infinite with a NaN */
 static double rel_diff(const float *a, const float *b, size_t n) {
     double d = 0.0, m = 1e-30;
     for (size_t i = 0; i < n; i++) {
-        if (fabs((double)a[i] - b[i]) > d) d = fabs((double)a[i] - b[i]);
+        double e = fabs((double)a[i] - b[i]);
+        if (isnan(e)) return INFINITY; /* a NaN on either side fails every bound */
+        if (e > d) d = e;
         if (fabs((double)b[i]) > m) m = fabs((double)b[i]);
     }
     return d / m;
