@@ -611,19 +611,20 @@ static acx_status_t cuda_setup(acx_accelerator_t *acc, model_t *md, gpt_cuda_t *
     if (gpt_cuda_init(gpu, &md->cfg, max_B, acx_device(acc), NULL, 0) != 0) {
         fprintf(stderr, "acx-gpt (rank %d): --device cuda: %s\n", acx_rank(acc), gpu->err);
         bad = 1.0;
-    } else {
-        ACX_TRY(acx_unit_acquire(md->embed));
-        int on_device = gpt_cuda_is_device_pointer(gpu, acx_param_data(md->wte));
-        if (on_device == 1) on_device = gpt_cuda_is_device_pointer(gpu, acx_param_grad(md->wte));
-        ACX_TRY(acx_unit_release(md->embed));
-        if (on_device != 1) {
-            fprintf(stderr, "acx-gpt (rank %d): --device cuda: %s\n", acx_rank(acc),
-                    on_device < 0 ? gpu->err
-                                  : "acx keeps the parameters and gradients in host memory; "
-                                    "device-resident state needs device_state: cuda "
-                                    "(docs/gpu.md)");
-            bad = 1.0;
-        }
+    }
+    /* agreed before the acquire below, which is collective under the sharded strategies */
+    ACX_TRY(acx_reduce_scalar(acc, bad, ACX_OP_MAX, &bad));
+    if (bad != 0.0) return ACX_OK;
+    ACX_TRY(acx_unit_acquire(md->embed));
+    int on_device = gpt_cuda_is_device_pointer(gpu, acx_param_data(md->wte));
+    if (on_device == 1) on_device = gpt_cuda_is_device_pointer(gpu, acx_param_grad(md->wte));
+    ACX_TRY(acx_unit_release(md->embed));
+    if (on_device != 1) {
+        fprintf(stderr, "acx-gpt (rank %d): --device cuda: %s\n", acx_rank(acc),
+                on_device < 0 ? gpu->err
+                              : "acx keeps the parameters and gradients in host memory; "
+                                "device-resident state needs device_state: cuda (docs/gpu.md)");
+        bad = 1.0;
     }
     ACX_TRY(acx_reduce_scalar(acc, bad, ACX_OP_MAX, &bad));
     if (bad != 0.0) return ACX_OK;
