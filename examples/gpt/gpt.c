@@ -18,8 +18,17 @@
  * then backward in reverse with acx_unit_grads_ready per unit, so each
  * unit's reduction overlaps the backward of the units below. Parameter and
  * gradient pointers are fetched between acquire and release only, so every
- * strategy (no_shard, shard_grad_op, full_shard, hybrid_shard) works; the
- * model state must be in host memory (the kernels are CPU code).
+ * strategy (no_shard, shard_grad_op, full_shard, hybrid_shard) works.
+ *
+ * --device cpu (the default): gpt_model.c's kernels (CBLAS), with the model
+ * state in host memory. --device cuda: the same model on the rank's GPU
+ * (gpt_cuda.c: cuBLAS sgemm in float32 and small kernels) on the device
+ * pointers acx_param_data/acx_param_grad return when acx keeps the state on
+ * the device: --device cuda puts device_state: cuda into the program's
+ * config (as acx-fmnist does), the kernels run on one stream that acx is
+ * told about (acx_set_compute_stream), and each batch is copied in. Built
+ * with CUDA and cuBLAS only (GPT_HAVE_CUDA, from Makefile.am); a build
+ * without them refuses --device cuda with the reason.
  *
  * Batches: acx's token loader (acx_token_loader_open) on /train/tokens,
  * given to acx_prepare: window w is tokens[w*T .. w*T+T] (T+1 tokens:
@@ -39,12 +48,26 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <time.h>
 
 #include <acx/acx.h>
 
 #include "gpt_model.h"
+
+#ifndef GPT_HAVE_CUDA
+#define GPT_HAVE_CUDA 0
+#endif
+/* The --device cuda path: this build's cuBLAS GPT and acx's device-resident
+ * parameters and gradients (acx_set_compute_stream). */
+#if GPT_HAVE_CUDA && defined(ACX_HAVE_DEVICE_STATE)
+#define GPT_DEVICE_PATH 1
+#include "gpt_cuda.h"
+#else
+#define GPT_DEVICE_PATH 0
+#endif
+struct gpt_cuda; /* the device workspace (gpt_cuda.h); NULL on the CPU path */
 
 typedef struct options {
     const char *data, *save, *save_init, *init_from, *dump_batches, *prompt;
@@ -53,6 +76,7 @@ typedef struct options {
     double lr, weight_decay, max_grad_norm, temperature;
     int64_t seed;
     int steps_set, quiet, memory_report;
+    int cuda; /* --device cuda */
 } options_t;
 
 static void usage(FILE *f) {
@@ -79,6 +103,9 @@ static void usage(FILE *f) {
         "                        checkpoint; every parameter, by name: fine-tuning)\n"
         "  --gradient-accumulation-steps K, --mixed-precision no|bf16, --sharding-strategy S\n"
         "                        acx configuration keys (docs/config.md)\n"
+        "  --device cpu|cuda     where the model computes (default cpu); cuda: cuBLAS on this\n"
+        "                        rank's GPU, with acx's state in device memory (device_state:\n"
+        "                        cuda; backend auto then picks NCCL when it is usable)\n"
         "evaluation and output:\n"
         "  --eval-every N        validation loss every N steps and at the end (default 100)\n"
         "  --eval-batches N      batches per rank of the validation split, from its start\n"
@@ -174,7 +201,8 @@ static int parse_options(int argc, char **argv, options_t *o) {
         O_MAKE,
         O_QUIET,
         O_INIT_FROM,
-        O_MEMREPORT
+        O_MEMREPORT,
+        O_DEVICE
     };
     static const struct option longopts[] = {{"data", required_argument, 0, O_DATA},
                                              {"layers", required_argument, 0, O_LAYERS},
@@ -204,6 +232,7 @@ static int parse_options(int argc, char **argv, options_t *o) {
                                              {"quiet", no_argument, 0, O_QUIET},
                                              {"init-from", required_argument, 0, O_INIT_FROM},
                                              {"memory-report", no_argument, 0, O_MEMREPORT},
+                                             {"device", required_argument, 0, O_DEVICE},
                                              {"help", no_argument, 0, 'h'},
                                              {0, 0, 0, 0}};
     int c, idx = 0;
@@ -274,6 +303,13 @@ static int parse_options(int argc, char **argv, options_t *o) {
         case O_QUIET: o->quiet = 1; break;
         case O_MEMREPORT: o->memory_report = 1; break;
         case O_INIT_FROM: o->init_from = optarg; break;
+        case O_DEVICE:
+            if (strcmp(optarg, "cpu") != 0 && strcmp(optarg, "cuda") != 0) {
+                fprintf(stderr, "acx-gpt: --device must be cpu or cuda, not '%s'\n", optarg);
+                return -1;
+            }
+            o->cuda = strcmp(optarg, "cuda") == 0;
+            break;
         case O_PROJECT: /* taken before acx_init (see run) */
         case O_RESUME:
             if (optarg[0] == '\0') {
@@ -298,6 +334,18 @@ static int parse_options(int argc, char **argv, options_t *o) {
                         "import-text TEXT -o FILE.h5`)\n");
         return -1;
     }
+#if !GPT_HAVE_CUDA
+    if (o->cuda) {
+        fprintf(stderr, "acx-gpt: --device cuda: this build has no CUDA and cuBLAS "
+                        "(configure found none, or --without-cuda)\n");
+        return -1;
+    }
+#elif !GPT_DEVICE_PATH
+    if (o->cuda) {
+        fprintf(stderr, "acx-gpt: --device cuda needs device-resident state (not in this build)\n");
+        return -1;
+    }
+#endif
     if (o->d_model % o->heads != 0) {
         fprintf(stderr, "acx-gpt: --heads %lld does not divide --d-model %lld\n",
                 (long long)o->heads, (long long)o->d_model);
@@ -386,12 +434,37 @@ static void block_grads(model_t *md, int l, gpt_block_tensors_t *g) {
         g->t[i] = acx_param_grad(md->bp[l][i]);
 }
 
+/* Set when the program itself printed the reason for a failure (acx's last
+ * error then says nothing about it). */
+static int reported;
+
+#if GPT_DEVICE_PATH
+static acx_status_t forward_cuda(model_t *md, gpt_cuda_t *gpu, const int32_t *in, const int32_t *tg,
+                                 int B, int T, int keep_head);
+static acx_status_t train_step_cuda(acx_accelerator_t *acc, model_t *md, gpt_cuda_t *gpu,
+                                    const int32_t *in, const int32_t *tg, int B, int T,
+                                    double *loss_p);
+static acx_status_t cuda_failed(const gpt_cuda_t *gpu);
+#endif
+
 /* Forward through every unit: acquire, compute, release. Returns the mean
  * loss. keep_head: leave the head acquired for backward (train_step), which
- * saves gathering wte again under the sharded strategies. */
-static acx_status_t forward(model_t *md, gpt_workspace_t *ws, const int32_t *in, const int32_t *tg,
-                            int B, int T, int keep_head, double *loss_p) {
+ * saves gathering wte again under the sharded strategies. gpu: the device
+ * workspace under --device cuda (forward_cuda; the loss is waited for
+ * here), else NULL. */
+static acx_status_t forward(model_t *md, gpt_workspace_t *ws, struct gpt_cuda *gpu,
+                            const int32_t *in, const int32_t *tg, int B, int T, int keep_head,
+                            double *loss_p) {
     gpt_block_params_t p;
+#if GPT_DEVICE_PATH
+    if (gpu != NULL) {
+        ACX_TRY(forward_cuda(md, gpu, in, tg, B, T, keep_head));
+        if (gpt_cuda_loss_value(gpu, loss_p) != 0) return cuda_failed(gpu);
+        return ACX_OK;
+    }
+#else
+    (void)gpu;
+#endif
     ACX_TRY(acx_unit_acquire(md->embed));
     gpt_forward_embed(ws, acx_param_data(md->wte), acx_param_data(md->wpe), in, B, T);
     ACX_TRY(acx_unit_release(md->embed));
@@ -413,8 +486,12 @@ static acx_status_t forward(model_t *md, gpt_workspace_t *ws, const int32_t *in,
 /* One micro-step: forward, loss, backward unit by unit in reverse: the
  * head (wte's first gradient), final, the blocks, embed (wte's second). */
 static acx_status_t train_step(acx_accelerator_t *acc, model_t *md, gpt_workspace_t *ws,
-                               const int32_t *in, const int32_t *tg, int B, int T, double *loss_p) {
-    ACX_TRY(forward(md, ws, in, tg, B, T, 1, loss_p));
+                               struct gpt_cuda *gpu, const int32_t *in, const int32_t *tg, int B,
+                               int T, double *loss_p) {
+#if GPT_DEVICE_PATH
+    if (gpu != NULL) return train_step_cuda(acc, md, gpu, in, tg, B, T, loss_p);
+#endif
+    ACX_TRY(forward(md, ws, NULL, in, tg, B, T, 1, loss_p));
     acx_record_loss(acc, *loss_p);
     /* the seed of backward, dL/dlogits (fp16: acx multiplies by the loss scale) */
     ACX_TRY(acx_backward_begin(acc, ws->dlogits, (size_t)B * T * md->cfg.vocab));
@@ -445,6 +522,118 @@ static acx_status_t train_step(acx_accelerator_t *acc, model_t *md, gpt_workspac
     return acx_backward_end(acc);
 }
 
+#if GPT_DEVICE_PATH
+/* A gpt_cuda call failed: say so (its message names the CUDA or cuBLAS
+ * call and error) and fail the step. */
+static acx_status_t cuda_failed(const gpt_cuda_t *gpu) {
+    fprintf(stderr, "acx-gpt: --device cuda: %s\n", gpu->err);
+    reported = 1;
+    return ACX_ERR_CUDA;
+}
+
+/* forward on the device: the batch is copied in, each unit's kernels are
+ * enqueued between its acquire and release (acx orders its own work on
+ * the units' buffers after them on the stream it was given); the loss
+ * stays on the device until gpt_cuda_loss_value. */
+static acx_status_t forward_cuda(model_t *md, gpt_cuda_t *gpu, const int32_t *in, const int32_t *tg,
+                                 int B, int T, int keep_head) {
+    gpt_block_params_t p;
+    if (gpt_cuda_load_batch(gpu, in, tg, B, T) != 0) return cuda_failed(gpu);
+    ACX_TRY(acx_unit_acquire(md->embed));
+    if (gpt_cuda_forward_embed(gpu, acx_param_data(md->wte), acx_param_data(md->wpe), B, T) != 0)
+        return cuda_failed(gpu);
+    ACX_TRY(acx_unit_release(md->embed));
+    for (int l = 0; l < md->cfg.layers; l++) {
+        ACX_TRY(acx_unit_acquire(md->block[l]));
+        block_params(md, l, &p);
+        if (gpt_cuda_forward_block(gpu, l, &p, B, T) != 0) return cuda_failed(gpu);
+        ACX_TRY(acx_unit_release(md->block[l]));
+    }
+    ACX_TRY(acx_unit_acquire(md->final));
+    if (gpt_cuda_forward_lnf(gpu, acx_param_data(md->lnf_w), acx_param_data(md->lnf_b), B, T) != 0)
+        return cuda_failed(gpu);
+    ACX_TRY(acx_unit_release(md->final));
+    ACX_TRY(acx_unit_acquire(md->head));
+    if (gpt_cuda_forward_head(gpu, acx_param_data(md->wte), B, T) != 0) return cuda_failed(gpu);
+    if (!keep_head) ACX_TRY(acx_unit_release(md->head));
+    return ACX_OK;
+}
+
+/* train_step on the device, unit by unit as there; acx_unit_grads_ready
+ * follows each unit's backward launches (acx orders the reduction after
+ * them on the device, the host does not wait). The loss is read back last,
+ * so the step's only host wait is for the loss, not for the backward. */
+static acx_status_t train_step_cuda(acx_accelerator_t *acc, model_t *md, gpt_cuda_t *gpu,
+                                    const int32_t *in, const int32_t *tg, int B, int T,
+                                    double *loss_p) {
+    ACX_TRY(forward_cuda(md, gpu, in, tg, B, T, 1));
+    /* the seed of backward on the device (fp16: scaled on acx's compute stream, gpu's) */
+    ACX_TRY(acx_backward_begin(acc, gpu->dlogits, (size_t)B * T * md->cfg.vocab));
+    if (gpt_cuda_backward_head(gpu, acx_param_data(md->wte), acx_param_grad(md->wte), B, T) != 0)
+        return cuda_failed(gpu);
+    ACX_TRY(acx_unit_grads_ready(md->head));
+    ACX_TRY(acx_unit_release(md->head));
+    ACX_TRY(acx_unit_acquire(md->final));
+    if (gpt_cuda_backward_lnf(gpu, acx_param_data(md->lnf_w), acx_param_grad(md->lnf_w),
+                              acx_param_grad(md->lnf_b), B, T) != 0)
+        return cuda_failed(gpu);
+    ACX_TRY(acx_unit_grads_ready(md->final));
+    ACX_TRY(acx_unit_release(md->final));
+    for (int l = md->cfg.layers - 1; l >= 0; l--) {
+        gpt_block_params_t p;
+        gpt_block_tensors_t g;
+        ACX_TRY(acx_unit_acquire(md->block[l]));
+        block_params(md, l, &p);
+        block_grads(md, l, &g);
+        if (gpt_cuda_backward_block(gpu, l, &p, &g, B, T) != 0) return cuda_failed(gpu);
+        ACX_TRY(acx_unit_grads_ready(md->block[l]));
+        ACX_TRY(acx_unit_release(md->block[l]));
+    }
+    ACX_TRY(acx_unit_acquire(md->embed));
+    if (gpt_cuda_backward_embed(gpu, acx_param_grad(md->wte), acx_param_grad(md->wpe), B, T) != 0)
+        return cuda_failed(gpu);
+    ACX_TRY(acx_unit_grads_ready(md->embed));
+    ACX_TRY(acx_unit_release(md->embed));
+    if (gpt_cuda_loss_value(gpu, loss_p) != 0) return cuda_failed(gpu);
+    acx_record_loss(acc, *loss_p);
+    return acx_backward_end(acc);
+}
+
+/* --device cuda: the device workspace on acx's device, checked against
+ * where acx keeps the parameters, and its stream handed to acx. Collective
+ * (every rank learns whether all succeeded); on failure *ok_p = 0 and the
+ * reason was printed. */
+static acx_status_t cuda_setup(acx_accelerator_t *acc, model_t *md, gpt_cuda_t *gpu, int max_B,
+                               int *ok_p) {
+    double bad = 0.0;
+    *ok_p = 0;
+    /* acx bound the device at acx_init (-1: keep the current one) */
+    if (gpt_cuda_init(gpu, &md->cfg, max_B, acx_device(acc), NULL, 0) != 0) {
+        fprintf(stderr, "acx-gpt (rank %d): --device cuda: %s\n", acx_rank(acc), gpu->err);
+        bad = 1.0;
+    }
+    /* agreed before the acquire below, which is collective under the sharded strategies */
+    ACX_TRY(acx_reduce_scalar(acc, bad, ACX_OP_MAX, &bad));
+    if (bad != 0.0) return ACX_OK;
+    ACX_TRY(acx_unit_acquire(md->embed));
+    int on_device = gpt_cuda_is_device_pointer(gpu, acx_param_data(md->wte));
+    if (on_device == 1) on_device = gpt_cuda_is_device_pointer(gpu, acx_param_grad(md->wte));
+    ACX_TRY(acx_unit_release(md->embed));
+    if (on_device != 1) {
+        fprintf(stderr, "acx-gpt (rank %d): --device cuda: %s\n", acx_rank(acc),
+                on_device < 0 ? gpu->err
+                              : "acx keeps the parameters and gradients in host memory; "
+                                "device-resident state needs device_state: cuda (docs/gpu.md)");
+        bad = 1.0;
+    }
+    ACX_TRY(acx_reduce_scalar(acc, bad, ACX_OP_MAX, &bad));
+    if (bad != 0.0) return ACX_OK;
+    ACX_TRY(acx_set_compute_stream(acc, gpt_cuda_stream(gpu)));
+    *ok_p = 1;
+    return ACX_OK;
+}
+#endif
+
 /* A batch must hold at least one window (an empty one comes only from
  * dataloader.even_batches false). Token ids need no check here: the loader
  * checked every id of the file against its vocabulary at open, and main
@@ -468,8 +657,8 @@ static int check_batch(const acx_batch_t *b, const char *path, const char *datas
  * same number of full batches (forward acquires units: collective under
  * the sharded strategies) and each batch weighs the same in the mean. */
 static acx_status_t evaluate(acx_accelerator_t *acc, model_t *md, gpt_workspace_t *ws,
-                             acx_dataloader_t *val, const char *path, int64_t batches, int T,
-                             double *loss_p, int *bad_p) {
+                             struct gpt_cuda *gpu, acx_dataloader_t *val, const char *path,
+                             int64_t batches, int T, double *loss_p, int *bad_p) {
     double sum = 0.0;
     int64_t nb = 0, avail = acx_dataloader_num_batches(val);
     if (batches <= 0 || batches > avail) batches = avail;
@@ -483,7 +672,7 @@ static acx_status_t evaluate(acx_accelerator_t *acc, model_t *md, gpt_workspace_
             return ACX_ERR_FORMAT;
         }
         double loss;
-        ACX_TRY(forward(md, ws, b->tensors[0], b->tensors[1], (int)b->size, T, 0, &loss));
+        ACX_TRY(forward(md, ws, gpu, b->tensors[0], b->tensors[1], (int)b->size, T, 0, &loss));
         sum += loss;
     }
     ACX_TRY(acx_reduce_scalar(acc, nb > 0 ? sum / (double)nb : 0.0, ACX_OP_AVG, loss_p));
@@ -554,11 +743,16 @@ static int sample_tokens(const gpt_config_t *cfg, gpt_workspace_t *ws, const wei
  * Sharded strategies: each parameter is gathered to rank 0 alone
  * (acx_param_gather_to, the fp32 master weights) into a private copy of
  * P floats; rank 0 samples from it while the others go on to the next
- * collective. Either way no rank repeats the sampling. */
+ * collective; so does --device cuda under every strategy (the copy is in
+ * host memory, and sampling runs gpt_model.c's CPU kernels on it). Either
+ * way no rank repeats the sampling. */
 static acx_status_t sample(acx_accelerator_t *acc, model_t *md, gpt_workspace_t *ws,
                            const options_t *o) {
     const gpt_config_t *c = &md->cfg;
-    int root = acx_rank(acc) == 0, sharded = acx_get_config(acc)->sharding_strategy != ACX_NO_SHARD;
+    /* "sharded": sample from a gathered host copy (device state: also under no_shard) */
+    int root = acx_rank(acc) == 0,
+        sharded = acx_get_config(acc)->sharding_strategy != ACX_NO_SHARD ||
+                  acx_device_state(acc) != ACX_DEVICE_STATE_HOST;
     int np = acx_model_num_params(md->m);
     float *copy = NULL;
     weights_t w = {0};
@@ -644,11 +838,23 @@ static acx_status_t add_no_decay_group(acx_model_t *m, acx_optimizer_t *opt) {
     return st;
 }
 
+/* The device workspace's bytes (the program's activations under --device cuda). */
+static size_t device_bytes(const struct gpt_cuda *gpu) {
+#if GPT_DEVICE_PATH
+    return gpu->bytes;
+#else
+    (void)gpu;
+    return 0;
+#endif
+}
+
 /* --memory-report: the model state acx held per rank during training (the
- * largest rank's peaks, host memory, acx_memory_stats) against the ZeRO-3
+ * largest rank's peaks, acx_memory_stats: host memory, or device memory
+ * with device-resident state) against the ZeRO-3
  * figure, and the program's own activation buffers apart. Collective (the
  * peaks are maxima over the ranks). */
-static acx_status_t memory_report(acx_accelerator_t *acc, model_t *md, const gpt_workspace_t *ws) {
+static acx_status_t memory_report(acx_accelerator_t *acc, model_t *md, size_t act_bytes,
+                                  int act_B) {
     static const char *const cat[] = {"params", "grads", "master", "optimizer", "transient"};
     static const char *const strat[] = {"no_shard", "shard_grad_op", "full_shard", "hybrid_shard"};
     const acx_config_t *c = acx_get_config(acc);
@@ -682,9 +888,13 @@ static acx_status_t memory_report(acx_accelerator_t *acc, model_t *md, const gpt
     acx_memory_stats_t ms;
     ACX_TRY(acx_memory_stats(&ms));
     double peak[ACX_MEM_NUM_CATEGORIES], total;
+    int dev = acx_device_state(acc) != ACX_DEVICE_STATE_HOST; /* the state is in device memory */
     for (int i = 0; i < ACX_MEM_NUM_CATEGORIES; i++)
-        ACX_TRY(acx_reduce_scalar(acc, (double)ms.peak[i], ACX_OP_MAX, &peak[i]));
-    ACX_TRY(acx_reduce_scalar(acc, (double)ms.peak_total, ACX_OP_MAX, &total));
+        ACX_TRY(acx_reduce_scalar(acc, (double)(dev ? ms.device_peak[i] : ms.peak[i]), ACX_OP_MAX,
+                                  &peak[i]));
+    ACX_TRY(acx_reduce_scalar(acc, (double)(dev ? ms.device_peak_total : ms.peak_total), ACX_OP_MAX,
+                              &total));
+    if (dev) acx_print(acc, "memory: the model state is in device memory: device peaks below\n");
     /* ZeRO-3 with fp32 AdamW: 4 (fp32 master) + 4 (gradient shard) + 8 (m, v)
      * bytes per element, sharded over N; plus what FULL_SHARD holds in full
      * at its peak, in backward: the unit in use and the one prefetched
@@ -720,7 +930,7 @@ static acx_status_t memory_report(acx_accelerator_t *acc, model_t *md, const gpt
     acx_print(acc,
               "memory: activations (the program's buffers, not acx's): %zu bytes for batch %d x "
               "%d\n",
-              ws->bytes, ws->max_B, md->cfg.seq_len);
+              act_bytes, act_B, md->cfg.seq_len);
     return ACX_OK;
 }
 
@@ -798,10 +1008,44 @@ static int run(int argc, char **argv) {
                 cfg.max_steps = x;
         }
     }
+    /* --device cuda: the model computes on the device, so acx keeps its
+     * state there (the program's choice, like --seed); a build without the
+     * device path refuses --device cuda after parsing, with its reason */
+    int on_device = 0;
+    for (int i = 1; GPT_DEVICE_PATH && i < argc; i++)
+        if (strcmp(argv[i], "--device=cuda") == 0 ||
+            (strcmp(argv[i], "--device") == 0 && i + 1 < argc && strcmp(argv[i + 1], "cuda") == 0))
+            on_device = 1;
+    if (on_device) {
+        /* refuse a contradicting device_state from the command line or the
+         * environment rather than override it silently (every rank sees
+         * the same arguments) */
+        const char *user = getenv("ACX_DEVICE_STATE");
+        for (int i = 1; i < argc; i++) {
+            static const char *const spell[] = {"--acx-device-state", "--acx-device_state"};
+            for (int k = 0; k < 2; k++) {
+                size_t len = strlen(spell[k]);
+                if (strncmp(argv[i], spell[k], len) != 0) continue;
+                if (argv[i][len] == '=')
+                    user = argv[i] + len + 1;
+                else if (argv[i][len] == '\0' && i + 1 < argc)
+                    user = argv[i + 1];
+            }
+        }
+        if (user != NULL && strcasecmp(user, "cuda") != 0 && strcasecmp(user, "auto") != 0) {
+            fprintf(stderr,
+                    "acx-gpt: --device cuda computes on the GPU and needs device_state: cuda, "
+                    "but device_state is '%s' (command line or ACX_DEVICE_STATE); leave it "
+                    "unset, or use --device cpu\n",
+                    user);
+            return 2;
+        }
+        cfg.device_state = ACX_DEVICE_STATE_CUDA;
+    }
     alias_acx_options(&argc, argv);
     acx_status_t st = acx_init(&argc, &argv, &cfg, &acc);
     if (st != ACX_OK) {
-        fprintf(stderr, "acx-gpt: %s\n", acx_last_error());
+        fprintf(stderr, "acx-gpt: %s%s\n", on_device ? "--device cuda: " : "", acx_last_error());
         return 1;
     }
     int parsed = parse_options(argc, argv, &o);
@@ -820,13 +1064,15 @@ static int run(int argc, char **argv) {
     }
     const acx_config_t *c = acx_get_config(acc);
     o.seed = c->seed;
-    if (acx_device_state(acc) != ACX_DEVICE_STATE_HOST) {
-        /* the kernels (gpt_model.c) are CPU code: they read acx_param_data
-         * and add into acx_param_grad with the CPU, which device-resident
-         * state (device pointers) does not allow */
+    if (!o.cuda && acx_device_state(acc) != ACX_DEVICE_STATE_HOST) {
+        /* the CPU kernels (gpt_model.c) read acx_param_data and add into
+         * acx_param_grad with the CPU, which device-resident state (device
+         * pointers) does not allow */
         if (acx_is_main_process(acc))
-            fprintf(stderr, "acx-gpt: the model's kernels run on the CPU: they need the model "
-                            "state in host memory (device_state host), not on a device\n");
+            fprintf(stderr,
+                    "acx-gpt: --device cpu computes on the host: it needs the model state in "
+                    "host memory (device_state host), not on a device; use --device cuda%s\n",
+                    GPT_DEVICE_PATH ? "" : " (in a build with CUDA and cuBLAS)");
         acx_finalize(acc);
         return 2;
     }
@@ -840,6 +1086,10 @@ static int run(int argc, char **argv) {
                           .heads = (int)o.heads,
                           .layers = (int)o.layers}};
     gpt_workspace_t ws = {0};
+    struct gpt_cuda *gpu = NULL; /* --device cuda: &gpu_ws once set up */
+#if GPT_DEVICE_PATH
+    gpt_cuda_t gpu_ws = {0};
+#endif
     acx_optimizer_t *opt = NULL;
     acx_scheduler_t *sched = NULL;
     acx_dataloader_t *train = NULL, *val = NULL;
@@ -915,7 +1165,8 @@ static int run(int argc, char **argv) {
         if (o.save_init != NULL) CHECK(acx_model_save_weights(md.m, o.save_init));
     }
 
-    bad = gpt_workspace_init(&ws, &md.cfg, B) != 0;
+    /* --device cuda: the host workspace serves sampling only (one sequence) */
+    bad = gpt_workspace_init(&ws, &md.cfg, o.cuda ? 1 : B) != 0;
     if (bad != 0.0) fprintf(stderr, "acx-gpt (rank %d): out of memory\n", rank);
     if (o.dump_batches != NULL && bad == 0.0) {
         char path[4096];
@@ -927,18 +1178,27 @@ static int run(int argc, char **argv) {
     }
     CHECK(acx_reduce_scalar(acc, bad, ACX_OP_MAX, &bad));
     if (bad != 0.0) goto fail_quiet;
+#if GPT_DEVICE_PATH
+    if (o.cuda) {
+        int ok;
+        CHECK(cuda_setup(acc, &md, &gpu_ws, B, &ok));
+        if (!ok) goto fail_quiet;
+        gpu = &gpu_ws;
+    }
+#endif
 
     static const char *const mp_names[] = {"fp32", "bf16", "fp16"};
     acx_print(acc,
               "acx-gpt: %d rank(s), %lld params (L %d, d_model %d, heads %d, T %d, vocab %d), "
               "%lld train / %lld val windows of %d+1 tokens, batch %d x %d per rank x %lld "
               "micro-steps (%lld tokens per step), %lld steps, lr %g warmup %lld cosine, "
-              "seed %lld, %s\n",
+              "seed %lld, %s%s\n",
               world, (long long)acx_model_numel(md.m), md.cfg.layers, md.cfg.d_model, md.cfg.heads,
               T, md.cfg.vocab, (long long)acx_dataloader_num_samples(train),
               (long long)acx_dataloader_num_samples(val), T, B, T, (long long)accum,
               (long long)B * T * world * accum, (long long)o.steps, o.lr, (long long)o.warmup,
-              (long long)o.seed, mp_names[c->mixed_precision % 3]);
+              (long long)o.seed, mp_names[c->mixed_precision % 3],
+              gpu != NULL ? ", on the GPU (--device cuda)" : "");
 
     training = 1;
     acx_memory_reset_peak(); /* --memory-report: the peaks of training, not of set-up */
@@ -957,7 +1217,7 @@ static int run(int argc, char **argv) {
             fputc('\n', dump);
         }
         CHECK(acx_accumulate_begin(acc));
-        CHECK(train_step(acc, &md, &ws, b->tensors[0], b->tensors[1], (int)b->size, T, &loss));
+        CHECK(train_step(acc, &md, &ws, gpu, b->tensors[0], b->tensors[1], (int)b->size, T, &loss));
         step_loss += loss;
         k++;
         int boundary = acx_sync_gradients(acc);
@@ -997,7 +1257,7 @@ static int run(int argc, char **argv) {
         if ((o.eval_every > 0 && s % o.eval_every == 0) || s == o.steps) {
             double te = now_s();
             int vbad = 0;
-            st = evaluate(acc, &md, &ws, val, o.data, o.eval_batches, T, &val_loss, &vbad);
+            st = evaluate(acc, &md, &ws, gpu, val, o.data, o.eval_batches, T, &val_loss, &vbad);
             if (vbad) goto fail_quiet;
             CHECK(st);
             if (!o.quiet) acx_print(acc, "step %lld val_loss %.6f\n", (long long)s, val_loss);
@@ -1006,7 +1266,15 @@ static int run(int argc, char **argv) {
         }
     }
     double train_time = now_s() - t0;
-    if (o.memory_report) CHECK(memory_report(acc, &md, &ws));
+#if GPT_DEVICE_PATH
+    if (gpu != NULL && gpt_cuda_sync(gpu) != 0) {
+        st = cuda_failed(gpu);
+        goto fail;
+    }
+#endif
+    if (o.memory_report)
+        CHECK(memory_report(acc, &md, gpu != NULL ? device_bytes(gpu) : ws.bytes,
+                            gpu != NULL ? B : ws.max_B));
     if (o.save != NULL) CHECK(acx_model_save_weights(md.m, o.save));
     if (o.sample_len > 0) CHECK(sample(acc, &md, &ws, &o));
     acx_print(acc, "acx-gpt: %lld steps in %.1f s, %.0f tokens/s; final val_loss %.6f\n",
@@ -1027,12 +1295,16 @@ fail_data: /* the loader's "samples" are the windows of T+1 tokens */
                 o.data, train == NULL ? "/train/tokens" : "/val/tokens", T, B, acx_last_error());
     goto fail_quiet;
 fail:
-    fprintf(stderr, "acx-gpt (rank %d): %s\n", rank, acx_last_error());
+    if (!reported) fprintf(stderr, "acx-gpt (rank %d): %s\n", rank, acx_last_error());
 fail_quiet:
     rc = 1;
 done:
     if (dump != NULL) fclose(dump);
     gpt_workspace_free(&ws);
+#if GPT_DEVICE_PATH
+    if (gpu != NULL) (void)acx_set_compute_stream(acc, NULL); /* before the stream goes */
+    if (o.cuda) gpt_cuda_free(&gpu_ws);
+#endif
     acx_dataloader_close(val);
     acx_dataloader_close(train);
     free(md.block), free(md.bp);

@@ -6,6 +6,7 @@
  * tests and the PyTorch comparison see float rounding of the results only.
  */
 #include "gpt_model.h"
+#include "gpt_math.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -196,66 +197,23 @@ void gpt_attention_bwd(float *dqkv, const float *dout, const float *qkv, const f
 
 /* ---- gelu (tanh approximation) ---- */
 
-#define GPT_GELU_K 0.7978845608028654f /* sqrt(2/pi) */
-#define GPT_GELU_C 0.044715f
-
-/* tanh(u) = 1 - 2 / (e^(2u) + 1), with e^a computed branch-free so that
- * the GELU loops vectorize (glibc's tanhf is a scalar call, and it was a
- * third of acx-gpt's CPU time): a = 2|u| clamped to 40 (2/(e^a + 1) < 1e-17:
- * tanh rounds to 1, as libm's does), a = k ln2 + r, k rounded to nearest by
- * the 1.5 x 2^23 trick and ln2 split in two (Cody and Waite), e^r by its
- * Taylor polynomial to degree 7 (|r| <= ln2/2: truncation < 2e-8
- * relative), 2^k from the exponent bits. Absolute error of the result
- * a few 1e-8, against PyTorch's tanh. */
-static inline float gelu_tanh(float u) {
-    /* on |u|, sign restored at the end: for u << 0 the quotient 2/(e+1)
-     * would be near 2, whose rounding (2.4e-7) the backward's 1 - th^2
-     * magnifies; near 0 it rounds like th itself */
-    float a = 2.0f * fabsf(u);
-    /* clamp in the integers (a >= 0 orders like its bits; a NaN clamps to
-     * 40): a float compare is a branch to the vectorizer under the
-     * default -ftrapping-math */
-    int32_t abits;
-    memcpy(&abits, &a, sizeof a);
-    abits = abits < 0x42200000 ? abits : 0x42200000; /* 40.0f */
-    memcpy(&a, &abits, sizeof a);
-    const float shifter = 12582912.0f; /* 1.5 x 2^23 */
-    float kf = (a * 1.44269504088896341f + shifter) - shifter;
-    float r = (a - kf * 0.693145751953125f) - kf * 1.428606765330187e-06f;
-    float p =
-        1.0f +
-        r * (1.0f +
-             r * (0.5f +
-                  r * (1.0f / 6 +
-                       r * (1.0f / 24 + r * (1.0f / 120 + r * (1.0f / 720 + r * (1.0f / 5040)))))));
-    int32_t bits = ((int32_t)kf + 127) << 23;
-    float scale;
-    memcpy(&scale, &bits, sizeof scale);
-    float t = 1.0f - 2.0f / (p * scale + 1.0f);
-    return copysignf(t, u);
-}
-
-/* The loops run over blocks of GELU_BLOCK elements with restrict pointers:
+/* The element formulas are gptm_gelu and gptm_gelu_grad (gpt_math.h, which
+ * the device kernels share), with a branch-free tanh so that these loops
+ * vectorize. The loops run over blocks of GELU_BLOCK elements with restrict pointers:
  * a constant trip count without aliasing is what -O2's vectorizer (the
  * "very cheap" cost model: no runtime checks, no epilogue) accepts. */
 #define GELU_BLOCK 16
 
 static inline void gelu_fwd_block(float *restrict out, const float *restrict inp, size_t n) {
     for (size_t i = 0; i < n; i++) {
-        float x = inp[i];
-        out[i] = 0.5f * x * (1.0f + gelu_tanh(GPT_GELU_K * (x + GPT_GELU_C * x * x * x)));
+        out[i] = gptm_gelu(inp[i]);
     }
 }
 
 static inline void gelu_bwd_block(float *restrict dinp, const float *restrict inp,
                                   const float *restrict dout, size_t n) {
     for (size_t i = 0; i < n; i++) {
-        float x = inp[i];
-        float th = gelu_tanh(GPT_GELU_K * (x + GPT_GELU_C * x * x * x));
-        float sech2 = 1.0f - th * th;
-        float g =
-            0.5f * (1.0f + th) + 0.5f * x * sech2 * GPT_GELU_K * (1.0f + 3.0f * GPT_GELU_C * x * x);
-        dinp[i] += g * dout[i];
+        dinp[i] += gptm_gelu_grad(inp[i]) * dout[i];
     }
 }
 

@@ -20,8 +20,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define GPT_LN_EPS 1e-5f /* torch.nn.LayerNorm's default */
-
 /* ---- kernels ---- */
 
 /* out[b,t,:] = wte[tok[b,t],:] + wpe[t,:]. tok: [B*T], every value < V (checked by the caller). */
@@ -31,7 +29,8 @@ void gpt_embed_fwd(float *out, const int32_t *tok, const float *wte, const float
 void gpt_embed_bwd(float *dwte, float *dwpe, const float *dout, const int32_t *tok, int B, int T,
                    int C);
 
-/* torch.nn.LayerNorm over the last dimension (biased variance, eps GPT_LN_EPS).
+/* torch.nn.LayerNorm over the last dimension (biased variance, eps GPT_LN_EPS of
+ * gpt_math.h: 1e-5).
  * mean, rstd: [N], saved for backward. */
 void gpt_layernorm_fwd(float *out, float *mean, float *rstd, const float *inp, const float *w,
                        const float *b, int N, int C);

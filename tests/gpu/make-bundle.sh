@@ -91,7 +91,7 @@ done < <(find . -path ./bundle-stage -prune -o -path '*/.libs' -prune -o \
     -type f -perm -u+x ! -name '*.o' -print0)
 for t in acx tests/gpu/test_nccl tests/gpu/test_mlp_cuda tests/gpu/test_kernels tests/gpu/test_mpi_device tests/gpu/test_ddp_stream \
     tests/mpi/test_ddp_device tests/mpi/test_offload benchmarks/acx-bench-allreduce \
-    benchmarks/acx-bench-train-gpu acx-fmnist; do
+    benchmarks/acx-bench-train-gpu acx-fmnist acx-gpt tests/gpu/test_gpt_cuda; do
     [ -x "$stage/build/$t" ] || die "the build lacks $t"
 done
 say "$n_prog programs"

@@ -325,7 +325,8 @@ step "libraries and mpirun"
 echo "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"
 echo "mpirun: $(command -v mpirun)"
 bad=
-for p in acx acx-fmnist tests/gpu/test_nccl tests/gpu/test_mlp_cuda benchmarks/acx-bench-allreduce \
+for p in acx acx-fmnist acx-gpt tests/gpu/test_nccl tests/gpu/test_mlp_cuda tests/gpu/test_gpt_cuda \
+    benchmarks/acx-bench-allreduce \
     benchmarks/acx-bench-train-gpu "$(command -v mpirun)"; do
     [ -e "$p" ] || continue
     bad="$bad"$'\n'"$(ldd -r "$p" 2>&1 | grep -E 'not found|undefined symbol|error' | sed "s|^|  $p: |")"
@@ -379,6 +380,7 @@ gpu_test() {
 mkdir -p "$logs/tests"
 gpu_test kernels 150
 gpu_test mlp_cuda 120
+gpu_test gpt_cuda 240
 gpu_test nccl 150
 gpu_test device 60
 gpu_test mpi_device 150
