@@ -859,7 +859,9 @@ static const char estimate_memory_usage[] =
     "  --ranks-per-node R     hybrid_shard's shard group, a divisor of W\n"
     "                         (default W: one node)\n"
     "  --limit-all-gathers G  units gathered at once under full_shard and\n"
-    "                         hybrid_shard; 0 = no cap (default 2)\n"
+    "                         hybrid_shard; 0 = no cap (default 2). Printed;\n"
+    "                         the estimate no longer depends on it (acx\n"
+    "                         prefetches one unit ahead)\n"
     "  --largest-unit N       elements of the largest unit, with --params, same\n"
     "                         suffixes (default P/8 rounded up: eight equal units)\n"
     "  --bytes                exact byte counts instead of B/KiB/MiB/GiB/TiB with\n"
@@ -1324,12 +1326,12 @@ static int cmd_estimate_memory(int argc, char **argv) {
             est_format_bytes(in.largest_unit * 4, exact, u4, sizeof u4);
             printf("Why: sharding divides the state at rest by the ranks, but a sharded unit\n"
                    "also needs a full-size float32 gradient buffer (4*U = %s for the largest\n"
-                   "unit, U = %lld elements, %.0f%% of P) and the gathered and staging buffers\n"
-                   "of up to limit_all_gathers units (the transient row), and these do not\n"
-                   "shrink with the world size. Not padding: a shard is P/N rounded up to\n"
-                   "whole rows. With units this large next to P/N they outweigh the saving:\n"
-                   "split the model into more, smaller units, or keep no_shard\n"
-                   "(docs/memory.md).\n",
+                   "unit, U = %lld elements, %.0f%% of P), the gathered unit in use and the\n"
+                   "staging of one all-gather and one reduce-scatter (the transient row),\n"
+                   "and these do not shrink with the world size. Not padding: a shard is P/N\n"
+                   "rounded up to whole rows. With units this large next to P/N they outweigh\n"
+                   "the saving: split the model into more, smaller units, or keep\n"
+                   "no_shard (docs/memory.md).\n",
                    u4, (long long)in.largest_unit,
                    in.numel > 0 ? 100.0 * (double)in.largest_unit / (double)in.numel : 0.0);
         }
