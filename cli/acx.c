@@ -859,9 +859,18 @@ static const char estimate_memory_usage[] =
     "  --ranks-per-node R     hybrid_shard's shard group, a divisor of W\n"
     "                         (default W: one node)\n"
     "  --limit-all-gathers G  units gathered at once under full_shard and\n"
-    "                         hybrid_shard; 0 = no cap (default 2)\n"
+    "                         hybrid_shard; 0 = no cap (default 2). Printed;\n"
+    "                         the estimate no longer depends on it (acx\n"
+    "                         prefetches one unit ahead)\n"
     "  --largest-unit N       elements of the largest unit, with --params, same\n"
     "                         suffixes (default P/8 rounded up: eight equal units)\n"
+    "  --shared-numel N       elements of the units that have shared units\n"
+    "                         (acx_model_add_shared_unit: tied parameters, such as\n"
+    "                         an embedding reused by the output layer), summed;\n"
+    "                         same suffixes, 0..P (default 0). Their full gradient\n"
+    "                         buffers stay from the first use's backward to the\n"
+    "                         last: 4*N more gradient bytes under the sharded\n"
+    "                         strategies\n"
     "  --bytes                exact byte counts instead of B/KiB/MiB/GiB/TiB with\n"
     "                         two decimals\n"
     "  -h, --help             show this text\n"
@@ -1063,7 +1072,7 @@ static int cmd_estimate_memory(int argc, char **argv) {
     static const char where[] = "estimate-memory";
     const char *params = NULL, *model_path = NULL, *largest = NULL;
     const char *strategy = NULL, *mp = NULL, *reduce = NULL, *optimizer = NULL;
-    const char *world = NULL, *rpn = NULL, *limit = NULL;
+    const char *world = NULL, *rpn = NULL, *limit = NULL, *shared = NULL;
     int exact = 0;
 
     /* value-taking options, in the usage's order */
@@ -1076,6 +1085,7 @@ static int cmd_estimate_memory(int argc, char **argv) {
         {"--mixed-precision", "MP", &mp},     {"--reduce-dtype", "RD", &reduce},
         {"--optimizer", "OPT", &optimizer},   {"--ranks-per-node", "R", &rpn},
         {"--limit-all-gathers", "G", &limit}, {"--largest-unit", "N", &largest},
+        {"--shared-numel", "N", &shared},
     };
     const int num_opts = (int)(sizeof opts / sizeof opts[0]);
 
@@ -1217,6 +1227,12 @@ static int cmd_estimate_memory(int argc, char **argv) {
         }
         in.file = &tensors;
     }
+    int64_t shared_numel = 0;
+    if (shared != NULL && (parse_count(shared, &shared_numel) != 0 || shared_numel > in.numel)) {
+        est_tensors_free(&tensors);
+        EST_BAD("invalid --shared-numel '%s' (expected a whole number of elements, 0..%lld (%s))",
+                shared, (long long)in.numel, params != NULL ? "--params" : "the model's P");
+    }
 #undef EST_BAD
 
     /* ---- the estimates ---- */
@@ -1234,7 +1250,8 @@ static int cmd_estimate_memory(int argc, char **argv) {
                                 .optimizer_states = states,
                                 .limit_all_gathers = G,
                                 .num_units = in.num_units,
-                                .reduce_dtype = reduce_dtype};
+                                .reduce_dtype = reduce_dtype,
+                                .shared_numel = shared_numel};
         acx_status_t st = acx_memory_estimate(&m, &est[s]);
         if (st != ACX_OK) {
             est_tensors_free(&tensors);
@@ -1267,6 +1284,10 @@ static int cmd_estimate_memory(int argc, char **argv) {
         printf("model:    %lld parameter elements (P); %d units, the largest %lld elements%s\n",
                (long long)in.numel, in.num_units, (long long)in.largest_unit,
                largest ? "" : " (P/8)");
+    if (shared_numel > 0)
+        printf("          units with shared units %lld elements (tied parameters: their full\n"
+               "          gradient buffers stay through backward)\n",
+               (long long)shared_numel);
     printf("ranks:    world size %d (N)", W);
     if (last == ACX_HYBRID_SHARD) printf("; hybrid_shard shards over %d ranks per node (R)", R);
     printf("\ntraining: mixed precision %s, reduce dtype %s, optimizer %s (%d fp32 state%s per "
@@ -1324,12 +1345,12 @@ static int cmd_estimate_memory(int argc, char **argv) {
             est_format_bytes(in.largest_unit * 4, exact, u4, sizeof u4);
             printf("Why: sharding divides the state at rest by the ranks, but a sharded unit\n"
                    "also needs a full-size float32 gradient buffer (4*U = %s for the largest\n"
-                   "unit, U = %lld elements, %.0f%% of P) and the gathered and staging buffers\n"
-                   "of up to limit_all_gathers units (the transient row), and these do not\n"
-                   "shrink with the world size. Not padding: a shard is P/N rounded up to\n"
-                   "whole rows. With units this large next to P/N they outweigh the saving:\n"
-                   "split the model into more, smaller units, or keep no_shard\n"
-                   "(docs/memory.md).\n",
+                   "unit, U = %lld elements, %.0f%% of P), the gathered unit in use and the\n"
+                   "staging of one all-gather and one reduce-scatter (the transient row),\n"
+                   "and these do not shrink with the world size. Not padding: a shard is P/N\n"
+                   "rounded up to whole rows. With units this large next to P/N they outweigh\n"
+                   "the saving: split the model into more, smaller units, or keep\n"
+                   "no_shard (docs/memory.md).\n",
                    u4, (long long)in.largest_unit,
                    in.numel > 0 ? 100.0 * (double)in.largest_unit / (double)in.numel : 0.0);
         }

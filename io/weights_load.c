@@ -392,8 +392,20 @@ static acx_status_t load_weights(acx_model_t *m, const char *path, const acx_loa
     float *stage = NULL;
     feed_t *feeds = acx_calloc((size_t)m->num_params + 1, sizeof *feeds, "weights plan");
 
-    /* 1. open and match, on every rank; agreed before any rows move */
+    /* 1. open and match, on every rank; agreed before any rows move. Not
+     * with gradients pending: they were computed with the weights this
+     * would replace, and the next step would apply them to the new ones
+     * (every rank reached the same state, and the agreement below makes
+     * them all refuse alike). */
     acx_status_t status = feeds != NULL ? ACX_OK : ACX_ERR_NO_MEMORY;
+    if (status == ACX_OK && m->grads_pending)
+        status = ACX_ERROR(ACX_ERR_STATE,
+                           "acx_model_load_weights('%s') with gradients pending "
+                           "(acx_unit_grads_ready was called since the last optimizer step): "
+                           "they were computed with the weights it would replace; call it "
+                           "between optimizer steps, after acx_optimizer_step or "
+                           "acx_optimizer_zero_grad",
+                           path);
     if (status == ACX_OK && (o->map_len < 0 || (o->map_len > 0 && o->map == NULL)))
         status =
             ACX_ERROR(ACX_ERR_INVALID_ARG, "acx_model_load_weights('%s'): map_len %d with map %s",

@@ -516,6 +516,7 @@ ACX_API acx_status_t acx_optimizer_step(acx_optimizer_t *opt) {
     opt->step_skipped = 0;
     acx_status_t status = acx_scaler_step(acc, &skip);
     acc->grads_reduced = 0; /* used up, whether the update happens or is skipped */
+    m->grads_pending = 0;   /* (acx_model_load_weights may replace the weights now) */
     if (status != ACX_OK) { /* loss scaling gave up: this step did not happen either */
         opt->step_skipped = 1;
         return status;

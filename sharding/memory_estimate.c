@@ -44,10 +44,8 @@
  *       (the master segment is sent as it is)
  *   K   optimizer_states: fp32 states per element (AdamW/Adam 2: exp_avg,
  *       exp_avg_sq; SGD with momentum 1; plain SGD 0)
- *   G   units gathered at once: limit_all_gathers, or num_units when it is
- *       0 (no cap); never more than num_units when that is known (> 0).
- *       Shared units (tied parameters) have no storage and are not units
- *       here: they gather their owner's
+ *   (limit_all_gathers and num_units no longer enter a formula: see
+ *       FULL_SHARD below)
  *   T   shared_numel: elements of the units that have shared units; their
  *       full gradient buffer stays from the first use's backward to the
  *       last, while the units in between materialize theirs
@@ -59,8 +57,8 @@
  *   grads      4*P (+ 2*P if rb=2)  4*(U+T) + 4*Sh     4*(U+T) + 4*Sh
  *   master     4*P (mp only)        4*Sh               4*Sh
  *   optimizer  4*K*P                4*K*Sh             4*K*Sh
- *   transient  0                    max(2*rb*Up,       G*(4*U + pb*Up + snd)
- *                                       2*(pb*Up+snd))   + 2*rb*Up
+ *   transient  0                    max(rb*Up,         4*U + (pb*Up + snd)
+ *                                       2*(pb*Up+snd))   + rb*Up
  *
  * NO_SHARD (DDP) replicates everything. Without mixed precision the fp32
  * parameters are the master weights (the optimizer updates them in place),
@@ -77,19 +75,25 @@
  * reduce-scatter staging of reduce_dtype and freed, the result widened into
  * the rank's fp32 gradient shard (4*Sh). Master weights and optimizer state
  * cover the shard only. Transient buffers peak at one of two moments that
- * never overlap: in backward two reduce-scatter stagings are in flight
- * (2*rb*Up: one unit's reduction overlaps the next unit's backward); after
- * the step the updated shards are all-gathered into the resident params,
- * two units in flight, each with its staging (pb*Up) and, under bf16/fp16,
- * its send buffer (snd).
+ * never overlap: in backward one reduce-scatter staging is in flight
+ * (rb*Up: one unit's reduction overlaps the next unit's backward, and is
+ * completed before the next staging is allocated); after the step the
+ * updated shards are all-gathered into the resident params, two units in
+ * flight, each with its staging (pb*Up) and, under bf16/fp16, its send
+ * buffer (snd).
  *
  * FULL_SHARD (ZeRO-3) keeps no parameters at rest: only the fp32 master
  * shard. Acquiring a unit all-gathers it (staging pb*Up, send buffer snd)
- * and unpacks a float32 full copy (4*U); up to G units are held that way at
- * once (the one in use plus prefetches, capped by limit_all_gathers), each
- * counted with its staging and send buffer, an upper bound (a unit in use
- * has already freed them). Gradients and reduce-scatter staging are as
- * under SHARD_GRAD_OP, and can be in flight while units are gathered.
+ * and copies it out into a float32 full copy (4*U), allocated only then:
+ * a unit in flight holds its staging, a unit in use its full copy. With
+ * the program acquiring units in order and releasing each before the next
+ * (the FSDP order) the peak is the unit in use (4*U) beside one all-gather
+ * (the next unit's prefetch; without prefetch, or with limit_all_gathers 1,
+ * the acquired unit's own staging during its copy-out: the same bytes), and
+ * in backward the one reduce-scatter in flight (rb*Up) while the unit's
+ * gradient buffer (4*U, in grads) is copied into it. acx prefetches one
+ * position ahead only, so limit_all_gathers does not change this peak; a
+ * program holding several units at once adds 4*U per extra unit.
  * HYBRID_SHARD is FULL_SHARD inside a node of S ranks, with the shards
  * replicated across nodes, so the same formulas with S = ranks_per_node.
  *
@@ -238,8 +242,6 @@ ACX_API acx_status_t acx_memory_estimate(const acx_memory_model_t *m,
     const int64_t Sh = m->shard_numel > 0 ? m->shard_numel : ceil_div(P, S);
     const int64_t piece = ceil_div(U, S); /* one rank's segment of the largest unit */
     const int64_t Up = S * piece;         /* <= U + S - 1: no overflow for U <= P */
-    int64_t G = m->limit_all_gathers > 0 ? m->limit_all_gathers : m->num_units;
-    if (m->num_units > 0 && G > m->num_units) G = m->num_units;
 
     /* the terms of the table above, in bytes (P-sized ones only where used:
      * a FULL_SHARD estimate may fit where a replicated copy would not) */
@@ -251,7 +253,6 @@ ACX_API acx_status_t acx_memory_estimate(const acx_memory_model_t *m,
     const int64_t rs = mul3(rb, Up, 1, &ovf);    /* its reduce-scatter staging */
     const int64_t shard = mul3(4, Sh, 1, &ovf);  /* an fp32 shard */
     const int64_t states = mul3(4, K, Sh, &ovf); /* optimizer state of a shard */
-    const int64_t two_rs = mul3(2, rs, 1, &ovf); /* reduce-scatters in flight */
     /* one all-gather in flight: its staging, and under bf16/fp16 the 16-bit
      * send buffer the rank's segment is rounded into */
     const int64_t send = pb == 2 ? mul3(pb, piece, 1, &ovf) : 0;
@@ -272,7 +273,7 @@ ACX_API acx_status_t acx_memory_estimate(const acx_memory_model_t *m,
         e.grads = add2(grad_bufs, shard, &ovf);
         e.master = shard;
         e.optimizer = states;
-        e.transient = two_rs > two_ag ? two_rs : two_ag;
+        e.transient = rs > two_ag ? rs : two_ag;
         break;
     }
     default: /* ACX_FULL_SHARD, ACX_HYBRID_SHARD (S chosen above) */
@@ -280,7 +281,7 @@ ACX_API acx_status_t acx_memory_estimate(const acx_memory_model_t *m,
         e.grads = add2(grad_bufs, shard, &ovf);
         e.master = shard;
         e.optimizer = states;
-        e.transient = add2(mul3(G, add2(unit, ag, &ovf), 1, &ovf), two_rs, &ovf);
+        e.transient = add2(add2(unit, ag, &ovf), rs, &ovf); /* in use, in flight, reducing */
         break;
     }
     e.total = add2(add2(add2(e.params, e.grads, &ovf), add2(e.master, e.optimizer, &ovf), &ovf),

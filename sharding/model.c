@@ -541,6 +541,7 @@ ACX_API acx_status_t acx_unit_grads_ready(acx_unit_t *unit) {
         return ACX_ERROR(ACX_ERR_STATE, "unit '%s' reported its gradients twice in one micro-step",
                          unit->name);
     unit->grads_reported = 1;
+    unit->model->grads_pending = 1;
     acx_unit_storage(unit)->uses_reported++; /* the strategy reduces after the last use */
     return unit->model->strategy->grads_ready(unit);
 }
@@ -585,7 +586,9 @@ acx_status_t acx_model_after_step(acx_model_t *m) {
 
 acx_status_t acx_model_zero_grad(acx_model_t *m) {
     ACX_CHECK(require_prepared(m, "zero_grad"));
-    return m->strategy->zero_grad(m);
+    ACX_CHECK(m->strategy->zero_grad(m));
+    m->grads_pending = 0;
+    return ACX_OK;
 }
 
 acx_status_t acx_model_grads_to_host(acx_model_t *m) {

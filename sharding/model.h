@@ -203,6 +203,11 @@ struct acx_model {
     int sync;            /* this micro-step ends at a boundary */
     float grad_prescale; /* 1 / (world size x micro-steps accumulated) */
     int64_t step;        /* optimizer steps taken (written into weight files) */
+    /* A unit reported gradients (acx_unit_grads_ready) since the last
+     * optimizer step or zero_grad: they were computed with the current
+     * weights, so acx_model_load_weights refuses to replace those. Set by
+     * model.c, cleared by zero_grad and by the optimizer step (runtime/). */
+    int grads_pending;
 
     acx_prefetch_stats_t prefetch_stats; /* sharded strategies */
 };

@@ -32,7 +32,11 @@
  *   FULL_SHARD     at rest only the segments exist; acquire all-gathers the
  *                  unit into a transient full buffer, release frees it;
  *                  forward/backward prefetch start the neighbour's all-gather
- *                  early, at most limit_all_gathers units gathered at once.
+ *                  early, at most limit_all_gathers units gathered at once
+ *                  (in flight or held). A unit in flight holds only its
+ *                  staging: the full buffer is allocated at the copy-out
+ *                  (gather_finish), so a prefetch costs pb x S x seg bytes,
+ *                  not 4 x numel more.
  *   HYBRID_SHARD   FULL_SHARD inside a node; after the node's
  *                  reduce-scatter, the segment is all-reduced with the same
  *                  local rank on the other nodes (the replicas), which then
@@ -43,8 +47,8 @@
  * micro-steps (accumulation without communication, like FSDP's no_sync). On
  * a boundary, grads_ready hands it to a non-blocking reduce-scatter and frees
  * it; at most MAX_PENDING_RS reductions are in flight (the oldest is
- * completed first), so transient memory stays bounded while the rest of
- * backward overlaps the communication.
+ * completed first), so transient memory stays bounded while the next
+ * unit's backward overlaps the communication.
  *
  * Mixed precision: the full buffers hold the master values rounded to
  * param_dtype (the compute copies), and the all-gather moves param_dtype
@@ -104,14 +108,19 @@
 #include "base/param_init.h"
 #include "sharding/model.h"
 
-#define MAX_PENDING_RS 2 /* reduce-scatters in flight (each holds S x seg staging) */
+/* Reduce-scatters in flight, each holding S x seg staging. One: unit k's
+ * reduction overlaps unit k-1's backward and is completed when k-1's
+ * gradients are handed over, before k-1's staging is allocated, so backward
+ * holds one staging at a time (2 held a second one: a unit's 4 x numel more
+ * at the peak, docs/gpt.md's memory section). */
+#define MAX_PENDING_RS 1
 
 typedef enum policy { POLICY_GRAD_OP, POLICY_FULL, POLICY_HYBRID } policy_t;
 
 typedef struct unit_state {
     size_t seg;          /* elements of one rank's segment */
     size_t shard_off;    /* the segment's offset in master / shard_grad */
-    float *data;         /* [numel] full parameters, NULL when resharded */
+    float *data;         /* [numel] full parameters; NULL when resharded or in flight */
     float *grad;         /* [numel] full gradients being accumulated, or NULL */
     float *stale;        /* ACX_DEBUG_MODE, host state: the last handed-over grad, poisoned */
     void *staging;       /* [S x seg] of param_dtype: all-gather in flight, or NULL */
@@ -133,7 +142,7 @@ typedef struct sharded_state {
     unit_state_t *units;
     pending_rs_t pending[MAX_PENDING_RS];
     int num_pending;
-    int num_gathered;  /* units whose full buffer exists (FULL/HYBRID) */
+    int num_gathered;  /* units gathering or gathered: staging or full buffer (FULL/HYBRID) */
     int last_acquired; /* unit index of the last acquire this pass; -1 at a pass start */
 } sharded_state_t;
 
@@ -276,8 +285,10 @@ static void set_data_pointers(acx_unit_t *unit, float *data) {
         unit->params[i]->data = data ? data + unit->params[i]->full_offset : NULL;
 }
 
-/* Start the all-gather of unit u's segments into fresh staging; allocate
- * the full buffer unless it exists (SHARD_GRAD_OP refresh). */
+/* Start the all-gather of unit u's segments into fresh staging. The full
+ * buffer is not allocated here but at the copy-out (gather_finish), unless
+ * it exists (SHARD_GRAD_OP's resident parameters, a refresh): from now
+ * until then the unit holds its staging only. */
 static acx_status_t gather_start(acx_model_t *m, int u) {
     sharded_state_t *st = state_of(m);
     unit_state_t *us = &st->units[u];
@@ -288,16 +299,11 @@ static acx_status_t gather_start(acx_model_t *m, int u) {
     const acx_devops_t *d = m->ctx.dev;
     ACX_CHECK(unit_check(m, u, 0, dt));
     unit->gathers++;
-    if (us->data == NULL) {
-        void *data = NULL;
-        ACX_CHECK(buf_alloc(m, data_category(st), unit->numel * sizeof(float), 0, "gathered unit",
-                            &data));
-        us->data = data;
-        if (st->policy != POLICY_GRAD_OP) st->num_gathered++;
-    }
     acx_status_t status =
         buf_alloc(m, ACX_MEM_TRANSIENT, S * us->seg * esz, 0, "all-gather staging", &us->staging);
     if (status != ACX_OK) return status;
+    /* FULL/HYBRID: the unit counts against limit_all_gathers from now */
+    if (us->data == NULL && st->policy != POLICY_GRAD_OP) st->num_gathered++;
     const void *send = m->master + us->shard_off;
     if (acx_dtype_is_half(dt)) { /* round the segment once: the wire carries param_dtype */
         status =
@@ -318,12 +324,19 @@ static acx_status_t gather_start(acx_model_t *m, int u) {
         buf_free(m, ACX_MEM_TRANSIENT, us->send, us->seg * esz);
         us->staging = us->send = NULL;
         us->req = NULL;
+        if (us->data == NULL && st->policy != POLICY_GRAD_OP) st->num_gathered--;
     }
     return status;
 }
 
-/* Wait for unit u's all-gather and copy every rank's pieces into the
- * contiguous full buffer: rank s's rows of p land at rows [b_s, e_s). */
+/* Wait for unit u's all-gather, allocate the full buffer (unless resident)
+ * and copy every rank's pieces into it: rank s's rows of p land at rows
+ * [b_s, e_s). The staging is freed right after, so the full buffer and the
+ * staging coexist only for the copy. (Gathering straight into the full
+ * buffer would need the gathered order — rank by rank, each rank's rows of
+ * every parameter — to be the full buffer's — parameter by parameter: true
+ * only for one parameter whose rows divide evenly, or S = 1; and under
+ * bf16/fp16 the wire is 16-bit while the full buffer is float32.) */
 static acx_status_t gather_finish(acx_model_t *m, int u) {
     sharded_state_t *st = state_of(m);
     unit_state_t *us = &st->units[u];
@@ -334,6 +347,14 @@ static acx_status_t gather_finish(acx_model_t *m, int u) {
     const acx_devops_t *d = m->ctx.dev;
     acx_status_t status = st->shard->ops->wait(us->req);
     us->req = NULL;
+    buf_free(m, ACX_MEM_TRANSIENT, us->send, us->seg * esz); /* sent: before the full buffer */
+    us->send = NULL;
+    if (status == ACX_OK && us->data == NULL) {
+        void *data = NULL;
+        status =
+            buf_alloc(m, data_category(st), unit->numel * sizeof(float), 0, "gathered unit", &data);
+        us->data = data;
+    }
     if (status == ACX_OK) {
         for (int i = 0; status == ACX_OK && i < unit->num_params; i++) {
             const acx_param_t *p = unit->params[i];
@@ -357,8 +378,11 @@ static acx_status_t gather_finish(acx_model_t *m, int u) {
         if (status == ACX_OK) set_data_pointers(unit, us->data);
     }
     buf_free(m, ACX_MEM_TRANSIENT, us->staging, (size_t)S * us->seg * esz);
-    buf_free(m, ACX_MEM_TRANSIENT, us->send, us->seg * esz);
-    us->staging = us->send = NULL;
+    us->staging = NULL;
+    if (us->data == NULL && st->policy != POLICY_GRAD_OP) { /* failed: nothing held */
+        st->num_gathered--;
+        us->prefetched = 0;
+    }
     return status;
 }
 
@@ -382,7 +406,7 @@ static acx_status_t prefetch(acx_model_t *m, int pos, int backward) {
     sharded_state_t *st = state_of(m);
     if (pos < 0 || pos >= m->num_units) return ACX_OK;
     int u = acx_unit_storage(m->units[pos])->index;
-    if (st->units[u].data != NULL) return ACX_OK;
+    if (st->units[u].data != NULL || st->units[u].req != NULL) return ACX_OK;
     int limit = m->ctx.limit_all_gathers;
     if (limit > 0 && st->num_gathered >= limit) return ACX_OK;
     ACX_CHECK(gather_start(m, u));
@@ -422,7 +446,7 @@ static acx_status_t gather_units(acx_model_t *m, int only_resident) {
     for (int u = 0; u <= m->num_units; u++) {
         if (u < m->num_units) {
             if (m->units[u]->owner != NULL) continue; /* a shared unit: no storage */
-            if (only_resident && st->units[u].data == NULL) continue;
+            if (only_resident && st->units[u].data == NULL && st->units[u].req == NULL) continue;
             if (st->units[u].req != NULL) ACX_CHECK(gather_finish(m, u)); /* a prefetch */
             ACX_CHECK(gather_start(m, u));
         }
@@ -722,7 +746,7 @@ static acx_status_t sharded_acquire(acx_unit_t *unit) {
     int backward = st->last_acquired >= 0 && pos <= st->last_acquired;
     st->last_acquired = pos;
     unit_state_t *us = &st->units[u];
-    if (us->data == NULL) ACX_CHECK(gather_start(m, u));
+    if (us->data == NULL && us->req == NULL) ACX_CHECK(gather_start(m, u));
     if (us->req != NULL) ACX_CHECK(gather_finish(m, u));
     us->prefetched = 0;
     if (!backward && m->ctx.forward_prefetch) ACX_CHECK(prefetch(m, pos + 1, 0));

@@ -897,10 +897,10 @@ static acx_status_t memory_report(acx_accelerator_t *acc, model_t *md, size_t ac
     if (dev) acx_print(acc, "memory: the model state is in device memory: device peaks below\n");
     /* ZeRO-3 with fp32 AdamW: 4 (fp32 master) + 4 (gradient shard) + 8 (m, v)
      * bytes per element, sharded over N; plus what FULL_SHARD holds in full
-     * at its peak, in backward: the unit in use and the one prefetched
-     * (their float32 parameters) and their float32 full gradient buffers
-     * (the unit computing its gradient, the one whose reduce-scatter is in
-     * flight) */
+     * at its peak, in backward, four unit-sized float32 buffers: the unit
+     * in use and its gradient buffer, the next unit's all-gather staging
+     * (prefetched) and the reduce-scatter staging of the gradients handed
+     * over. The stricter figure allows two. */
     double zero3 = 16.0 * (double)P / (double)N, units = 4.0 * (double)(u1 + u2);
     double formula = zero3 + units + units;
     acx_print(acc,
@@ -918,12 +918,14 @@ static acx_status_t memory_report(acx_accelerator_t *acc, model_t *md, size_t ac
               s == ACX_FULL_SHARD || s == ACX_HYBRID_SHARD
                   ? ""
                   : " (the ZeRO-3 figure: full_shard and hybrid_shard only)");
+    acx_print(acc, "memory: stricter 16*P/N + 4*(U1+U2) = %.0f bytes; measured / stricter = %.3f\n",
+              zero3 + units, total / (zero3 + units));
     /* where the bytes above the sharded 16P/N go, in largest units' float32 bytes */
     double shard4 = 4.0 * (double)P / (double)N;
     acx_print(acc,
               "memory: above the shards: grads %.0f bytes (%.2f x 4*U1: full gradient buffers, "
-              "with the tied embed's %lld bytes), transient %.0f bytes (%.2f x 4*U1: gathered "
-              "units with their all-gather staging and send buffers)\n",
+              "with the tied embed's %lld bytes), transient %.0f bytes (%.2f x 4*U1: the unit "
+              "in use, all-gather and reduce-scatter staging)\n",
               peak[ACX_MEM_GRADS] - shard4, (peak[ACX_MEM_GRADS] - shard4) / (4.0 * (double)u1),
               (long long)(4 * embed), peak[ACX_MEM_TRANSIENT],
               peak[ACX_MEM_TRANSIENT] / (4.0 * (double)u1));

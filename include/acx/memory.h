@@ -137,12 +137,14 @@ typedef struct acx_memory_model {
     int strategy;          /* acx_sharding_strategy_t */
     int mixed_precision;   /* acx_mixed_precision_t */
     int optimizer_states;  /* fp32 states per element: AdamW 2, SGD with momentum 1, else 0 */
-    int limit_all_gathers; /* as in the config; 0 = no cap (then every unit counts) */
-    int num_units;         /* units in the model: the gathered units when
-                              limit_all_gathers = 0, and their cap otherwise
-                              (0 = unknown: no cap). Units with parameters only:
-                              a shared unit (acx_model_add_shared_unit) gathers
-                              its owner's storage and has none of its own */
+    int limit_all_gathers; /* as in the config, >= 0 (0 = no cap). Checked, but no
+                              longer changes the estimate: acx prefetches one unit
+                              ahead, and a unit in flight holds only its staging, so
+                              FULL_SHARD's peak is one unit in use beside one
+                              all-gather whatever the cap */
+    int num_units;         /* units in the model, >= 0 (0 = unknown); units with
+                              parameters only (a shared unit has no storage).
+                              Checked; no longer changes the estimate */
     int reduce_dtype;      /* acx_reduce_dtype_t; 0 = fp32. The dtype gradients are
                               reduced in, as in the config: bf16/fp16 halves the
                               reduce-scatter staging and adds NO_SHARD's 2 x P wire

@@ -287,7 +287,10 @@ typedef struct acx_load_options {
 } acx_load_options_t;
 
 /* Load parameter values from the file at `path` into a prepared model:
- * after acx_prepare, between optimizer steps. The format is found from the
+ * after acx_prepare, between optimizer steps (not with gradients pending:
+ * after an acx_unit_grads_ready, until acx_optimizer_step or
+ * acx_optimizer_zero_grad; such gradients were computed with the weights
+ * being replaced). The format is found from the
  * content, not the name: an acx weights file (HDF5, root attribute
  * format "acx-weights": acx_model_save_weights, acx ckpt export), an acx
  * checkpoint (its /model; the optimizer state and the rest are not
@@ -308,7 +311,8 @@ typedef struct acx_load_options {
  * tensor, a non-float dtype; strict: a parameter without a tensor, a
  * tensor without a parameter), ACX_ERR_INVALID_ARG (NULL model or path, a
  * map entry naming no parameter or twice the same one, transpose of a
- * parameter that is not 2-D), ACX_ERR_STATE (not prepared),
+ * parameter that is not 2-D), ACX_ERR_STATE (not prepared, or gradients
+ * pending),
  * ACX_ERR_NO_MEMORY, ACX_ERR_HDF5, ACX_ERR_CUDA. */
 ACX_API acx_status_t acx_model_load_weights(acx_model_t *model, const char *path,
                                             const acx_load_options_t *opts);

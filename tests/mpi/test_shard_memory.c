@@ -21,6 +21,14 @@
  *     estimate (which adds one reusable unit buffer);
  *   - on every rank, every category's peak and the total peak are at most
  *     the estimate, and the total peak at least the persistent part;
+ *   - FULL_SHARD and HYBRID_SHARD, on every rank: the total peak is at most
+ *     16 Sh + 4 U + 4 U + 4 Ug + 4 Ug, with Ug = S x (the largest unit's
+ *     padded segment), computed here from the shapes: the fp32 master,
+ *     gradient shard and AdamW m, v (4 + 4 + 8 bytes per shard element),
+ *     then at the peak in backward the unit in use (float32), its gradient
+ *     buffer, the next unit's all-gather staging and one reduce-scatter
+ *     staging; and the estimate's total is above the measured peak by less
+ *     than one U (it counts the largest unit everywhere: not loose);
  *   - at 2 ranks or more, FULL_SHARD's total peak is below NO_SHARD's;
  *   - after acx_finalize nothing is left (current total 0, nothing cached);
  *   - the caching allocator keeps the freed unit buffers of the sharded
@@ -56,6 +64,12 @@ static int64_t shard_numel(int S) {
     for (int u = 0; u < NUNITS; u++)
         n += ceil_div(wshape[u].rows, S) * wshape[u].cols + ceil_div(wshape[u].rows, S);
     return n + ceil_div(3, S);
+}
+
+/* Elements of unit u's padded segment: ceil(R/S) rows of every parameter. */
+static int64_t segment(int u, int S) {
+    int64_t c = ceil_div(wshape[u].rows, S);
+    return c * wshape[u].cols + c + (u == NUNITS - 1 ? ceil_div(3, S) : 0);
 }
 
 /* ---- one training run under a strategy ---- */
@@ -233,6 +247,23 @@ static int check_strategy(int strategy, int rpn, const char *label, int64_t *pea
            (long long)ms.rest.peak_total, (long long)est.total);
     EXPECT(peak_total_max >= persistent - TOL, "total peak %lld bytes < the persistent part %lld",
            (long long)peak_total_max, (long long)persistent);
+    if (strategy == ACX_FULL_SHARD || strategy == ACX_HYBRID_SHARD) {
+        /* ZeRO-3's 16 bytes per shard element, then what is held in full at
+         * the peak: the unit in use and its gradient buffer (4 U each), the
+         * next unit's all-gather staging and the one reduce-scatter staging
+         * (4 Ug each; fp32 on the wire here) */
+        int64_t Ug = 0;
+        for (int u = 0; u < NUNITS; u++)
+            if (S * segment(u, S) > Ug) Ug = S * segment(u, S);
+        int64_t bound = 16 * Sh + 4 * U + 4 * U + 4 * Ug + 4 * Ug;
+        EXPECT(ms.rest.peak_total <= bound + TOL,
+               "total peak %lld bytes > 16 Sh + 8 U + 8 Ug = %lld (%.3f x; U = %lld, Ug = %lld)",
+               (long long)ms.rest.peak_total, (long long)bound,
+               (double)ms.rest.peak_total / (double)bound, (long long)U, (long long)Ug);
+        EXPECT(est.total - peak_total_max < 4 * U,
+               "estimate %lld bytes is more than 4 U = %lld above the measured peak %lld",
+               (long long)est.total, (long long)(4 * U), (long long)peak_total_max);
+    }
     /* the caching allocator: the freed unit buffers are kept (sharded
      * strategies free them every step), in use + cached stays within the
      * estimate + 1/8 (its bound; plus a page of rounding per buffer), and

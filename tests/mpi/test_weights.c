@@ -36,6 +36,12 @@
  *   device     device-resident state on the emulated device (no_shard,
  *              shard_grad_op, full_shard; bf16): load, step, gather_to,
  *              the safetensors round trip.
+ *   pending    a load with gradients pending — after a backward before the
+ *              optimizer step, and between the micro-steps of an
+ *              accumulation window (gradient_accumulation_steps 2) — is
+ *              refused on every rank (ACX_ERR_STATE, "gradients pending"),
+ *              the parameters unchanged; after the step, and after
+ *              zero_grad, it loads. Under every strategy.
  *   debug      ACX_DEBUG_MODE=1: a write into acx_param_data on rank 0
  *              under full_shard is found at release and fails the next
  *              optimizer step on every rank, naming the parameter; under
@@ -291,6 +297,7 @@ typedef struct net {
 } net_t;
 
 static int device_state = ACX_DEVICE_STATE_AUTO; /* the emulated device: device_case */
+static int accum_steps = 1;                      /* pending_case */
 
 static acx_status_t net_open(net_t *n, int strategy, int bf16) {
     acx_config_t cfg = ACX_CONFIG_DEFAULT;
@@ -298,6 +305,7 @@ static acx_status_t net_open(net_t *n, int strategy, int bf16) {
     cfg.seed = 7;
     cfg.sharding_strategy = strategy;
     cfg.mixed_precision = bf16 ? ACX_MP_BF16 : ACX_MP_NO;
+    cfg.gradient_accumulation_steps = accum_steps;
     if (strategy == ACX_HYBRID_SHARD) cfg.ranks_per_node = 1; /* simulated nodes of one rank */
     memset(n, 0, sizeof *n);
     acx_status_t st;
@@ -537,6 +545,79 @@ error:
     return 1;
 }
 
+/* One micro-step's forward and backward, gradients of 1 in every parameter
+ * (acquired: the full buffers). */
+static acx_status_t micro_backward(net_t *n) {
+    acx_status_t st;
+    for (int u = 1; u >= 0; u--) {
+        if ((st = acx_unit_acquire(n->u[u])) != ACX_OK) return st;
+        for (int q = 0; q < NP; q++) {
+            if (par[q].unit != u) continue;
+            float *g = acx_param_grad(n->p[q]);
+            for (int k = 0; k < par[q].numel; k++)
+                g[k] += 1.0f;
+        }
+        if ((st = acx_unit_grads_ready(n->u[u])) != ACX_OK) return st;
+        if ((st = acx_unit_release(n->u[u])) != ACX_OK) return st;
+    }
+    return acx_backward_end(n->acc);
+}
+
+/* acx_model_load_weights with gradients pending (computed with the weights
+ * it would replace) is refused on every rank and changes nothing; between
+ * optimizer steps it loads. */
+static int pending_case(int strategy) {
+    net_t n;
+    float e[NP][MAXN], s[NP][MAXN];
+    char p[1300], q[1300];
+    expected(e);
+    for (int i = 0; i < NP; i++)
+        for (int k = 0; k < par[i].numel; k++)
+            s[i][k] = 100.0f + (float)(i * 10 + k);
+    const acx_load_options_t opts = {.map = the_map, .map_len = 2, .strict = 1};
+    path_of(p, sizeof p, "model.safetensors");
+    path_of(q, sizeof q, "scramble.safetensors");
+    accum_steps = 2;
+    acx_status_t st = net_open(&n, strategy, 0);
+    accum_steps = 1;
+    CHECK_OK(st);
+    CHECK_OK(acx_model_load_weights(n.m, p, &opts));
+    /* micro-step 1 of 2: gradients accumulate, no step */
+    CHECK_OK(acx_accumulate_begin(n.acc));
+    CHECK(!acx_sync_gradients(n.acc));
+    CHECK_OK(micro_backward(&n));
+    CHECK_STATUS(acx_model_load_weights(n.m, q, NULL), ACX_ERR_STATE, "gradients pending");
+    CHECK_OK(acx_accumulate_end(n.acc));
+    CHECK_STATUS(acx_model_load_weights(n.m, q, NULL), ACX_ERR_STATE, "gradients pending");
+    CHECK(gathered_equal(&n, e, "after a refused load between micro-steps"));
+    /* micro-step 2: the boundary; refused after backward, loads after the
+     * step (lr 0: the weights stay e until the load) */
+    CHECK_OK(acx_accumulate_begin(n.acc));
+    CHECK(acx_sync_gradients(n.acc));
+    CHECK_OK(micro_backward(&n));
+    CHECK_STATUS(acx_model_load_weights(n.m, q, NULL), ACX_ERR_STATE, "gradients pending");
+    CHECK(gathered_equal(&n, e, "after a refused load before the step"));
+    CHECK_OK(acx_optimizer_step(n.opt));
+    CHECK_OK(acx_model_load_weights(n.m, q, NULL));
+    CHECK(gathered_equal(&n, s, "loaded after the step"));
+    CHECK_OK(acx_optimizer_zero_grad(n.opt));
+    CHECK_OK(acx_accumulate_end(n.acc));
+    CHECK_OK(acx_model_load_weights(n.m, p, &opts));
+    CHECK(gathered_equal(&n, e, "loaded after zero_grad"));
+    /* gradients dropped by zero_grad without a step: nothing pending */
+    CHECK_OK(acx_accumulate_begin(n.acc));
+    CHECK_OK(micro_backward(&n));
+    CHECK_OK(acx_optimizer_zero_grad(n.opt));
+    CHECK_OK(acx_model_load_weights(n.m, q, NULL));
+    CHECK(gathered_equal(&n, s, "loaded after zero_grad without a step"));
+    CHECK_OK(acx_accumulate_end(n.acc));
+    net_close(&n);
+    return 0;
+error:
+    net_close(&n);
+    return 1;
+}
+
 /* Device-resident state (the emulated device: host code cannot touch its
  * memory, so only the host copies are compared): the load copies through
  * the device table, gather_to copies the rows back first. */
@@ -702,6 +783,12 @@ int main(int argc, char **argv) {
                      strat_name[st]);
             TESTING(what);
             failed |= acx_test_report(device_case(st));
+        }
+        for (int st = ACX_NO_SHARD; st <= ACX_HYBRID_SHARD; st++) {
+            snprintf(what, sizeof what, "a load with gradients pending is refused: %s",
+                     strat_name[st]);
+            TESTING(what);
+            failed |= acx_test_report(pending_case(st));
         }
         TESTING("hostile safetensors headers");
         failed |= acx_test_report(hostile_case());
