@@ -21,8 +21,9 @@
  *            results must be bitwise equal. Sizes 1 element to 1 MiB, the
  *            large ones above the shared-memory threshold. Prints
  *              COLL rank R ok checks K
- *            and, on rank 0 of each node, SHMSEG bytes B (this process's
- *            shared-memory segment bytes: acx_memory_stats' comm_segments).
+ *            and the shared-memory segments this process maps (from
+ *            /proc/self/maps; "-" for none):
+ *              SHMMAPS rank R host H segments NAME,NAME...
  *   hybrid   HYBRID_SHARD (ranks_per_node unset: the real nodes) trains
  *            tests/mpi/shard_net.h's model 4 steps (SGD with momentum and
  *            AdamW); prints, per rank,
@@ -40,6 +41,8 @@
  *            connected), then rank 0 sends BYTES to the last rank and
  *            waits for a 1-byte reply; prints
  *              BW bytes B seconds S mbit M
+ *   sleep S  plain MPI: a barrier, then every rank prints SLEEPING rank R and
+ *            sleeps S seconds (a job to kill: the teardown tests)
  */
 #include <mpi.h>
 #include <stdint.h>
@@ -197,10 +200,27 @@ static int run_coll(void) {
     MPI_Comm_free(&shared);
     int any = 0;
     MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-    acx_memory_stats_t ms;
-    CHECK_OK(acx_memory_stats(&ms));
-    if (acc->local_rank == 0)
-        printf("SHMSEG node %d bytes %lld\n", acc->node_rank, (long long)ms.comm_segments);
+    /* The segments this process maps (coll_mpi_shm.c names them
+     * /acx-shm-PID-SERIAL and unlinks them at once: they show in the maps
+     * as "/dev/shm/acx-shm-... (deleted)"), each name once. */
+    char names[1024] = "", line[1024];
+    FILE *maps = fopen("/proc/self/maps", "r");
+    CHECK(maps != NULL);
+    while (fgets(line, sizeof line, maps) != NULL) {
+        char *at = strstr(line, "/acx-shm-");
+        if (at == NULL) continue;
+        size_t len = strcspn(at + 1, " \n");
+        char name[128];
+        snprintf(name, sizeof name, "%.*s", (int)len, at + 1);
+        if (strstr(names, name) == NULL && strlen(names) + len + 2 < sizeof names)
+            snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s",
+                     names[0] ? "," : "", name);
+    }
+    fclose(maps);
+    char host[256];
+    gethostname(host, sizeof host);
+    host[sizeof host - 1] = '\0';
+    printf("SHMMAPS rank %d host %s segments %s\n", rank_, host, names[0] ? names : "-");
     printf("COLL rank %d %s checks %d\n", rank_, any ? "FAILED" : "ok", checks_);
     fflush(stdout);
     CHECK_OK(acx_finalize(acc));
@@ -340,8 +360,14 @@ int main(int argc, char **argv) {
         rc = run_hybrid(argv[2]);
     else if (argc >= 3 && strcmp(argv[1], "bw") == 0)
         rc = run_bw(argv[2]);
-    else if (rank_ == 0)
-        fprintf(stderr, "usage: test_nodes topo | coll | hybrid FILE | bw BYTES\n");
+    else if (argc >= 3 && strcmp(argv[1], "sleep") == 0) {
+        MPI_Barrier(MPI_COMM_WORLD);
+        printf("SLEEPING rank %d\n", rank_);
+        fflush(stdout);
+        sleep((unsigned)atoi(argv[2]));
+        rc = 0;
+    } else if (rank_ == 0)
+        fprintf(stderr, "usage: test_nodes topo | coll | hybrid FILE | bw BYTES | sleep S\n");
     MPI_Finalize();
     return rc;
 }
