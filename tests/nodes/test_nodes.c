@@ -43,6 +43,8 @@
  *              BW bytes B seconds S mbit M
  *   sleep S  plain MPI: a barrier, then every rank prints SLEEPING rank R and
  *            sleeps S seconds (a job to kill: the teardown tests)
+ *   exit R C plain MPI: a barrier, then rank R exits with code C at once
+ *            and the others sleep 60 s (the launcher must end them)
  */
 #include <mpi.h>
 #include <stdint.h>
@@ -360,14 +362,20 @@ int main(int argc, char **argv) {
         rc = run_hybrid(argv[2]);
     else if (argc >= 3 && strcmp(argv[1], "bw") == 0)
         rc = run_bw(argv[2]);
-    else if (argc >= 3 && strcmp(argv[1], "sleep") == 0) {
+    else if (argc >= 4 && strcmp(argv[1], "exit") == 0) {
+        MPI_Barrier(MPI_COMM_WORLD);
+        if (rank_ == atoi(argv[2])) _exit(atoi(argv[3]));
+        sleep(60);
+        rc = 0;
+    } else if (argc >= 3 && strcmp(argv[1], "sleep") == 0) {
         MPI_Barrier(MPI_COMM_WORLD);
         printf("SLEEPING rank %d\n", rank_);
         fflush(stdout);
         sleep((unsigned)atoi(argv[2]));
         rc = 0;
     } else if (rank_ == 0)
-        fprintf(stderr, "usage: test_nodes topo | coll | hybrid FILE | bw BYTES | sleep S\n");
+        fprintf(stderr,
+                "usage: test_nodes topo | coll | hybrid FILE | bw BYTES | sleep S | exit R C\n");
     MPI_Finalize();
     return rc;
 }
