@@ -99,6 +99,11 @@ static const char launch_usage[] =
     "                                every rank (ACX_LOG_LEVEL=debug, ACX_DEBUG_MODE=1);\n"
     "                                also print the command before running it\n"
     "  --hostfile FILE               mpirun's host file (not inside Slurm)\n"
+    "  --host LIST                   hosts and their slots in mpirun's syntax,\n"
+    "                                node1:2,node2:1 (not inside Slurm); without\n"
+    "                                -n, N is the sum of the slots. mpirun starts\n"
+    "                                the other hosts' daemons with its launch agent\n"
+    "                                (ssh, or OMPI_MCA_plm_rsh_agent)\n"
     "  --dry-run                     print the command and the variables it sets, as\n"
     "                                one line a shell runs as is; run nothing\n"
     "  -h, --help                    show this text\n"
@@ -373,6 +378,7 @@ static int parse_options(int argc, char **argv, launch_options_t *o) {
             {"--gradient-accumulation-steps", "a number",
              offsetof(acx_launch_request_t, gradient_accumulation_steps)},
             {"--hostfile", "a FILE", offsetof(acx_launch_request_t, hostfile)},
+            {"--host", "a host LIST (e.g. node1:2,node2:1)", offsetof(acx_launch_request_t, hosts)},
         };
         int matched = 0;
         for (size_t k = 0; k < sizeof strings / sizeof strings[0] && !matched; k++) {
@@ -504,11 +510,12 @@ static void forward_to_launcher(int sig, siginfo_t *info, void *ctx) {
 
 /* The status directory: node-local $TMPDIR for one node; the project
  * directory when ranks may run on other nodes (a Slurm allocation of
- * several nodes, or a host file), since their supervisors write there. */
+ * several nodes, a host file or a host list), since their supervisors
+ * write there. */
 static int status_dir_parent(const acx_launch_request_t *q, const char *project_dir, char *buf,
                              size_t size) {
     const char *nodes = getenv("SLURM_JOB_NUM_NODES");
-    int multi = q->hostfile != NULL || (nodes != NULL && atoi(nodes) > 1);
+    int multi = q->hostfile != NULL || q->hosts != NULL || (nodes != NULL && atoi(nodes) > 1);
     const char *parent = multi ? project_dir : getenv("TMPDIR");
     if (parent == NULL || parent[0] == '\0') parent = "/tmp";
     char abs[PATH_MAX];
@@ -687,6 +694,19 @@ int cmd_launch(int argc, char **argv) {
                            "--hostfile '%s' inside a Slurm allocation: srun runs on the "
                            "allocation's nodes (give srun's --nodelist after '--' instead)",
                            q->hostfile);
+    if (q->hosts != NULL && strcmp(acx_launch_launcher_name(&host, NULL), "srun") == 0)
+        return usage_error("launch",
+                           "--host '%s' inside a Slurm allocation: srun runs on the "
+                           "allocation's nodes (give srun's --nodelist after '--' instead)",
+                           q->hosts);
+    if (q->hosts != NULL) {
+        char why[512];
+        if (acx_launch_host_slots(q->hosts, why, sizeof why) < 0)
+            return usage_error("launch", "--host: %s", why);
+        if (q->hostfile != NULL)
+            return usage_error("launch", "both --hostfile and --host '%s' given (give one)",
+                               q->hosts);
+    }
 
     char project_dir[PATH_MAX];
     int preempt_mask = 0;

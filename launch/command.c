@@ -19,6 +19,7 @@
  * form `ACX_X=v mpirun ... -x ACX_X ...` that runs as printed, and srun
  * (which exports the whole environment) needs nothing more.
  */
+#include <ctype.h>
 #include <errno.h>
 #include <limits.h>
 #include <signal.h>
@@ -140,6 +141,63 @@ static void add_launcher_args(strvec_t *argv, const acx_launch_request_t *req) {
         sv_add(argv, req->launcher_args[i]);
 }
 
+int acx_launch_host_slots(const char *list, char *why, size_t size) {
+    char dummy[1];
+    if (why == NULL || size == 0) {
+        why = dummy;
+        size = sizeof dummy;
+    }
+    why[0] = '\0';
+    if (list == NULL || list[0] == '\0') {
+        snprintf(why, size, "an empty host list (expected NAME[:SLOTS],... e.g. node1:2,node2:1)");
+        return -1;
+    }
+    long total = 0;
+    for (const char *item = list; *item != '\0';) {
+        size_t len = strcspn(item, ",");
+        size_t name_len = strcspn(item, ":,");
+        int ok = name_len > 0 && name_len <= 255;
+        for (size_t i = 0; ok && i < name_len; i++) {
+            unsigned char ch = (unsigned char)item[i];
+            ok = isalnum(ch) || ch == '.' || ch == '-' || ch == '_';
+        }
+        long slots = 1;
+        if (ok && name_len < len) { /* ":SLOTS" */
+            const char *digits = item + name_len + 1;
+            size_t nd = len - name_len - 1;
+            ok = nd > 0 && nd <= 5;
+            slots = 0;
+            for (size_t i = 0; ok && i < nd; i++) {
+                ok = isdigit((unsigned char)digits[i]);
+                slots = slots * 10 + (digits[i] - '0');
+            }
+            ok = ok && slots >= 1 && slots <= 65536;
+        }
+        if (!ok) {
+            snprintf(why, size,
+                     "host list item '%.*s' in '%s' (expected NAME or NAME:SLOTS, NAME a host "
+                     "name of letters, digits, '.', '-', '_', SLOTS 1..65536)",
+                     (int)len, item, list);
+            return -1;
+        }
+        total += slots;
+        if (total > 1000000) {
+            snprintf(why, size, "host list '%s' places more than 1000000 ranks", list);
+            return -1;
+        }
+        item += len;
+        if (*item == ',') {
+            item++;
+            if (*item == '\0') {
+                snprintf(why, size, "host list '%s' ends in ',' (expected NAME[:SLOTS] after it)",
+                         list);
+                return -1;
+            }
+        }
+    }
+    return (int)total;
+}
+
 static acx_status_t check_request(const acx_launch_request_t *req, const acx_launch_host_t *host,
                                   acx_launch_cmd_t **cmd_p) {
     if (req == NULL || host == NULL || cmd_p == NULL)
@@ -165,6 +223,15 @@ static acx_status_t check_request(const acx_launch_request_t *req, const acx_lau
         return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx launch: a supervisor needs a status directory");
     if (host->nproc < 1)
         return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx launch: nproc %ld (expected >= 1)", host->nproc);
+    if (req->hosts != NULL) {
+        char why[512];
+        if (acx_launch_host_slots(req->hosts, why, sizeof why) < 0)
+            return ACX_ERROR(ACX_ERR_INVALID_ARG, "acx launch: --host: %s", why);
+        if (req->hostfile != NULL)
+            return ACX_ERROR(ACX_ERR_INVALID_ARG,
+                             "acx launch: both --hostfile '%s' and --host '%s' (give one)",
+                             req->hostfile, req->hosts);
+    }
     return ACX_OK;
 }
 
@@ -181,6 +248,14 @@ static acx_status_t build_srun(const acx_launch_request_t *req, const acx_launch
                          "srun runs on the allocation's nodes; pass srun's own --nodelist after "
                          "'--' instead",
                          req->hostfile, job_var ? job_var : "SLURM_JOB_ID", job ? job : "");
+    }
+    if (req->hosts != NULL) {
+        const char *job = NULL, *job_var = acx_launch_slurm_job_var(env, &job);
+        return ACX_ERROR(ACX_ERR_INVALID_ARG,
+                         "acx launch: --host '%s' inside a Slurm allocation (%s=%s): "
+                         "srun runs on the allocation's nodes; pass srun's own --nodelist after "
+                         "'--' instead",
+                         req->hosts, job_var ? job_var : "SLURM_JOB_ID", job ? job : "");
     }
     int n = req->num_processes > 0 ? req->num_processes : positive_var(env, "SLURM_NTASKS");
     if (n == 0) n = positive_var(env, "SLURM_NPROCS");
@@ -222,12 +297,17 @@ static const char *const forwarded_vars[] = {"PATH", "LD_LIBRARY_PATH", "OMP_NUM
 static void build_mpirun(const acx_launch_request_t *req, const acx_launch_host_t *host,
                          const char *(*env)(const char *), acx_launch_cmd_t *cmd, strvec_t *argv,
                          strvec_t *vars) {
+    /* the host list was checked (check_request) */
+    int list_slots = req->hosts != NULL ? acx_launch_host_slots(req->hosts, NULL, 0) : 0;
     int n = req->num_processes > 0          ? req->num_processes
             : req->config_num_processes > 0 ? req->config_num_processes
+            : list_slots > 0                ? list_slots
                                             : 1;
     cmd->num_processes = n;
-    /* With a hostfile the slots it lists decide, not this machine's CPUs. */
-    cmd->oversubscribed = req->hostfile == NULL && n > host->nproc;
+    /* With a hostfile or a host list their slots decide, not this machine's
+     * CPUs (the ranks run on those hosts). */
+    int remote = req->hostfile != NULL || req->hosts != NULL;
+    cmd->oversubscribed = !remote && n > host->nproc;
     add_settings(vars, req);
 
     if (host->mpi_flavor == ACX_MPI_FLAVOR_MPICH) {
@@ -240,6 +320,10 @@ static void build_mpirun(const acx_launch_request_t *req, const acx_launch_host_
         if (req->hostfile != NULL) {
             sv_add(argv, "-f");
             sv_add(argv, req->hostfile);
+        }
+        if (req->hosts != NULL) {
+            sv_add(argv, "-hosts");
+            sv_add(argv, req->hosts);
         }
     } else {
         cmd->launcher = "mpirun";
@@ -258,6 +342,12 @@ static void build_mpirun(const acx_launch_request_t *req, const acx_launch_host_
         if (req->hostfile != NULL) {
             sv_add(argv, "--hostfile");
             sv_add(argv, req->hostfile);
+        }
+        if (req->hosts != NULL) {
+            sv_add(argv, "--host");
+            sv_add(argv, req->hosts);
+        }
+        if (remote) {
             /* Other nodes: forward the set ones by name (-x NAME, as below). */
             for (size_t i = 0; i < sizeof forwarded_vars / sizeof forwarded_vars[0]; i++)
                 if (lookup(env, forwarded_vars[i]) != NULL) {

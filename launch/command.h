@@ -37,7 +37,9 @@ typedef struct acx_launch_request {
     const char *gradient_accumulation_steps; /* -> ACX_GRADIENT_ACCUMULATION_STEPS */
     int debug;                               /* --debug -> ACX_LOG_LEVEL=debug */
     const char *hostfile;                    /* --hostfile FILE (mpirun/mpiexec only) */
-    int n_launcher_args;                     /* passthrough: inserted before the rank command */
+    const char
+        *hosts; /* --host LIST: "n1:2,n2:1" (mpirun/mpiexec only; see acx_launch_host_slots) */
+    int n_launcher_args; /* passthrough: inserted before the rank command */
     const char *const *launcher_args;
     /* The rank supervisor: `supervisor launch --rank-supervisor status_dir
      * PROGRAM ARGS`. supervisor NULL = run PROGRAM directly (no summary). */
@@ -68,6 +70,14 @@ typedef struct acx_launch_cmd {
     char **env;
 } acx_launch_cmd_t;
 
+/* The ranks a host list places: LIST is mpirun's --host syntax, items
+ * "NAME" (1 slot) or "NAME:SLOTS" separated by commas, NAME a host name
+ * (letters, digits, '.', '-', '_'), SLOTS 1..65536. Returns the sum of the
+ * slots (a name listed twice counts twice, as mpirun counts it), or -1
+ * with why (size bytes, NUL-terminated) naming the bad item and what was
+ * expected. Pure; not collective. */
+int acx_launch_host_slots(const char *list, char *why, size_t size);
+
 /* Build the command. Inside a Slurm allocation (SLURM_JOB_ID set in env):
  *   srun --mpi=pmix --kill-on-bad-exit=1 [-n N] [LAUNCHER-ARGS] RANK-COMMAND
  * with N = req->num_processes, else $SLURM_NTASKS (else srun's default);
@@ -75,15 +85,17 @@ typedef struct acx_launch_cmd {
  * exported (Open MPI busy-polls otherwise; srun does not set it).
  * Outside, for Open MPI:
  *   mpirun -np N [--allow-run-as-root] [--oversubscribe --mca
- *   mpi_yield_when_idle 1] [--hostfile F] [-x NAME ...] [LAUNCHER-ARGS]
- *   RANK-COMMAND
- * with N = num_processes, else config_num_processes, else 1;
- * oversubscription when N > nproc and no hostfile (a hostfile's slots
- * decide). For MPICH: mpiexec -n N [-f F] [LAUNCHER-ARGS] RANK-COMMAND
- * (Hydra passes the whole environment). RANK-COMMAND is the supervisor's
- * command line or PROGRAM ARGS. env: lookup (getenv when NULL).
+ *   mpi_yield_when_idle 1] [--hostfile F | --host LIST] [-x NAME ...]
+ *   [LAUNCHER-ARGS] RANK-COMMAND
+ * with N = num_processes, else config_num_processes, else the host list's
+ * slots (acx_launch_host_slots), else 1; oversubscription when N > nproc
+ * and neither a hostfile nor a host list (their slots decide). For MPICH:
+ * mpiexec -n N [-f F | -hosts LIST] [LAUNCHER-ARGS] RANK-COMMAND (Hydra
+ * passes the whole environment). RANK-COMMAND is the supervisor's command
+ * line or PROGRAM ARGS. env: lookup (getenv when NULL).
  * Errors: ACX_ERR_INVALID_ARG (NULL arguments, no program, num_processes
- * < 0, a hostfile inside Slurm — srun takes its nodes from the allocation),
+ * < 0, a hostfile or host list inside Slurm — srun takes its nodes from the
+ * allocation —, both a hostfile and a host list, a malformed host list),
  * ACX_ERR_NO_MEMORY. *cmd_p is written only on success. */
 acx_status_t acx_launch_cmd_build(const acx_launch_request_t *req, const acx_launch_host_t *host,
                                   const char *(*env)(const char *name), acx_launch_cmd_t **cmd_p);

@@ -49,7 +49,16 @@ ACX_API acx_status_t acx_finalize(acx_accelerator_t *acc);
  * Does not return. Not collective: any one rank may call it. acc may be NULL. */
 ACX_API void acx_abort(acx_accelerator_t *acc, int code, const char *message);
 
-/* ---- topology (valid after acx_init; never fail) ---- */
+/* ---- topology (valid after acx_init; never fail) ----
+ *
+ * A node is the set of ranks MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)
+ * groups: with Open MPI, the ranks it placed on one host (by host name),
+ * whatever the ranks' order. Nodes are numbered 0..num_nodes-1 in the order
+ * of their lowest world rank; local ranks follow world rank order within a
+ * node (mpirun --map-by node with 2+1+1 slots: ranks 0 and 3 are local
+ * ranks 0 and 1 of node 0). Nodes may hold different numbers of ranks.
+ * ranks_per_node > 0 replaces all four by a simulation: every
+ * ranks_per_node consecutive ranks form one node (docs/config.md). */
 
 ACX_API int acx_rank(const acx_accelerator_t *acc); /* 0..world_size-1 */
 ACX_API int acx_world_size(const acx_accelerator_t *acc);

@@ -215,6 +215,74 @@ error:
     return 1;
 }
 
+static int test_mpirun_host_list(void) {
+    TESTING("mpirun: --host LIST (slots give N, decide oversubscription), errors");
+    acx_launch_request_t q = request();
+    acx_launch_host_t h = {2, 1, ACX_MPI_FLAVOR_OPENMPI};
+    /* no -n: 2 + 1 + 3 slots = 6 ranks, more than the 2 CPUs here, yet no
+     * --oversubscribe: the ranks run on those hosts */
+    q.hosts = "node1:2,node2,node-3.lab:3";
+    static const char *const paths[] = {"LD_LIBRARY_PATH", "/opt/acx/lib", NULL};
+    CHECK(expect_cmd(&q, h, paths,
+                     "mpirun -np 6 --allow-run-as-root --host node1:2,node2,node-3.lab:3 "
+                     "-x LD_LIBRARY_PATH " RANK_CMD,
+                     ""));
+    q.config_num_processes = 4; /* the config file's count comes before the slots */
+    CHECK(expect_cmd(&q, h, no_env,
+                     "mpirun -np 4 --allow-run-as-root --host node1:2,node2,node-3.lab:3 " RANK_CMD,
+                     ""));
+    q.num_processes = 2; /* and -n before both */
+    CHECK(expect_cmd(&q, h, no_env,
+                     "mpirun -np 2 --allow-run-as-root --host node1:2,node2,node-3.lab:3 " RANK_CMD,
+                     ""));
+    q = request();
+    q.hosts = "a:2,a:1"; /* a name twice counts twice, as mpirun counts it */
+    CHECK(expect_cmd(&q, (acx_launch_host_t){2, 0, ACX_MPI_FLAVOR_MPICH}, no_env,
+                     "mpiexec -n 3 -hosts a:2,a:1 " RANK_CMD, ""));
+
+    char why[256];
+    CHECK(acx_launch_host_slots("n1:2,n2:1", why, sizeof why) == 3);
+    CHECK(acx_launch_host_slots("n1", why, sizeof why) == 1);
+    CHECK(acx_launch_host_slots("n1:65536", why, sizeof why) == 65536);
+    static const struct {
+        const char *list, *needle;
+    } bad[] = {{"", "empty"},          {"n1:0", "'n1:0'"},    {"n1:", "'n1:'"},
+               {"n1:x", "'n1:x'"},     {"n1:65537", "65536"}, {"n1,,n2", "'' in"},
+               {"n1,", "ends in ','"}, {":2", "':2'"},        {"n 1", "'n 1'"},
+               {"n1:2:3", "'n1:2:3'"}, {"n1:-1", "'n1:-1'"}};
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        why[0] = '\0';
+        CHECK(acx_launch_host_slots(bad[k].list, why, sizeof why) == -1);
+        if (strstr(why, bad[k].needle) == NULL) {
+            printf("\n  host list '%s': message '%s' lacks '%s'\n", bad[k].list, why,
+                   bad[k].needle);
+            TEST_ERROR;
+        }
+    }
+    CHECK(acx_launch_host_slots(NULL, NULL, 0) == -1);
+
+    acx_launch_cmd_t *c = (acx_launch_cmd_t *)&q; /* must stay untouched */
+    q = request();
+    q.hosts = "n1:2,";
+    CHECK_STATUS(acx_launch_cmd_build(&q, &h, fake_env, &c), ACX_ERR_INVALID_ARG, "--host");
+    q.hosts = "n1:2";
+    q.hostfile = "hosts";
+    CHECK_STATUS(acx_launch_cmd_build(&q, &h, fake_env, &c), ACX_ERR_INVALID_ARG,
+                 "both --hostfile 'hosts' and --host 'n1:2'");
+    q.hostfile = NULL;
+    fake_set((const char *[]){"SLURM_JOB_ID", "12", NULL});
+    CHECK_STATUS(acx_launch_cmd_build(&q, &h, fake_env, &c), ACX_ERR_INVALID_ARG,
+                 "--host 'n1:2' inside a Slurm allocation");
+    fake_set(no_env);
+    CHECK(c == (acx_launch_cmd_t *)&q);
+    PASSED();
+    return 0;
+error:
+    fake_set(no_env);
+    FAILED();
+    return 1;
+}
+
 static int test_mpiexec(void) {
     TESTING("MPICH: mpiexec -n, -f, no root or oversubscribe flags");
     acx_launch_request_t q = request();
@@ -560,6 +628,7 @@ int main(void) {
     failed += test_mpirun_settings();
     failed += test_mpirun_counts();
     failed += test_mpirun_hostfile_passthrough();
+    failed += test_mpirun_host_list();
     failed += test_mpiexec();
     failed += test_srun();
     failed += test_srun_oversubscribed();
