@@ -250,9 +250,9 @@ def main(argv):
         description="Step time and memory per rank of acx's sharding strategies "
         "(docs/multi-node.md).")
     ap.add_argument("--params", type=number, default=7e9, help="parameters (default 7B)")
-    ap.add_argument("--mixed-precision", choices=("no", "bf16"), default="bf16",
-                    help="bf16: all-gathers move 2 B/element (default); no: 4")
-    ap.add_argument("--reduce-dtype", choices=("fp32", "bf16"), default="bf16",
+    ap.add_argument("--mixed-precision", choices=("no", "bf16", "fp16"), default="bf16",
+                    help="bf16 or fp16: all-gathers move 2 B/element (default bf16); no: 4")
+    ap.add_argument("--reduce-dtype", choices=("fp32", "bf16", "fp16"), default="bf16",
                     help="bytes per element of the gradient reductions (default bf16)")
     ap.add_argument("--units", type=int, default=32,
                     help="FSDP units (layers), equal sizes (default 32)")
@@ -289,10 +289,13 @@ def main(argv):
                     help="predict the test bed's 2 nodes x 2 ranks (G = 2, overlap none "
                     "unless given)")
     ap.add_argument("--testbed-ranks", type=int, default=4, help=argparse.SUPPRESS)
+    ap.add_argument("--memory-bytes", action="store_true",
+                    help="print only 'RANKS STRATEGY BYTES' per world size and strategy "
+                    "(what tests/model_scaling.test compares with acx estimate-memory)")
     a = ap.parse_args(argv)
 
-    a.param_bytes = 2 if a.mixed_precision == "bf16" else 4
-    a.reduce_bytes = 2 if a.reduce_dtype == "bf16" else 4
+    a.param_bytes = 4 if a.mixed_precision == "no" else 2
+    a.reduce_bytes = 4 if a.reduce_dtype == "fp32" else 2
     if a.units < 1 or a.gpus_per_node < 1 or a.limit_all_gathers < 0:
         ap.error("--units and --gpus-per-node must be >= 1, --limit-all-gathers >= 0")
     if a.compute_ms is None:
@@ -313,6 +316,11 @@ def main(argv):
     for n in sizes:
         if n < 1 or (n > a.gpus_per_node and n % a.gpus_per_node):
             ap.error(f"--ranks: {n} is not a multiple of --gpus-per-node {a.gpus_per_node}")
+    if a.memory_bytes:
+        for n in sizes:
+            for st in STRATEGIES:
+                print(n, st, memory(a, st, n, min(a.gpus_per_node, n)))
+        return 0
     table(a, sizes)
     return 0
 
