@@ -112,6 +112,7 @@ mkdir -p "$out/nodes"
 runs=$out/nodes
 made=0
 
+# shellcheck disable=SC2317 # (called by the trap)
 cleanup() {
     rc=$?
     if [ "$made" = 1 ]; then
@@ -174,7 +175,6 @@ for rate in $rates; do
     fi
     made=1
     eval "$("$top/scripts/nodes-env" "$prefix")"
-    unset ACX_NODES_PREFIX # (acx_init warns about ACX_* names it does not know)
 
     # the links: bandwidth and latency between the nodes, shared memory in one
     on_bed "link-bw-$rate" "$h1:1,$h2:1" 2 "$bench/acx-bench-bcast" -m 16M:16M -i 3 -x 1 \
