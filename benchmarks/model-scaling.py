@@ -10,8 +10,9 @@ volumes of each strategy. Plain python3, no dependencies.
 
   benchmarks/model-scaling.py                      # the 8 .. 1024 GPU table
   benchmarks/model-scaling.py --inter-bw 12.5      # slower inter-node links
-  benchmarks/model-scaling.py --testbed --params 6.8M --inter-bw 0.115 \\
-      --intra-bw 1.5 --compute-ms 700 --optimizer-ms 40   # the test bed's shape
+  benchmarks/model-scaling.py --testbed --params 6.8M --mixed-precision no \\
+      --reduce-dtype fp32 --units 3 --inter-bw 0.118 --intra-bw 1.3 \\
+      --compute-ms 700 --optimizer-ms 200      # 2 nodes x 2 ranks, as run-nodes.sh
 
 Units: bandwidths in GB/s (10^9 bytes per second) in ONE direction: --intra-bw
 per rank (what one rank moves to its node neighbours: NVLink, or shared
