@@ -168,7 +168,6 @@ def memory(a, strategy, n, g):
     Sh = -(-P // S)
     piece = -(-U // S)
     Up = S * piece
-    G = min(a.limit_all_gathers, a.units) if a.limit_all_gathers > 0 else a.units
     unit = 4 * U
     rs = rb * Up
     ag = pb * Up + (pb * piece if pb == 2 else 0)
@@ -180,10 +179,12 @@ def memory(a, strategy, n, g):
         trans = 0
     elif strategy == "SHARD_GRAD_OP":
         params, grads, master, opt = 4 * P, unit + 4 * Sh, 4 * Sh, 4 * K * Sh
-        trans = max(2 * rs, 2 * ag)
+        trans = max(rs, 2 * ag)
     else:
         params, grads, master, opt = 0, unit + 4 * Sh, 4 * Sh, 4 * K * Sh
-        trans = G * (unit + ag) + 2 * rs
+        # the unit in use, the next one's all-gather in flight, one
+        # reduce-scatter in flight (acx prefetches one position ahead)
+        trans = unit + ag + rs
     return params + grads + master + opt + trans
 
 
@@ -258,8 +259,6 @@ def main(argv):
     ap.add_argument("--units", type=int, default=32,
                     help="FSDP units (layers), equal sizes (default 32)")
     ap.add_argument("--bucket-mb", type=positive, default=25.0, help="DDP bucket (default 25)")
-    ap.add_argument("--limit-all-gathers", type=int, default=2,
-                    help="units gathered at once (fsdp.limit_all_gathers, default 2)")
     ap.add_argument("--gpus-per-node", type=int, default=8, help="G (default 8)")
     ap.add_argument("--intra-bw", type=positive, default=150.0,
                     help="GB/s per rank inside a node (default 150: NVLink)")
@@ -297,8 +296,8 @@ def main(argv):
 
     a.param_bytes = 4 if a.mixed_precision == "no" else 2
     a.reduce_bytes = 4 if a.reduce_dtype == "fp32" else 2
-    if a.units < 1 or a.gpus_per_node < 1 or a.limit_all_gathers < 0:
-        ap.error("--units and --gpus-per-node must be >= 1, --limit-all-gathers >= 0")
+    if a.units < 1 or a.gpus_per_node < 1:
+        ap.error("--units and --gpus-per-node must be >= 1")
     if a.compute_ms is None:
         a.compute_ms = 6 * a.params * a.tokens_per_rank / (a.tflops * 1e12) * 1e3
     if a.testbed:
