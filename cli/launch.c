@@ -650,6 +650,76 @@ static void report_vanished(acx_rank_exit_t *live, int n_live, const acx_rank_ex
             list, len + ACX_LAUNCH_HOST_MAX + 40 >= sizeof list ? ", ..." : "");
 }
 
+/* The first exit record in dir of a rank that failed by itself (not a
+ * teardown), left in place for read_records; 1 when there is one. */
+static int find_failure(const char *dir, acx_rank_exit_t *first) {
+    DIR *d = opendir(dir);
+    if (d == NULL) return 0;
+    int found = 0;
+    struct dirent *e;
+    while (!found && (e = readdir(d)) != NULL) {
+        if (strncmp(e->d_name, "rank-", 5) != 0) continue;
+        char path[PATH_MAX + 256], line[1024];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        FILE *f = fopen(path, "r");
+        int ok = f != NULL && fgets(line, sizeof line, f) != NULL;
+        if (f) fclose(f);
+        found = ok && acx_rank_exit_parse(line, first) == ACX_OK && !first->teardown;
+    }
+    closedir(d);
+    return found;
+}
+
+/* How long mpirun may take to end the job once a rank has failed by
+ * itself. Its teardown takes a second or two (SIGTERM, then SIGKILL 1 s
+ * later); but when a node's network is down, mpirun waits for that node's
+ * daemon until TCP gives up on the connection — about 15 minutes with
+ * Linux's default tcp_retries2 — after every rank it can reach has ended.
+ * Past this, acx launch ends mpirun itself. (srun: Slurm's own teardown
+ * and node health checks decide.) */
+#define LAUNCHER_TEARDOWN_S 10.0
+
+static double mono_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* Wait for the launcher (pid) to end, into *wstatus. With mpirun, watch the
+ * status directory: once a rank has failed by itself and mpirun is still
+ * running LAUNCHER_TEARDOWN_S later, say so, send it SIGTERM and, 3 s later,
+ * SIGKILL. */
+static void wait_launcher(const acx_launch_cmd_t *cmd, pid_t pid, const char *status_dir,
+                          int *wstatus) {
+    int watch = strcmp(cmd->launcher, "srun") != 0;
+    double failed_at = -1, term_at = -1, scanned = 0;
+    acx_rank_exit_t first;
+    for (;;) {
+        pid_t w = waitpid(pid, wstatus, watch ? WNOHANG : 0);
+        if (w == pid || (w < 0 && errno != EINTR)) return;
+        if (!watch || w < 0) continue;
+        struct timespec nap = {0, 100 * 1000 * 1000};
+        nanosleep(&nap, NULL);
+        double now = mono_s();
+        if (failed_at < 0 && now - scanned >= 0.5) {
+            scanned = now;
+            if (find_failure(status_dir, &first)) failed_at = now;
+        } else if (failed_at >= 0 && term_at < 0 && now - failed_at > LAUNCHER_TEARDOWN_S) {
+            char what[256];
+            acx_rank_exit_describe(&first, what, sizeof what);
+            fprintf(stderr,
+                    "acx launch: %s has not ended %.0f s after rank %d on %s failed (%s): "
+                    "ending it (is a node it started daemons on unreachable?)\n",
+                    cmd->launcher, LAUNCHER_TEARDOWN_S, first.rank, first.host, what);
+            kill(pid, SIGTERM);
+            term_at = now;
+        } else if (term_at >= 0 && now - term_at > 3.0) {
+            kill(pid, SIGKILL);
+            term_at = now + 1e9; /* once */
+        }
+    }
+}
+
 /* Every rank stopped for preemption with its checkpoint saved: a record
  * of exit code ACX_EXIT_PREEMPTED from each of the num_processes ranks (0:
  * srun's default count, unknown here; then the launcher's own status, the
@@ -708,8 +778,7 @@ static int run_command(const acx_launch_cmd_t *cmd, const char *status_dir, int 
     close(pipefd[0]);
 
     int wstatus = 0;
-    while (waitpid(pid, &wstatus, 0) < 0 && errno == EINTR) {
-    }
+    wait_launcher(cmd, pid, status_dir, &wstatus);
     launcher_pid = 0;
     clock_gettime(CLOCK_MONOTONIC, &t1);
     double secs = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
