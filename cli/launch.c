@@ -644,9 +644,9 @@ static void report_vanished(acx_rank_exit_t *live, int n_live, const acx_rank_ex
         i = hi;
     }
     fprintf(stderr,
-            "acx launch: %s%s vanished without an exit status (their supervisors were never "
-            "told to stop them): a node that died or lost its network, or processes "
-            "SIGKILLed with their supervisors\n",
+            "acx launch: %s%s vanished without an exit status, never told to stop: a node "
+            "that died or lost its network, or processes SIGKILLed with their rank "
+            "supervisors\n",
             list, len + ACX_LAUNCH_HOST_MAX + 40 >= sizeof list ? ", ..." : "");
 }
 
