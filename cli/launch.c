@@ -823,7 +823,10 @@ static int run_command(const acx_launch_cmd_t *cmd, const char *status_dir, int 
     } else {
         rc = EXIT_OK;
     }
-    if (rc != EXIT_OK) report_vanished(live, n_live, recs, n > 0 ? n : 0);
+    /* (srun's teardown may SIGKILL the tasks without a signal first, and
+     * Slurm names a lost node itself: "Node failure on ...") */
+    if (rc != EXIT_OK && strcmp(cmd->launcher, "srun") != 0)
+        report_vanished(live, n_live, recs, n > 0 ? n : 0);
     if (n < 0) fprintf(stderr, "acx launch: cannot read '%s': %s\n", status_dir, strerror(errno));
     if (debug)
         fprintf(stderr, "acx launch: %s ended after %.2f s (exit %d)\n", cmd->launcher, secs, rc);
