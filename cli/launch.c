@@ -27,6 +27,9 @@
  *   launcher ── acx launch --rank-supervisor DIR ── PROGRAM (own process group,
  *                   │   forwards TERM INT HUP QUIT      dies with the supervisor:
  *                   │   USR1 USR2 to PROGRAM            PR_SET_PDEATHSIG)
+ *                   ├── while PROGRAM runs: DIR/live-R.PID (its rank and host),
+ *                   │   renamed stop-R.PID at the first signal to pass on,
+ *                   │   removed when PROGRAM has ended (and reported)
  *                   └── PROGRAM ended badly: DIR/rank-R.PID gets one record
  *                       {rank, host, pid, exit code or signal, time, Slurm
  *                       job/step}; then the supervisor ends the same way
@@ -37,7 +40,10 @@
  * the launcher gave the rank. A rank whose supervisor was told to stop it
  * (a forwarded signal: the launcher's teardown, a user's Ctrl-C, a
  * preemption signal) is marked `teardown`, so the summary names the rank
- * that failed by itself first, not the ones killed because of it.
+ * that failed by itself first, not the ones killed because of it. A rank
+ * whose live-* file outlives the job vanished with its supervisor, never
+ * told to stop: a node lost whole (killed, powered off, cut off) leaves
+ * exactly its ranks so, and the summary names them with their host.
  */
 #define _GNU_SOURCE /* pipe2, PR_SET_PDEATHSIG */
 #include <dirent.h>
@@ -134,10 +140,11 @@ static void gethost(char *host, size_t size) {
     host[size - 1] = '\0';
 }
 
-/* Write r as DIR/rank-R.PID (via a temporary name and rename, so acx launch
- * never reads half a record). Failures are reported on stderr only: the
- * rank's exit status still reaches the launcher. */
-static void write_record(const char *dir, const acx_rank_exit_t *r) {
+/* Write r as DIR/KIND-R.PID (via a temporary name and rename, so acx launch
+ * never reads half a record): KIND "rank" for how the rank ended, "live" for
+ * a rank running (below). Failures are reported on stderr only: the rank's
+ * exit status still reaches the launcher. */
+static void write_record(const char *dir, const char *kind, const acx_rank_exit_t *r) {
     char line[1024], path[PATH_MAX], tmp[PATH_MAX + 8];
     size_t len = acx_rank_exit_format(r, line, sizeof line);
     if (len >= sizeof line) len = sizeof line - 1;
@@ -146,7 +153,7 @@ static void write_record(const char *dir, const acx_rank_exit_t *r) {
                 strerror(errno));
         return;
     }
-    snprintf(path, sizeof path, "%s/rank-%d.%ld", dir, r->rank, r->pid);
+    snprintf(path, sizeof path, "%s/%s-%d.%ld", dir, kind, r->rank, r->pid);
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (fd < 0 || write(fd, line, len) != (ssize_t)len || close(fd) != 0 || rename(tmp, path) != 0)
@@ -260,6 +267,28 @@ static int run_supervisor(int argc, char **argv) {
     if (got != (ssize_t)sizeof exec_errno) exec_errno = 0;
     close(pipefd[0]);
 
+    /* DIR/live-R.PID while the program runs, renamed stop-R.PID when the
+     * supervisor is first told to stop it, removed once it has ended (after
+     * its exit record). One left as live-* when the job is over means the
+     * rank and its supervisor vanished without a word — SIGKILLed with no
+     * stop signal first, or on a node that died or lost its network: acx
+     * launch names those ranks and their hosts. */
+    acx_rank_exit_t r;
+    memset(&r, 0, sizeof r);
+    r.rank = le.rank;
+    gethost(r.host, sizeof r.host);
+    r.pid = (long)child;
+    r.job_id = le.in_slurm_job ? le.slurm_job_id : 0;
+    r.step_id = le.in_slurm_step ? le.slurm_step_id : -1;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    r.time_ns = (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec; /* started */
+    /* (a live record's code is a placeholder: the format has no "running") */
+    char live[PATH_MAX], stop[PATH_MAX];
+    snprintf(live, sizeof live, "%s/live-%d.%ld", dir, r.rank, r.pid);
+    snprintf(stop, sizeof stop, "%s/stop-%d.%ld", dir, r.rank, r.pid);
+    if (exec_errno == 0) write_record(dir, "live", &r);
+
     int teardown = 0, wstatus = 0, held = 0; /* held: a SIGUSR1/2 not passed on yet */
     struct timespec started;
     clock_gettime(CLOCK_MONOTONIC, &started);
@@ -277,6 +306,9 @@ static int run_supervisor(int argc, char **argv) {
             if (w == child) break;
             continue;
         }
+        if (!teardown && rename(live, stop) != 0 && errno != ENOENT)
+            fprintf(stderr, "acx launch: rank supervisor: cannot rename '%s': %s\n", live,
+                    strerror(errno));
         teardown = 1;
         if ((sig == SIGUSR1 || sig == SIGUSR2) && !catches(child, sig) &&
             seconds_since(&started) <= HOLD_USR_SIGNAL_S) {
@@ -285,24 +317,20 @@ static int run_supervisor(int argc, char **argv) {
         }
         kill(child, sig);
     }
-    if (WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0) return EXIT_OK;
+    if (WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0) {
+        unlink(teardown ? stop : live);
+        return EXIT_OK;
+    }
 
-    acx_rank_exit_t r;
-    memset(&r, 0, sizeof r);
-    struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     r.time_ns = (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-    r.rank = le.rank;
-    gethost(r.host, sizeof r.host);
-    r.pid = (long)child;
     r.exit_code = WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : -1;
     r.signal = WIFSIGNALED(wstatus) ? WTERMSIG(wstatus) : 0;
     r.teardown = teardown;
-    r.job_id = le.in_slurm_job ? le.slurm_job_id : 0;
-    r.step_id = le.in_slurm_step ? le.slurm_step_id : -1;
     if (exec_errno != 0)
         snprintf(r.why, sizeof r.why, "cannot execute '%.300s': %s", argv[1], strerror(exec_errno));
-    write_record(dir, &r);
+    write_record(dir, "rank", &r);
+    unlink(teardown ? stop : live);
     return end_like(wstatus);
 }
 
@@ -529,13 +557,30 @@ static int compare_records(const void *a, const void *b) {
     return (x->time_ns > y->time_ns) - (x->time_ns < y->time_ns);
 }
 
-/* Read every record in dir (and remove the files and dir). Returns the
- * number read into *recs_p (malloc'ed), -1 on a failure to read. */
-static int read_records(const char *dir, acx_rank_exit_t **recs_p) {
+/* Append rec to *arr (n, cap); 0 when out of memory. */
+static int push_record(acx_rank_exit_t **arr, int *n, int *cap, const acx_rank_exit_t *rec) {
+    if (*n == *cap) {
+        int c = *cap ? 2 * *cap : 16;
+        acx_rank_exit_t *r = realloc(*arr, (size_t)c * sizeof *r);
+        if (r == NULL) return 0;
+        *arr = r;
+        *cap = c;
+    }
+    (*arr)[(*n)++] = *rec;
+    return 1;
+}
+
+/* Read every record in dir (and remove the files and dir): the exit
+ * records (rank-*) into *recs_p, sorted by time, and the ranks still
+ * marked running (live-*, see run_supervisor) into *live_p, *n_live_p.
+ * Returns the number of exit records, -1 on a failure to read. */
+static int read_records(const char *dir, acx_rank_exit_t **recs_p, acx_rank_exit_t **live_p,
+                        int *n_live_p) {
+    *n_live_p = 0;
     DIR *d = opendir(dir);
     if (d == NULL) return errno == ENOENT ? 0 : -1;
-    acx_rank_exit_t *recs = NULL;
-    int n = 0, cap = 0;
+    acx_rank_exit_t *recs = NULL, *live = NULL;
+    int n = 0, cap = 0, n_live = 0, cap_live = 0;
     struct dirent *e;
     while ((e = readdir(d)) != NULL) {
         if (e->d_name[0] == '.') continue;
@@ -545,23 +590,141 @@ static int read_records(const char *dir, acx_rank_exit_t **recs_p) {
         int ok = f != NULL && fgets(line, sizeof line, f) != NULL;
         if (f) fclose(f);
         unlink(path);
-        if (!ok || strncmp(e->d_name, "rank-", 5) != 0) continue;
-        if (n == cap) {
-            cap = cap ? 2 * cap : 16;
-            acx_rank_exit_t *r = realloc(recs, (size_t)cap * sizeof *r);
-            if (r == NULL) break;
-            recs = r;
-        }
-        if (acx_rank_exit_parse(line, &recs[n]) == ACX_OK)
-            n++;
-        else
+        int is_live = strncmp(e->d_name, "live-", 5) == 0;
+        if (!ok || (!is_live && strncmp(e->d_name, "rank-", 5) != 0)) continue;
+        acx_rank_exit_t rec;
+        if (acx_rank_exit_parse(line, &rec) != ACX_OK) {
             fprintf(stderr, "acx launch: ignoring %s: %s\n", path, acx_last_error());
+            continue;
+        }
+        if (!(is_live ? push_record(&live, &n_live, &cap_live, &rec)
+                      : push_record(&recs, &n, &cap, &rec)))
+            break;
     }
     closedir(d);
     rmdir(dir);
     if (n > 1) qsort(recs, (size_t)n, sizeof *recs, compare_records);
     *recs_p = recs;
+    *live_p = live;
+    *n_live_p = n_live;
     return n;
+}
+
+static int compare_rank(const void *a, const void *b) {
+    const acx_rank_exit_t *x = a, *y = b;
+    int h = strcmp(x->host, y->host);
+    return h != 0 ? h : (x->rank > y->rank) - (x->rank < y->rank);
+}
+
+/* The ranks that vanished: a live record and no exit record (a supervisor
+ * killed between the two leaves both). One line on stderr naming them per
+ * host, "ranks 2-3 on node2, rank 5 on node3" — after a whole node is
+ * killed or lost, the only word of which one it was and whose ranks it
+ * held: the launcher's own message may name no node (mpirun: "unable to
+ * reliably start one or more daemons") and the node's ranks can say
+ * nothing. Sorts live. */
+static void report_vanished(acx_rank_exit_t *live, int n_live, const acx_rank_exit_t *recs, int n) {
+    int k = 0;
+    for (int i = 0; i < n_live; i++) {
+        int ended = 0;
+        for (int j = 0; j < n && !ended; j++)
+            ended = recs[j].rank == live[i].rank;
+        if (!ended) live[k++] = live[i];
+    }
+    if (k == 0) return;
+    qsort(live, (size_t)k, sizeof *live, compare_rank);
+    char list[2048];
+    size_t len = 0;
+    int count = 0;
+    for (int i = 0; i < k && len + ACX_LAUNCH_HOST_MAX + 40 < sizeof list; i++) {
+        int hi = i; /* ranks live[i..hi]: consecutive, one host */
+        while (hi + 1 < k && strcmp(live[hi + 1].host, live[i].host) == 0 &&
+               live[hi + 1].rank == live[hi].rank + 1)
+            hi++;
+        if (hi > i)
+            len += (size_t)snprintf(list + len, sizeof list - len, "%sranks %d-%d on %s",
+                                    count ? ", " : "", live[i].rank, live[hi].rank, live[i].host);
+        else
+            len += (size_t)snprintf(list + len, sizeof list - len, "%srank %d on %s",
+                                    count ? ", " : "", live[i].rank, live[i].host);
+        count++;
+        i = hi;
+    }
+    fprintf(stderr,
+            "acx launch: %s%s vanished without an exit status, never told to stop: a node "
+            "that died or lost its network, or processes SIGKILLed with their rank "
+            "supervisors\n",
+            list, len + ACX_LAUNCH_HOST_MAX + 40 >= sizeof list ? ", ..." : "");
+}
+
+/* The first exit record in dir of a rank that failed by itself (not a
+ * teardown), left in place for read_records; 1 when there is one. */
+static int find_failure(const char *dir, acx_rank_exit_t *first) {
+    DIR *d = opendir(dir);
+    if (d == NULL) return 0;
+    int found = 0;
+    struct dirent *e;
+    while (!found && (e = readdir(d)) != NULL) {
+        if (strncmp(e->d_name, "rank-", 5) != 0) continue;
+        char path[PATH_MAX + 256], line[1024];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        FILE *f = fopen(path, "r");
+        int ok = f != NULL && fgets(line, sizeof line, f) != NULL;
+        if (f) fclose(f);
+        found = ok && acx_rank_exit_parse(line, first) == ACX_OK && !first->teardown;
+    }
+    closedir(d);
+    return found;
+}
+
+/* How long mpirun may take to end the job once a rank has failed by
+ * itself. Its teardown takes a second or two (SIGTERM, then SIGKILL 1 s
+ * later); but when a node's network is down, mpirun waits for that node's
+ * daemon until TCP gives up on the connection — about 15 minutes with
+ * Linux's default tcp_retries2 — after every rank it can reach has ended.
+ * Past this, acx launch ends mpirun itself. (srun: Slurm's own teardown
+ * and node health checks decide.) */
+#define LAUNCHER_TEARDOWN_S 10.0
+
+static double mono_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* Wait for the launcher (pid) to end, into *wstatus. With mpirun, watch the
+ * status directory: once a rank has failed by itself and mpirun is still
+ * running LAUNCHER_TEARDOWN_S later, say so, send it SIGTERM and, 3 s later,
+ * SIGKILL. */
+static void wait_launcher(const acx_launch_cmd_t *cmd, pid_t pid, const char *status_dir,
+                          int *wstatus) {
+    int watch = strcmp(cmd->launcher, "srun") != 0;
+    double failed_at = -1, term_at = -1, scanned = 0;
+    acx_rank_exit_t first;
+    for (;;) {
+        pid_t w = waitpid(pid, wstatus, watch ? WNOHANG : 0);
+        if (w == pid || (w < 0 && errno != EINTR)) return;
+        if (!watch || w < 0) continue;
+        struct timespec nap = {0, 100 * 1000 * 1000};
+        nanosleep(&nap, NULL);
+        double now = mono_s();
+        if (failed_at < 0 && now - scanned >= 0.5) {
+            scanned = now;
+            if (find_failure(status_dir, &first)) failed_at = now;
+        } else if (failed_at >= 0 && term_at < 0 && now - failed_at > LAUNCHER_TEARDOWN_S) {
+            char what[256];
+            acx_rank_exit_describe(&first, what, sizeof what);
+            fprintf(stderr,
+                    "acx launch: %s has not ended %.0f s after rank %d on %s failed (%s): "
+                    "ending it (is a node it started daemons on unreachable?)\n",
+                    cmd->launcher, LAUNCHER_TEARDOWN_S, first.rank, first.host, what);
+            kill(pid, SIGTERM);
+            term_at = now;
+        } else if (term_at >= 0 && now - term_at > 3.0) {
+            kill(pid, SIGKILL);
+            term_at = now + 1e9; /* once */
+        }
+    }
 }
 
 /* Every rank stopped for preemption with its checkpoint saved: a record
@@ -622,8 +785,7 @@ static int run_command(const acx_launch_cmd_t *cmd, const char *status_dir, int 
     close(pipefd[0]);
 
     int wstatus = 0;
-    while (waitpid(pid, &wstatus, 0) < 0 && errno == EINTR) {
-    }
+    wait_launcher(cmd, pid, status_dir, &wstatus);
     launcher_pid = 0;
     clock_gettime(CLOCK_MONOTONIC, &t1);
     double secs = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
@@ -637,8 +799,9 @@ static int run_command(const acx_launch_cmd_t *cmd, const char *status_dir, int 
         return EXIT_FAIL;
     }
 
-    acx_rank_exit_t *recs = NULL;
-    int n = read_records(status_dir, &recs);
+    acx_rank_exit_t *recs = NULL, *live = NULL;
+    int n_live = 0;
+    int n = read_records(status_dir, &recs, &live, &n_live);
     int rc;
     if (all_preempted(recs, n, cmd->num_processes, wstatus)) {
         fprintf(stderr,
@@ -667,10 +830,15 @@ static int run_command(const acx_launch_cmd_t *cmd, const char *status_dir, int 
     } else {
         rc = EXIT_OK;
     }
+    /* (srun's teardown may SIGKILL the tasks without a signal first, and
+     * Slurm names a lost node itself: "Node failure on ...") */
+    if (rc != EXIT_OK && strcmp(cmd->launcher, "srun") != 0)
+        report_vanished(live, n_live, recs, n > 0 ? n : 0);
     if (n < 0) fprintf(stderr, "acx launch: cannot read '%s': %s\n", status_dir, strerror(errno));
     if (debug)
         fprintf(stderr, "acx launch: %s ended after %.2f s (exit %d)\n", cmd->launcher, secs, rc);
     free(recs);
+    free(live);
     return rc;
 }
 

@@ -19,6 +19,7 @@
 #include "base/settings.h"
 
 #define OP_NAME_MAX 24
+#define WD_HOST_MAX 64 /* a host name as the rank gave it, with its '\0' */
 
 /* One rank's row in the node table, written only by that rank's main
  * thread; a cache line of its own so ranks never contend for one. The hot
@@ -47,7 +48,8 @@ static struct {
     int world_size;
     const volatile int64_t *step_p;
     int world_rank;
-    char host[64];
+    char host[WD_HOST_MAX];
+    char *hosts;   /* [world size][WD_HOST_MAX]: every rank's host, gathered at start */
     MPI_Comm node; /* shared-memory communicator */
     MPI_Win win;
     slot_t *table; /* [node size] */
@@ -111,27 +113,38 @@ void acx_watch_exit(void) {
 
 /* ---- the thread ---- */
 
-/* Append " a-b, c, ..." for the world ranks not in this node's table to
- * buf (at most n bytes). */
+/* Write "a-b on HOST, c on HOST2, ..." for the world ranks not in this
+ * node's table to buf (at most n bytes): runs of consecutive ranks on one
+ * host, each with the host its rank reported at start — so a line from a
+ * node whose peers are dead or cut off names the node that is. */
 static void format_other_ranks(char *buf, size_t n) {
     size_t len = 0;
     int count = 0;
     buf[0] = '\0';
-    for (int r = 0; r < wd.world_size && len + 32 < n; r++) {
+    for (int r = 0; r < wd.world_size; r++) {
         int here = 0;
         for (int i = 0; i < wd.node_size && !here; i++)
             here = wd.table[i].world_rank == r;
         if (here) continue;
-        int hi = r; /* a run r..hi of ranks elsewhere */
+        const char *host = wd.hosts + (size_t)r * WD_HOST_MAX;
+        int hi = r; /* a run r..hi of ranks elsewhere, on one host */
         for (;;) {
-            int next_here = hi + 1 >= wd.world_size;
+            int next_here = hi + 1 >= wd.world_size ||
+                            strcmp(wd.hosts + (size_t)(hi + 1) * WD_HOST_MAX, host) != 0;
             for (int i = 0; i < wd.node_size && !next_here; i++)
                 next_here = wd.table[i].world_rank == hi + 1;
             if (next_here) break;
             hi++;
         }
-        len += (size_t)snprintf(buf + len, n - len, hi > r ? "%s%d-%d" : "%s%d", count ? ", " : "",
-                                r, hi);
+        if (len + WD_HOST_MAX + 40 >= n) { /* room for "..." */
+            snprintf(buf + len, n - len, ", ...");
+            return;
+        }
+        if (hi > r)
+            len += (size_t)snprintf(buf + len, n - len, "%s%d-%d on %s", count ? ", " : "", r, hi,
+                                    host);
+        else
+            len += (size_t)snprintf(buf + len, n - len, "%s%d on %s", count ? ", " : "", r, host);
         count++;
         r = hi;
     }
@@ -149,7 +162,7 @@ static void format_other_ranks(char *buf, size_t n) {
  * the collective and alive — nowhere, and why it can still hang.
  */
 static void report_and_exit(const slot_t *me, double waited, int64_t limit_ns) {
-    char line[4096];
+    char line[6144];
     uint64_t seq = atomic_load(&me->seq);
     int64_t now = now_ns();
     const char *limit_name = limit_ns == wd.io_timeout_ns && limit_ns != wd.timeout_ns
@@ -219,12 +232,13 @@ static void report_and_exit(const slot_t *me, double waited, int64_t limit_ns) {
     /* (a rank already ended by its detector named the culprits in its own line) */
     if (named == 0 && ended == 0 && len < (int)sizeof line - 400) {
         if (wd.node_size < wd.world_size) {
-            char others[256];
+            char others[1024];
             format_other_ranks(others, sizeof others);
             len += snprintf(line + len, sizeof line - (size_t)len,
                             " every rank of this node has arrived and is alive: the ranks holding "
-                            "it up are on other nodes, among world ranks %s (their nodes' stall "
-                            "detectors name them);",
+                            "it up are on other nodes, among world ranks %s (a line from their "
+                            "node's own stall detector says which; none from a node: it is dead "
+                            "or unreachable);",
                             others);
         } else {
             len += snprintf(line + len, sizeof line - (size_t)len,
@@ -319,6 +333,20 @@ acx_status_t acx_watchdog_start(double timeout_s, double io_timeout_s, int world
     atomic_store(&mine->heartbeat, now_ns());
     ACX_MPI_CHECK_GOTO(MPI_Barrier(wd.node), status, err_win); /* every row initialized */
     MPI_Comm_size(MPI_COMM_WORLD, &wd.world_size);
+    /* Every rank's host, for the line about ranks on other nodes: the
+     * table shows only this node, and when another node is dead or cut
+     * off, its own detector's line never arrives — this one must say which
+     * node that is. 64 bytes a rank, once. */
+    snprintf(wd.host, sizeof wd.host, "%s", host ? host : "?");
+    wd.hosts = malloc((size_t)wd.world_size * WD_HOST_MAX);
+    if (wd.hosts == NULL) {
+        status = ACX_ERROR(ACX_ERR_NO_MEMORY, "the stall detector's table of %d host names",
+                           wd.world_size);
+        goto err_win;
+    }
+    ACX_MPI_CHECK_GOTO(MPI_Allgather(wd.host, WD_HOST_MAX, MPI_CHAR, wd.hosts, WD_HOST_MAX,
+                                     MPI_CHAR, MPI_COMM_WORLD),
+                       status, err_win);
     wd.timeout_s = timeout_s;
     wd.io_timeout_s = io_timeout_s > 0 ? io_timeout_s : timeout_s;
     wd.timeout_ns = (int64_t)(timeout_s * 1e9);
@@ -335,7 +363,6 @@ acx_status_t acx_watchdog_start(double timeout_s, double io_timeout_s, int world
     wd.stale_ns = (int64_t)(stale * 1e9);
     wd.step_p = step_p;
     wd.world_rank = world_rank;
-    snprintf(wd.host, sizeof wd.host, "%s", host ? host : "?");
     wd.depth = 0;
     wd.stop = 0;
     pthread_condattr_t ca;
@@ -358,6 +385,8 @@ acx_status_t acx_watchdog_start(double timeout_s, double io_timeout_s, int world
     wd.started = 1;
     return ACX_OK;
 err_win:
+    free(wd.hosts);
+    wd.hosts = NULL;
     MPI_Win_free(&wd.win);
 err_comm:
     MPI_Comm_free(&wd.node);
@@ -376,6 +405,8 @@ void acx_watchdog_stop(void) {
     MPI_Win_free(&wd.win);
     MPI_Comm_free(&wd.node);
     wd.table = NULL;
+    free(wd.hosts);
+    wd.hosts = NULL;
 }
 
 /* ---- the deadline: waits after the table is gone ---- */

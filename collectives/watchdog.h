@@ -21,7 +21,10 @@
  * (MPI_Win_allocate_shared over the node's shared-memory communicator),
  * which the thread reads without any MPI call: it works when a peer is stuck
  * in its own code and makes no MPI progress. Ranks on other nodes are not
- * visible (their own watchdogs report them).
+ * visible (their own watchdogs report them); every rank's host name is
+ * gathered at start, so that when the collective waits on other nodes only,
+ * the line names those ranks with their hosts — the only word of a node
+ * that is dead or cut off, whose own detector's line cannot arrive.
  *
  * Threading: enter/exit are called by the thread that calls MPI (acx uses
  * MPI_THREAD_FUNNELED); the watchdog thread never calls MPI.
@@ -40,9 +43,12 @@
 /* Start the watchdog: timeout_s > 0 seconds, the limit of a collective;
  * io_timeout_s (<= 0: timeout_s) the limit of a watch that includes file
  * I/O (acx_watch_enter_io); step_p (may be NULL) is read for the
- * diagnostic. Collective over MPI_COMM_WORLD (allocates the node table).
+ * diagnostic; host (this rank's host name, NULL: "?") prefixes its lines
+ * and is gathered from every rank (64 bytes each, truncated) for the line
+ * about other nodes. Collective over MPI_COMM_WORLD (allocates the node
+ * table).
  * A second start is an error. Errors: ACX_ERR_MPI, ACX_ERR_SYSTEM (thread
- * creation), ACX_ERR_STATE. */
+ * creation), ACX_ERR_NO_MEMORY (the host names), ACX_ERR_STATE. */
 acx_status_t acx_watchdog_start(double timeout_s, double io_timeout_s, int world_rank,
                                 const char *host, const volatile int64_t *step_p);
 

@@ -29,6 +29,12 @@
  *         must equal the double reference continued from the saved state
  *         (relative 1e-5), which fails if a moment, a row or the step count
  *         (bias correction) was restored wrong.
+ *
+ * Options (after --load-larger, if given): --dir NAME uses tests/tmp/NAME
+ * instead (emptied by the caller); --nodes K runs on K real nodes
+ * (tests/nodes/ckpt.test, across the namespace nodes of scripts/nodes-up):
+ * every accelerator must see acx_num_nodes == K, and hybrid_shard takes
+ * the real nodes (ranks_per_node unset) instead of simulated ones.
  */
 #include <dirent.h>
 #include <stdint.h>
@@ -44,6 +50,7 @@
 static int rank, world;
 static char dir[1024];
 static int load_larger; /* --load-larger: only load checkpoints of larger world sizes */
+static int real_nodes;  /* --nodes K: the job spans K real nodes (0: one machine, simulated) */
 
 /* ---- strategies ---- */
 
@@ -52,7 +59,9 @@ static const char *const strat_name[4] = {"no_shard", "shard_grad_op", "full_sha
 
 static sn_run_cfg_t run_cfg(int strategy) {
     return (sn_run_cfg_t){.strategy = strategy,
-                          .ranks_per_node = strategy == ACX_HYBRID_SHARD ? (world == 4 ? 2 : 1) : 0,
+                          .ranks_per_node = strategy == ACX_HYBRID_SHARD && real_nodes == 0
+                                                ? (world == 4 ? 2 : 1)
+                                                : 0,
                           .sgd = 0,
                           .accum = 1,
                           .fwd_prefetch = -1,
@@ -207,6 +216,7 @@ static int save_case(int strategy) {
     snprintf(weights, sizeof weights, "%s/np%d_%s_weights.h5", dir, world, strat_name[strategy]);
     snprintf(bin, sizeof bin, "%s/np%d_%s.bin", dir, world, strat_name[strategy]);
     CHECK_OK(sn_open(&net, &rc));
+    CHECK(real_nodes == 0 || acx_num_nodes(net.acc) == real_nodes);
     CHECK_OK(train_steps(&net, SAVE_STEPS));
     CHECK_OK(sn_gather(&net, gathered));
     CHECK_OK(acx_save_state(net.acc, h5));
@@ -276,6 +286,7 @@ static int load_case(const char *stem, int strategy) {
     CHECK(read_saved(bin, &want) == 0);
 
     CHECK_OK(sn_open(&net, &rc));
+    CHECK(real_nodes == 0 || acx_num_nodes(net.acc) == real_nodes);
     CHECK_OK(acx_load_state(net.acc, h5, 1));
     CHECK(acx_step(net.acc) == want.step);
     CHECK(acx_optimizer_num_steps(net.opt) == want.step);
@@ -387,11 +398,26 @@ static void clean_dir(void) {
 
 int main(int argc, char **argv) {
     acx_test_mpi_begin(&argc, &argv, 280, &rank, &world);
-    load_larger = argc > 1 && strcmp(argv[1], "--load-larger") == 0;
-    acx_test_tmp_path(dir, sizeof dir, "shard_ckpt");
+    const char *dir_name = "shard_ckpt";
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--load-larger") == 0) {
+            load_larger = 1;
+        } else if (strcmp(argv[i], "--dir") == 0 && i + 1 < argc) {
+            dir_name = argv[++i];
+        } else if (strcmp(argv[i], "--nodes") == 0 && i + 1 < argc && atoi(argv[i + 1]) > 0) {
+            real_nodes = atoi(argv[++i]);
+        } else {
+            if (rank == 0)
+                fprintf(stderr,
+                        "usage: test_shard_ckpt [--load-larger] [--dir NAME] [--nodes K]\n");
+            MPI_Finalize();
+            return 2;
+        }
+    }
+    acx_test_tmp_path(dir, sizeof dir, dir_name);
     if (rank == 0) {
         mkdir(dir, 0755);
-        if (world == 1 && !load_larger) clean_dir();
+        if (world == 1 && !load_larger && real_nodes == 0) clean_dir();
     }
     MPI_Barrier(MPI_COMM_WORLD);
     int failed = 0;

@@ -34,6 +34,11 @@
  *               elsewhere; prints "all_reduce: <status> <message>" and
  *               exits 3 when refused, 0 when it returned ACX_OK (the
  *               script decides which is right for the environment);
+ *   loop        all-reduces of 1 MiB for up to SLEEP_S seconds (no stuck
+ *               rank), rank 0 printing "looping" once 3 have completed —
+ *               tests/nodes/fail.test kills a node or takes its link
+ *               down then, so the others wait in an all-reduce that
+ *               cannot complete; a job that ends by itself exits 0;
  *   cycles      no stuck rank: the program owns MPI and runs 5
  *               acx_init/acx_finalize cycles; each rank exits 1 when the
  *               median acx_finalize took 0.25 s or more (the detector's
@@ -154,6 +159,27 @@ static int inside_loop(acx_accelerator_t *acc, int stuck) {
     return 0;
 }
 
+static double now_s(void);
+
+/* Rank 0's clock decides when to stop; the all-reduce carries its word
+ * (element 0), so every rank runs the same number of all-reduces. */
+static int loop_for(acx_accelerator_t *acc, unsigned seconds) {
+    const size_t n = (size_t)1 << 18;
+    float *x = calloc(n, sizeof *x);
+    if (x == NULL) TRY(ACX_ERR_NO_MEMORY);
+    double t0 = now_s();
+    for (int i = 0; i < 3 || x[0] == 0.0f; i++) {
+        x[0] = acx_rank(acc) == 0 && now_s() - t0 >= seconds ? 1.0f : 0.0f;
+        TRY(acx_all_reduce(acc, x, x, n, ACX_DTYPE_FLOAT32, ACX_OP_SUM));
+        if (i == 2 && acx_rank(acc) == 0) {
+            printf("looping\n");
+            fflush(stdout);
+        }
+    }
+    free(x);
+    return 0;
+}
+
 static int save_once(acx_accelerator_t *acc) {
     acx_model_t *m;
     acx_unit_t *u;
@@ -213,7 +239,7 @@ int main(int argc, char **argv) {
     if (argc < 4) {
         fprintf(stderr,
                 "usage: test_stall TIMEOUT_S STUCK_RANK SLEEP_S "
-                "[all_reduce|step_end|clip|prepare|inside|save|finalize|mismatch|cycles]\n");
+                "[all_reduce|step_end|clip|prepare|inside|save|finalize|mismatch|loop|cycles]\n");
         return 2;
     }
     const char *mode = argc > 4 ? argv[4] : "all_reduce";
@@ -225,8 +251,9 @@ int main(int argc, char **argv) {
     int steps = strcmp(mode, "step_end") == 0 || strcmp(mode, "clip") == 0;
     int inside = strcmp(mode, "inside") == 0, save = strcmp(mode, "save") == 0,
         fin = strcmp(mode, "finalize") == 0, mism = strcmp(mode, "mismatch") == 0,
-        prep = strcmp(mode, "prepare") == 0;
-    if (!steps && !inside && !save && !fin && !mism && !prep && strcmp(mode, "all_reduce") != 0) {
+        prep = strcmp(mode, "prepare") == 0, loop = strcmp(mode, "loop") == 0;
+    if (!steps && !inside && !save && !fin && !mism && !prep && !loop &&
+        strcmp(mode, "all_reduce") != 0) {
         fprintf(stderr, "test_stall: unknown mode '%s'\n", mode);
         return 2;
     }
@@ -246,6 +273,7 @@ int main(int argc, char **argv) {
                  : save   ? save_once(acc)
                  : fin    ? 0
                  : mism   ? mismatch_once(acc)
+                 : loop   ? loop_for(acc, sleep_s)
                           : all_reduce_loop(acc, stuck, sleep_s);
     if (mism) {
         acx_finalize(acc);
