@@ -116,109 +116,15 @@ void gpt_matmul_bwd(float *dinp, float *dW, float *dbias, const float *dout, con
     }
 }
 
-/* ---- causal self-attention ---- */
+/* ---- a vectorizable exp ---- */
 
-void gpt_attention_fwd(float *out, float *att, const float *qkv, int B, int T, int C, int NH) {
-    int hs = C / NH, C3 = 3 * C;
-    float scale = 1.0f / sqrtf((float)hs);
-    for (int b = 0; b < B; b++)
-        for (int h = 0; h < NH; h++)
-            for (int t = 0; t < T; t++) {
-                const float *q = qkv + ((size_t)b * T + t) * C3 + h * hs;
-                float *a = att + (((size_t)b * NH + h) * T + t) * T;
-                float mx = -INFINITY;
-                for (int s = 0; s <= t; s++) {
-                    const float *k = qkv + ((size_t)b * T + s) * C3 + C + h * hs;
-                    float dot = 0.0f;
-                    for (int i = 0; i < hs; i++)
-                        dot += q[i] * k[i];
-                    a[s] = dot * scale;
-                    if (a[s] > mx) mx = a[s];
-                }
-                double sum = 0.0;
-                for (int s = 0; s <= t; s++) {
-                    a[s] = expf(a[s] - mx);
-                    sum += a[s];
-                }
-                float inv = (float)(1.0 / sum);
-                for (int s = 0; s <= t; s++)
-                    a[s] *= inv;
-                for (int s = t + 1; s < T; s++)
-                    a[s] = 0.0f;
-                float *o = out + ((size_t)b * T + t) * C + h * hs;
-                for (int i = 0; i < hs; i++)
-                    o[i] = 0.0f;
-                for (int s = 0; s <= t; s++) {
-                    const float *v = qkv + ((size_t)b * T + s) * C3 + 2 * C + h * hs;
-                    for (int i = 0; i < hs; i++)
-                        o[i] += a[s] * v[i];
-                }
-            }
-}
-
-/* Per row (b, h, t): o = sum_s a_s v_s, a = softmax(scale * q.k_s).
- * da_s = dout.v_s, dv_s += a_s dout; dp_s = a_s (da_s - sum_j a_j da_j);
- * dq += scale dp_s k_s, dk_s += scale dp_s q. */
-void gpt_attention_bwd(float *dqkv, const float *dout, const float *qkv, const float *att, int B,
-                       int T, int C, int NH, float *scratch) {
-    int hs = C / NH, C3 = 3 * C;
-    float scale = 1.0f / sqrtf((float)hs);
-    for (int b = 0; b < B; b++)
-        for (int h = 0; h < NH; h++)
-            for (int t = 0; t < T; t++) {
-                const float *a = att + (((size_t)b * NH + h) * T + t) * T;
-                const float *d = dout + ((size_t)b * T + t) * C + h * hs;
-                const float *q = qkv + ((size_t)b * T + t) * C3 + h * hs;
-                float *dq = dqkv + ((size_t)b * T + t) * C3 + h * hs;
-                double dot = 0.0;
-                for (int s = 0; s <= t; s++) {
-                    const float *v = qkv + ((size_t)b * T + s) * C3 + 2 * C + h * hs;
-                    float *dv = dqkv + ((size_t)b * T + s) * C3 + 2 * C + h * hs;
-                    float da = 0.0f;
-                    for (int i = 0; i < hs; i++) {
-                        da += d[i] * v[i];
-                        dv[i] += a[s] * d[i];
-                    }
-                    scratch[s] = da;
-                    dot += (double)a[s] * da;
-                }
-                for (int s = 0; s <= t; s++) {
-                    float dp = a[s] * (scratch[s] - (float)dot) * scale;
-                    const float *k = qkv + ((size_t)b * T + s) * C3 + C + h * hs;
-                    float *dk = dqkv + ((size_t)b * T + s) * C3 + C + h * hs;
-                    for (int i = 0; i < hs; i++) {
-                        dq[i] += dp * k[i];
-                        dk[i] += dp * q[i];
-                    }
-                }
-            }
-}
-
-/* ---- gelu (tanh approximation) ---- */
-
-#define GPT_GELU_K 0.7978845608028654f /* sqrt(2/pi) */
-#define GPT_GELU_C 0.044715f
-
-/* tanh(u) = 1 - 2 / (e^(2u) + 1), with e^a computed branch-free so that
- * the GELU loops vectorize (glibc's tanhf is a scalar call, and it was a
- * third of acx-gpt's CPU time): a = 2|u| clamped to 40 (2/(e^a + 1) < 1e-17:
- * tanh rounds to 1, as libm's does), a = k ln2 + r, k rounded to nearest by
- * the 1.5 x 2^23 trick and ln2 split in two (Cody and Waite), e^r by its
- * Taylor polynomial to degree 7 (|r| <= ln2/2: truncation < 2e-8
- * relative), 2^k from the exponent bits. Absolute error of the result
- * a few 1e-8, against PyTorch's tanh. */
-static inline float gelu_tanh(float u) {
-    /* on |u|, sign restored at the end: for u << 0 the quotient 2/(e+1)
-     * would be near 2, whose rounding (2.4e-7) the backward's 1 - th^2
-     * magnifies; near 0 it rounds like th itself */
-    float a = 2.0f * fabsf(u);
-    /* clamp in the integers (a >= 0 orders like its bits; a NaN clamps to
-     * 40): a float compare is a branch to the vectorizer under the
-     * default -ftrapping-math */
-    int32_t abits;
-    memcpy(&abits, &a, sizeof a);
-    abits = abits < 0x42200000 ? abits : 0x42200000; /* 40.0f */
-    memcpy(&a, &abits, sizeof a);
+/* e^a for a in [-87, 88] (callers clamp), branch-free so that the loops
+ * calling it vectorize (glibc's expf is a scalar call): a = k ln2 + r, k
+ * rounded to nearest by the 1.5 x 2^23 trick and ln2 split in two (Cody
+ * and Waite), e^r by its Taylor polynomial to degree 7 (|r| <= ln2/2:
+ * truncation < 2e-8 relative), 2^k from the exponent bits (k >= -126: a
+ * normal number). */
+static inline float exp_poly(float a) {
     const float shifter = 12582912.0f; /* 1.5 x 2^23 */
     float kf = (a * 1.44269504088896341f + shifter) - shifter;
     float r = (a - kf * 0.693145751953125f) - kf * 1.428606765330187e-06f;
@@ -231,7 +137,183 @@ static inline float gelu_tanh(float u) {
     int32_t bits = ((int32_t)kf + 127) << 23;
     float scale;
     memcpy(&scale, &bits, sizeof scale);
-    float t = 1.0f - 2.0f / (p * scale + 1.0f);
+    return p * scale;
+}
+
+/* e^-m for m >= 0 (or NaN), m clamped to 87 (e^-87 = 1.6e-38, where a
+ * softmax term no longer counts beside the row's maximum's 1): the clamp
+ * on the bits, as m >= 0 orders like them (a float compare is a branch to
+ * the vectorizer under the default -ftrapping-math). */
+static inline float exp_neg(float m) {
+    int32_t mbits;
+    memcpy(&mbits, &m, sizeof m);
+    mbits = mbits < 0x42ae0000 ? mbits : 0x42ae0000; /* 87.0f */
+    memcpy(&m, &mbits, sizeof m);
+    return exp_poly(-m);
+}
+
+/* Sum of a[i] * b[i] in eight float lanes (a fixed-width inner loop the
+ * vectorizer takes; a plain reduction it does not reorder without
+ * -ffast-math). */
+static inline float dot_lanes(const float *restrict a, const float *restrict b, int n) {
+    float acc[8] = {0};
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++)
+            acc[j] += a[i + j] * b[i + j];
+    float s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+    for (; i < n; i++)
+        s += a[i] * b[i];
+    return s;
+}
+
+static inline float sum_lanes(const float *restrict a, int n) {
+    float acc[8] = {0};
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++)
+            acc[j] += a[i + j];
+    float s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+    for (; i < n; i++)
+        s += a[i];
+    return s;
+}
+
+/* ---- causal self-attention ---- */
+
+/* The products of one (sequence, head) are sgemms on the packed qkv rows:
+ * Q, K, V are T x hs matrices with leading dimension 3C (column offsets 0,
+ * C, 2C, plus h*hs), out and dout T x hs with leading dimension C. Causal:
+ * query t reads keys 0..t, so the products take the rows (or columns) in
+ * blocks of ATT_BLOCK and block [r0, r1) multiplies only keys 0..r1-1: the
+ * masked upper triangle costs the diagonal blocks' halves, not half the
+ * matrix (T 64: 5/8 of the full products with 16, against 1/2 exact). */
+#define ATT_BLOCK 16
+
+static inline int imin(int a, int b) { return a < b ? a : b; }
+
+/* p[0..t] = softmax(p[0..t]) (p holds scaled scores), p[t+1..T-1] = 0. */
+static void softmax_causal_row(float *restrict p, int t, int T) {
+    int n = t + 1;
+    float mx = p[0];
+    for (int s = 1; s < n; s++)
+        mx = p[s] > mx ? p[s] : mx;
+    for (int s = 0; s < n; s++)
+        p[s] = exp_neg(mx - p[s]);
+    float inv = 1.0f / sum_lanes(p, n);
+    for (int s = 0; s < n; s++)
+        p[s] *= inv;
+    for (int s = n; s < T; s++)
+        p[s] = 0.0f;
+}
+
+void gpt_attention_fwd(float *out, float *att, const float *qkv, int B, int T, int C, int NH) {
+    int hs = C / NH, C3 = 3 * C;
+    float scale = 1.0f / sqrtf((float)hs);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++) {
+            const float *q = qkv + (size_t)b * T * C3 + h * hs, *k = q + C, *v = q + 2 * C;
+            float *a = att + ((size_t)b * NH + h) * T * T;
+            float *o = out + (size_t)b * T * C + h * hs;
+            /* a[t, s] = scale q_t . k_s, s < the block's end */
+            for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
+                int r1 = imin(T, r0 + ATT_BLOCK);
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, r1, hs, scale,
+                            q + (size_t)r0 * C3, C3, k, C3, 0.0f, a + (size_t)r0 * T, T);
+            }
+            for (int t = 0; t < T; t++)
+                softmax_causal_row(a + (size_t)t * T, t, T);
+            /* o_t = sum_{s <= t} a[t, s] v_s */
+            for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
+                int r1 = imin(T, r0 + ATT_BLOCK);
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, hs, r1, 1.0f,
+                            a + (size_t)r0 * T, T, v, C3, 0.0f, o + (size_t)r0 * C, C);
+            }
+        }
+}
+
+/* Per (sequence, head), A the softmax weights, dO the output's gradient:
+ * dV = A^T dO; dA = dO V^T; dS[t, s] = scale A[t, s] (dA[t, s] - sum_j
+ * A[t, j] dA[t, j]) (the softmax's and the scale's backward, in place in
+ * scratch, 0 above the diagonal); dQ = dS K; dK = dS^T Q. beta 1 adds into
+ * dqkv, beta 0 overwrites it. Key s is read by queries s..T-1, so the
+ * transposed products (dV, dK) take columns in blocks [c0, c1) and rows
+ * c0..T-1. */
+static void attention_bwd(float *dqkv, const float *dout, const float *qkv, const float *att, int B,
+                          int T, int C, int NH, float *scratch, float beta) {
+    int hs = C / NH, C3 = 3 * C;
+    float scale = 1.0f / sqrtf((float)hs);
+    float *ds = scratch;
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++) {
+            size_t off = (size_t)b * T * C3 + h * hs;
+            const float *q = qkv + off, *k = q + C, *v = q + 2 * C;
+            float *dq = dqkv + off, *dk = dq + C, *dv = dq + 2 * C;
+            const float *a = att + ((size_t)b * NH + h) * T * T;
+            const float *d = dout + (size_t)b * T * C + h * hs;
+            for (int c0 = 0; c0 < T; c0 += ATT_BLOCK) {
+                int c1 = imin(T, c0 + ATT_BLOCK);
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, c1 - c0, hs, T - c0, 1.0f,
+                            a + (size_t)c0 * T + c0, T, d + (size_t)c0 * C, C, beta,
+                            dv + (size_t)c0 * C3, C3);
+            }
+            for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
+                int r1 = imin(T, r0 + ATT_BLOCK);
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, r1, hs, 1.0f,
+                            d + (size_t)r0 * C, C, v, C3, 0.0f, ds + (size_t)r0 * T, T);
+            }
+            for (int t = 0; t < T; t++) {
+                const float *restrict at = a + (size_t)t * T;
+                float *restrict dst = ds + (size_t)t * T;
+                int n = t + 1;
+                float dot = dot_lanes(at, dst, n);
+                for (int s = 0; s < n; s++)
+                    dst[s] = scale * at[s] * (dst[s] - dot);
+                for (int s = n; s < T; s++)
+                    dst[s] = 0.0f;
+            }
+            for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
+                int r1 = imin(T, r0 + ATT_BLOCK);
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, hs, r1, 1.0f,
+                            ds + (size_t)r0 * T, T, k, C3, beta, dq + (size_t)r0 * C3, C3);
+            }
+            for (int c0 = 0; c0 < T; c0 += ATT_BLOCK) {
+                int c1 = imin(T, c0 + ATT_BLOCK);
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, c1 - c0, hs, T - c0, 1.0f,
+                            ds + (size_t)c0 * T + c0, T, q + (size_t)c0 * C3, C3, beta,
+                            dk + (size_t)c0 * C3, C3);
+            }
+        }
+}
+
+void gpt_attention_bwd(float *dqkv, const float *dout, const float *qkv, const float *att, int B,
+                       int T, int C, int NH, float *scratch) {
+    attention_bwd(dqkv, dout, qkv, att, B, T, C, NH, scratch, 1.0f);
+}
+
+/* ---- gelu (tanh approximation) ---- */
+
+#define GPT_GELU_K 0.7978845608028654f /* sqrt(2/pi) */
+#define GPT_GELU_C 0.044715f
+
+/* tanh(u) = 1 - 2 / (e^(2u) + 1), with e^a by exp_poly so that the GELU
+ * loops vectorize (glibc's tanhf is a scalar call, and it was a third of
+ * acx-gpt's CPU time): a = 2|u| clamped to 40 (2/(e^a + 1) < 1e-17: tanh
+ * rounds to 1, as libm's does). Absolute error of the result a few 1e-8,
+ * against PyTorch's tanh. */
+static inline float gelu_tanh(float u) {
+    /* on |u|, sign restored at the end: for u << 0 the quotient 2/(e+1)
+     * would be near 2, whose rounding (2.4e-7) the backward's 1 - th^2
+     * magnifies; near 0 it rounds like th itself */
+    float a = 2.0f * fabsf(u);
+    /* clamp in the integers (a >= 0 orders like its bits; a NaN clamps to
+     * 40): a float compare is a branch to the vectorizer under the
+     * default -ftrapping-math */
+    int32_t abits;
+    memcpy(&abits, &a, sizeof a);
+    abits = abits < 0x42200000 ? abits : 0x42200000; /* 40.0f */
+    memcpy(&a, &abits, sizeof a);
+    float t = 1.0f - 2.0f / (exp_poly(a) + 1.0f);
     return copysignf(t, u);
 }
 
@@ -409,7 +491,7 @@ int gpt_workspace_init(gpt_workspace_t *ws, const gpt_config_t *cfg, int max_B) 
     ws->dqkv = alloc_f(ws, N * 3 * C, &bad);
     ws->dfch = alloc_f(ws, N * 4 * C, &bad);
     ws->dfch_gelu = alloc_f(ws, N * 4 * C, &bad);
-    ws->scratch = alloc_f(ws, T, &bad);
+    ws->scratch = alloc_f(ws, T * T, &bad);
     if (bad) {
         gpt_workspace_free(ws);
         return -1;

@@ -50,7 +50,7 @@ void gpt_matmul_bwd(float *dinp, float *dW, float *dbias, const float *dout, con
  * of each. out [B x T x C]; att [B x NH x T x T] the softmax weights (0 above
  * the diagonal), saved for backward. Scale 1/sqrt(hs). */
 void gpt_attention_fwd(float *out, float *att, const float *qkv, int B, int T, int C, int NH);
-/* dqkv += d(out)/d(qkv) . dout. scratch: [T] floats. */
+/* dqkv += d(out)/d(qkv) . dout. scratch: [T x T] floats. */
 void gpt_attention_bwd(float *dqkv, const float *dout, const float *qkv, const float *att, int B,
                        int T, int C, int NH, float *scratch);
 
@@ -133,7 +133,7 @@ typedef struct gpt_workspace {
     float *dln, *datty, *dfcproj; /* [N x C] */
     float *dqkv;                  /* [N x 3C] */
     float *dfch, *dfch_gelu;      /* [N x 4C] */
-    float *scratch;               /* [T] */
+    float *scratch;               /* [T x T] */
     size_t bytes;                 /* of all the buffers above (activation memory) */
 } gpt_workspace_t;
 
