@@ -101,10 +101,13 @@ void gpt_matmul_fwd(float *out, const float *inp, const float *W, const float *b
     }
 }
 
-void gpt_matmul_bwd(float *dinp, float *dW, float *dbias, const float *dout, const float *inp,
-                    const float *W, int N, int C, int OC) {
-    /* dinp [N x C] += dout [N x OC] W [OC x C]; dW [OC x C] += dout^T inp */
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, W, C, 1.0f,
+/* beta 1: dinp += dout W; beta 0: dinp = dout W. dW and dbias always add
+ * (they accumulate over the micro-steps of a step, and the tied wte's over
+ * its two uses). */
+static void matmul_bwd(float *dinp, float *dW, float *dbias, const float *dout, const float *inp,
+                       const float *W, int N, int C, int OC, float beta) {
+    /* dinp [N x C] (+)= dout [N x OC] W [OC x C]; dW [OC x C] += dout^T inp */
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, W, C, beta,
                 dinp, C);
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dW,
                 C);
@@ -114,6 +117,16 @@ void gpt_matmul_bwd(float *dinp, float *dW, float *dbias, const float *dout, con
         for (int j = 0; j < OC; j++)
             dbias[j] += d[j];
     }
+}
+
+void gpt_matmul_bwd(float *dinp, float *dW, float *dbias, const float *dout, const float *inp,
+                    const float *W, int N, int C, int OC) {
+    matmul_bwd(dinp, dW, dbias, dout, inp, W, N, C, OC, 1.0f);
+}
+
+void gpt_matmul_bwd_set(float *dinp, float *dW, float *dbias, const float *dout, const float *inp,
+                        const float *W, int N, int C, int OC) {
+    matmul_bwd(dinp, dW, dbias, dout, inp, W, N, C, OC, 0.0f);
 }
 
 /* ---- a vectorizable exp ---- */
@@ -291,6 +304,11 @@ void gpt_attention_bwd(float *dqkv, const float *dout, const float *qkv, const f
     attention_bwd(dqkv, dout, qkv, att, B, T, C, NH, scratch, 1.0f);
 }
 
+void gpt_attention_bwd_set(float *dqkv, const float *dout, const float *qkv, const float *att,
+                           int B, int T, int C, int NH, float *scratch) {
+    attention_bwd(dqkv, dout, qkv, att, B, T, C, NH, scratch, 0.0f);
+}
+
 /* ---- gelu (tanh approximation) ---- */
 
 #define GPT_GELU_K 0.7978845608028654f /* sqrt(2/pi) */
@@ -329,15 +347,17 @@ static inline void gelu_fwd_block(float *restrict out, const float *restrict inp
     }
 }
 
+/* acc 1: dinp += gelu'(inp) dout; acc 0: dinp = gelu'(inp) dout (a
+ * constant at each call site: the branch is hoisted). */
 static inline void gelu_bwd_block(float *restrict dinp, const float *restrict inp,
-                                  const float *restrict dout, size_t n) {
+                                  const float *restrict dout, size_t n, int acc) {
     for (size_t i = 0; i < n; i++) {
         float x = inp[i];
         float th = gelu_tanh(GPT_GELU_K * (x + GPT_GELU_C * x * x * x));
         float sech2 = 1.0f - th * th;
         float g =
             0.5f * (1.0f + th) + 0.5f * x * sech2 * GPT_GELU_K * (1.0f + 3.0f * GPT_GELU_C * x * x);
-        dinp[i] += g * dout[i];
+        dinp[i] = acc ? dinp[i] + g * dout[i] : g * dout[i];
     }
 }
 
@@ -351,8 +371,15 @@ void gpt_gelu_fwd(float *out, const float *inp, size_t n) {
 void gpt_gelu_bwd(float *dinp, const float *inp, const float *dout, size_t n) {
     size_t i = 0;
     for (; i + GELU_BLOCK <= n; i += GELU_BLOCK)
-        gelu_bwd_block(dinp + i, inp + i, dout + i, GELU_BLOCK);
-    gelu_bwd_block(dinp + i, inp + i, dout + i, n - i);
+        gelu_bwd_block(dinp + i, inp + i, dout + i, GELU_BLOCK, 1);
+    gelu_bwd_block(dinp + i, inp + i, dout + i, n - i, 1);
+}
+
+void gpt_gelu_bwd_set(float *dinp, const float *inp, const float *dout, size_t n) {
+    size_t i = 0;
+    for (; i + GELU_BLOCK <= n; i += GELU_BLOCK)
+        gelu_bwd_block(dinp + i, inp + i, dout + i, GELU_BLOCK, 0);
+    gelu_bwd_block(dinp + i, inp + i, dout + i, n - i, 0);
 }
 
 /* ---- residual ---- */
@@ -487,7 +514,6 @@ int gpt_workspace_init(gpt_workspace_t *ws, const gpt_config_t *cfg, int max_B) 
     ws->dres_mid = alloc_f(ws, N * C, &bad);
     ws->dln = alloc_f(ws, N * C, &bad);
     ws->datty = alloc_f(ws, N * C, &bad);
-    ws->dfcproj = alloc_f(ws, N * C, &bad);
     ws->dqkv = alloc_f(ws, N * 3 * C, &bad);
     ws->dfch = alloc_f(ws, N * 4 * C, &bad);
     ws->dfch_gelu = alloc_f(ws, N * 4 * C, &bad);
@@ -510,9 +536,9 @@ void gpt_workspace_free(gpt_workspace_t *ws) {
                 free(all[i]);
         }
     free(ws->blocks);
-    float *rest[] = {ws->encoded, ws->lnf,     ws->lnf_mean,  ws->lnf_rstd, ws->probs, ws->dlogits,
-                     ws->dres,    ws->dres_in, ws->dres_mid,  ws->dln,      ws->datty, ws->dfcproj,
-                     ws->dqkv,    ws->dfch,    ws->dfch_gelu, ws->scratch};
+    float *rest[] = {ws->encoded, ws->lnf,  ws->lnf_mean, ws->lnf_rstd,  ws->probs,
+                     ws->dlogits, ws->dres, ws->dres_in,  ws->dres_mid,  ws->dln,
+                     ws->datty,   ws->dqkv, ws->dfch,     ws->dfch_gelu, ws->scratch};
     for (size_t i = 0; i < sizeof rest / sizeof rest[0]; i++)
         free(rest[i]);
     memset(ws, 0, sizeof *ws);
@@ -564,8 +590,7 @@ double gpt_forward_final(gpt_workspace_t *ws, const float *lnf_w, const float *l
 
 void gpt_backward_head(gpt_workspace_t *ws, const float *wte, float *dwte, int B, int T) {
     int C = ws->cfg.d_model, V = ws->cfg.vocab, N = B * T;
-    memset(ws->dln, 0, (size_t)N * C * sizeof(float));
-    gpt_matmul_bwd(ws->dln, dwte, NULL, ws->dlogits, ws->lnf, wte, N, C, V);
+    gpt_matmul_bwd_set(ws->dln, dwte, NULL, ws->dlogits, ws->lnf, wte, N, C, V);
 }
 
 void gpt_backward_lnf(gpt_workspace_t *ws, const float *lnf_w, float *dlnf_w, float *dlnf_b, int B,
@@ -585,32 +610,27 @@ void gpt_backward_block(gpt_workspace_t *ws, int l, const gpt_block_params_t *p,
     const float *x = l == 0 ? ws->encoded : ws->blocks[l - 1].res3;
     const float *const *w = p->t;
     float *const *dw = g->t;
-    /* res3 = res2 + fcproj */
-    memset(ws->dres_mid, 0, bytes);
-    memset(ws->dfcproj, 0, bytes);
-    gpt_residual_bwd(ws->dres_mid, ws->dfcproj, ws->dres, nc);
-    memset(ws->dfch_gelu, 0, 4 * bytes);
-    gpt_matmul_bwd(ws->dfch_gelu, dw[GPT_FCPROJ_W], dw[GPT_FCPROJ_B], ws->dfcproj, a->fch_gelu,
-                   w[GPT_FCPROJ_W], N, 4 * C, C);
-    memset(ws->dfch, 0, 4 * bytes);
-    gpt_gelu_bwd(ws->dfch, a->fch, ws->dfch_gelu, 4 * nc);
-    memset(ws->dln, 0, bytes);
-    gpt_matmul_bwd(ws->dln, dw[GPT_FC_W], dw[GPT_FC_B], ws->dfch, a->ln2, w[GPT_FC_W], N, C, 4 * C);
+    /* res3 = res2 + fcproj: both inputs' gradients are dres, so fcproj's is
+     * dres itself and res2's starts as a copy (ln_2's backward adds to it) */
+    float *dfcproj = ws->dres;
+    memcpy(ws->dres_mid, ws->dres, bytes);
+    /* the activation gradients below are overwritten (the _set kernels),
+     * not zeroed and added into: each holds one term */
+    gpt_matmul_bwd_set(ws->dfch_gelu, dw[GPT_FCPROJ_W], dw[GPT_FCPROJ_B], dfcproj, a->fch_gelu,
+                       w[GPT_FCPROJ_W], N, 4 * C, C);
+    gpt_gelu_bwd_set(ws->dfch, a->fch, ws->dfch_gelu, 4 * nc);
+    gpt_matmul_bwd_set(ws->dln, dw[GPT_FC_W], dw[GPT_FC_B], ws->dfch, a->ln2, w[GPT_FC_W], N, C,
+                       4 * C);
     gpt_layernorm_bwd(ws->dres_mid, dw[GPT_LN2_W], dw[GPT_LN2_B], ws->dln, a->res2, w[GPT_LN2_W],
                       a->ln2_mean, a->ln2_rstd, N, C);
-    /* res2 = x + attproj */
-    memset(ws->dres_in, 0, bytes);
-    memset(ws->datty, 0, bytes);
-    float *dattproj = ws->dfcproj; /* free again: reused */
-    memset(dattproj, 0, bytes);
-    gpt_residual_bwd(ws->dres_in, dattproj, ws->dres_mid, nc);
-    gpt_matmul_bwd(ws->datty, dw[GPT_ATTPROJ_W], dw[GPT_ATTPROJ_B], dattproj, a->atty,
-                   w[GPT_ATTPROJ_W], N, C, C);
-    memset(ws->dqkv, 0, 3 * bytes);
-    gpt_attention_bwd(ws->dqkv, ws->datty, a->qkv, a->att, B, T, C, ws->cfg.heads, ws->scratch);
-    memset(ws->dln, 0, bytes);
-    gpt_matmul_bwd(ws->dln, dw[GPT_QKV_W], dw[GPT_QKV_B], ws->dqkv, a->ln1, w[GPT_QKV_W], N, C,
-                   3 * C);
+    /* res2 = x + attproj: likewise, attproj's gradient is dres_mid, x's a copy */
+    float *dattproj = ws->dres_mid;
+    memcpy(ws->dres_in, ws->dres_mid, bytes);
+    gpt_matmul_bwd_set(ws->datty, dw[GPT_ATTPROJ_W], dw[GPT_ATTPROJ_B], dattproj, a->atty,
+                       w[GPT_ATTPROJ_W], N, C, C);
+    gpt_attention_bwd_set(ws->dqkv, ws->datty, a->qkv, a->att, B, T, C, ws->cfg.heads, ws->scratch);
+    gpt_matmul_bwd_set(ws->dln, dw[GPT_QKV_W], dw[GPT_QKV_B], ws->dqkv, a->ln1, w[GPT_QKV_W], N, C,
+                       3 * C);
     gpt_layernorm_bwd(ws->dres_in, dw[GPT_LN1_W], dw[GPT_LN1_B], ws->dln, x, w[GPT_LN1_W],
                       a->ln1_mean, a->ln1_rstd, N, C);
     /* the input's gradient becomes the next (lower) block's output gradient */

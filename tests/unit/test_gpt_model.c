@@ -11,7 +11,8 @@
  * float forwards make the differences noisy at ~1e-4 of that scale, a wrong
  * formula (a missing term, a transposed index) is off by O(1).
  * Every backward is also checked to ADD into its gradient buffers (they
- * start at 0.25, which is subtracted before comparing). Then the whole
+ * start at 0.25, which is subtracted before comparing); the _set variants
+ * to overwrite the input's gradient and add into the parameters'. Then the whole
  * model (two blocks, tied head, loss) is checked element by element for every
  * parameter, with the tokens and targets of a tiny batch.
  */
@@ -304,6 +305,53 @@ error:
     return 1;
 }
 
+/* The _set backward variants against the adding ones: started on NaN (so
+ * a value read before being written shows), the overwritten input gradient
+ * equals the adding kernel's on zeros bit for bit (0 + x = x), and the
+ * parameter gradients are still added into (both start at PRE). */
+static int same_bits(const float *a, const float *b, size_t n) {
+    return memcmp(a, b, n * sizeof(float)) == 0;
+}
+static int test_set_variants(void) {
+    TESTING("gpt: _set backward variants overwrite the input gradient only");
+    enum { B = 2, T = 19, C = 6, NH = 2, N = B * T, OC = 12 }; /* N*C = 228: a GELU tail */
+    size_t nx = (size_t)N * C, nw = (size_t)OC * C, nqkv = (size_t)N * 3 * C;
+    float *x = falloc(nx), *w = falloc(nw), *dout = falloc((size_t)N * OC);
+    float *dx_add = falloc(nx), *dx_set = falloc(nx), *dw_add = falloc(nw), *dw_set = falloc(nw);
+    float *db_add = falloc(OC), *db_set = falloc(OC);
+    float *qkv = falloc(nqkv), *att = falloc((size_t)B * NH * T * T), *out = falloc(nx);
+    float *dq_add = falloc(nqkv), *dq_set = falloc(nqkv), *scratch = falloc(T * T);
+    fill(x, nx, -1, 1), fill(w, nw, -1, 1), fill(dout, (size_t)N * OC, -1, 1);
+    fill(qkv, nqkv, -1.5, 1.5);
+    for (size_t i = 0; i < nx; i++)
+        dx_set[i] = NAN;
+    preset(dw_add, nw), preset(dw_set, nw), preset(db_add, OC), preset(db_set, OC);
+    gpt_matmul_bwd(dx_add, dw_add, db_add, dout, x, w, N, C, OC);
+    gpt_matmul_bwd_set(dx_set, dw_set, db_set, dout, x, w, N, C, OC);
+    CHECK(same_bits(dx_add, dx_set, nx));
+    CHECK(same_bits(dw_add, dw_set, nw) && same_bits(db_add, db_set, OC));
+    CHECK(dw_add[0] != PRE); /* something was added */
+    gpt_attention_fwd(out, att, qkv, B, T, C, NH);
+    for (size_t i = 0; i < nqkv; i++)
+        dq_set[i] = NAN;
+    gpt_attention_bwd(dq_add, dout, qkv, att, B, T, C, NH, scratch); /* dout: read as [N x C] */
+    gpt_attention_bwd_set(dq_set, dout, qkv, att, B, T, C, NH, scratch);
+    CHECK(same_bits(dq_add, dq_set, nqkv));
+    for (size_t i = 0; i < nx; i++)
+        dx_set[i] = NAN, dx_add[i] = 0.0f;
+    gpt_gelu_bwd(dx_add, x, out, nx);
+    gpt_gelu_bwd_set(dx_set, x, out, nx);
+    CHECK(same_bits(dx_add, dx_set, nx));
+    free(x), free(w), free(dout), free(dx_add), free(dx_set), free(dw_add), free(dw_set);
+    free(db_add), free(db_set), free(qkv), free(att), free(out), free(dq_add), free(dq_set);
+    free(scratch);
+    PASSED();
+    return 0;
+error:
+    FAILED();
+    return 1;
+}
+
 static int test_gelu_residual(void) {
     TESTING("gpt: gelu (tanh) and residual, forward and backward");
     enum { n = 41 };
@@ -495,6 +543,7 @@ int main(void) {
     fails += test_matmul(0);
     fails += test_attention();
     fails += test_attention_blocks();
+    fails += test_set_variants();
     fails += test_gelu_residual();
     fails += test_crossentropy();
     fails += test_model();
