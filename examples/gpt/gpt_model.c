@@ -223,6 +223,10 @@ static void softmax_causal_row(float *restrict p, int t, int T) {
 void gpt_attention_fwd(float *out, float *att, const float *qkv, int B, int T, int C, int NH) {
     int hs = C / NH, C3 = 3 * C;
     float scale = 1.0f / sqrtf((float)hs);
+    /* every product adds (beta 1) into zeroed memory: OpenBLAS's beta 0
+     * pass over a strided block cost more than the products here */
+    memset(out, 0, (size_t)B * T * C * sizeof(float));
+    memset(att, 0, (size_t)B * NH * T * T * sizeof(float));
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++) {
             const float *q = qkv + (size_t)b * T * C3 + h * hs, *k = q + C, *v = q + 2 * C;
@@ -232,7 +236,7 @@ void gpt_attention_fwd(float *out, float *att, const float *qkv, int B, int T, i
             for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
                 int r1 = imin(T, r0 + ATT_BLOCK);
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, r1, hs, scale,
-                            q + (size_t)r0 * C3, C3, k, C3, 0.0f, a + (size_t)r0 * T, T);
+                            q + (size_t)r0 * C3, C3, k, C3, 1.0f, a + (size_t)r0 * T, T);
             }
             for (int t = 0; t < T; t++)
                 softmax_causal_row(a + (size_t)t * T, t, T);
@@ -240,7 +244,7 @@ void gpt_attention_fwd(float *out, float *att, const float *qkv, int B, int T, i
             for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
                 int r1 = imin(T, r0 + ATT_BLOCK);
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, hs, r1, 1.0f,
-                            a + (size_t)r0 * T, T, v, C3, 0.0f, o + (size_t)r0 * C, C);
+                            a + (size_t)r0 * T, T, v, C3, 1.0f, o + (size_t)r0 * C, C);
             }
         }
 }
@@ -248,15 +252,17 @@ void gpt_attention_fwd(float *out, float *att, const float *qkv, int B, int T, i
 /* Per (sequence, head), A the softmax weights, dO the output's gradient:
  * dV = A^T dO; dA = dO V^T; dS[t, s] = scale A[t, s] (dA[t, s] - sum_j
  * A[t, j] dA[t, j]) (the softmax's and the scale's backward, in place in
- * scratch, 0 above the diagonal); dQ = dS K; dK = dS^T Q. beta 1 adds into
- * dqkv, beta 0 overwrites it. Key s is read by queries s..T-1, so the
- * transposed products (dV, dK) take columns in blocks [c0, c1) and rows
- * c0..T-1. */
+ * scratch, 0 above the diagonal); dQ = dS K; dK = dS^T Q. The products add
+ * (beta 1) into dqkv, and with set it is zeroed first: one memset, where
+ * OpenBLAS's beta 0 pass over the strided T x hs blocks cost more than the
+ * products. Key s is read by queries s..T-1, so the transposed products
+ * (dV, dK) take columns in blocks [c0, c1) and rows c0..T-1. */
 static void attention_bwd(float *dqkv, const float *dout, const float *qkv, const float *att, int B,
-                          int T, int C, int NH, float *scratch, float beta) {
+                          int T, int C, int NH, float *scratch, int set) {
     int hs = C / NH, C3 = 3 * C;
-    float scale = 1.0f / sqrtf((float)hs);
+    float scale = 1.0f / sqrtf((float)hs), beta = 1.0f;
     float *ds = scratch;
+    if (set) memset(dqkv, 0, (size_t)B * T * C3 * sizeof(float));
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++) {
             size_t off = (size_t)b * T * C3 + h * hs;
@@ -270,10 +276,11 @@ static void attention_bwd(float *dqkv, const float *dout, const float *qkv, cons
                             a + (size_t)c0 * T + c0, T, d + (size_t)c0 * C, C, beta,
                             dv + (size_t)c0 * C3, C3);
             }
+            memset(ds, 0, (size_t)T * T * sizeof(float));
             for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
                 int r1 = imin(T, r0 + ATT_BLOCK);
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, r1, hs, 1.0f,
-                            d + (size_t)r0 * C, C, v, C3, 0.0f, ds + (size_t)r0 * T, T);
+                            d + (size_t)r0 * C, C, v, C3, 1.0f, ds + (size_t)r0 * T, T);
             }
             for (int t = 0; t < T; t++) {
                 const float *restrict at = a + (size_t)t * T;
@@ -301,12 +308,12 @@ static void attention_bwd(float *dqkv, const float *dout, const float *qkv, cons
 
 void gpt_attention_bwd(float *dqkv, const float *dout, const float *qkv, const float *att, int B,
                        int T, int C, int NH, float *scratch) {
-    attention_bwd(dqkv, dout, qkv, att, B, T, C, NH, scratch, 1.0f);
+    attention_bwd(dqkv, dout, qkv, att, B, T, C, NH, scratch, 0);
 }
 
 void gpt_attention_bwd_set(float *dqkv, const float *dout, const float *qkv, const float *att,
                            int B, int T, int C, int NH, float *scratch) {
-    attention_bwd(dqkv, dout, qkv, att, B, T, C, NH, scratch, 0.0f);
+    attention_bwd(dqkv, dout, qkv, att, B, T, C, NH, scratch, 1);
 }
 
 /* ---- gelu (tanh approximation) ---- */
