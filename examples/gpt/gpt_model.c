@@ -13,6 +13,17 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The element-wise loops that dominate outside the products (GELU) are
+ * also compiled for x86-64-v3 (AVX2, FMA), chosen at load time by the CPU
+ * (glibc's ifunc): the build's baseline is SSE2, and the GELU ran 2.5-3.5x
+ * faster with 8-wide vectors and FMA. FMA contracts a*b + c, so results
+ * differ from the SSE2 build in the last bits. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 11
+#define GPT_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#define GPT_CLONES
+#endif
+
 /* ---- embedding ---- */
 
 void gpt_embed_fwd(float *out, const int32_t *tok, const float *wte, const float *wpe, int B, int T,
@@ -370,21 +381,21 @@ static inline void gelu_bwd_block(float *restrict dinp, const float *restrict in
     }
 }
 
-void gpt_gelu_fwd(float *out, const float *inp, size_t n) {
+GPT_CLONES void gpt_gelu_fwd(float *out, const float *inp, size_t n) {
     size_t i = 0;
     for (; i + GELU_BLOCK <= n; i += GELU_BLOCK)
         gelu_fwd_block(out + i, inp + i, GELU_BLOCK);
     gelu_fwd_block(out + i, inp + i, n - i);
 }
 
-void gpt_gelu_bwd(float *dinp, const float *inp, const float *dout, size_t n) {
+GPT_CLONES void gpt_gelu_bwd(float *dinp, const float *inp, const float *dout, size_t n) {
     size_t i = 0;
     for (; i + GELU_BLOCK <= n; i += GELU_BLOCK)
         gelu_bwd_block(dinp + i, inp + i, dout + i, GELU_BLOCK, 1);
     gelu_bwd_block(dinp + i, inp + i, dout + i, n - i, 1);
 }
 
-void gpt_gelu_bwd_set(float *dinp, const float *inp, const float *dout, size_t n) {
+GPT_CLONES void gpt_gelu_bwd_set(float *dinp, const float *inp, const float *dout, size_t n) {
     size_t i = 0;
     for (; i + GELU_BLOCK <= n; i += GELU_BLOCK)
         gelu_bwd_block(dinp + i, inp + i, dout + i, GELU_BLOCK, 0);
