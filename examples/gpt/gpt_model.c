@@ -24,125 +24,7 @@
 #define GPT_CLONES
 #endif
 
-/* ---- embedding ---- */
-
-void gpt_embed_fwd(float *out, const int32_t *tok, const float *wte, const float *wpe, int B, int T,
-                   int C) {
-    for (int b = 0; b < B; b++)
-        for (int t = 0; t < T; t++) {
-            float *o = out + ((size_t)b * T + t) * C;
-            const float *e = wte + (size_t)tok[b * T + t] * C, *p = wpe + (size_t)t * C;
-            for (int i = 0; i < C; i++)
-                o[i] = e[i] + p[i];
-        }
-}
-
-void gpt_embed_bwd(float *dwte, float *dwpe, const float *dout, const int32_t *tok, int B, int T,
-                   int C) {
-    for (int b = 0; b < B; b++)
-        for (int t = 0; t < T; t++) {
-            const float *d = dout + ((size_t)b * T + t) * C;
-            float *de = dwte + (size_t)tok[b * T + t] * C, *dp = dwpe + (size_t)t * C;
-            for (int i = 0; i < C; i++) {
-                de[i] += d[i];
-                dp[i] += d[i];
-            }
-        }
-}
-
-/* ---- layernorm ---- */
-
-void gpt_layernorm_fwd(float *out, float *mean, float *rstd, const float *inp, const float *w,
-                       const float *b, int N, int C) {
-    for (int n = 0; n < N; n++) {
-        const float *x = inp + (size_t)n * C;
-        float *o = out + (size_t)n * C;
-        double s = 0.0;
-        for (int i = 0; i < C; i++)
-            s += x[i];
-        float m = (float)(s / C);
-        double v = 0.0;
-        for (int i = 0; i < C; i++) {
-            double d = (double)x[i] - m;
-            v += d * d;
-        }
-        float r = (float)(1.0 / sqrt(v / C + GPT_LN_EPS));
-        for (int i = 0; i < C; i++)
-            o[i] = (x[i] - m) * r * w[i] + b[i];
-        mean[n] = m;
-        rstd[n] = r;
-    }
-}
-
-/* y = xhat*w + b, xhat = (x - mean)*rstd. With g = dout*w:
- * dx = rstd * (g - mean(g) - xhat * mean(g*xhat)). */
-void gpt_layernorm_bwd(float *dinp, float *dw, float *db, const float *dout, const float *inp,
-                       const float *w, const float *mean, const float *rstd, int N, int C) {
-    for (int n = 0; n < N; n++) {
-        const float *x = inp + (size_t)n * C, *d = dout + (size_t)n * C;
-        float *dx = dinp + (size_t)n * C;
-        float m = mean[n], r = rstd[n];
-        double sg = 0.0, sgx = 0.0;
-        for (int i = 0; i < C; i++) {
-            float xhat = (x[i] - m) * r, g = d[i] * w[i];
-            sg += g;
-            sgx += (double)g * xhat;
-        }
-        float mg = (float)(sg / C), mgx = (float)(sgx / C);
-        for (int i = 0; i < C; i++) {
-            float xhat = (x[i] - m) * r, g = d[i] * w[i];
-            dx[i] += r * (g - mg - xhat * mgx);
-            dw[i] += d[i] * xhat;
-            db[i] += d[i];
-        }
-    }
-}
-
-/* ---- matmul ---- */
-
-/* The bias is written first and the product added to it (beta 1): one
- * pass over out before the sgemm instead of sgemm's beta 0 pass and a
- * bias pass after it. */
-void gpt_matmul_fwd(float *out, const float *inp, const float *W, const float *bias, int N, int C,
-                    int OC) {
-    if (bias == NULL)
-        memset(out, 0, (size_t)N * OC * sizeof(float));
-    else
-        for (int n = 0; n < N; n++)
-            memcpy(out + (size_t)n * OC, bias, (size_t)OC * sizeof(float));
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, W, C, 1.0f, out,
-                OC);
-}
-
-/* beta 1: dinp += dout W; beta 0: dinp = dout W. dW and dbias always add
- * (they accumulate over the micro-steps of a step, and the tied wte's over
- * its two uses). */
-static void matmul_bwd(float *dinp, float *dW, float *dbias, const float *dout, const float *inp,
-                       const float *W, int N, int C, int OC, float beta) {
-    /* dinp [N x C] (+)= dout [N x OC] W [OC x C]; dW [OC x C] += dout^T inp */
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, W, C, beta,
-                dinp, C);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dW,
-                C);
-    if (dbias == NULL) return;
-    for (int n = 0; n < N; n++) {
-        const float *d = dout + (size_t)n * OC;
-        for (int j = 0; j < OC; j++)
-            dbias[j] += d[j];
-    }
-}
-
-void gpt_matmul_bwd(float *dinp, float *dW, float *dbias, const float *dout, const float *inp,
-                    const float *W, int N, int C, int OC) {
-    matmul_bwd(dinp, dW, dbias, dout, inp, W, N, C, OC, 1.0f);
-}
-
-void gpt_matmul_bwd_set(float *dinp, float *dW, float *dbias, const float *dout, const float *inp,
-                        const float *W, int N, int C, int OC) {
-    matmul_bwd(dinp, dW, dbias, dout, inp, W, N, C, OC, 0.0f);
-}
-
-/* ---- a vectorizable exp ---- */
+/* ---- vectorizable exp and sums ---- */
 
 /* e^a for a in [-87, 88] (callers clamp), branch-free so that the loops
  * calling it vectorize (glibc's expf is a scalar call): a = k ln2 + r, k
@@ -203,6 +85,140 @@ static inline float sum_lanes(const float *restrict a, int n) {
     for (; i < n; i++)
         s += a[i];
     return s;
+}
+
+/* ---- embedding ---- */
+
+void gpt_embed_fwd(float *out, const int32_t *tok, const float *wte, const float *wpe, int B, int T,
+                   int C) {
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) {
+            float *o = out + ((size_t)b * T + t) * C;
+            const float *e = wte + (size_t)tok[b * T + t] * C, *p = wpe + (size_t)t * C;
+            for (int i = 0; i < C; i++)
+                o[i] = e[i] + p[i];
+        }
+}
+
+void gpt_embed_bwd(float *dwte, float *dwpe, const float *dout, const int32_t *tok, int B, int T,
+                   int C) {
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) {
+            const float *d = dout + ((size_t)b * T + t) * C;
+            float *de = dwte + (size_t)tok[b * T + t] * C, *dp = dwpe + (size_t)t * C;
+            for (int i = 0; i < C; i++) {
+                de[i] += d[i];
+                dp[i] += d[i];
+            }
+        }
+}
+
+/* ---- layernorm ---- */
+
+/* The row sums (mean, variance, the backward's two means) in eight float
+ * lanes (sum_lanes, dot_lanes): vectorized, where double accumulators
+ * kept them scalar; over C = 128 terms the float sums round at ~1e-7
+ * relative. */
+GPT_CLONES void gpt_layernorm_fwd(float *out, float *mean, float *rstd, const float *inp,
+                                  const float *w, const float *b, int N, int C) {
+    for (int n = 0; n < N; n++) {
+        const float *restrict x = inp + (size_t)n * C;
+        float *restrict o = out + (size_t)n * C;
+        float m = sum_lanes(x, C) / (float)C;
+        float acc[8] = {0}, v;
+        int i = 0;
+        for (; i + 8 <= C; i += 8)
+            for (int j = 0; j < 8; j++)
+                acc[j] += (x[i + j] - m) * (x[i + j] - m);
+        v = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+        for (; i < C; i++)
+            v += (x[i] - m) * (x[i] - m);
+        float r = (float)(1.0 / sqrt((double)v / C + GPT_LN_EPS));
+        for (i = 0; i < C; i++)
+            o[i] = (x[i] - m) * r * w[i] + b[i];
+        mean[n] = m;
+        rstd[n] = r;
+    }
+}
+
+/* y = xhat*w + b, xhat = (x - mean)*rstd. With g = dout*w:
+ * dx = rstd * (g - mean(g) - xhat * mean(g*xhat)). */
+GPT_CLONES void gpt_layernorm_bwd(float *dinp, float *dw, float *db, const float *dout,
+                                  const float *inp, const float *w, const float *mean,
+                                  const float *rstd, int N, int C) {
+    float *restrict gw = dw, *restrict gb = db; /* distinct from dinp: no alias checks */
+    for (int n = 0; n < N; n++) {
+        const float *restrict x = inp + (size_t)n * C, *restrict d = dout + (size_t)n * C;
+        float *restrict dx = dinp + (size_t)n * C;
+        float m = mean[n], r = rstd[n];
+        float ag[8] = {0}, agx[8] = {0};
+        int i = 0;
+        for (; i + 8 <= C; i += 8)
+            for (int j = 0; j < 8; j++) {
+                float xhat = (x[i + j] - m) * r, g = d[i + j] * w[i + j];
+                ag[j] += g;
+                agx[j] += g * xhat;
+            }
+        float sg = ((ag[0] + ag[4]) + (ag[1] + ag[5])) + ((ag[2] + ag[6]) + (ag[3] + ag[7]));
+        float sgx =
+            ((agx[0] + agx[4]) + (agx[1] + agx[5])) + ((agx[2] + agx[6]) + (agx[3] + agx[7]));
+        for (; i < C; i++) {
+            float xhat = (x[i] - m) * r, g = d[i] * w[i];
+            sg += g;
+            sgx += g * xhat;
+        }
+        float mg = sg / (float)C, mgx = sgx / (float)C;
+        for (i = 0; i < C; i++) {
+            float xhat = (x[i] - m) * r, g = d[i] * w[i];
+            dx[i] += r * (g - mg - xhat * mgx);
+            gw[i] += d[i] * xhat;
+            gb[i] += d[i];
+        }
+    }
+}
+
+/* ---- matmul ---- */
+
+/* The bias is written first and the product added to it (beta 1): one
+ * pass over out before the sgemm instead of sgemm's beta 0 pass and a
+ * bias pass after it. */
+void gpt_matmul_fwd(float *out, const float *inp, const float *W, const float *bias, int N, int C,
+                    int OC) {
+    if (bias == NULL)
+        memset(out, 0, (size_t)N * OC * sizeof(float));
+    else
+        for (int n = 0; n < N; n++)
+            memcpy(out + (size_t)n * OC, bias, (size_t)OC * sizeof(float));
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, W, C, 1.0f, out,
+                OC);
+}
+
+/* beta 1: dinp += dout W; beta 0: dinp = dout W. dW and dbias always add
+ * (they accumulate over the micro-steps of a step, and the tied wte's over
+ * its two uses). */
+static void matmul_bwd(float *dinp, float *dW, float *dbias, const float *dout, const float *inp,
+                       const float *W, int N, int C, int OC, float beta) {
+    /* dinp [N x C] (+)= dout [N x OC] W [OC x C]; dW [OC x C] += dout^T inp */
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, W, C, beta,
+                dinp, C);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dW,
+                C);
+    if (dbias == NULL) return;
+    for (int n = 0; n < N; n++) {
+        const float *d = dout + (size_t)n * OC;
+        for (int j = 0; j < OC; j++)
+            dbias[j] += d[j];
+    }
+}
+
+void gpt_matmul_bwd(float *dinp, float *dW, float *dbias, const float *dout, const float *inp,
+                    const float *W, int N, int C, int OC) {
+    matmul_bwd(dinp, dW, dbias, dout, inp, W, N, C, OC, 1.0f);
+}
+
+void gpt_matmul_bwd_set(float *dinp, float *dW, float *dbias, const float *dout, const float *inp,
+                        const float *W, int N, int C, int OC) {
+    matmul_bwd(dinp, dW, dbias, dout, inp, W, N, C, OC, 0.0f);
 }
 
 /* ---- causal self-attention ---- */
