@@ -434,39 +434,63 @@ void gpt_residual_bwd(float *da, float *db, const float *dout, size_t n) {
 
 /* ---- softmax cross-entropy ---- */
 
-double gpt_crossentropy_fwd(float *probs, const float *logits, const int32_t *targets, int N,
-                            int V) {
+/* exp by exp_neg and the normalizer in float lanes: vectorized (also in
+ * place, probs == logits: each element is read before it is written);
+ * the loss itself accumulates in double. A NaN logit, which the clamped
+ * exp would hide, makes its row's probabilities and the loss NaN. */
+GPT_CLONES double gpt_crossentropy_fwd(float *probs, const float *logits, const int32_t *targets,
+                                       int N, int V) {
     double loss = 0.0;
     for (int n = 0; n < N; n++) {
         const float *z = logits + (size_t)n * V;
         float *p = probs + (size_t)n * V;
         float mx = -INFINITY;
-        for (int j = 0; j < V; j++)
-            if (z[j] > mx) mx = z[j];
+        int nan = 0;
+        for (int j = 0; j < V; j++) {
+            nan |= z[j] != z[j];
+            mx = z[j] > mx ? z[j] : mx;
+        }
         /* -log p[target] = log(sum) - (z[target] - mx): exact also when p
          * underflows; read before p (which may alias z) is written */
-        double zt = (double)z[targets[n]] - mx, sum = 0.0;
-        for (int j = 0; j < V; j++) {
-            p[j] = expf(z[j] - mx);
-            sum += p[j];
-        }
-        loss += log(sum) - zt;
-        float inv = (float)(1.0 / sum);
+        double zt = (double)z[targets[n]] - mx;
+        if (nan)
+            for (int j = 0; j < V; j++)
+                p[j] = NAN;
+        else
+            for (int j = 0; j < V; j++)
+                p[j] = exp_neg(mx - z[j]);
+        float sum = sum_lanes(p, V), inv = 1.0f / sum;
+        loss += log((double)sum) - zt;
         for (int j = 0; j < V; j++)
             p[j] *= inv;
     }
     return loss / N;
 }
 
-void gpt_crossentropy_bwd(float *dlogits, const float *probs, const int32_t *targets, int N, int V,
-                          float scale) {
+/* acc 1: dlogits += scale (probs - onehot); acc 0: dlogits = ... */
+static void crossentropy_bwd(float *dlogits, const float *probs, const int32_t *targets, int N,
+                             int V, float scale, int acc) {
     for (int n = 0; n < N; n++) {
         const float *p = probs + (size_t)n * V;
         float *d = dlogits + (size_t)n * V;
-        for (int j = 0; j < V; j++)
-            d[j] += scale * p[j];
+        if (acc)
+            for (int j = 0; j < V; j++)
+                d[j] += scale * p[j];
+        else
+            for (int j = 0; j < V; j++)
+                d[j] = scale * p[j];
         d[targets[n]] -= scale;
     }
+}
+
+void gpt_crossentropy_bwd(float *dlogits, const float *probs, const int32_t *targets, int N, int V,
+                          float scale) {
+    crossentropy_bwd(dlogits, probs, targets, N, V, scale, 1);
+}
+
+void gpt_crossentropy_bwd_set(float *dlogits, const float *probs, const int32_t *targets, int N,
+                              int V, float scale) {
+    crossentropy_bwd(dlogits, probs, targets, N, V, scale, 0);
 }
 
 /* ---- the model ---- */
@@ -613,8 +637,7 @@ double gpt_forward_head(gpt_workspace_t *ws, const float *wte, const int32_t *ta
     int C = ws->cfg.d_model, V = ws->cfg.vocab, N = B * T;
     gpt_matmul_fwd(ws->probs, ws->lnf, wte, NULL, N, C, V); /* the head: wte tied */
     double loss = gpt_crossentropy_fwd(ws->probs, ws->probs, targets, N, V);
-    memset(ws->dlogits, 0, (size_t)N * V * sizeof(float));
-    gpt_crossentropy_bwd(ws->dlogits, ws->probs, targets, N, V, 1.0f / (float)N);
+    gpt_crossentropy_bwd_set(ws->dlogits, ws->probs, targets, N, V, 1.0f / (float)N);
     return loss;
 }
 

@@ -82,6 +82,9 @@ double gpt_crossentropy_fwd(float *probs, const float *logits, const int32_t *ta
 /* dlogits += scale * (probs - onehot(target)); scale = 1/N for the mean loss. */
 void gpt_crossentropy_bwd(float *dlogits, const float *probs, const int32_t *targets, int N, int V,
                           float scale);
+/* dlogits = scale * (probs - onehot(target)), overwritten. */
+void gpt_crossentropy_bwd_set(float *dlogits, const float *probs, const int32_t *targets, int N,
+                              int V, float scale);
 
 /* ---- the model ---- */
 

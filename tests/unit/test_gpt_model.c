@@ -442,6 +442,19 @@ static int test_crossentropy(void) {
     preset(d, N * V);
     gpt_crossentropy_bwd(d, k.out, tg, N, V, 1.0f / N);
     CHECK(fd_check("dlogits", k.x, N * V, d, k_objective, &k, 1e-2f, 2e-3) == 0);
+    /* the _set variant: the same values without the preset (probs of the
+     * unperturbed logits again: fd_check's last call left perturbed ones) */
+    k_objective(&k);
+    float *d2 = falloc(N * V);
+    for (int i = 0; i < N * V; i++)
+        d2[i] = NAN;
+    gpt_crossentropy_bwd_set(d2, k.out, tg, N, V, 1.0f / N);
+    for (int i = 0; i < N * V; i++)
+        CHECK_CLOSE(d2[i], d[i] - PRE, 0, 1e-7);
+    free(d2);
+    /* a NaN logit (not its row's target) makes the loss NaN, not hidden by the exp's clamp */
+    k.x[N * V - 1] = NAN;
+    CHECK(isnan(k_objective(&k)));
     PASSED();
     return 0;
 error:
