@@ -60,7 +60,10 @@
 #   attention (gpt_attention_fwd/_bwd, causal: position t reads t+1 keys):
 #     forward q.k and a.v: 4 hs (t+1) per head = 4 C (t+1); backward
 #     da, dv, dq, dk: 8 C (t+1); the mean of t+1 over t < T is (T+1)/2:
-#     6 C (T+1) per token per block.
+#     6 C (T+1) per token per block. (The kernels run these as sgemms
+#     over blocks of 16 queries, which also multiply the masked part of
+#     each diagonal block: T 64 computes 5/8 of the full T x T products
+#     where the causal count is 65/128. The extra work is not counted.)
 #   F = 72 L C^2 + 6 C V + 6 L C (T+1)   (5,114,880 for the defaults)
 # Not counted (not matrix products): LayerNorm, GELU, softmax, biases,
 # residuals, the embedding, AdamW. MFU = tokens/s x F over the sgemm rate:

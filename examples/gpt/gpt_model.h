@@ -11,8 +11,10 @@
  * [out x in]; activations are [N x features].
  *
  * Contract of every backward: gradients are ADDED into (d... += ...), never
- * overwritten, as autograd accumulates and as acx_param_grad expects; the
- * caller zeroes activation-gradient buffers where a fresh sum starts.
+ * overwritten, as autograd accumulates and as acx_param_grad expects. The
+ * _set variants overwrite the activation gradient (the input's) instead,
+ * for a buffer that holds that one term, and still add into the parameter
+ * gradients.
  */
 #ifndef ACX_EXAMPLE_GPT_MODEL_H
 #define ACX_EXAMPLE_GPT_MODEL_H
@@ -43,19 +45,29 @@ void gpt_matmul_fwd(float *out, const float *inp, const float *W, const float *b
 /* dinp += dout W; dW += dout^T inp; dbias += column sums of dout. dbias may be NULL. */
 void gpt_matmul_bwd(float *dinp, float *dW, float *dbias, const float *dout, const float *inp,
                     const float *W, int N, int C, int OC);
+/* The same with dinp = dout W overwritten (sgemm beta 0; its previous
+ * contents, NaN included, are not read); dW and dbias still added. For an
+ * activation gradient that holds this one term: no zeroing first. */
+void gpt_matmul_bwd_set(float *dinp, float *dW, float *dbias, const float *dout, const float *inp,
+                        const float *W, int N, int C, int OC);
 
 /* Causal multi-head self-attention. qkv [B x T x 3C] holds q, k, v side by
  * side (columns 0..C-1, C..2C-1, 2C..3C-1), head h in columns h*hs..h*hs+hs-1
  * of each. out [B x T x C]; att [B x NH x T x T] the softmax weights (0 above
  * the diagonal), saved for backward. Scale 1/sqrt(hs). */
 void gpt_attention_fwd(float *out, float *att, const float *qkv, int B, int T, int C, int NH);
-/* dqkv += d(out)/d(qkv) . dout. scratch: [T] floats. */
+/* dqkv += d(out)/d(qkv) . dout. scratch: [T x T] floats. */
 void gpt_attention_bwd(float *dqkv, const float *dout, const float *qkv, const float *att, int B,
                        int T, int C, int NH, float *scratch);
+/* The same with dqkv overwritten. */
+void gpt_attention_bwd_set(float *dqkv, const float *dout, const float *qkv, const float *att,
+                           int B, int T, int C, int NH, float *scratch);
 
 /* GELU, tanh approximation (GPT-2; torch's gelu(approximate="tanh")). */
 void gpt_gelu_fwd(float *out, const float *inp, size_t n);
 void gpt_gelu_bwd(float *dinp, const float *inp, const float *dout, size_t n);
+/* dinp = gelu'(inp) dout, overwritten. */
+void gpt_gelu_bwd_set(float *dinp, const float *inp, const float *dout, size_t n);
 
 /* out = a + b; backward da += dout, db += dout. */
 void gpt_residual_fwd(float *out, const float *a, const float *b, size_t n);
@@ -69,6 +81,9 @@ double gpt_crossentropy_fwd(float *probs, const float *logits, const int32_t *ta
 /* dlogits += scale * (probs - onehot(target)); scale = 1/N for the mean loss. */
 void gpt_crossentropy_bwd(float *dlogits, const float *probs, const int32_t *targets, int N, int V,
                           float scale);
+/* dlogits = scale * (probs - onehot(target)), overwritten. */
+void gpt_crossentropy_bwd_set(float *dlogits, const float *probs, const int32_t *targets, int N,
+                              int V, float scale);
 
 /* ---- the model ---- */
 
@@ -125,15 +140,15 @@ typedef struct gpt_workspace {
     float *encoded;           /* [N x C] embedding output = block 0's input */
     gpt_block_acts_t *blocks; /* [L] */
     float *lnf, *lnf_mean, *lnf_rstd;
-    float *probs;                 /* [N x V] logits, then softmax probabilities */
-    float *dlogits;               /* [N x V] the seed of backward */
-    float *dres, *dres_in;        /* [N x C] gradient w.r.t. a block's output / input */
-    float *dres_mid;              /* [N x C] gradient w.r.t. res2 inside a block */
-    float *dln, *datty, *dfcproj; /* [N x C] */
-    float *dqkv;                  /* [N x 3C] */
-    float *dfch, *dfch_gelu;      /* [N x 4C] */
-    float *scratch;               /* [T] */
-    size_t bytes;                 /* of all the buffers above (activation memory) */
+    float *probs;            /* [N x V] logits, then softmax probabilities */
+    float *dlogits;          /* [N x V] the seed of backward */
+    float *dres, *dres_in;   /* [N x C] gradient w.r.t. a block's output / input */
+    float *dres_mid;         /* [N x C] gradient w.r.t. res2 inside a block */
+    float *dln, *datty;      /* [N x C] */
+    float *dqkv;             /* [N x 3C] */
+    float *dfch, *dfch_gelu; /* [N x 4C] */
+    float *scratch;          /* [T x T] */
+    size_t bytes;            /* of all the buffers above (activation memory) */
 } gpt_workspace_t;
 
 /* Allocate for batches of up to max_B sequences (of cfg->seq_len); 0 or -1 (out of memory). */

@@ -11,7 +11,8 @@
  * float forwards make the differences noisy at ~1e-4 of that scale, a wrong
  * formula (a missing term, a transposed index) is off by O(1).
  * Every backward is also checked to ADD into its gradient buffers (they
- * start at 0.25, which is subtracted before comparing). Then the whole
+ * start at 0.25, which is subtracted before comparing); the _set variants
+ * to overwrite the input's gradient and add into the parameters'. Then the whole
  * model (two blocks, tied head, loss) is checked element by element for every
  * parameter, with the tokens and targets of a tiny batch.
  */
@@ -199,7 +200,7 @@ static int test_attention(void) {
     kctx_t k = {.kind = K_ATTN, .B = B, .T = T, .C = C, .NH = NH, .n_out = B * T * C};
     k.x = falloc(B * T * 3 * C), k.out = falloc(B * T * C), k.r = falloc(B * T * C);
     k.aux1 = falloc(B * NH * T * T);
-    float *dqkv = falloc(B * T * 3 * C), scratch[T];
+    float *dqkv = falloc(B * T * 3 * C), scratch[T * T];
     fill(k.x, B * T * 3 * C, -1.5, 1.5), fill(k.r, B * T * C, -1, 1);
     k_objective(&k);
     /* position 0 attends only to itself: its output is its own v */
@@ -219,6 +220,131 @@ static int test_attention(void) {
     preset(dqkv, B * T * 3 * C);
     gpt_attention_bwd(dqkv, k.r, k.x, k.aux1, B, T, C, NH, scratch);
     CHECK(fd_check("dqkv", k.x, B * T * 3 * C, dqkv, k_objective, &k, 1e-2f, 2e-3) == 0);
+    PASSED();
+    return 0;
+error:
+    FAILED();
+    return 1;
+}
+
+/* The attention's products run in blocks of rows and columns (gpt_model.c's
+ * ATT_BLOCK, 16): at T 37 (two full blocks and a partial one) forward and
+ * backward against a plain reference in double, written from the formulas:
+ * o_t = sum_{s<=t} a_ts v_s, a_t = softmax_s<=t(q_t.k_s / sqrt(hs));
+ * dv_s = sum_{t>=s} a_ts do_t, da_ts = do_t.v_s,
+ * dz_ts = a_ts (da_ts - sum_j a_tj da_tj) / sqrt(hs), dq_t = sum_s dz_ts k_s,
+ * dk_s = sum_t dz_ts q_t. */
+static int test_attention_blocks(void) {
+    TESTING("gpt: attention at T 37 (blocked products) = reference");
+    enum { B = 2, T = 37, C = 8, NH = 2, hs = C / NH, C3 = 3 * C };
+    float *qkv = falloc(B * T * C3), *out = falloc(B * T * C), *att = falloc(B * NH * T * T);
+    float *dout = falloc(B * T * C), *dqkv = falloc(B * T * C3), *scratch = falloc(T * T);
+    double *ref = calloc(B * T * C, sizeof(double)), *dref = calloc(B * T * C3, sizeof(double));
+    double a[T][T], dz[T][T];
+    fill(qkv, B * T * C3, -2, 2), fill(dout, B * T * C, -1, 1);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++) {
+#define Q(t, i)  qkv[((b)*T + (t)) * C3 + h * hs + (i)]
+#define K(t, i)  qkv[((b)*T + (t)) * C3 + C + h * hs + (i)]
+#define V(t, i)  qkv[((b)*T + (t)) * C3 + 2 * C + h * hs + (i)]
+#define DO(t, i) dout[((b)*T + (t)) * C + h * hs + (i)]
+            for (int t = 0; t < T; t++) {
+                double mx = -1e300, sum = 0;
+                for (int s = 0; s <= t; s++) {
+                    double z = 0;
+                    for (int i = 0; i < hs; i++)
+                        z += (double)Q(t, i) * K(s, i);
+                    a[t][s] = z / sqrt((double)hs);
+                    if (a[t][s] > mx) mx = a[t][s];
+                }
+                for (int s = 0; s <= t; s++)
+                    sum += (a[t][s] = exp(a[t][s] - mx));
+                for (int s = 0; s <= t; s++) {
+                    a[t][s] /= sum;
+                    for (int i = 0; i < hs; i++)
+                        ref[(b * T + t) * C + h * hs + i] += a[t][s] * V(s, i);
+                }
+                double dot = 0;
+                for (int s = 0; s <= t; s++) {
+                    double da = 0;
+                    for (int i = 0; i < hs; i++)
+                        da += (double)DO(t, i) * V(s, i);
+                    dz[t][s] = da;
+                    dot += a[t][s] * da;
+                }
+                for (int s = 0; s <= t; s++)
+                    dz[t][s] = a[t][s] * (dz[t][s] - dot) / sqrt((double)hs);
+            }
+            for (int t = 0; t < T; t++)
+                for (int s = 0; s <= t; s++)
+                    for (int i = 0; i < hs; i++) {
+                        dref[(b * T + t) * C3 + h * hs + i] += dz[t][s] * K(s, i);
+                        dref[(b * T + s) * C3 + C + h * hs + i] += dz[t][s] * Q(t, i);
+                        dref[(b * T + s) * C3 + 2 * C + h * hs + i] += a[t][s] * DO(t, i);
+                    }
+#undef Q
+#undef K
+#undef V
+#undef DO
+        }
+    gpt_attention_fwd(out, att, qkv, B, T, C, NH);
+    for (int i = 0; i < B * T * C; i++)
+        CHECK_CLOSE(out[i], ref[i], 1e-5, 1e-6);
+    for (int row = 0; row < B * NH * T; row++)
+        for (int s = row % T + 1; s < T; s++)
+            CHECK(att[(size_t)row * T + s] == 0.0f);
+    preset(dqkv, B * T * C3);
+    gpt_attention_bwd(dqkv, dout, qkv, att, B, T, C, NH, scratch);
+    for (int i = 0; i < B * T * C3; i++)
+        CHECK_CLOSE(dqkv[i] - PRE, dref[i], 1e-4, 1e-5);
+    free(qkv), free(out), free(att), free(dout), free(dqkv), free(scratch), free(ref), free(dref);
+    PASSED();
+    return 0;
+error:
+    FAILED();
+    return 1;
+}
+
+/* The _set backward variants against the adding ones: started on NaN (so
+ * a value read before being written shows), the overwritten input gradient
+ * equals the adding kernel's on zeros bit for bit (0 + x = x), and the
+ * parameter gradients are still added into (both start at PRE). */
+static int same_bits(const float *a, const float *b, size_t n) {
+    return memcmp(a, b, n * sizeof(float)) == 0;
+}
+static int test_set_variants(void) {
+    TESTING("gpt: _set backward variants overwrite the input gradient only");
+    enum { B = 2, T = 19, C = 6, NH = 2, N = B * T, OC = 12 }; /* N*C = 228: a GELU tail */
+    size_t nx = (size_t)N * C, nw = (size_t)OC * C, nqkv = (size_t)N * 3 * C;
+    float *x = falloc(nx), *w = falloc(nw), *dout = falloc((size_t)N * OC);
+    float *dx_add = falloc(nx), *dx_set = falloc(nx), *dw_add = falloc(nw), *dw_set = falloc(nw);
+    float *db_add = falloc(OC), *db_set = falloc(OC);
+    float *qkv = falloc(nqkv), *att = falloc((size_t)B * NH * T * T), *out = falloc(nx);
+    float *dq_add = falloc(nqkv), *dq_set = falloc(nqkv), *scratch = falloc(T * T);
+    fill(x, nx, -1, 1), fill(w, nw, -1, 1), fill(dout, (size_t)N * OC, -1, 1);
+    fill(qkv, nqkv, -1.5, 1.5);
+    for (size_t i = 0; i < nx; i++)
+        dx_set[i] = NAN;
+    preset(dw_add, nw), preset(dw_set, nw), preset(db_add, OC), preset(db_set, OC);
+    gpt_matmul_bwd(dx_add, dw_add, db_add, dout, x, w, N, C, OC);
+    gpt_matmul_bwd_set(dx_set, dw_set, db_set, dout, x, w, N, C, OC);
+    CHECK(same_bits(dx_add, dx_set, nx));
+    CHECK(same_bits(dw_add, dw_set, nw) && same_bits(db_add, db_set, OC));
+    CHECK(dw_add[0] != PRE); /* something was added */
+    gpt_attention_fwd(out, att, qkv, B, T, C, NH);
+    for (size_t i = 0; i < nqkv; i++)
+        dq_set[i] = NAN;
+    gpt_attention_bwd(dq_add, dout, qkv, att, B, T, C, NH, scratch); /* dout: read as [N x C] */
+    gpt_attention_bwd_set(dq_set, dout, qkv, att, B, T, C, NH, scratch);
+    CHECK(same_bits(dq_add, dq_set, nqkv));
+    for (size_t i = 0; i < nx; i++)
+        dx_set[i] = NAN, dx_add[i] = 0.0f;
+    gpt_gelu_bwd(dx_add, x, out, nx);
+    gpt_gelu_bwd_set(dx_set, x, out, nx);
+    CHECK(same_bits(dx_add, dx_set, nx));
+    free(x), free(w), free(dout), free(dx_add), free(dx_set), free(dw_add), free(dw_set);
+    free(db_add), free(db_set), free(qkv), free(att), free(out), free(dq_add), free(dq_set);
+    free(scratch);
     PASSED();
     return 0;
 error:
@@ -316,6 +442,19 @@ static int test_crossentropy(void) {
     preset(d, N * V);
     gpt_crossentropy_bwd(d, k.out, tg, N, V, 1.0f / N);
     CHECK(fd_check("dlogits", k.x, N * V, d, k_objective, &k, 1e-2f, 2e-3) == 0);
+    /* the _set variant: the same values without the preset (probs of the
+     * unperturbed logits again: fd_check's last call left perturbed ones) */
+    k_objective(&k);
+    float *d2 = falloc(N * V);
+    for (int i = 0; i < N * V; i++)
+        d2[i] = NAN;
+    gpt_crossentropy_bwd_set(d2, k.out, tg, N, V, 1.0f / N);
+    for (int i = 0; i < N * V; i++)
+        CHECK_CLOSE(d2[i], d[i] - PRE, 0, 1e-7);
+    free(d2);
+    /* a NaN logit (not its row's target) makes the loss NaN, not hidden by the exp's clamp */
+    k.x[N * V - 1] = NAN;
+    CHECK(isnan(k_objective(&k)));
     PASSED();
     return 0;
 error:
@@ -416,6 +555,8 @@ int main(void) {
     fails += test_matmul(1);
     fails += test_matmul(0);
     fails += test_attention();
+    fails += test_attention_blocks();
+    fails += test_set_variants();
     fails += test_gelu_residual();
     fails += test_crossentropy();
     fails += test_model();
