@@ -16,6 +16,9 @@
 #                    timeout (ACX_TEST_TIMEOUT, default 300 s); mpirun's status
 #   nodes_exec NODE CMD [ARGS...]  CMD in NODE (arguments kept as words)
 #   nodes_quote ARGS... one string that `sh -c` splits back into ARGS
+#   nodes_wait CMD [ARGS...]  CMD in the background, waited for: a signal
+#                    the test traps ends it at once (see below);
+#                    nodes_wait_kill ends it from a test's own trap
 # A failed test whose bed could not be removed says so; a passed one fails.
 
 NODES_PREFIX=acx$$n
@@ -35,6 +38,7 @@ nodes_quote() {
 
 nodes_lib_cleanup() {
     nodes_rc=$?
+    nodes_wait_kill
     if [ "${nodes_made:-0}" = 1 ]; then
         if ! "$nodes_scripts/nodes-down" --name "$NODES_PREFIX"; then
             echo "FAIL: $test_name: scripts/nodes-down --name $NODES_PREFIX left things behind" >&2
@@ -63,6 +67,9 @@ nodes_setup() {
     "$nodes_scripts/nodes-up" "$nodes_n" --name "$NODES_PREFIX" "$@" 2>"$ACX_TMP/nodes-up.err" ||
         nodes_up_rc=$?
     if [ "$nodes_up_rc" -eq 77 ]; then
+        # nodes-up exits 77 before it makes anything (and nodes-down, which
+        # needs root, would fail the skipped test)
+        nodes_made=0
         skip "$(cat "$ACX_TMP/nodes-up.err")"
     elif [ "$nodes_up_rc" -ne 0 ]; then
         cat "$ACX_TMP/nodes-up.err" >&2
@@ -89,11 +96,33 @@ nodes_exec() {
     "$nodes_scripts/nodes-exec" "$nodes_node" "$(nodes_quote "$@")"
 }
 
+# nodes_wait CMD [ARGS...]: CMD's status. The shell runs a trap only after
+# its foreground child has ended, and `timeout` sits in a process group of
+# its own, so a TERM for the test would wait for the whole job (and a
+# harness escalating to SIGKILL would leave the bed behind). `wait` returns
+# as soon as a trapped signal arrives; the cleanup then kills CMD. (CMD's
+# standard input is /dev/null, as for every background command.)
+nodes_wait() {
+    "$@" &
+    nodes_wait_pid=$!
+    nodes_wait_rc=0
+    wait "$nodes_wait_pid" || nodes_wait_rc=$?
+    nodes_wait_pid=
+    return "$nodes_wait_rc"
+}
+
+# nodes_wait_kill: SIGTERM for what nodes_wait was waiting for, if anything
+# (nodes_lib_cleanup does it first; a test's own trap may do it earlier).
+nodes_wait_kill() {
+    [ -z "${nodes_wait_pid:-}" ] || kill -TERM "$nodes_wait_pid" 2>/dev/null
+    nodes_wait_pid=
+}
+
 # nodes_mpirun HOSTS ARGS...
 nodes_mpirun() {
     nodes_hl=$1
     shift
-    timeout -k 10 "${ACX_TEST_TIMEOUT:-300}" \
+    nodes_wait timeout -k 10 "${ACX_TEST_TIMEOUT:-300}" \
         "$nodes_scripts/nodes-exec" "${NODES_PREFIX}1" \
         "$(nodes_quote mpirun --host "$nodes_hl" "$@")"
 }
