@@ -635,8 +635,12 @@ static void report_vanished(acx_rank_exit_t *live, int n_live, const acx_rank_ex
     qsort(live, (size_t)k, sizeof *live, compare_rank);
     char list[2048];
     size_t len = 0;
-    int count = 0;
-    for (int i = 0; i < k && len + ACX_LAUNCH_HOST_MAX + 40 < sizeof list; i++) {
+    int count = 0, cut = 0; /* cut: ranks left out for lack of room */
+    for (int i = 0; i < k; i++) {
+        if (len + ACX_LAUNCH_HOST_MAX + 40 >= sizeof list) {
+            cut = 1;
+            break;
+        }
         int hi = i; /* ranks live[i..hi]: consecutive, one host */
         while (hi + 1 < k && strcmp(live[hi + 1].host, live[i].host) == 0 &&
                live[hi + 1].rank == live[hi].rank + 1)
@@ -654,7 +658,7 @@ static void report_vanished(acx_rank_exit_t *live, int n_live, const acx_rank_ex
             "acx launch: %s%s vanished without an exit status, never told to stop: a node "
             "that died or lost its network, or processes SIGKILLed with their rank "
             "supervisors\n",
-            list, len + ACX_LAUNCH_HOST_MAX + 40 >= sizeof list ? ", ..." : "");
+            list, cut ? ", ..." : "");
 }
 
 /* The first exit record in dir of a rank that failed by itself (not a
