@@ -4,6 +4,7 @@
  * a collective stuck past collective_timeout into a diagnostic and an exit.
  */
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -358,9 +359,26 @@ acx_status_t acx_watchdog_start(double timeout_s, double io_timeout_s, int world
      * node that is. 64 bytes a rank, once. */
     snprintf(wd.host, sizeof wd.host, "%s", host ? host : "?");
     wd.hosts = malloc((size_t)wd.world_size * WD_HOST_MAX);
-    if (wd.hosts == NULL) {
-        status = ACX_ERROR(ACX_ERR_NO_MEMORY, "the stall detector's table of %d host names",
-                           wd.world_size);
+    /* ACX_TEST_WATCHDOG_NO_TABLE_RANK=r (the test suite's): rank r acts as
+     * if that allocation failed (stall.test) */
+    int64_t no_table_rank = -1;
+    if (acx_env_int(ACX_ENV_TEST_WATCHDOG_NO_TABLE_RANK, &no_table_rank) == 1 &&
+        no_table_rank == world_rank) {
+        free(wd.hosts);
+        wd.hosts = NULL;
+    }
+    /* Agreed before the all-gather: a rank that skipped it alone would
+     * leave the others in it for ever, with no detector yet to end them.
+     * Every rank returns the same error, naming the lowest rank that could
+     * not allocate. */
+    int no_table = wd.hosts == NULL ? world_rank : INT_MAX, failed = INT_MAX;
+    ACX_MPI_CHECK_GOTO(MPI_Allreduce(&no_table, &failed, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD),
+                       status, err_win);
+    if (failed != INT_MAX) {
+        status = ACX_ERROR(ACX_ERR_NO_MEMORY,
+                           "the stall detector's table of %d host names (%zu bytes) could not be "
+                           "allocated on rank %d",
+                           wd.world_size, (size_t)wd.world_size * WD_HOST_MAX, failed);
         goto err_win;
     }
     ACX_MPI_CHECK_GOTO(MPI_Allgather(wd.host, WD_HOST_MAX, MPI_CHAR, wd.hosts, WD_HOST_MAX,
