@@ -661,24 +661,35 @@ static void report_vanished(acx_rank_exit_t *live, int n_live, const acx_rank_ex
             list, cut ? ", ..." : "");
 }
 
-/* The first exit record in dir of a rank that failed by itself (not a
- * teardown), left in place for read_records; 1 when there is one. */
+/* The earliest exit record in dir of a rank that failed by itself (not a
+ * teardown, not a stop for preemption: acx_rank_exit_first_failure), left
+ * in place for read_records; 1 when there is one. Records being written
+ * (*.tmp, renamed into place when complete) are skipped. */
 static int find_failure(const char *dir, acx_rank_exit_t *first) {
     DIR *d = opendir(dir);
     if (d == NULL) return 0;
-    int found = 0;
+    acx_rank_exit_t *recs = NULL;
+    int n = 0, cap = 0;
     struct dirent *e;
-    while (!found && (e = readdir(d)) != NULL) {
-        if (strncmp(e->d_name, "rank-", 5) != 0) continue;
+    while ((e = readdir(d)) != NULL) {
+        size_t len = strlen(e->d_name);
+        if (strncmp(e->d_name, "rank-", 5) != 0 ||
+            (len >= 4 && strcmp(e->d_name + len - 4, ".tmp") == 0))
+            continue;
         char path[PATH_MAX + 256], line[1024];
         snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
         FILE *f = fopen(path, "r");
         int ok = f != NULL && fgets(line, sizeof line, f) != NULL;
         if (f) fclose(f);
-        found = ok && acx_rank_exit_parse(line, first) == ACX_OK && !first->teardown;
+        acx_rank_exit_t rec;
+        if (ok && acx_rank_exit_parse(line, &rec) == ACX_OK && !push_record(&recs, &n, &cap, &rec))
+            break;
     }
     closedir(d);
-    return found;
+    int i = acx_rank_exit_first_failure(recs, n);
+    if (i >= 0) *first = recs[i];
+    free(recs);
+    return i >= 0;
 }
 
 /* How long mpirun may take to end the job once a rank has failed by
