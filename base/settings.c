@@ -372,6 +372,10 @@ static const acx_setting_t env_table[ACX_ENV_COUNT] = {
         {TEST("ACX_TEST_FINALIZE_STOP_RANK", INT), RANGE(0, INFINITY),
          .doc = "this rank stops (SIGSTOP) past the watched part of acx_finalize "
                 "(stall_stopped.test)"},
+    [ACX_ENV_TEST_WATCHDOG_NO_TABLE_RANK] =
+        {TEST("ACX_TEST_WATCHDOG_NO_TABLE_RANK", INT), RANGE(0, INFINITY),
+         .doc = "this rank acts as if the stall detector's table of host names could not be "
+                "allocated (stall.test)"},
 };
 
 /* ---- looking rows up ---- */

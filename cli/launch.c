@@ -635,8 +635,12 @@ static void report_vanished(acx_rank_exit_t *live, int n_live, const acx_rank_ex
     qsort(live, (size_t)k, sizeof *live, compare_rank);
     char list[2048];
     size_t len = 0;
-    int count = 0;
-    for (int i = 0; i < k && len + ACX_LAUNCH_HOST_MAX + 40 < sizeof list; i++) {
+    int count = 0, cut = 0; /* cut: ranks left out for lack of room */
+    for (int i = 0; i < k; i++) {
+        if (len + ACX_LAUNCH_HOST_MAX + 40 >= sizeof list) {
+            cut = 1;
+            break;
+        }
         int hi = i; /* ranks live[i..hi]: consecutive, one host */
         while (hi + 1 < k && strcmp(live[hi + 1].host, live[i].host) == 0 &&
                live[hi + 1].rank == live[hi].rank + 1)
@@ -654,27 +658,38 @@ static void report_vanished(acx_rank_exit_t *live, int n_live, const acx_rank_ex
             "acx launch: %s%s vanished without an exit status, never told to stop: a node "
             "that died or lost its network, or processes SIGKILLed with their rank "
             "supervisors\n",
-            list, len + ACX_LAUNCH_HOST_MAX + 40 >= sizeof list ? ", ..." : "");
+            list, cut ? ", ..." : "");
 }
 
-/* The first exit record in dir of a rank that failed by itself (not a
- * teardown), left in place for read_records; 1 when there is one. */
+/* The earliest exit record in dir of a rank that failed by itself (not a
+ * teardown, not a stop for preemption: acx_rank_exit_first_failure), left
+ * in place for read_records; 1 when there is one. Records being written
+ * (*.tmp, renamed into place when complete) are skipped. */
 static int find_failure(const char *dir, acx_rank_exit_t *first) {
     DIR *d = opendir(dir);
     if (d == NULL) return 0;
-    int found = 0;
+    acx_rank_exit_t *recs = NULL;
+    int n = 0, cap = 0;
     struct dirent *e;
-    while (!found && (e = readdir(d)) != NULL) {
-        if (strncmp(e->d_name, "rank-", 5) != 0) continue;
+    while ((e = readdir(d)) != NULL) {
+        size_t len = strlen(e->d_name);
+        if (strncmp(e->d_name, "rank-", 5) != 0 ||
+            (len >= 4 && strcmp(e->d_name + len - 4, ".tmp") == 0))
+            continue;
         char path[PATH_MAX + 256], line[1024];
         snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
         FILE *f = fopen(path, "r");
         int ok = f != NULL && fgets(line, sizeof line, f) != NULL;
         if (f) fclose(f);
-        found = ok && acx_rank_exit_parse(line, first) == ACX_OK && !first->teardown;
+        acx_rank_exit_t rec;
+        if (ok && acx_rank_exit_parse(line, &rec) == ACX_OK && !push_record(&recs, &n, &cap, &rec))
+            break;
     }
     closedir(d);
-    return found;
+    int i = acx_rank_exit_first_failure(recs, n);
+    if (i >= 0) *first = recs[i];
+    free(recs);
+    return i >= 0;
 }
 
 /* How long mpirun may take to end the job once a rank has failed by

@@ -4,8 +4,10 @@
  * a collective stuck past collective_timeout into a diagnostic and an exit.
  */
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -150,6 +152,20 @@ static void format_other_ranks(char *buf, size_t n) {
     }
 }
 
+/* Append to line (size bytes, *len used) and keep *len within it: snprintf
+ * returns the length it wanted, and a len past size would make the next
+ * append's size_t room wrap and write past the buffer. */
+static void append(char *line, size_t size, int *len, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void append(char *line, size_t size, int *len, const char *fmt, ...) {
+    if ((size_t)*len + 1 >= size) return;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(line + *len, size - (size_t)*len, fmt, ap);
+    va_end(ap);
+    if (n > 0) *len = (size_t)*len + (size_t)n < size ? *len + n : (int)size - 1;
+}
+
 /*
  * One line, printed once, then the process ends: the launcher sees a rank
  * fail and ends the others. Every other rank of the node is described by
@@ -163,17 +179,21 @@ static void format_other_ranks(char *buf, size_t n) {
  */
 static void report_and_exit(const slot_t *me, double waited, int64_t limit_ns) {
     char line[6144];
+    /* the rows and the note about other nodes stop short of the last
+     * TAIL_ROOM bytes, kept for the closing words and the newline */
+    enum { TAIL_ROOM = 128 };
+    const size_t body = sizeof line - TAIL_ROOM;
     uint64_t seq = atomic_load(&me->seq);
     int64_t now = now_ns();
     const char *limit_name = limit_ns == wd.io_timeout_ns && limit_ns != wd.timeout_ns
                                  ? "checkpoint.timeout"
                                  : "collective_timeout";
-    int len =
-        snprintf(line, sizeof line,
-                 "acx: rank %d (%s): collective %s #%llu (step %lld) has not completed after "
-                 "%.3g s (%s %g s); ranks on this node:",
-                 wd.world_rank, wd.host, me->op, (unsigned long long)seq,
-                 (long long)atomic_load(&me->step), waited, limit_name, (double)limit_ns / 1e9);
+    int len = 0;
+    append(line, body, &len,
+           "acx: rank %d (%s): collective %s #%llu (step %lld) has not completed after "
+           "%.3g s (%s %g s); ranks on this node:",
+           wd.world_rank, wd.host, me->op, (unsigned long long)seq,
+           (long long)atomic_load(&me->step), waited, limit_name, (double)limit_ns / 1e9);
     int named = 0, ended = 0;
     for (int i = 0; i < wd.node_size && len < (int)sizeof line - 400; i++) {
         const slot_t *s = &wd.table[i];
@@ -227,28 +247,28 @@ static void report_and_exit(const slot_t *me, double waited, int64_t limit_ns) {
             what = buf;
             named++;
         }
-        len += snprintf(line + len, sizeof line - (size_t)len, " rank %d %s;", s->world_rank, what);
+        append(line, body, &len, " rank %d %s;", s->world_rank, what);
     }
     /* (a rank already ended by its detector named the culprits in its own line) */
     if (named == 0 && ended == 0 && len < (int)sizeof line - 400) {
         if (wd.node_size < wd.world_size) {
             char others[1024];
             format_other_ranks(others, sizeof others);
-            len += snprintf(line + len, sizeof line - (size_t)len,
-                            " every rank of this node has arrived and is alive: the ranks holding "
-                            "it up are on other nodes, among world ranks %s (a line from their "
-                            "node's own stall detector says which; none from a node: it is dead "
-                            "or unreachable);",
-                            others);
+            append(line, body, &len,
+                   " every rank of this node has arrived and is alive: the ranks holding "
+                   "it up are on other nodes, among world ranks %s (a line from their "
+                   "node's own stall detector says which; none from a node: it is dead "
+                   "or unreachable);",
+                   others);
         } else {
-            len += snprintf(line + len, sizeof line - (size_t)len,
-                            " every rank of the job has arrived and is alive, so no rank can be "
-                            "named: the collective itself is not completing (ranks calling "
-                            "different collectives or counts, or an MPI or network failure);");
+            append(line, body, &len,
+                   " every rank of the job has arrived and is alive, so no rank can be "
+                   "named: the collective itself is not completing (ranks calling "
+                   "different collectives or counts, or an MPI or network failure);");
         }
     }
-    snprintf(line + len, sizeof line - (size_t)len,
-             " ending the job (raise %s if this is legitimately slow)\n", limit_name);
+    append(line, sizeof line, &len, " ending the job (raise %s if this is legitimately slow)\n",
+           limit_name);
     (void)!write(STDERR_FILENO, line, strlen(line));
     atomic_store(&wd.table[wd.node_rank].ended, 1); /* the others' lines say why it is gone */
     acx_coll_abort_all(); /* NCCL kernels waiting for a stuck peer end with the process */
@@ -339,9 +359,26 @@ acx_status_t acx_watchdog_start(double timeout_s, double io_timeout_s, int world
      * node that is. 64 bytes a rank, once. */
     snprintf(wd.host, sizeof wd.host, "%s", host ? host : "?");
     wd.hosts = malloc((size_t)wd.world_size * WD_HOST_MAX);
-    if (wd.hosts == NULL) {
-        status = ACX_ERROR(ACX_ERR_NO_MEMORY, "the stall detector's table of %d host names",
-                           wd.world_size);
+    /* ACX_TEST_WATCHDOG_NO_TABLE_RANK=r (the test suite's): rank r acts as
+     * if that allocation failed (stall.test) */
+    int64_t no_table_rank = -1;
+    if (acx_env_int(ACX_ENV_TEST_WATCHDOG_NO_TABLE_RANK, &no_table_rank) == 1 &&
+        no_table_rank == world_rank) {
+        free(wd.hosts);
+        wd.hosts = NULL;
+    }
+    /* Agreed before the all-gather: a rank that skipped it alone would
+     * leave the others in it for ever, with no detector yet to end them.
+     * Every rank returns the same error, naming the lowest rank that could
+     * not allocate. */
+    int no_table = wd.hosts == NULL ? world_rank : INT_MAX, failed = INT_MAX;
+    ACX_MPI_CHECK_GOTO(MPI_Allreduce(&no_table, &failed, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD),
+                       status, err_win);
+    if (failed != INT_MAX) {
+        status = ACX_ERROR(ACX_ERR_NO_MEMORY,
+                           "the stall detector's table of %d host names (%zu bytes) could not be "
+                           "allocated on rank %d",
+                           wd.world_size, (size_t)wd.world_size * WD_HOST_MAX, failed);
         goto err_win;
     }
     ACX_MPI_CHECK_GOTO(MPI_Allgather(wd.host, WD_HOST_MAX, MPI_CHAR, wd.hosts, WD_HOST_MAX,

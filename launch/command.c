@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "acx/accelerator.h" /* ACX_EXIT_PREEMPTED */
 #include "base/error.h"
 #include "base/settings.h"
 #include "launch/command.h"
@@ -628,6 +629,17 @@ int acx_rank_exit_first(const acx_rank_exit_t *r, int n) {
             continue;
         }
         if (r[i].time_ns < r[best].time_ns ||
+            (r[i].time_ns == r[best].time_ns && r[i].rank < r[best].rank))
+            best = i;
+    }
+    return best;
+}
+
+int acx_rank_exit_first_failure(const acx_rank_exit_t *r, int n) {
+    int best = -1;
+    for (int i = 0; i < n; i++) {
+        if (r[i].teardown || (r[i].signal == 0 && r[i].exit_code == ACX_EXIT_PREEMPTED)) continue;
+        if (best < 0 || r[i].time_ns < r[best].time_ns ||
             (r[i].time_ns == r[best].time_ns && r[i].rank < r[best].rank))
             best = i;
     }

@@ -156,6 +156,12 @@ acx_status_t acx_rank_exit_parse(const char *line, acx_rank_exit_t *r_p);
  * a teardown; when all are teardowns, the earliest of them; -1 when n == 0. */
 int acx_rank_exit_first(const acx_rank_exit_t *r, int n);
 
+/* The earliest (time, then rank) among n records of a rank that failed by
+ * itself: neither a teardown nor a deliberate stop for preemption (exit
+ * code ACX_EXIT_PREEMPTED, signal 0: the rank saved its checkpoint and
+ * exited on purpose, and its peers may still be saving). -1 when none. */
+int acx_rank_exit_first_failure(const acx_rank_exit_t *r, int n);
+
 /* "SIGKILL" for 9, ...; NULL for a signal without a name here. */
 const char *acx_signal_name(int sig);
 

@@ -386,6 +386,26 @@ static acx_status_t gather_finish(acx_model_t *m, int u) {
     return status;
 }
 
+/* Complete unit u's all-gather that nobody is going to use (a prefetch
+ * not acquired, teardown): wait for it, as every rank of the shard group
+ * must, then drop the staging and send buffers without allocating the full
+ * buffer gather_finish would copy into — no new memory on the way out. A
+ * resident full buffer (SHARD_GRAD_OP, a refresh) is left to the caller. */
+static acx_status_t gather_cancel(acx_model_t *m, int u) {
+    sharded_state_t *st = state_of(m);
+    unit_state_t *us = &st->units[u];
+    size_t S = (size_t)st->shard->size, esz = dsize(m->ctx.param_dtype);
+    acx_status_t status = st->shard->ops->wait(us->req);
+    us->req = NULL;
+    buf_free(m, ACX_MEM_TRANSIENT, us->send, us->seg * esz);
+    buf_free(m, ACX_MEM_TRANSIENT, us->staging, S * us->seg * esz);
+    us->send = us->staging = NULL;
+    /* as gather_start counted it: FULL/HYBRID, with no full buffer */
+    if (us->data == NULL && st->policy != POLICY_GRAD_OP) st->num_gathered--;
+    us->prefetched = 0;
+    return status;
+}
+
 static void free_data(acx_model_t *m, int u) {
     sharded_state_t *st = state_of(m);
     unit_state_t *us = &st->units[u];
@@ -428,8 +448,8 @@ static acx_status_t drain_prefetches(acx_model_t *m) {
     for (int u = 0; u < m->num_units; u++) {
         unit_state_t *us = &st->units[u];
         if (!us->prefetched) continue;
-        if (us->req != NULL) {
-            acx_status_t s = gather_finish(m, u);
+        if (us->req != NULL) { /* never acquired (an acquire completes it) */
+            acx_status_t s = gather_cancel(m, u);
             if (status == ACX_OK) status = s;
         }
         if (m->units[u]->uses_held == 0) free_data(m, u);
@@ -839,7 +859,7 @@ static void sharded_destroy(acx_model_t *m) {
     if (st->units != NULL) {
         for (int u = 0; u < m->num_units; u++) {
             unit_state_t *us = &st->units[u];
-            if (us->req != NULL) (void)gather_finish(m, u);
+            if (us->req != NULL) (void)gather_cancel(m, u);
             if (us->data != NULL) free_data(m, u);
             buf_free(m, ACX_MEM_GRADS, us->grad, (size_t)m->units[u]->numel * sizeof(float));
             buf_free(m, ACX_MEM_GRADS, us->stale, (size_t)m->units[u]->numel * sizeof(float));

@@ -34,6 +34,8 @@
  *   - the caching allocator keeps the freed unit buffers of the sharded
  *     strategies (cached > 0 at rest), within its bound: in use + cached at
  *     most the estimate + 1/8.
+ * And full_shard drops a prefetch nobody acquired without allocating the
+ * unit's full buffer (unacquired_prefetch, below).
  */
 #include <stdint.h>
 
@@ -148,6 +150,71 @@ static int run(int strategy, int rpn, measured_t *out) {
     CHECK_OK(acx_finalize(acc));
     acc = NULL;
     CHECK_OK(acx_memory_stats(&out->after));
+    return 0;
+error:
+    if (acc) acx_finalize(acc);
+    return 1;
+}
+
+/* ---- a prefetch nobody acquires ----
+ *
+ * full_shard with forward_prefetch: acquiring u0 starts u1's all-gather,
+ * and the pass ends (acx_backward_end of the first of 2 accumulation
+ * micro-steps, no synchronization) without acquiring u1. Dropping that
+ * prefetch must allocate nothing — before, it allocated u1's full buffer
+ * (4 x numel(u1) bytes, ~1 MB) and copied into it only to free it, a new
+ * way to run out of memory at the end of a pass. So acx_backward_end's
+ * total peak stays at the total before it (within TOL), and the staging
+ * it held (4 x S x segment(u1) bytes) is freed. */
+static int unacquired_prefetch(void) {
+    acx_config_t cfg = ACX_CONFIG_DEFAULT;
+    acx_accelerator_t *acc = NULL;
+    acx_model_t *m;
+    acx_unit_t *unit[2];
+    acx_param_t *w[2];
+    cfg.seed = 7;
+    cfg.sharding_strategy = ACX_FULL_SHARD;
+    cfg.fsdp.forward_prefetch = 1;
+    cfg.fsdp.backward_prefetch = ACX_BACKWARD_NONE;
+    cfg.fsdp.limit_all_gathers = 0;
+    cfg.gradient_accumulation_steps = 2;
+    CHECK_OK(acx_init(NULL, NULL, &cfg, &acc));
+    CHECK_OK(acx_model_create(acc, &m));
+    for (int u = 0; u < 2; u++) {
+        char name[64];
+        snprintf(name, sizeof name, "u%d", u);
+        CHECK_OK(acx_model_add_unit(m, name, &unit[u]));
+        snprintf(name, sizeof name, "u%d.weight", u);
+        CHECK_OK(acx_unit_add_param(unit[u], name, 2, (int64_t[]){wshape[u].rows, wshape[u].cols},
+                                    ACX_INIT_SPEC_UNIFORM(-0.01, 0.01), &w[u]));
+    }
+    CHECK_OK(acx_prepare(acc, m, NULL, NULL));
+    CHECK_OK(acx_accumulate_begin(acc));
+    CHECK_OK(acx_unit_acquire(unit[0])); /* forward: starts u1's gather */
+    CHECK(acx_param_data(w[0]) != NULL);
+    CHECK_OK(acx_unit_release(unit[0]));
+    CHECK_OK(acx_unit_acquire(unit[0])); /* backward of u0 only */
+    float *g = acx_param_grad(w[0]);
+    CHECK(g != NULL);
+    g[0] += 1.0f;
+    CHECK_OK(acx_unit_grads_ready(unit[0]));
+    CHECK_OK(acx_unit_release(unit[0]));
+    acx_memory_stats_t before, after;
+    CHECK_OK(acx_memory_stats(&before));
+    acx_memory_reset_peak();
+    CHECK_OK(acx_backward_end(acc)); /* drops u1's prefetch */
+    CHECK_OK(acx_memory_stats(&after));
+    int64_t staging = 4 * world * (ceil_div(wshape[1].rows, world) * wshape[1].cols);
+    if (after.peak_total > before.current_total + TOL ||
+        after.current_total > before.current_total - staging + TOL) {
+        fprintf(stderr,
+                "\nrank %d: dropping the prefetch: total %lld bytes before, peak %lld, after "
+                "%lld (expected peak <= before + %d, after <= before - %lld of staging)\n",
+                rank, (long long)before.current_total, (long long)after.peak_total,
+                (long long)after.current_total, TOL, (long long)staging);
+        goto error;
+    }
+    CHECK_OK(acx_finalize(acc));
     return 0;
 error:
     if (acc) acx_finalize(acc);
@@ -312,6 +379,10 @@ int main(int argc, char **argv) {
                     (long long)peak[ACX_FULL_SHARD], (long long)peak[ACX_NO_SHARD]);
         failed |= acx_test_report(bad);
     }
+    snprintf(what, sizeof what, "full_shard drops an unacquired prefetch without its buffer, np=%d",
+             world);
+    TESTING(what);
+    failed |= acx_test_report(unacquired_prefetch());
     MPI_Finalize();
     return failed ? 1 : 0;
 }

@@ -582,6 +582,30 @@ error:
     return 1;
 }
 
+static int test_first_failure(void) {
+    TESTING("the failure that lets acx launch end a lingering mpirun: own, not preempted");
+    acx_rank_exit_t r[5] = {
+        record(0, 75, 0, 0, 100),       /* preempted: saved, exited on purpose */
+        record(1, -1, SIGTERM, 1, 150), /* killed by the teardown */
+        record(2, 3, 0, 0, 400),        /* a failure of its own, later */
+        record(3, -1, SIGKILL, 0, 300), /* the earliest failure of its own */
+        record(4, 75, 0, 1, 50),        /* preempted by a forwarded signal */
+    };
+    CHECK(acx_rank_exit_first_failure(r, 5) == 3);
+    CHECK(acx_rank_exit_first_failure(r, 3) == 2);  /* whatever order the directory gives */
+    CHECK(acx_rank_exit_first_failure(r, 2) == -1); /* preempted and teardown: none */
+    CHECK(acx_rank_exit_first_failure(&r[4], 1) == -1);
+    CHECK(acx_rank_exit_first_failure(r, 0) == -1);
+    /* Same time: the lower rank. */
+    acx_rank_exit_t tie[2] = {record(5, 3, 0, 0, 10), record(2, 1, 0, 0, 10)};
+    CHECK(acx_rank_exit_first_failure(tie, 2) == 1);
+    PASSED();
+    return 0;
+error:
+    FAILED();
+    return 1;
+}
+
 static int test_summary(void) {
     TESTING("summary line and exit status");
     char buf[512];
@@ -639,6 +663,7 @@ int main(void) {
     failed += test_format_through_shell();
     failed += test_record_roundtrip();
     failed += test_first();
+    failed += test_first_failure();
     failed += test_summary();
     if (failed) printf("%d launcher case(s) FAILED\n", failed);
     return failed ? 1 : 0;
