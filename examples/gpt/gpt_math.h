@@ -42,27 +42,14 @@
 
 /* ---- GELU, tanh approximation ---- */
 
-/* tanh(u) = 1 - 2 / (e^(2u) + 1), with e^a computed branch-free so that
- * the CPU's GELU loops vectorize (glibc's tanhf is a scalar call, and it was
- * a third of acx-gpt's CPU time): a = 2|u| clamped to 40 (2/(e^a + 1) <
- * 1e-17: tanh rounds to 1, as libm's does), a = k ln2 + r, k rounded to
- * nearest by the 1.5 x 2^23 trick and ln2 split in two (Cody and Waite),
- * e^r by its Taylor polynomial to degree 7 (|r| <= ln2/2: truncation < 2e-8
- * relative), 2^k from the exponent bits. Absolute error of the result a
- * few 1e-8, against PyTorch's tanh. The device runs the same formula (not
- * CUDA's tanhf), so both sides approximate tanh alike. */
-GPT_HD static inline float gptm_tanh(float u) {
-    /* on |u|, sign restored at the end: for u << 0 the quotient 2/(e+1)
-     * would be near 2, whose rounding (2.4e-7) the backward's 1 - th^2
-     * magnifies; near 0 it rounds like th itself */
-    float a = 2.0f * fabsf(u);
-    /* clamp in the integers (a >= 0 orders like its bits; a NaN clamps to
-     * 40): a float compare is a branch to the vectorizer under the
-     * default -ftrapping-math */
-    int32_t abits;
-    memcpy(&abits, &a, sizeof a);
-    abits = abits < 0x42200000 ? abits : 0x42200000; /* 40.0f */
-    memcpy(&a, &abits, sizeof a);
+/* e^a for a in [-87, 88] (callers clamp), branch-free so that the CPU's
+ * loops calling it vectorize (glibc's expf is a scalar call): a = k ln2 +
+ * r, k rounded to nearest by the 1.5 x 2^23 trick and ln2 split in two
+ * (Cody and Waite), e^r by its Taylor polynomial to degree 7 (|r| <= ln2/2:
+ * truncation < 2e-8 relative), 2^k from the exponent bits (k >= -126: a
+ * normal number). The device runs the same formula (not CUDA's expf), so
+ * both sides approximate alike. */
+GPT_HD static inline float gptm_exp_poly(float a) {
     const float shifter = 12582912.0f; /* 1.5 x 2^23 */
     float kf = (a * 1.44269504088896341f + shifter) - shifter;
     float r = (a - kf * 0.693145751953125f) - kf * 1.428606765330187e-06f;
@@ -75,7 +62,27 @@ GPT_HD static inline float gptm_tanh(float u) {
     int32_t bits = ((int32_t)kf + 127) << 23;
     float scale;
     memcpy(&scale, &bits, sizeof scale);
-    float t = 1.0f - 2.0f / (p * scale + 1.0f);
+    return p * scale;
+}
+
+/* tanh(u) = 1 - 2 / (e^(2u) + 1), with e^a by gptm_exp_poly so that the
+ * CPU's GELU loops vectorize (glibc's tanhf is a scalar call, and it was a
+ * third of acx-gpt's CPU time): a = 2|u| clamped to 40 (2/(e^a + 1) <
+ * 1e-17: tanh rounds to 1, as libm's does). Absolute error of the result a
+ * few 1e-8, against PyTorch's tanh. */
+GPT_HD static inline float gptm_tanh(float u) {
+    /* on |u|, sign restored at the end: for u << 0 the quotient 2/(e+1)
+     * would be near 2, whose rounding (2.4e-7) the backward's 1 - th^2
+     * magnifies; near 0 it rounds like th itself */
+    float a = 2.0f * fabsf(u);
+    /* clamp in the integers (a >= 0 orders like its bits; a NaN clamps to
+     * 40): a float compare is a branch to the vectorizer under the
+     * default -ftrapping-math */
+    int32_t abits;
+    memcpy(&abits, &a, sizeof a);
+    abits = abits < 0x42200000 ? abits : 0x42200000; /* 40.0f */
+    memcpy(&a, &abits, sizeof a);
+    float t = 1.0f - 2.0f / (gptm_exp_poly(a) + 1.0f);
     return copysignf(t, u);
 }
 

@@ -30,28 +30,6 @@
 
 /* ---- vectorizable exp and sums ---- */
 
-/* e^a for a in [-87, 88] (callers clamp), branch-free so that the loops
- * calling it vectorize (glibc's expf is a scalar call): a = k ln2 + r, k
- * rounded to nearest by the 1.5 x 2^23 trick and ln2 split in two (Cody
- * and Waite), e^r by its Taylor polynomial to degree 7 (|r| <= ln2/2:
- * truncation < 2e-8 relative), 2^k from the exponent bits (k >= -126: a
- * normal number). */
-static inline float exp_poly(float a) {
-    const float shifter = 12582912.0f; /* 1.5 x 2^23 */
-    float kf = (a * 1.44269504088896341f + shifter) - shifter;
-    float r = (a - kf * 0.693145751953125f) - kf * 1.428606765330187e-06f;
-    float p =
-        1.0f +
-        r * (1.0f +
-             r * (0.5f +
-                  r * (1.0f / 6 +
-                       r * (1.0f / 24 + r * (1.0f / 120 + r * (1.0f / 720 + r * (1.0f / 5040)))))));
-    int32_t bits = ((int32_t)kf + 127) << 23;
-    float scale;
-    memcpy(&scale, &bits, sizeof scale);
-    return p * scale;
-}
-
 /* e^-m for m >= 0 (or NaN), m clamped to 87 (e^-87 = 1.6e-38, where a
  * softmax term no longer counts beside the row's maximum's 1): the clamp
  * on the bits, as m >= 0 orders like them (a float compare is a branch to
@@ -61,7 +39,7 @@ static inline float exp_neg(float m) {
     memcpy(&mbits, &m, sizeof m);
     mbits = mbits < 0x42ae0000 ? mbits : 0x42ae0000; /* 87.0f */
     memcpy(&m, &mbits, sizeof m);
-    return exp_poly(-m);
+    return gptm_exp_poly(-m);
 }
 
 /* Sum of a[i] * b[i] in eight float lanes (a fixed-width inner loop the
