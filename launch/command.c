@@ -242,21 +242,15 @@ static acx_status_t check_request(const acx_launch_request_t *req, const acx_lau
 static acx_status_t build_srun(const acx_launch_request_t *req, const acx_launch_host_t *host,
                                const char *(*env)(const char *), acx_launch_cmd_t *cmd,
                                strvec_t *argv, strvec_t *vars) {
-    if (req->hostfile != NULL) {
+    if (req->hostfile != NULL || req->hosts != NULL) { /* the two ways of naming hosts */
         const char *job = NULL, *job_var = acx_launch_slurm_job_var(env, &job);
         return ACX_ERROR(ACX_ERR_INVALID_ARG,
-                         "acx launch: --hostfile '%s' inside a Slurm allocation (%s=%s): "
+                         "acx launch: %s '%s' inside a Slurm allocation (%s=%s): "
                          "srun runs on the allocation's nodes; pass srun's own --nodelist after "
                          "'--' instead",
-                         req->hostfile, job_var ? job_var : "SLURM_JOB_ID", job ? job : "");
-    }
-    if (req->hosts != NULL) {
-        const char *job = NULL, *job_var = acx_launch_slurm_job_var(env, &job);
-        return ACX_ERROR(ACX_ERR_INVALID_ARG,
-                         "acx launch: --host '%s' inside a Slurm allocation (%s=%s): "
-                         "srun runs on the allocation's nodes; pass srun's own --nodelist after "
-                         "'--' instead",
-                         req->hosts, job_var ? job_var : "SLURM_JOB_ID", job ? job : "");
+                         req->hostfile != NULL ? "--hostfile" : "--host",
+                         req->hostfile != NULL ? req->hostfile : req->hosts,
+                         job_var ? job_var : "SLURM_JOB_ID", job ? job : "");
     }
     int n = req->num_processes > 0 ? req->num_processes : positive_var(env, "SLURM_NTASKS");
     if (n == 0) n = positive_var(env, "SLURM_NPROCS");
