@@ -283,7 +283,7 @@ static int run_supervisor(int argc, char **argv) {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     r.time_ns = (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec; /* started */
-    /* (a live record's code is a placeholder: the format has no "running") */
+    /* (a live record's exit code is unused: the record format has no "running") */
     char live[PATH_MAX], stop[PATH_MAX];
     snprintf(live, sizeof live, "%s/live-%d.%ld", dir, r.rank, r.pid);
     snprintf(stop, sizeof stop, "%s/stop-%d.%ld", dir, r.rank, r.pid);
